@@ -1,0 +1,163 @@
+"""Every knob of ttsq, read from the environment (or a ``.env`` file) and validated at start-up.
+
+This is the only module that reads the environment. The processes (``app.py``, ``worker.py``)
+build one :class:`Settings` and hand the library the plain config objects it needs
+(:meth:`Settings.queue_config`, :meth:`Settings.engine_config`, ...), so the library can be
+used and tested without any environment at all.
+
+Variable names are the field names in upper case (``REDIS_URL``, ``MAX_TEXT_CHARS``, ``MODEL``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ttsq.queue import QueueConfig
+from ttsq.redis_conn import RedisConfig
+
+if TYPE_CHECKING:  # the engine pulls in torch: only the worker imports it, lazily
+    from ttsq.engine import EngineConfig
+    from ttsq.faults import FaultConfig
+
+REPO_ROOT = Path(__file__).resolve().parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    # --- Redis -------------------------------------------------------------------------------
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="The queue's Redis.")
+    redis_namespace: str = Field("ttsq", description="Hash tag of every key: {ttsq}:...")
+    redis_socket_timeout_s: float = Field(5.0, gt=0)
+    redis_connect_timeout_s: float = Field(2.0, gt=0)
+    redis_max_connections: int = Field(64, ge=2)
+    require_noeviction: bool = Field(
+        False, description="Refuse to start when Redis may evict keys (instead of only warning)."
+    )
+
+    # --- queue -------------------------------------------------------------------------------
+    lease_s: float = Field(30.0, gt=0, description="A claimed job returns to the queue this long after its worker stops renewing.")
+    max_attempts: int = Field(3, ge=1, le=20)
+    retry_base_s: float = Field(2.0, ge=1.0, description="Backoff after attempt n is retry_base_s ** n.")
+    result_ttl_s: int = Field(600, ge=10, description="Results and final statuses expire after this.")
+    max_result_bytes: int = Field(50 * 1024 * 1024, ge=1024)
+    max_queue_depth: int = Field(10_000, ge=1)
+    block_s: float = Field(2.0, gt=0, description="Longest blocking claim; must stay below the socket timeout.")
+    dead_letter_max: int = Field(10_000, ge=1)
+    retry_after_s: int = Field(5, ge=1, description="Retry-After sent with 429 and 503.")
+
+    # --- API ---------------------------------------------------------------------------------
+    max_text_chars: int = Field(500, ge=1, le=100_000)
+    default_job_s: float = Field(5.0, gt=0, description="Wait estimate per job before any job has finished.")
+
+    # --- model / engine ----------------------------------------------------------------------
+    model: str = Field(
+        "hub",
+        description="'hub' (2Noise/ChatTTS from the model hub), 'tiny' (generated random weights: speaks noise), or a directory.",
+    )
+    tiny_checkpoint_dir: Path = Field(REPO_ROOT / "var" / "tiny-checkpoint")
+    device: str | None = Field(None, description="cpu, cuda, cuda:N; unset = CUDA when available.")
+    cpu_threads: int = Field(1, ge=1, description="torch threads on CPU; 1 is fastest on small machines.")
+    compile: bool = False
+    max_chunk_chars: int = Field(120, ge=8, description="Long text is synthesised in chunks of at most this many characters.")
+    max_new_token: int = Field(2048, ge=1)
+    min_new_token: int = Field(0, ge=0)
+    refine_max_new_token: int = Field(384, ge=1)
+    normalize_text: bool = Field(True, description="Speak numbers, dates and amounts (WeTextProcessing).")
+    cuda_alloc_conf: str = Field("expandable_segments:True", description="PYTORCH_CUDA_ALLOC_CONF for the worker.")
+
+    # --- worker ------------------------------------------------------------------------------
+    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    worker_health_host: str = "127.0.0.1"
+    worker_health_port: int = Field(8001, ge=0, le=65535)
+    heartbeat_interval_s: float = Field(2.0, gt=0)
+    heartbeat_ttl_s: int = Field(15, ge=1)
+    reap_interval_s: float = Field(5.0, gt=0)
+    job_timeout_s: float = Field(300.0, gt=0, description="An inference running longer is hung: worker /healthz turns 503.")
+    shutdown_grace_s: float = Field(25.0, ge=0, description="On SIGTERM, how long the current job may still run.")
+
+    # --- fault injection (tests only; off unless set explicitly) -----------------------------
+    fault_mode: Literal["none", "hang", "raise", "oom"] = "none"
+    fault_match: str = Field("", description="Only texts containing this substring fault ('' = all).")
+
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        if self.block_s >= self.redis_socket_timeout_s:
+            raise ValueError(
+                f"BLOCK_S ({self.block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
+                "a blocking read longer than the socket timeout fails with a timeout error"
+            )
+        if self.lease_s < 3 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"LEASE_S ({self.lease_s}) must be at least 3 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}) "
+                "so a live worker always renews its lease in time"
+            )
+        if self.heartbeat_ttl_s <= 2 * self.heartbeat_interval_s:
+            raise ValueError("HEARTBEAT_TTL_S must exceed 2 x HEARTBEAT_INTERVAL_S or live workers look dead")
+        if self.min_new_token > self.max_new_token:
+            raise ValueError("MIN_NEW_TOKEN must not exceed MAX_NEW_TOKEN")
+        return self
+
+    def model_dir(self) -> str:
+        """The engine's model source: 'hub' or a directory ('tiny' resolves to the generated checkpoint)."""
+        if self.model == "tiny":
+            return str(self.tiny_checkpoint_dir)
+        return self.model
+
+    def redis_config(self) -> RedisConfig:
+        return RedisConfig(
+            url=self.redis_url,
+            socket_timeout_s=self.redis_socket_timeout_s,
+            connect_timeout_s=self.redis_connect_timeout_s,
+            max_connections=self.redis_max_connections,
+        )
+
+    def queue_config(self) -> QueueConfig:
+        return QueueConfig(
+            namespace=self.redis_namespace,
+            lease_s=self.lease_s,
+            max_attempts=self.max_attempts,
+            result_ttl_s=self.result_ttl_s,
+            max_result_bytes=self.max_result_bytes,
+            max_queue_depth=self.max_queue_depth,
+            block_s=self.block_s,
+            retry_base_s=self.retry_base_s,
+            heartbeat_ttl_s=self.heartbeat_ttl_s,
+            dead_letter_max=self.dead_letter_max,
+            default_job_s=self.default_job_s,
+        )
+
+    def engine_config(self) -> EngineConfig:
+        from ttsq.engine import EngineConfig
+
+        return EngineConfig(
+            model_source=self.model_dir(),
+            device=self.device,
+            cpu_threads=self.cpu_threads,
+            compile=self.compile,
+            max_chunk_chars=self.max_chunk_chars,
+            max_new_token=self.max_new_token,
+            min_new_token=self.min_new_token,
+            refine_max_new_token=self.refine_max_new_token,
+            normalize_text=self.normalize_text,
+        )
+
+    def fault_config(self) -> FaultConfig:
+        from ttsq.faults import FaultConfig
+
+        return FaultConfig(mode=self.fault_mode, match=self.fault_match)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

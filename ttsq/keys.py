@@ -1,0 +1,58 @@
+"""Every Redis key name ttsq uses, in one place.
+
+All keys share the hash tag ``{namespace}`` so that they live in one Redis Cluster slot: the queue's
+multi-key operations (BLMOVE between two lists, the Lua scripts) require that.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    """Key builder for one namespace (default ``ttsq`` → keys look like ``{ttsq}:queue``)."""
+
+    def __init__(self, namespace: str = "ttsq") -> None:
+        if not namespace or any(c in namespace for c in "{}: "):
+            raise ValueError(f"invalid Redis namespace {namespace!r}")
+        self.prefix = f"{{{namespace}}}:"
+
+    @property
+    def queue(self) -> str:
+        """List of waiting job ids: LPUSH at the head, consumers pop from the tail (FIFO)."""
+        return self.prefix + "queue"
+
+    @property
+    def processing(self) -> str:
+        """List of claimed job ids; the reaper scans it for ids whose lease has lapsed."""
+        return self.prefix + "processing"
+
+    @property
+    def delayed(self) -> str:
+        """Sorted set of job ids waiting out a retry backoff, scored by the time they may run."""
+        return self.prefix + "delayed"
+
+    @property
+    def dead(self) -> str:
+        """Dead-letter list: the final JSON record of every job that failed for good."""
+        return self.prefix + "dead"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker ids scored by their last heartbeat (Unix seconds)."""
+        return self.prefix + "workers"
+
+    @property
+    def stats(self) -> str:
+        """Hash of running totals (jobs done, busy seconds) used for wait estimates."""
+        return self.prefix + "stats"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def result(self, job_id: str) -> str:
+        return f"{self.prefix}result:{job_id}"
+
+    def lease(self, job_id: str) -> str:
+        return f"{self.prefix}lease:{job_id}"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}worker:{worker_id}"
