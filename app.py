@@ -1,0 +1,57 @@
+"""The ASGI app: both routers on one FastAPI instance (``uvicorn app:app``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import query_api
+import submit_api
+from settings import Settings, get_settings
+from ttsq.api_errors import install_error_handlers
+from ttsq.queue import JobQueue, check_eviction_policy
+from ttsq.redis_conn import create_redis
+
+log = logging.getLogger("ttsq.api")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; tests pass their own settings, production reads the environment."""
+    config = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redis = create_redis(config.redis_config())
+        app.state.settings = config
+        app.state.queue = JobQueue(redis, config.queue_config())
+        try:
+            warning = await check_eviction_policy(redis)
+        except Exception as exc:  # noqa: BLE001 - Redis may be down at start; /readyz reports it
+            warning = f"cannot reach Redis at start-up ({exc}); requests get 503 until it is back"
+        if warning:
+            log.warning(warning)
+            if config.require_noeviction and "maxmemory-policy is" in warning:
+                raise RuntimeError(warning)
+        if config.model == "tiny":
+            log.warning("MODEL=tiny: workers use random weights; every result is noise")
+        try:
+            yield
+        finally:
+            await redis.aclose()
+
+    app = FastAPI(
+        title="ttsq",
+        version="0.1.0",
+        description="ChatTTS as a service: submit text, get a task id, fetch the audio.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app, config.retry_after_s)
+    app.include_router(submit_api.router)
+    app.include_router(query_api.router)
+    return app
+
+
+app = create_app()
