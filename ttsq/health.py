@@ -1,0 +1,104 @@
+"""The worker's liveness record and its small HTTP server (``/healthz``, ``/readyz``).
+
+The record is updated by a timer task on the worker's event loop, so ``/healthz`` tells two
+different failures apart: a *stalled loop* stops answering at all (the probe times out), and a
+*hung inference* (the executor thread stuck past the job's deadline) answers 503. A Redis outage
+is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Generator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+@dataclass
+class CurrentJob:
+    id: str
+    started_at: float
+    deadline: float
+
+
+@dataclass
+class HeartbeatRecord:
+    """What the worker knows about itself; mirrored to Redis for the pool's view."""
+
+    worker_id: str
+    model_loaded: bool = False
+    model: str | None = None
+    speaks_noise: bool = False
+    ready: bool = False
+    stopping: bool = False
+    redis_ok: bool = True
+    last_tick: float = field(default_factory=time.time)
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    current_job: CurrentJob | None = None
+
+    def tick(self) -> None:
+        self.last_tick = time.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def liveness(self, stall_after_s: float, now: float | None = None) -> tuple[bool, str]:
+        """(alive, reason). Not alive when the loop stopped ticking or the job is past its deadline."""
+        moment = time.time() if now is None else now
+        if moment - self.last_tick > stall_after_s:
+            return False, f"event loop has not ticked for {moment - self.last_tick:.1f}s"
+        job = self.current_job
+        if job is not None and moment > job.deadline:
+            return False, (
+                f"inference of job {job.id} has run {moment - job.started_at:.0f}s, "
+                f"past its deadline of {job.deadline - job.started_at:.0f}s: hung"
+            )
+        return True, "ok"
+
+
+def health_app(record: HeartbeatRecord, stall_after_s: float) -> Starlette:
+    async def healthz(_: Request) -> JSONResponse:
+        alive, reason = record.liveness(stall_after_s)
+        body = record.as_dict() | {
+            "status": "ok" if alive else "unhealthy",
+            "reason": reason,
+            "redis": "ok" if record.redis_ok else "unreachable",
+        }
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    async def readyz(_: Request) -> JSONResponse:
+        ready = record.ready and not record.stopping
+        body = {
+            "status": "ready" if ready else "not ready",
+            "model_loaded": record.model_loaded,
+            "model": record.model,
+            "speaks_noise": record.speaks_noise,
+        }
+        if record.speaks_noise:
+            body["notice"] = "random-weight test checkpoint: the audio is noise"
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn on the worker's own loop; the worker, not uvicorn, owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def health_server(record: HeartbeatRecord, host: str, port: int, stall_after_s: float) -> EmbeddedServer:
+    config = uvicorn.Config(
+        health_app(record, stall_after_s), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+    return EmbeddedServer(config)

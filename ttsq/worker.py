@@ -1,0 +1,275 @@
+"""The worker loop: claim → synthesise → store, with a heartbeat, a reaper and graceful shutdown.
+
+One worker owns one model replica. Inference runs in a single dedicated executor thread because
+ChatTTS is not thread-safe; the event loop stays free to renew the job's lease, tick the heartbeat
+and answer the liveness probe while the model works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+from ttsq.audio import CONTENT_TYPES, duration_s, encode_audio
+from ttsq.engine import Engine, SynthesisRequest
+from ttsq.health import CurrentJob, HeartbeatRecord, health_server
+from ttsq.jobs import Job, TTSParams
+from ttsq.queue import JobQueue
+from ttsq.voices import speaker_seed_of
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str
+    heartbeat_interval_s: float = 2.0
+    reap_interval_s: float = 5.0
+    job_timeout_s: float = 300.0
+    shutdown_grace_s: float = 25.0
+    health_host: str = "127.0.0.1"
+    health_port: int = 8001
+    redis_backoff_max_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Synthesised:
+    audio: bytes
+    content_type: str
+    duration_s: float
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
+
+
+class Worker:
+    """Runs until :meth:`request_stop`; :meth:`run` returns False if it left an inference running."""
+
+    def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig) -> None:
+        self.queue = queue
+        self.engine = engine
+        self.config = config
+        self.record = HeartbeatRecord(worker_id=config.worker_id)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
+        self._stop = asyncio.Event()
+        self._stop_deadline: float | None = None
+        self._abandoned = False
+        self._speakers: dict[int, str] = {}
+
+    @property
+    def stall_after_s(self) -> float:
+        return max(5 * self.config.heartbeat_interval_s, 10.0)
+
+    def request_stop(self) -> None:
+        """Stop claiming; the current job may finish within the grace period."""
+        if self._stop_deadline is None:
+            log.info("stop requested: finishing the current job (grace %.0fs)", self.config.shutdown_grace_s)
+            self._stop_deadline = time.monotonic() + self.config.shutdown_grace_s
+            self.record.stopping = True
+            self._stop.set()
+
+    async def run(self) -> bool:
+        loop = asyncio.get_running_loop()
+        server = health_server(self.record, self.config.health_host, self.config.health_port, self.stall_after_s)
+        server_task = asyncio.create_task(server.serve())
+        background = [asyncio.create_task(self._heartbeat_loop())]
+        try:
+            await loop.run_in_executor(self._executor, self._load_and_warm)
+            if not self._stop.is_set():
+                background.append(asyncio.create_task(self._reap_loop()))
+                await self._claim_loop()
+        finally:
+            self.record.stopping = True
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            try:
+                await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
+            except (RedisError, OSError, TimeoutError):
+                pass
+            server.should_exit = True
+            await server_task
+            self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
+        return not self._abandoned
+
+    # ---- start-up --------------------------------------------------------------------------
+
+    def _load_and_warm(self) -> None:
+        started = time.perf_counter()
+        info = self.engine.load()
+        self.record.model_loaded = True
+        self.record.model = info.name
+        self.record.speaks_noise = info.speaks_noise
+        self.engine.warm_up()
+        self.record.ready = True
+        log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, time.perf_counter() - started)
+        if info.speaks_noise:
+            log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                claim = await self.queue.claim(self.config.worker_id)
+            except (RedisError, OSError) as exc:
+                self.record.redis_ok = False
+                log.warning("Redis unavailable (%s); retrying in %.1fs", exc, backoff)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, self.config.redis_backoff_max_s)
+                continue
+            backoff = 0.5
+            self.record.redis_ok = True
+            if claim is None or not claim.runnable:
+                continue
+            await self._run_within_grace(claim.job)
+
+    async def _run_within_grace(self, job: Job) -> None:
+        task = asyncio.create_task(self._process(job))
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.2)
+            if not task.done() and self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
+                log.warning("grace period over: leaving job %s to the reaper", job.id)
+                self._abandoned = True
+                task.cancel()
+                return
+
+    async def _process(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.time()
+        self.record.current_job = CurrentJob(job.id, started, started + self.config.job_timeout_s)
+        renewer = asyncio.create_task(self._renew_lease(job.id))
+        try:
+            try:
+                result = await loop.run_in_executor(self._executor, self._synthesise, job.params)
+            except Exception as exc:  # noqa: BLE001 - one bad job never stops the loop
+                await self._record_failure(job, exc)
+                return
+            busy = time.time() - started
+            await self._persist(
+                lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy)
+            )
+            self.record.jobs_done += 1
+            log.info(
+                "%6.2fs ✓ %s attempt %d (%s, %.1fs audio)",
+                busy, job.id, job.attempts, job.params.format, result.duration_s,
+            )
+        finally:
+            renewer.cancel()
+            self.record.current_job = None
+            self.engine.release_memory()
+
+    async def _record_failure(self, job: Job, exc: Exception) -> None:
+        self.record.jobs_failed += 1
+        if _is_out_of_memory(exc):
+            reason, retryable = f"out of memory: {exc}", True
+        elif isinstance(exc, ValueError):
+            reason, retryable = f"invalid job: {exc}", False
+        else:
+            reason, retryable = f"inference failed: {type(exc).__name__}: {exc}", True
+        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable))
+        log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
+
+    def _synthesise(self, params: TTSParams) -> Synthesised:
+        """Runs in the inference thread: speaker lookup, ChatTTS, encoding."""
+        request = SynthesisRequest(
+            text=params.text,
+            speaker=self._speaker(params),
+            seed=params.seed,
+            speed=params.speed,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            refine_text=params.refine_text,
+        )
+        samples = self.engine.synthesize(request)
+        return Synthesised(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
+
+    def _speaker(self, params: TTSParams) -> str:
+        if params.voice is not None:
+            seed = speaker_seed_of(params.voice)
+            if seed is None:
+                raise ValueError(f"voice {params.voice!r} no longer exists")
+        elif params.speaker_seed is not None:
+            seed = params.speaker_seed
+        else:
+            raise ValueError("job names neither a voice nor a speaker seed")
+        if seed not in self._speakers:
+            self._speakers[seed] = self.engine.speaker_from_seed(seed)
+        return self._speakers[seed]
+
+    # ---- upkeep ----------------------------------------------------------------------------
+
+    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T | None:
+        """Retry a Redis write through an outage, so finished work is not thrown away.
+
+        Gives up only when stopping past the grace period; the lease then lapses and the
+        reaper requeues the job, so it is re-run rather than lost.
+        """
+        backoff = 0.2
+        while True:
+            try:
+                value = await write()
+                self.record.redis_ok = True
+                return value
+            except (RedisError, OSError) as exc:
+                self.record.redis_ok = False
+                if self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
+                    log.error("could not store a job outcome before shutdown: %s", exc)
+                    return None
+                log.warning("Redis unavailable while storing a job outcome (%s); retrying", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.redis_backoff_max_s)
+
+    async def _renew_lease(self, job_id: str) -> None:
+        interval = self.queue.config.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await self.queue.renew_lease(job_id, self.config.worker_id):
+                    log.warning("lease on %s was lost; another worker may run it too", job_id)
+            except (RedisError, OSError) as exc:
+                log.warning("could not renew the lease on %s: %s", job_id, exc)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_s
+        while True:
+            self.record.tick()
+            try:
+                await asyncio.wait_for(
+                    self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict()), interval
+                )
+                self.record.redis_ok = True
+            except (RedisError, OSError, TimeoutError):
+                self.record.redis_ok = False
+            await asyncio.sleep(interval)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            try:
+                await self.queue.reap()
+            except (RedisError, OSError) as exc:
+                log.debug("reaper skipped a round: %s", exc)
+            except Exception:  # noqa: BLE001 - upkeep logs and carries on
+                log.exception("reaper round failed")
+            await asyncio.sleep(self.config.reap_interval_s)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when a stop is requested."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except TimeoutError:
+            pass
