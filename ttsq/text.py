@@ -1,0 +1,284 @@
+"""Input text cleaning, validation and splitting for ChatTTS.
+
+Text reaches the model straight from API callers, so it is checked here before it costs any
+GPU time. Three things matter:
+
+* Invisible characters (zero-width spaces, BOMs, bidi marks, stray control bytes pasted from
+  documents) are read aloud as noise or silently change tokenisation, so they are removed.
+* ChatTTS steers itself with bracketed control tokens. The prosody ones (``[uv_break]``,
+  ``[laugh]``, ...) are a feature callers may use; the structural ones (``[Stts]``,
+  ``[spk_emb]``, ``[speed_5]``, ...) let a caller hijack the prompt format, so they are refused.
+* Long text is split into sentence-sized chunks, because ChatTTS degrades (and eventually
+  truncates) on long inputs, and one inference call per chunk keeps memory bounded.
+
+This module must stay importable without torch: the API process validates text with it.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from typing import Literal
+
+__all__ = [
+    "ALLOWED_TOKEN_DESCRIPTION",
+    "TextError",
+    "clean_text",
+    "detect_language",
+    "find_forbidden_tokens",
+    "split_sentences",
+    "validate_text",
+]
+
+
+class TextError(ValueError):
+    """Raised with a message a person understands, so the API can return it verbatim.
+
+    Example: ``text contains the ChatTTS control token [Stts], which is not allowed;
+    allowed tokens: [uv_break], [laugh], [lbreak], [break_0..7], [laugh_0..2], [oral_0..9]``.
+    """
+
+
+ALLOWED_TOKEN_DESCRIPTION = "[uv_break], [laugh], [lbreak], [break_0..7], [laugh_0..2], [oral_0..9]"
+"""The prosody-token allow list, worded for error messages and API documentation."""
+
+_ALLOWED_TOKENS: frozenset[str] = frozenset(
+    ["uv_break", "laugh", "lbreak"]
+    + [f"break_{n}" for n in range(8)]
+    + [f"laugh_{n}" for n in range(3)]
+    + [f"oral_{n}" for n in range(10)]
+)
+
+_FORBIDDEN_NAMES: frozenset[str] = frozenset(
+    [
+        "sasr",
+        "pasr",
+        "easr",
+        "stts",
+        "ptts",
+        "etts",
+        "sbreak",
+        "pbreak",
+        "ebreak",
+        "v_break",
+        "llbreak",
+        "undefine",
+        "spk_emb",
+        "empty_spk",
+        "music",
+        "pure",
+    ]
+)
+"""Structural ChatTTS tokens, lower-cased so that case variants are caught too."""
+
+_NUMBERED_FAMILY = re.compile(r"(?:break|laugh|oral|speed)_\d+", re.IGNORECASE)
+_BRACKETED = re.compile(r"\[([^\[\]]*)\]")
+_ATOMIC_TOKEN = re.compile(r"\[[A-Za-z0-9_]+\]")
+_WHITESPACE_RUN = re.compile(r"\s+")
+_CJK_IDEOGRAPH = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0002ebef\U00030000-\U0003134f]")
+
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+_CLOSERS = "\"'”’」』）)》】"
+_SENTENCE_END = re.compile(f"[。！？；…!?;.]+[{re.escape(_CLOSERS)}]*")
+_CLAUSE_END = re.compile(r"[，、,：:]+")
+_MIN_SPLIT_CHARS = 8
+
+
+def clean_text(raw: str) -> str:
+    """Remove characters that are invisible to the person but not to the model.
+
+    Whitespace control characters (tabs, newlines) become spaces rather than vanishing so
+    that words on either side of a line break stay apart. Nothing visible is altered: no
+    NFKC folding, because it would turn full-width punctuation that ChatTTS handles itself
+    into ASCII and change how numbers like "²" are read.
+    """
+    kept = []
+    for char in raw:
+        if char.isspace():
+            kept.append(" ")
+        elif unicodedata.category(char) not in _INVISIBLE_CATEGORIES:
+            kept.append(char)
+    return _WHITESPACE_RUN.sub(" ", "".join(kept)).strip()
+
+
+def _is_forbidden(name: str) -> bool:
+    """Decide whether a bracketed name would act as (or imitate) a structural ChatTTS token.
+
+    The tokenizer matches case-sensitively, so the exact allowed spellings are accepted. A
+    case variant of a forbidden token is refused anyway, so that a tokenizer or normaliser
+    change upstream can never turn it into a live control token. Case variants of allowed
+    tokens (``[Laugh]``) are neither: they are ordinary text to the tokenizer.
+    """
+    if name in _ALLOWED_TOKENS:
+        return False
+    lowered = name.lower()
+    if lowered in _ALLOWED_TOKENS:
+        return False
+    return lowered in _FORBIDDEN_NAMES or _NUMBERED_FAMILY.fullmatch(name) is not None
+
+
+def find_forbidden_tokens(text: str) -> list[str]:
+    """List the forbidden control tokens in ``text``, each once, in order of appearance.
+
+    Tokens are returned with their brackets and original spelling so that error messages
+    quote exactly what the caller sent. Ordinary bracketed text such as ``[note]`` or
+    ``[1]`` is not a control token and is ignored.
+    """
+    found: list[str] = []
+    for match in _BRACKETED.finditer(text):
+        token = match.group(0)
+        if _is_forbidden(match.group(1)) and token not in found:
+            found.append(token)
+    return found
+
+
+def validate_text(raw: str, max_chars: int) -> str:
+    """Clean ``raw`` and refuse it, with a reason a person can act on, if it is unusable.
+
+    The length limit applies to the cleaned text, since that is what the model sees; the
+    caller chooses it (the library reads no configuration of its own).
+    """
+    if not raw.strip():
+        raise TextError("text is empty")
+    cleaned = clean_text(raw)
+    if not cleaned:
+        raise TextError("text is empty after removing invisible and control characters")
+    if len(cleaned) > max_chars:
+        raise TextError(f"text is {len(cleaned)} characters long; the limit is {max_chars}")
+    forbidden = find_forbidden_tokens(cleaned)
+    if forbidden:
+        names = ", ".join(forbidden)
+        if len(forbidden) == 1:
+            what = f"the ChatTTS control token {names}, which is not allowed"
+        else:
+            what = f"the ChatTTS control tokens {names}, which are not allowed"
+        raise TextError(f"text contains {what}; allowed tokens: {ALLOWED_TOKEN_DESCRIPTION}")
+    return cleaned
+
+
+def _cut_after(text: str, pattern: re.Pattern[str], accept: Callable[[re.Match[str]], bool]) -> list[str]:
+    """Cut ``text`` after every accepted match of ``pattern``.
+
+    The pieces concatenate back to ``text`` exactly, which is what lets the splitter promise
+    that no content is lost.
+    """
+    pieces: list[str] = []
+    start = 0
+    for match in pattern.finditer(text):
+        if match.end() > start and accept(match):
+            pieces.append(text[start : match.end()])
+            start = match.end()
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+def _is_sentence_end(match: re.Match[str]) -> bool:
+    """Accept a punctuation run as a sentence end unless it is only ASCII periods inside a word.
+
+    A lone ASCII period followed by a non-space is a decimal point ("3.5"), an abbreviation
+    ("e.g.x") or a file name, never the end of a sentence.
+    """
+    if match.group(0).rstrip(_CLOSERS).strip("."):
+        return True
+    following = match.string[match.end() : match.end() + 1]
+    return following == "" or following.isspace()
+
+
+def _is_clause_end(match: re.Match[str]) -> bool:
+    """Accept a clause mark unless it is an ASCII separator between digits ("1,000", "10:30")."""
+    if match.group(0).strip(",:"):
+        return True
+    before = match.string[match.start() - 1 : match.start()]
+    after = match.string[match.end() : match.end() + 1]
+    return not (before.isdigit() and after.isdigit())
+
+
+def _is_space(_match: re.Match[str]) -> bool:
+    """Accept every whitespace run as a cut point."""
+    return True
+
+
+_LEVELS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], bool]], ...] = (
+    (_SENTENCE_END, _is_sentence_end),
+    (_CLAUSE_END, _is_clause_end),
+    (_WHITESPACE_RUN, _is_space),
+)
+
+
+def _hard_cut(text: str, max_chars: int) -> list[str]:
+    """Cut unpunctuated text into ``max_chars`` slices, moving cuts off control tokens.
+
+    Whitespace at either end is kept on the outer slices so that merging later does not glue
+    words together. A token longer than ``max_chars`` itself cannot be kept whole without
+    breaking the length limit, and the limit wins.
+    """
+    core = text.strip()
+    lead = text[: len(text) - len(text.lstrip())]
+    trail = text[len(text.rstrip()) :]
+    tokens = [m.span() for m in _ATOMIC_TOKEN.finditer(core)]
+    slices: list[str] = []
+    start = 0
+    while len(core) - start > max_chars:
+        cut = start + max_chars
+        for token_start, token_end in tokens:
+            if token_start < cut < token_end and token_start > start:
+                cut = token_start
+                break
+        slices.append(core[start:cut])
+        start = cut
+    slices.append(core[start:])
+    slices[0] = lead + slices[0]
+    slices[-1] = slices[-1] + trail
+    return slices
+
+
+def _split_to_fit(text: str, max_chars: int, level: int) -> list[str]:
+    """Split ``text`` at the coarsest boundaries that make every piece fit ``max_chars``."""
+    if len(text.strip()) <= max_chars:
+        return [text]
+    if level == len(_LEVELS):
+        return _hard_cut(text, max_chars)
+    pattern, accept = _LEVELS[level]
+    pieces: list[str] = []
+    for piece in _cut_after(text, pattern, accept):
+        pieces.extend(_split_to_fit(piece, max_chars, level + 1))
+    return pieces
+
+
+def split_sentences(text: str, max_chars: int) -> list[str]:
+    """Split text into synthesis chunks of at most ``max_chars`` characters each.
+
+    Cuts go at sentence ends first, then at clause punctuation, then at spaces, and only as
+    a last resort mid-word, so that ChatTTS sees units it can phrase naturally. Neighbouring
+    pieces are then merged greedily, in order, while they fit, because every chunk is one
+    inference call and short calls waste GPU time and sound choppier. Nothing but
+    whitespace at chunk edges is dropped.
+    """
+    if max_chars < _MIN_SPLIT_CHARS:
+        raise ValueError(f"max_chars must be at least {_MIN_SPLIT_CHARS}, got {max_chars}")
+    chunks: list[str] = []
+    current = ""
+    for piece in _split_to_fit(text, max_chars, 0):
+        candidate = current + piece
+        if len(candidate.strip()) <= max_chars:
+            current = candidate
+            continue
+        if current.strip():
+            chunks.append(current.strip())
+        current = piece
+    if current.strip():
+        chunks.append(current.strip())
+    return chunks
+
+
+def detect_language(text: str) -> Literal["zh", "en"]:
+    """Pick the language hint for ChatTTS's text normaliser.
+
+    Any Chinese ideograph means the text needs Chinese normalisation, even when most of it
+    is English; a rule this simple is also one callers can predict. Extension blocks are
+    included so that rare characters in names count too.
+    """
+    return "zh" if _CJK_IDEOGRAPH.search(text) else "en"
