@@ -6,7 +6,7 @@ from fastapi import APIRouter, status
 
 from deps import QueueDep, SettingsDep, model_notice
 from ttsq.api_errors import ERROR_RESPONSES, field_error
-from ttsq.jobs import DEFAULT_SAMPLING_SEED, TTSParams, draw_seed, new_task_id
+from ttsq.jobs import DEFAULT_SAMPLING_SEED, Status, TTSParams, draw_seed, new_task_id
 from ttsq.queue import JobQueue
 from ttsq.schemas import ErrorBody, SubmitRequest, SubmitResponse
 from ttsq.text import TextError, validate_text
@@ -76,7 +76,7 @@ async def submit(body: SubmitRequest, queue: QueueDep, settings: SettingsDep) ->
     task_id, position, estimate = await submit_job(queue, params)
     return SubmitResponse(
         task_id=task_id,
-        status="queued",
+        status=Status.QUEUED,
         queue_position=position,
         estimate_s=estimate,
         seed=params.seed,

@@ -242,7 +242,7 @@ async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
     await queue.claim("w", block_s=0.1)
     await queue.fail(b, "boom", retryable=False)
     await queue.write_heartbeat("w", {"ok": True})
-    keys = [k.decode() for k in await redis.keys("*")]
+    keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
 
 

@@ -232,8 +232,8 @@ return #ids
 """
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class JobQueue:
@@ -294,8 +294,8 @@ class JobQueue:
         return int(await self.redis.llen(self.keys.queue))
 
     async def result(self, job_id: str) -> bytes | None:
-        value: bytes | None = await self.redis.get(self.keys.result(job_id))
-        return value
+        value = await self.redis.get(self.keys.result(job_id))
+        return value if isinstance(value, bytes) else None
 
     async def average_job_s(self) -> float:
         jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
@@ -318,7 +318,10 @@ class JobQueue:
     async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
         """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``."""
         timeout = self.config.block_s if block_s is None else block_s
-        raw_id = await self.redis.blmove(self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT")
+        # Redis takes fractional block timeouts; redis-py's annotation says int.
+        raw_id = await self.redis.blmove(
+            self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT"  # type: ignore[arg-type]
+        )
         if raw_id is None:
             return None
         return await self._start_claimed(_text(raw_id), worker_id)

@@ -1,0 +1,43 @@
+# ttsq — run it with `make up`, test it with `make test`.
+PYTHON_BASE ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+MODEL       ?= hub
+WORKERS     ?= 1
+PORT        ?= 8000
+
+.PHONY: up test lint typecheck pytest install tiny-checkpoint clean
+
+## Install everything into .venv (once; again when pyproject.toml changes).
+# torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
+# newest pair whose torchaudio wheels load on these machines (the CUDA build runs on CPU too).
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON_BASE) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q torch==2.9.1 torchaudio==2.9.1
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## Run Redis (embedded unless REDIS_URL is set), $(WORKERS) worker(s) and the API on 127.0.0.1:$(PORT).
+up: install
+	$(PY) scripts/up.py --model '$(MODEL)' --workers $(WORKERS) --port $(PORT)
+
+## Lint, type-check and run every test (the same command CI runs).
+test: install lint typecheck pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy .
+
+pytest: install
+	$(VENV)/bin/pytest
+
+tiny-checkpoint: install
+	$(PY) scripts/make_tiny_checkpoint.py var/tiny-checkpoint
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache test-artifacts

