@@ -1,0 +1,171 @@
+"""The worker loop in-process: the real tiny ChatTTS engine, a real Redis, the real health server."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import soundfile as sf
+from redis.asyncio import Redis
+
+from tests.redis_server import free_port
+from ttsq.engine import ChatTTSEngine, Engine
+from ttsq.faults import FaultConfig, FaultInjectingEngine
+from ttsq.jobs import Job, Status, TTSParams, new_task_id
+from ttsq.queue import JobQueue, QueueConfig
+from ttsq.worker import Worker, WorkerConfig
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def wait_final(queue: JobQueue, job_id: str, timeout_s: float = 60.0) -> Job:
+    async def final() -> bool:
+        job = await queue.get(job_id)
+        return job is not None and job.status.is_final
+
+    await wait_until(final, timeout_s)
+    job = await queue.get(job_id)
+    assert job is not None
+    return job
+
+
+@asynccontextmanager
+async def running_worker(
+    redis: Redis, engine: Engine, queue_config: QueueConfig | None = None, **worker_options: Any
+) -> AsyncIterator[Worker]:
+    worker_options.setdefault("heartbeat_interval_s", 0.2)
+    worker_options.setdefault("reap_interval_s", 0.2)
+    worker_options.setdefault("health_port", free_port())
+    worker = Worker(
+        JobQueue(redis, queue_config or QueueConfig(block_s=0.2)),
+        engine,
+        WorkerConfig(worker_id=f"test-{new_task_id()[:8]}", **worker_options),
+    )
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: _true(worker.record.ready), 120)
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def params(text: str = "Hello from the worker.", **overrides: Any) -> TTSParams:
+    values: dict[str, Any] = {"text": text, "speaker_seed": 11, "seed": 11}
+    values.update(overrides)
+    return TTSParams(**values)
+
+
+async def test_worker_produces_decodable_24khz_audio_in_all_formats(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    async with running_worker(redis, tiny_engine) as worker:
+        ids = {}
+        for fmt in ("wav", "mp3", "ogg", "flac"):
+            ids[fmt] = new_task_id()
+            await worker.queue.enqueue(ids[fmt], params(format=fmt))
+        for fmt, job_id in ids.items():
+            job = await wait_final(worker.queue, job_id)
+            assert job.status is Status.DONE, job.error
+            audio = await worker.queue.result(job_id)
+            assert audio is not None
+            samples, rate = sf.read(io.BytesIO(audio))
+            assert rate == 24000, fmt
+            assert len(samples) > 0 and job.duration_s is not None and job.duration_s > 0
+        assert worker.record.jobs_done == 4
+
+
+async def test_same_deterministic_request_gives_identical_audio(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    async with running_worker(redis, tiny_engine) as worker:
+        first, second, other = new_task_id(), new_task_id(), new_task_id()
+        await worker.queue.enqueue(first, params(seed=5, speaker_seed=5))
+        await worker.queue.enqueue(second, params(seed=5, speaker_seed=5))
+        await worker.queue.enqueue(other, params(seed=6, speaker_seed=6))
+        for job_id in (first, second, other):
+            assert (await wait_final(worker.queue, job_id)).status is Status.DONE
+        assert await worker.queue.result(first) == await worker.queue.result(second)
+        assert await worker.queue.result(first) != await worker.queue.result(other)
+
+
+async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: ChatTTSEngine, redis: Redis) -> None:
+    worker = Worker(JobQueue(redis, QueueConfig()), tiny_engine, WorkerConfig(worker_id="speaker-test"))
+    voice_a = worker._speaker(params(voice="zh_female", speaker_seed=None, seed=1))
+    voice_b = worker._speaker(params(voice="zh_female", speaker_seed=None, seed=2))
+    assert voice_a == voice_b
+    assert worker._speaker(params(voice="zh_male", speaker_seed=None)) != voice_a
+    assert worker._speaker(params(speaker_seed=1, seed=1)) != worker._speaker(params(speaker_seed=2, seed=2))
+    with pytest.raises(ValueError, match="no longer exists"):
+        worker._speaker(params(voice="deleted", speaker_seed=None))
+
+
+async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(
+    redis: Redis, tiny_engine: ChatTTSEngine
+) -> None:
+    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise", match="BOOM"))
+    config = QueueConfig(block_s=0.2, max_attempts=2, retry_base_s=1.0)
+    async with running_worker(redis, engine, config) as worker:
+        bad, good = new_task_id(), new_task_id()
+        await worker.queue.enqueue(bad, params("BOOM goes this one."))
+        await worker.queue.enqueue(good, params("This one is fine."))
+        assert (await wait_final(worker.queue, good)).status is Status.DONE
+        failed = await wait_final(worker.queue, bad)
+        assert failed.status is Status.FAILED and failed.attempts == 2
+        assert failed.error is not None and "injected fault" in failed.error
+        assert [job.id for job in await worker.queue.dead_letters()] == [bad]
+
+
+async def test_out_of_memory_is_reported_as_such(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="oom"))
+    async with running_worker(redis, engine, QueueConfig(block_s=0.2, max_attempts=1)) as worker:
+        job_id = new_task_id()
+        await worker.queue.enqueue(job_id, params())
+        job = await wait_final(worker.queue, job_id)
+        assert job.status is Status.FAILED and job.error is not None and job.error.startswith("out of memory")
+
+
+async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="hang", match="HANG"))
+    port = free_port()
+    async with running_worker(redis, engine, health_port=port, job_timeout_s=0.5) as worker:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            healthy = await http.get("/healthz")
+            assert healthy.status_code == 200 and healthy.json()["redis"] == "ok"
+            assert (await http.get("/readyz")).status_code == 200
+            job_id = new_task_id()
+            await worker.queue.enqueue(job_id, params("HANG here."))
+
+            async def unhealthy() -> bool:
+                return (await http.get("/healthz")).status_code == 503
+
+            await wait_until(unhealthy, 30)
+            body = (await http.get("/healthz")).json()
+            assert "hung" in body["reason"] and body["current_job"]["id"] == job_id
+            engine.release()
+            assert (await wait_final(worker.queue, job_id)).status is Status.DONE
+            assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    async with running_worker(redis, tiny_engine) as worker:
+        await wait_until(lambda: _count_is(worker.queue, 1), 10)
+        records = await worker.queue.worker_records()
+        assert records[0]["worker_id"] == worker.config.worker_id and records[0]["model_loaded"]
+    assert await worker.queue.live_worker_count() == 0, "a stopped worker removes its heartbeat"
+
+
+async def _count_is(queue: JobQueue, expected: int) -> bool:
+    return await queue.live_worker_count() == expected
