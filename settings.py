@@ -38,9 +38,7 @@ class Settings(BaseSettings):
     redis_socket_timeout_s: float = Field(5.0, gt=0)
     redis_connect_timeout_s: float = Field(2.0, gt=0)
     redis_max_connections: int = Field(64, ge=2)
-    require_noeviction: bool = Field(
-        False, description="Refuse to start when Redis may evict keys (instead of only warning)."
-    )
+    require_noeviction: bool = Field(False, description="Refuse to start when Redis may evict keys (instead of only warning).")
 
     # --- queue -------------------------------------------------------------------------------
     lease_s: float = Field(30.0, gt=0, description="A claimed job returns to the queue this long after its worker stops renewing.")
@@ -86,6 +84,7 @@ class Settings(BaseSettings):
     # --- fault injection (tests only; off unless set explicitly) -----------------------------
     fault_mode: Literal["none", "hang", "raise", "oom"] = "none"
     fault_match: str = Field("", description="Only texts containing this substring fault ('' = all).")
+    fault_hang_s: float = Field(3600.0, gt=0, description="How long a 'hang' fault lasts before inference goes on.")
 
     log_level: str = "INFO"
 
@@ -154,7 +153,7 @@ class Settings(BaseSettings):
     def fault_config(self) -> FaultConfig:
         from ttsq.faults import FaultConfig
 
-        return FaultConfig(mode=self.fault_mode, match=self.fault_match)
+        return FaultConfig(mode=self.fault_mode, match=self.fault_match, hang_s=self.fault_hang_s)
 
 
 @lru_cache

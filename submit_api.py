@@ -26,9 +26,7 @@ def build_params(body: SubmitRequest, max_text_chars: int) -> TTSParams:
     except TextError as exc:
         raise field_error("text", str(exc), body.text[:200]) from exc
     if body.voice is not None and speaker_seed_of(body.voice) is None:
-        raise field_error(
-            "voice", f"unknown voice {body.voice!r}; available: {', '.join(known_voices())}", body.voice
-        )
+        raise field_error("voice", f"unknown voice {body.voice!r}; available: {', '.join(known_voices())}", body.voice)
     deterministic = body.voice is not None or body.seed is not None
     if body.voice is not None:
         seed = DEFAULT_SAMPLING_SEED if body.seed is None else body.seed

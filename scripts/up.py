@@ -66,8 +66,21 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = 6379 if port_free(6379) else 6380
     workdir.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--maxmemory-policy", "noeviction"],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--maxmemory-policy",
+            "noeviction",
+        ],
         stdout=subprocess.DEVNULL,
     )
     print(f"ttsq: embedded redis-server ({binary}) on 127.0.0.1:{port}")
@@ -124,8 +137,21 @@ def main() -> None:
             processes.append(subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=worker_env))
         processes.append(
             subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "app:app", "--host", args.host, "--port", str(args.port),
-                 "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "app:app",
+                    "--host",
+                    args.host,
+                    "--port",
+                    str(args.port),
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                    "--no-access-log",
+                ],
                 cwd=ROOT,
                 env=env,
             )
@@ -141,7 +167,7 @@ def main() -> None:
     print(
         f"\nttsq is up: API {base} · {args.workers} worker(s) · Redis {env['REDIS_URL']}\n{noise}"
         f"  curl -s -X POST {base}/v1/tts/submit -H 'content-type: application/json' "
-        "-d '{\"text\": \"你好，欢迎使用 ttsq。\", \"voice\": \"zh_female\"}'\n"
+        '-d \'{"text": "你好，欢迎使用 ttsq。", "voice": "zh_female"}\'\n'
         f"  curl -s {base}/v1/tts/tasks/TASK_ID\n"
         f"  curl -s -o hello.wav {base}/v1/tts/result/TASK_ID\n"
         f"  API docs: {base}/docs · Ctrl-C stops everything\n",

@@ -155,9 +155,7 @@ def test_join_has_no_discontinuity_at_seams(gap_ms: float, fade_ms: float) -> No
 def test_naive_concatenation_has_discontinuity() -> None:
     naive = np.concatenate(TONES)
     inner = max(max_step(chunk) for chunk in TONES)
-    seam_steps = [
-        abs(float(naive[seam]) - float(naive[seam - 1])) for seam in seams([chunk.size for chunk in TONES], 0)
-    ]
+    seam_steps = [abs(float(naive[seam]) - float(naive[seam - 1])) for seam in seams([chunk.size for chunk in TONES], 0)]
     assert max(seam_steps) > 3 * inner
 
 

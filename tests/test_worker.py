@@ -112,9 +112,7 @@ async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: Chat
         worker._speaker(params(voice="deleted", speaker_seed=None))
 
 
-async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(
-    redis: Redis, tiny_engine: ChatTTSEngine
-) -> None:
+async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise", match="BOOM"))
     config = QueueConfig(block_s=0.2, max_attempts=2, retry_base_s=1.0)
     async with running_worker(redis, engine, config) as worker:
@@ -140,23 +138,25 @@ async def test_out_of_memory_is_reported_as_such(redis: Redis, tiny_engine: Chat
 async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="hang", match="HANG"))
     port = free_port()
-    async with running_worker(redis, engine, health_port=port, job_timeout_s=0.5) as worker:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            healthy = await http.get("/healthz")
-            assert healthy.status_code == 200 and healthy.json()["redis"] == "ok"
-            assert (await http.get("/readyz")).status_code == 200
-            job_id = new_task_id()
-            await worker.queue.enqueue(job_id, params("HANG here."))
+    async with (
+        running_worker(redis, engine, health_port=port, job_timeout_s=0.5) as worker,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+    ):
+        healthy = await http.get("/healthz")
+        assert healthy.status_code == 200 and healthy.json()["redis"] == "ok"
+        assert (await http.get("/readyz")).status_code == 200
+        job_id = new_task_id()
+        await worker.queue.enqueue(job_id, params("HANG here."))
 
-            async def unhealthy() -> bool:
-                return (await http.get("/healthz")).status_code == 503
+        async def unhealthy() -> bool:
+            return (await http.get("/healthz")).status_code == 503
 
-            await wait_until(unhealthy, 30)
-            body = (await http.get("/healthz")).json()
-            assert "hung" in body["reason"] and body["current_job"]["id"] == job_id
-            engine.release()
-            assert (await wait_final(worker.queue, job_id)).status is Status.DONE
-            assert (await http.get("/healthz")).status_code == 200
+        await wait_until(unhealthy, 30)
+        body = (await http.get("/healthz")).json()
+        assert "hung" in body["reason"] and body["current_job"]["id"] == job_id
+        engine.release()
+        assert (await wait_final(worker.queue, job_id)).status is Status.DONE
+        assert (await http.get("/healthz")).status_code == 200
 
 
 async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

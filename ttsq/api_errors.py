@@ -31,9 +31,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def field_error(field: str, message: str, value: Any = None) -> RequestValidationError:
     """A 422 in FastAPI's own format for a check that needs settings (so it can't live in the model)."""
-    return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": value}]
-    )
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message, "input": value}])
 
 
 def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
@@ -46,9 +44,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
         )
 
     async def queue_full(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            status_code=429, content={"detail": str(exc)}, headers={"Retry-After": str(retry_after_s)}
-        )
+        return JSONResponse(status_code=429, content={"detail": str(exc)}, headers={"Retry-After": str(retry_after_s)})
 
     app.add_exception_handler(RedisError, redis_down)
     app.add_exception_handler(QueueFullError, queue_full)

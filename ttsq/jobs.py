@@ -39,9 +39,7 @@ class TTSParams(BaseModel):
 
     text: str
     voice: str | None = None
-    speaker_seed: int | None = Field(
-        default=None, description="Seed that draws the speaker when no voice is named."
-    )
+    speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker when no voice is named.")
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
     speed: int = 5
     temperature: float = 0.3
@@ -68,9 +66,7 @@ class Job(BaseModel):
     duration_s: float | None = None
     content_type: str | None = None
     result_bytes: int | None = None
-    not_before: float | None = Field(
-        default=None, description="Set while a failed attempt waits out its retry backoff."
-    )
+    not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")
 
 
 def new_task_id() -> str:

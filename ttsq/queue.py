@@ -320,7 +320,11 @@ class JobQueue:
         timeout = self.config.block_s if block_s is None else block_s
         # Redis takes fractional block timeouts; redis-py's annotation says int.
         raw_id = await self.redis.blmove(
-            self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT"  # type: ignore[arg-type]
+            self.keys.queue,
+            self.keys.processing,
+            timeout,
+            "RIGHT",
+            "LEFT",  # type: ignore[arg-type]
         )
         if raw_id is None:
             return None
@@ -355,9 +359,7 @@ class JobQueue:
 
     async def renew_lease(self, job_id: str, worker_id: str) -> bool:
         """Extend the lease; False means it was lost (reaped) and another worker may run the job."""
-        renewed = await self._renew(
-            keys=[self.keys.lease(job_id)], args=[worker_id, int(self.config.lease_s * 1000)]
-        )
+        renewed = await self._renew(keys=[self.keys.lease(job_id)], args=[worker_id, int(self.config.lease_s * 1000)])
         return bool(renewed)
 
     async def complete(self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float) -> bool:

@@ -22,9 +22,7 @@ class SubmitRequest(BaseModel):
         examples=["Hello from ttsq."],
     )
     voice: str | None = Field(None, description="A registered voice name; fixes the speaker.")
-    seed: int | None = Field(
-        None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker."
-    )
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker.")
     speed: int = Field(5, ge=1, le=9, description="ChatTTS speed 1 (slow) to 9 (fast).")
     temperature: float = Field(0.3, ge=0.01, le=1.0)
     top_p: float = Field(0.7, ge=0.1, le=1.0)

@@ -8,6 +8,7 @@ and answer the liveness probe while the model works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -95,10 +96,8 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
-            except (RedisError, OSError, TimeoutError):
-                pass
             server.should_exit = True
             await server_task
             self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
@@ -159,13 +158,15 @@ class Worker:
                 await self._record_failure(job, exc)
                 return
             busy = time.time() - started
-            await self._persist(
-                lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy)
-            )
+            await self._persist(lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy))
             self.record.jobs_done += 1
             log.info(
                 "%6.2fs ✓ %s attempt %d (%s, %.1fs audio)",
-                busy, job.id, job.attempts, job.params.format, result.duration_s,
+                busy,
+                job.id,
+                job.attempts,
+                job.params.format,
+                result.duration_s,
             )
         finally:
             renewer.cancel()
@@ -249,9 +250,7 @@ class Worker:
         while True:
             self.record.tick()
             try:
-                await asyncio.wait_for(
-                    self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict()), interval
-                )
+                await asyncio.wait_for(self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict()), interval)
                 self.record.redis_ok = True
             except (RedisError, OSError, TimeoutError):
                 self.record.redis_ok = False
@@ -263,13 +262,11 @@ class Worker:
                 await self.queue.reap()
             except (RedisError, OSError) as exc:
                 log.debug("reaper skipped a round: %s", exc)
-            except Exception:  # noqa: BLE001 - upkeep logs and carries on
+            except Exception:
                 log.exception("reaper round failed")
             await asyncio.sleep(self.config.reap_interval_s)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake at once when a stop is requested."""
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except TimeoutError:
-            pass

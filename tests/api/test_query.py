@@ -86,7 +86,12 @@ async def test_readyz_does_not_depend_on_workers(client: httpx.AsyncClient, redi
     await JobQueue(redis, QueueConfig()).write_heartbeat("w1", {"worker_id": "w1"})
     assert (await client.get("/readyz")).json()["workers"] == 1
     assert (await client.get("/healthz")).json() == {
-        "status": "ok", "redis": None, "workers": None, "queue_depth": None, "model": None, "notice": None
+        "status": "ok",
+        "redis": None,
+        "workers": None,
+        "queue_depth": None,
+        "model": None,
+        "notice": None,
     }
 
 

@@ -80,9 +80,7 @@ async def test_text_is_cleaned_of_invisible_characters(client: httpx.AsyncClient
         ({}, "text", ""),
     ],
 )
-async def test_bad_input_is_a_422_naming_the_field(
-    client: httpx.AsyncClient, body: dict[str, Any], field: str, words: str
-) -> None:
+async def test_bad_input_is_a_422_naming_the_field(client: httpx.AsyncClient, body: dict[str, Any], field: str, words: str) -> None:
     response = await client.post("/v1/tts/submit", json=body)
     assert response.status_code == 422, response.text
     errors = response.json()["detail"]
@@ -112,9 +110,7 @@ async def test_full_queue_is_a_429_with_retry_after(redis: Redis, make_settings:
 
 
 async def test_malformed_json_is_a_clear_4xx(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        "/v1/tts/submit", content=b"{not json", headers={"content-type": "application/json"}
-    )
+    response = await client.post("/v1/tts/submit", content=b"{not json", headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert "JSON" in response.text or "json" in response.text
 

@@ -1,0 +1,44 @@
+"""Engine fixtures: the generated tiny ChatTTS checkpoint and a loaded, warmed engine on it.
+
+Registered from ``tests/conftest.py``. The checkpoint is cached across test sessions in
+``<repo>/var/tiny-checkpoint`` (rebuilding it takes seconds; reusing it, milliseconds) and the
+engine is loaded once per session, because loading and warming ChatTTS dominate test time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ttsq.engine import ChatTTSEngine, EngineConfig
+from ttsq.tiny_checkpoint import build_tiny_checkpoint
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TINY_CHECKPOINT_DIR = REPO_ROOT / "var" / "tiny-checkpoint"
+
+TINY_ENGINE_CONFIG = EngineConfig(
+    model_source=str(TINY_CHECKPOINT_DIR),
+    device="cpu",
+    cpu_threads=1,
+    max_chunk_chars=40,
+    max_new_token=48,
+    min_new_token=48,
+    refine_max_new_token=16,
+)
+"""Small caps keep each synthesis around a tenth of a second; min = max fixes every chunk's length."""
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_dir() -> Path:
+    return build_tiny_checkpoint(TINY_CHECKPOINT_DIR)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_checkpoint_dir: Path) -> Iterator[ChatTTSEngine]:
+    engine = ChatTTSEngine(TINY_ENGINE_CONFIG)
+    engine.load()
+    engine.warm_up()
+    yield engine
+    engine.release_memory()

@@ -1,0 +1,200 @@
+"""End to end with real processes: redis-server, ``uvicorn app:app`` and ``python worker.py``.
+
+These are the chaos tests: a worker killed with SIGKILL mid-job, a worker stopped with SIGTERM
+mid-job, a hung inference, and a Redis outage. Each asserts that an acknowledged job is finished
+and never lost.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import soundfile as sf
+
+from tests.redis_server import RedisServer, free_port, start_redis_server
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Service:
+    """The processes of one ttsq deployment, with their logs kept for a failing test's report."""
+
+    redis: RedisServer
+    tmp: Path
+    env: dict[str, str]
+    api_url: str = ""
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
+        log = (self.tmp / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            args, cwd=ROOT, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append(process)
+        return process
+
+    def start_api(self) -> None:
+        port = free_port()
+        self.api_url = f"http://127.0.0.1:{port}"
+        self.spawn("api", [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--loop", "uvloop"])
+        wait_for(lambda: httpx.get(f"{self.api_url}/readyz").status_code == 200, 60, "the API")
+
+    def start_worker(self, name: str, **env: str) -> Worker:
+        port = free_port()
+        process = self.spawn(name, [sys.executable, "worker.py"], WORKER_ID=name, WORKER_HEALTH_PORT=str(port), **env)
+        worker = Worker(name, process, f"http://127.0.0.1:{port}")
+        wait_for(lambda: worker.get("/readyz").status_code == 200, 180, f"worker {name} to be ready")
+        return worker
+
+    def submit(self, **body: Any) -> str:
+        response = httpx.post(f"{self.api_url}/v1/tts/submit", json=body)
+        assert response.status_code == 202, response.text
+        return str(response.json()["task_id"])
+
+    def status(self, task_id: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.api_url}/v1/tts/tasks/{task_id}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_status(self, task_id: str, wanted: set[str], timeout_s: float = 90) -> dict[str, Any]:
+        wait_for(lambda: self.status(task_id)["status"] in wanted, timeout_s, f"task {task_id} to be {wanted}")
+        return self.status(task_id)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.tmp.glob("*.log"))
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", timeout=2.0)
+
+
+@pytest.fixture
+def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
+    redis = start_redis_server(tmp_path / "redis")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("FAULT_", "REDIS_", "MODEL", "WORKER_"))}
+    env.update(
+        REDIS_URL=redis.url,
+        MODEL="tiny",
+        TINY_CHECKPOINT_DIR=str(tiny_checkpoint_dir),
+        DEVICE="cpu",
+        MAX_NEW_TOKEN="48",
+        MIN_NEW_TOKEN="48",
+        MAX_CHUNK_CHARS="40",
+        LEASE_S="3",
+        HEARTBEAT_INTERVAL_S="0.5",
+        HEARTBEAT_TTL_S="3",
+        REAP_INTERVAL_S="0.5",
+        BLOCK_S="0.5",
+        PYTHONUNBUFFERED="1",
+    )
+    svc = Service(redis=redis, tmp=tmp_path, env=env)
+    svc.start_api()
+    yield svc
+    for process in svc.processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    redis.stop()
+
+
+def test_submit_poll_download(service: Service) -> None:
+    service.start_worker("w1")
+    task_id = service.submit(text="End to end. 今天是2026年11月30日。", seed=3, format="flac")
+    body = service.wait_status(task_id, {"done", "failed"})
+    assert body["status"] == "done", service.logs()
+    response = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}")
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/flac"
+    samples, rate = sf.read(io.BytesIO(response.content))
+    assert rate == 24000 and len(samples) > 0
+    assert httpx.get(f"{service.api_url}/readyz").json()["workers"] == 1
+
+
+def test_job_survives_kill_9_of_its_worker(service: Service) -> None:
+    """The first worker hangs inside inference (fault injection) and is SIGKILLed mid-job."""
+    doomed = service.start_worker("doomed", FAULT_MODE="hang", FAULT_MATCH="SLOW")
+    task_id = service.submit(text="A SLOW job that outlives its worker.", seed=4)
+    assert service.wait_status(task_id, {"running"})["status"] == "running"
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait()
+    service.start_worker("rescuer")
+    body = service.wait_status(task_id, {"done", "failed"})
+    assert body["status"] == "done", service.logs()
+    assert body["attempts"] == 2
+
+
+def test_sigterm_mid_job_finishes_it_within_the_grace_period(service: Service) -> None:
+    """The inference is held for 3 s (a bounded "hang" fault), so SIGTERM surely lands mid-job."""
+    worker = service.start_worker("graceful", SHUTDOWN_GRACE_S="60", FAULT_MODE="hang", FAULT_MATCH="LONG", FAULT_HANG_S="3")
+    task_id = service.submit(text="A LONG job that is running when SIGTERM arrives.", seed=5)
+    service.wait_status(task_id, {"running"})
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(60) == 0
+    body = service.status(task_id)
+    assert body["status"] == "done" and body["attempts"] == 1, service.logs()
+
+
+def test_sigterm_past_the_grace_period_leaves_the_job_to_the_reaper(service: Service) -> None:
+    stuck = service.start_worker("stuck", FAULT_MODE="hang", FAULT_MATCH="STUCK", SHUTDOWN_GRACE_S="0.5")
+    task_id = service.submit(text="A STUCK job.", seed=6)
+    service.wait_status(task_id, {"running"})
+    stuck.process.send_signal(signal.SIGTERM)
+    assert stuck.process.wait(30) == 0
+    assert service.status(task_id)["status"] == "running", "the job stays leased until the lease lapses"
+    service.start_worker("next")
+    body = service.wait_status(task_id, {"done", "failed"})
+    assert body["status"] == "done" and body["attempts"] == 2, service.logs()
+
+
+def test_hung_inference_fails_worker_liveness(service: Service) -> None:
+    worker = service.start_worker("hung", FAULT_MODE="hang", JOB_TIMEOUT_S="1")
+    assert worker.get("/healthz").status_code == 200
+    service.submit(text="This inference never returns.", seed=7)
+    wait_for(lambda: worker.get("/healthz").status_code == 503, 30, "liveness to fail")
+    assert "hung" in worker.get("/healthz").json()["reason"]
+
+
+def test_redis_outage_keeps_worker_alive_and_it_resumes(service: Service) -> None:
+    worker = service.start_worker("patient")
+    service.redis.stop()
+    wait_for(lambda: worker.get("/healthz").json()["redis"] == "unreachable", 30, "the outage to be noticed")
+    assert worker.get("/healthz").status_code == 200, "a Redis outage must not fail liveness"
+    outage = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": "hi", "seed": 1})
+    assert outage.status_code == 503 and "retry-after" in outage.headers
+    service.redis.restart()
+    wait_for(lambda: worker.get("/healthz").json()["redis"] == "ok", 30, "the worker to reconnect")
+    task_id = service.submit(text="After the outage.", seed=8)
+    assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()

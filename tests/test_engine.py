@@ -1,0 +1,262 @@
+"""The engine on the generated tiny checkpoint, through the genuine ChatTTS code path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+
+from tests.conftest_engine import REPO_ROOT, TINY_ENGINE_CONFIG
+from ttsq.engine import ChatTTSEngine, Engine, ModelInfo, ModelLoadError, SynthesisRequest
+from ttsq.faults import FaultConfig, FaultInjectingEngine
+from ttsq.text import split_sentences
+from ttsq.tiny_checkpoint import (
+    ASSET_FILES,
+    MANIFEST_NAME,
+    build_tiny_checkpoint,
+    compute_sha256_map,
+    sha256_key,
+)
+
+SHORT = "Hello there, good day."
+LONG = "This is the first sentence of the text. Here comes a second one, a bit longer. And a third sentence closes it."
+
+
+@pytest.fixture(scope="module")
+def speaker(tiny_engine: ChatTTSEngine) -> str:
+    return tiny_engine.speaker_from_seed(7)
+
+
+def request(speaker: str, text: str = SHORT, **overrides: object) -> SynthesisRequest:
+    return dataclasses.replace(SynthesisRequest(text=text, speaker=speaker, seed=1), **overrides)  # type: ignore[arg-type]
+
+
+# ---- the checkpoint ------------------------------------------------------------------------
+
+
+def test_checkpoint_manifest_hashes_match_its_files(tiny_checkpoint_dir: Path) -> None:
+    manifest = json.loads((tiny_checkpoint_dir / MANIFEST_NAME).read_text())
+    assert manifest["name"] == "tiny-random"
+    assert manifest["speaks_noise"] is True
+    assert manifest["sha256_map"] == compute_sha256_map(tiny_checkpoint_dir)
+    assert set(manifest["sha256_map"]) == {sha256_key(rel) for rel in ASSET_FILES}
+    assert manifest["config_overrides"]["gpt"]["hidden_size"] == 64
+    total = sum((tiny_checkpoint_dir / rel).stat().st_size for rel in ASSET_FILES)
+    assert total < 10 * 1024 * 1024
+
+
+def test_sha256_keys_follow_chattts_naming() -> None:
+    assert sha256_key("asset/gpt/model.safetensors") == "sha256_asset_gpt_model_safetensors"
+    assert sha256_key("asset/DVAE.safetensors") == "sha256_asset_DVAE_safetensors"
+
+
+def test_build_is_idempotent(tiny_checkpoint_dir: Path) -> None:
+    before = {rel: (tiny_checkpoint_dir / rel).stat().st_mtime_ns for rel in ASSET_FILES}
+    assert build_tiny_checkpoint(tiny_checkpoint_dir) == tiny_checkpoint_dir
+    after = {rel: (tiny_checkpoint_dir / rel).stat().st_mtime_ns for rel in ASSET_FILES}
+    assert before == after
+
+
+def test_build_is_deterministic_and_replaces_a_broken_directory(tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "ckpt"
+    target.mkdir()
+    (target / "leftover.txt").write_text("half-written")
+    build_tiny_checkpoint(target)
+    assert not (target / "leftover.txt").exists()
+    assert compute_sha256_map(target) == compute_sha256_map(tiny_checkpoint_dir)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"], "temporary build directories must not be left behind"
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+
+def test_loads_through_genuine_chattts(tiny_engine: ChatTTSEngine) -> None:
+    import ChatTTS
+
+    assert tiny_engine.info == ModelInfo(name="tiny-random", source="directory", speaks_noise=True, device="cpu")
+    assert isinstance(tiny_engine._chat, ChatTTS.Chat)
+    assert tiny_engine._chat.config.gpt.hidden_size == 64
+
+
+def test_overrides_do_not_leak_into_other_chat_instances(tiny_engine: ChatTTSEngine) -> None:
+    import ChatTTS
+
+    assert ChatTTS.Chat().config.gpt.hidden_size == 768
+
+
+def test_tampered_asset_is_refused(tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "tampered"
+    shutil.copytree(tiny_checkpoint_dir, copy)
+    victim = copy / "asset" / "DVAE.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    engine = ChatTTSEngine(dataclasses.replace(TINY_ENGINE_CONFIG, model_source=str(copy)))
+    with pytest.raises(ModelLoadError, match=r"asset/DVAE\.safetensors"):
+        engine.load()
+    assert victim.exists() and not victim.with_name(victim.name + ".bak").exists()
+
+
+def test_missing_asset_is_named(tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "incomplete"
+    shutil.copytree(tiny_checkpoint_dir, copy)
+    (copy / "asset" / "gpt" / "config.json").unlink()
+    engine = ChatTTSEngine(dataclasses.replace(TINY_ENGINE_CONFIG, model_source=str(copy)))
+    with pytest.raises(ModelLoadError, match=r"incomplete: missing asset/gpt/config\.json"):
+        engine.load()
+
+
+def test_missing_directory_is_named(tmp_path: Path) -> None:
+    engine = ChatTTSEngine(dataclasses.replace(TINY_ENGINE_CONFIG, model_source=str(tmp_path / "nope")))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        engine.load()
+    with pytest.raises(RuntimeError, match="not loaded"):
+        _ = engine.info
+
+
+# ---- synthesis -----------------------------------------------------------------------------
+
+
+def test_synthesize_returns_finite_float32_audio(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    audio = tiny_engine.synthesize(request(speaker))
+    assert audio.dtype == np.float32
+    assert audio.ndim == 1 and audio.size > 0
+    assert np.isfinite(audio).all()
+
+
+def test_text_with_digits_and_tokens_synthesizes(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    audio = tiny_engine.synthesize(request(speaker, "今天是2026年11月30日[uv_break]价格是3.5元。"))
+    assert audio.size > 0 and np.isfinite(audio).all()
+
+
+def test_same_request_is_bit_identical(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    first = tiny_engine.synthesize(request(speaker))
+    second = tiny_engine.synthesize(request(speaker))
+    assert np.array_equal(first, second)
+
+
+def test_different_seed_gives_different_audio(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    assert not np.array_equal(tiny_engine.synthesize(request(speaker, seed=1)), tiny_engine.synthesize(request(speaker, seed=2)))
+
+
+def test_speaker_from_seed_is_reproducible(tiny_engine: ChatTTSEngine) -> None:
+    assert tiny_engine.speaker_from_seed(3) == tiny_engine.speaker_from_seed(3)
+    assert tiny_engine.speaker_from_seed(3) != tiny_engine.speaker_from_seed(4)
+
+
+def test_speaker_from_seed_matches_chattts_sampling_on_cpu(tiny_engine: ChatTTSEngine) -> None:
+    torch.manual_seed(11)
+    assert tiny_engine.speaker_from_seed(11) == tiny_engine._chat.sample_random_speaker()
+
+
+def test_different_speaker_gives_different_audio(tiny_engine: ChatTTSEngine) -> None:
+    first = tiny_engine.synthesize(request(tiny_engine.speaker_from_seed(1)))
+    second = tiny_engine.synthesize(request(tiny_engine.speaker_from_seed(2)))
+    assert not np.array_equal(first, second)
+
+
+def test_long_text_is_split_and_gives_longer_audio(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    assert len(split_sentences(LONG, TINY_ENGINE_CONFIG.max_chunk_chars)) >= 3
+    short = tiny_engine.synthesize(request(speaker))
+    long = tiny_engine.synthesize(request(speaker, LONG))
+    assert long.size > 2 * short.size
+
+
+def test_parameters_are_fresh_on_every_call(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    normal = tiny_engine.synthesize(request(speaker, speed=5))
+    slow = tiny_engine.synthesize(request(speaker, speed=2))
+    normal_again = tiny_engine.synthesize(request(speaker, speed=5))
+    assert not np.array_equal(normal, slow)
+    assert np.array_equal(normal, normal_again)
+
+
+def test_refine_text_path_runs(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    first = tiny_engine.synthesize(request(speaker, refine_text=True))
+    assert first.size > 0
+    assert np.array_equal(first, tiny_engine.synthesize(request(speaker, refine_text=True)))
+
+
+def test_concurrent_calls_are_serialized(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    expected = tiny_engine.synthesize(request(speaker))
+    results: list[npt.NDArray[np.float32]] = []
+    threads = [threading.Thread(target=lambda: results.append(tiny_engine.synthesize(request(speaker)))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 3
+    assert all(np.array_equal(expected, result) for result in results)
+
+
+@pytest.mark.parametrize(("text", "speed"), [("   ", 5), (SHORT, 10), (SHORT, -1)])
+def test_invalid_requests_raise_value_error(tiny_engine: ChatTTSEngine, speaker: str, text: str, speed: int) -> None:
+    with pytest.raises(ValueError):
+        tiny_engine.synthesize(request(speaker, text, speed=speed))
+
+
+def test_release_memory_is_harmless_on_cpu(tiny_engine: ChatTTSEngine) -> None:
+    tiny_engine.release_memory()
+
+
+# ---- fault injection -----------------------------------------------------------------------
+
+
+def test_raise_fault(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    faulty: Engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise"))
+    faulty.warm_up()
+    assert faulty.info == tiny_engine.info
+    with pytest.raises(RuntimeError, match="injected fault"):
+        faulty.synthesize(request(speaker))
+
+
+def test_oom_fault(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    faulty = FaultInjectingEngine(tiny_engine, FaultConfig(mode="oom"))
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        faulty.synthesize(request(speaker))
+
+
+def test_fault_only_hits_matching_text(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    faulty = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise", match="explode"))
+    assert np.array_equal(faulty.synthesize(request(speaker)), tiny_engine.synthesize(request(speaker)))
+    with pytest.raises(RuntimeError, match="injected fault"):
+        faulty.synthesize(request(speaker, "please explode now."))
+
+
+def test_no_fault_mode_delegates(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    faulty = FaultInjectingEngine(tiny_engine, FaultConfig())
+    assert faulty.speaker_from_seed(7) == speaker
+    assert faulty.synthesize(request(speaker)).size > 0
+
+
+def test_hang_fault_blocks_until_released(tiny_engine: ChatTTSEngine, speaker: str) -> None:
+    faulty = FaultInjectingEngine(tiny_engine, FaultConfig(mode="hang"))
+    results: list[npt.NDArray[np.float32]] = []
+    worker = threading.Thread(target=lambda: results.append(faulty.synthesize(request(speaker))), daemon=True)
+    worker.start()
+    worker.join(timeout=0.5)
+    assert worker.is_alive() and not results
+    faulty.release()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert len(results) == 1 and results[0].size > 0
+
+
+# ---- the library reads no environment -------------------------------------------------------
+
+
+def test_library_never_reads_the_environment() -> None:
+    pattern = re.compile(r"os\.environ|getenv")
+    offenders = [
+        str(path.relative_to(REPO_ROOT))
+        for path in sorted((REPO_ROOT / "ttsq").rglob("*.py"))
+        if pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == [], f"ttsq/ must take configuration as arguments, not from the environment: {offenders}"

@@ -1,0 +1,82 @@
+"""Fault injection around a real engine, for failure and chaos tests of the worker.
+
+The failure tests run the genuine ChatTTS path (on the tiny checkpoint) and make chosen
+requests misbehave the way production inference does: hang forever, raise, or run out of GPU
+memory. Nothing is faked except the failure itself, so retries, timeouts, dead-lettering and
+memory release are exercised against real model state.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsq.engine import Engine, ModelInfo, SynthesisRequest
+
+__all__ = ["FaultConfig", "FaultInjectingEngine"]
+
+FaultMode = Literal["none", "hang", "raise", "oom"]
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    mode: FaultMode = "none"
+    match: str = ""
+    """Only requests whose text contains this substring fault; "" makes every request fault."""
+    hang_s: float = 3600.0
+    """How long a "hang" lasts unless :meth:`FaultInjectingEngine.release` ends it first."""
+
+
+class FaultInjectingEngine:
+    """Delegates to a real engine, except that matching :meth:`synthesize` calls fail as configured.
+
+    Loading and warm-up are never faulted, so a faulty worker still starts and reports healthy
+    until it meets a matching job. A "hang" that ends (released or timed out) then completes the
+    request normally, like a stalled GPU that recovers.
+    """
+
+    def __init__(self, engine: Engine, config: FaultConfig) -> None:
+        if config.mode not in ("none", "hang", "raise", "oom"):
+            raise ValueError(f"unknown fault mode {config.mode!r}")
+        self.engine = engine
+        self.config = config
+        self._released = threading.Event()
+
+    def load(self) -> ModelInfo:
+        return self.engine.load()
+
+    def warm_up(self) -> None:
+        self.engine.warm_up()
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.engine.info
+
+    def speaker_from_seed(self, seed: int) -> str:
+        return self.engine.speaker_from_seed(seed)
+
+    def release_memory(self) -> None:
+        self.engine.release_memory()
+
+    def release(self) -> None:
+        """End every current and future "hang" at once, so tests can finish a blocked inference."""
+        self._released.set()
+
+    def _matches(self, req: SynthesisRequest) -> bool:
+        return self.config.mode != "none" and self.config.match in req.text
+
+    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
+        if self._matches(req):
+            if self.config.mode == "hang":
+                self._released.wait(self.config.hang_s)
+            elif self.config.mode == "raise":
+                raise RuntimeError("injected fault")
+            elif self.config.mode == "oom":
+                import torch
+
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return self.engine.synthesize(req)
