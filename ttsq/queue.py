@@ -322,9 +322,9 @@ class JobQueue:
         raw_id = await self.redis.blmove(
             self.keys.queue,
             self.keys.processing,
-            timeout,
+            timeout,  # type: ignore[arg-type]
             "RIGHT",
-            "LEFT",  # type: ignore[arg-type]
+            "LEFT",
         )
         if raw_id is None:
             return None
