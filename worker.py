@@ -79,7 +79,14 @@ def main() -> None:
     _configure_process(settings)
     import uvloop
 
-    clean = uvloop.run(_main(settings))
+    from ttsq.engine import ModelLoadError
+
+    try:
+        clean = uvloop.run(_main(settings))
+    except ModelLoadError as exc:
+        logging.getLogger("ttsq.worker").error("cannot load the model: %s", exc)
+        logging.shutdown()
+        sys.exit(1)
     logging.getLogger("ttsq.worker").info("worker stopped%s", "" if clean else " (left an inference running)")
     logging.shutdown()
     sys.stdout.flush()

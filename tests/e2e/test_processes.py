@@ -198,3 +198,18 @@ def test_redis_outage_keeps_worker_alive_and_it_resumes(service: Service) -> Non
     wait_for(lambda: worker.get("/healthz").json()["redis"] == "ok", 30, "the worker to reconnect")
     task_id = service.submit(text="After the outage.", seed=8)
     assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()
+
+
+def test_worker_without_weights_stops_with_a_clear_message(service: Service, tmp_path: Path) -> None:
+    process = service.spawn("noweights", [sys.executable, "worker.py"], MODEL=str(tmp_path / "missing"))
+    assert process.wait(120) == 1
+    log = (service.tmp / "noweights.log").read_text()
+    assert "cannot load the model" in log and "does not exist" in log
+
+
+def test_make_up_refuses_a_directory_without_weights(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/up.py", "--model", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "no asset/ folder" in result.stderr and "MODEL=tiny" in result.stderr
