@@ -65,6 +65,7 @@ class Worker:
         self.record = HeartbeatRecord(worker_id=config.worker_id)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
         self._stop = asyncio.Event()
+        self._closing = asyncio.Event()
         self._stop_deadline: float | None = None
         self._abandoned = False
         self._speakers: dict[int, str] = {}
@@ -93,9 +94,7 @@ class Worker:
                 await self._claim_loop()
         finally:
             self.record.stopping = True
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await self._stop_background(background)
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
             server.should_exit = True
@@ -150,7 +149,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         started = time.time()
         self.record.current_job = CurrentJob(job.id, started, started + self.config.job_timeout_s)
-        renewer = asyncio.create_task(self._renew_lease(job.id))
+        finished = asyncio.Event()
+        renewer = asyncio.create_task(self._renew_lease(job.id, finished))
         try:
             try:
                 result = await loop.run_in_executor(self._executor, self._synthesise, job.params)
@@ -169,6 +169,7 @@ class Worker:
                 result.duration_s,
             )
         finally:
+            finished.set()
             renewer.cancel()
             self.record.current_job = None
             self.engine.release_memory()
@@ -235,38 +236,58 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.redis_backoff_max_s)
 
-    async def _renew_lease(self, job_id: str) -> None:
+    async def _renew_lease(self, job_id: str, finished: asyncio.Event) -> None:
         interval = self.queue.config.lease_s / 3
         while True:
-            await asyncio.sleep(interval)
+            await self._sleep_unless(finished, interval)
+            if finished.is_set():
+                return
             try:
                 if not await self.queue.renew_lease(job_id, self.config.worker_id):
                     log.warning("lease on %s was lost; another worker may run it too", job_id)
             except (RedisError, OSError) as exc:
                 log.warning("could not renew the lease on %s: %s", job_id, exc)
 
+    async def _stop_background(self, tasks: list[asyncio.Task[None]]) -> None:
+        """End the upkeep loops by signal, not by cancellation alone.
+
+        A cancellation that lands inside a redis-py command can be absorbed by the client, which
+        would leave the loop running forever; the loops therefore watch ``_closing`` and exit on
+        their own, and cancellation is only the fallback.
+        """
+        self._closing.set()
+        _, pending = await asyncio.wait(tasks, timeout=self.config.heartbeat_interval_s + 5)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=2)
+
     async def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_s
-        while True:
+        while not self._closing.is_set():
             self.record.tick()
             try:
                 await asyncio.wait_for(self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict()), interval)
                 self.record.redis_ok = True
             except (RedisError, OSError, TimeoutError):
                 self.record.redis_ok = False
-            await asyncio.sleep(interval)
+            await self._sleep_unless(self._closing, interval)
 
     async def _reap_loop(self) -> None:
-        while True:
+        while not self._closing.is_set():
             try:
                 await self.queue.reap()
             except (RedisError, OSError) as exc:
                 log.debug("reaper skipped a round: %s", exc)
             except Exception:
                 log.exception("reaper round failed")
-            await asyncio.sleep(self.config.reap_interval_s)
+            await self._sleep_unless(self._closing, self.config.reap_interval_s)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake at once when a stop is requested."""
+        await self._sleep_unless(self._stop, seconds)
+
+    @staticmethod
+    async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await asyncio.wait_for(event.wait(), seconds)
