@@ -12,8 +12,10 @@ import query_api
 import submit_api
 from settings import Settings, get_settings
 from ttsq.api_errors import install_error_handlers
+from ttsq.cache import ResultCache
 from ttsq.queue import JobQueue, check_eviction_policy
 from ttsq.redis_conn import create_redis
+from ttsq.task_ids import TaskIdSigner
 
 log = logging.getLogger("ttsq.api")
 
@@ -25,8 +27,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = create_redis(config.redis_config())
+        cache_redis_config = config.cache_redis_config()
+        cache_redis = create_redis(cache_redis_config) if cache_redis_config else redis
         app.state.settings = config
         app.state.queue = JobQueue(redis, config.queue_config())
+        app.state.cache = ResultCache(cache_redis, config.cache_config())
+        secret = config.task_id_secret
+        app.state.signer = TaskIdSigner(secret.get_secret_value().encode()) if secret else None
         try:
             warning = await check_eviction_policy(redis)
         except Exception as exc:  # noqa: BLE001 - Redis may be down at start; /readyz reports it
@@ -41,6 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await redis.aclose()
+            if cache_redis is not redis:
+                await cache_redis.aclose()
 
     app = FastAPI(
         title="ttsq",

@@ -1,7 +1,7 @@
 """FastAPI dependencies shared by the routers, as ``Annotated`` aliases.
 
-The app's lifespan (``app.py``) builds the settings, Redis client and queue once and keeps
-them on ``app.state``; routes receive them through these aliases.
+The app's lifespan (``app.py``) builds the settings, Redis clients, queue and cache once and
+keeps them on ``app.state``; routes receive them through these aliases.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 
 from settings import Settings
+from ttsq.cache import ResultCache
 from ttsq.queue import JobQueue
+from ttsq.task_ids import TaskIdSigner
 
 
 def get_app_settings(request: Request) -> Settings:
@@ -22,8 +24,22 @@ def get_queue(request: Request) -> JobQueue:
     return cast(JobQueue, request.app.state.queue)
 
 
+def get_cache(request: Request) -> ResultCache:
+    return cast(ResultCache, request.app.state.cache)
+
+
+async def get_signer(request: Request) -> TaskIdSigner:
+    """The task-id signer; without a configured secret, the shared one is fetched from Redis once."""
+    state = request.app.state
+    if state.signer is None:
+        state.signer = TaskIdSigner(await get_queue(request).shared_secret())
+    return cast(TaskIdSigner, state.signer)
+
+
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
+CacheDep = Annotated[ResultCache, Depends(get_cache)]
+SignerDep = Annotated[TaskIdSigner, Depends(get_signer)]
 
 
 def model_notice(settings: Settings) -> str | None:

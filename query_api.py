@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import uuid
-
 from fastapi import APIRouter, HTTPException, Response
 from fastapi.responses import JSONResponse
 
-from deps import QueueDep, SettingsDep, model_notice
+from deps import QueueDep, SettingsDep, SignerDep, model_notice
 from ttsq.api_errors import ERROR_RESPONSES
 from ttsq.jobs import Job, Status
 from ttsq.queue import JobQueue
 from ttsq.schemas import ErrorBody, HealthBody, TaskStatus
+from ttsq.task_ids import TaskIdSigner
 
 router = APIRouter(tags=["query"])
 
 _NOT_FOUND = {"model": ErrorBody, "description": "Unknown task id, or its result has expired."}
 
 
-def _valid_task_id(task_id: str) -> bool:
-    try:
-        return str(uuid.UUID(task_id)) == task_id
-    except ValueError:
-        return False
-
-
-async def _load(queue: JobQueue, task_id: str) -> Job:
-    """The job, or 404. A malformed id is answered without touching Redis."""
-    job = await queue.get(task_id) if _valid_task_id(task_id) else None
+async def _load(queue: JobQueue, signer: TaskIdSigner, task_id: str) -> Job:
+    """The job, or 404. A forged, random or malformed id is refused without any Redis command."""
+    job = await queue.get(task_id) if signer.verify(task_id) else None
     if job is None:
         raise HTTPException(404, f"no task {task_id!r}: it never existed or its result has expired")
     return job
@@ -44,8 +36,8 @@ async def _status_of(queue: JobQueue, job: Job) -> TaskStatus:
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503]},
     summary="Status of a task",
 )
-async def task_status(task_id: str, queue: QueueDep) -> TaskStatus:
-    return await _status_of(queue, await _load(queue, task_id))
+async def task_status(task_id: str, queue: QueueDep, signer: SignerDep) -> TaskStatus:
+    return await _status_of(queue, await _load(queue, signer, task_id))
 
 
 @router.get(
@@ -66,8 +58,8 @@ async def task_status(task_id: str, queue: QueueDep) -> TaskStatus:
     },
     summary="Download the audio of a finished task",
 )
-async def task_result(task_id: str, queue: QueueDep) -> Response:
-    job = await _load(queue, task_id)
+async def task_result(task_id: str, queue: QueueDep, signer: SignerDep) -> Response:
+    job = await _load(queue, signer, task_id)
     if job.status is Status.DONE:
         audio = await queue.result(task_id)
         if audio is None:

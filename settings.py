@@ -16,9 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ttsq.cache import CacheConfig
 from ttsq.queue import QueueConfig
 from ttsq.redis_conn import RedisConfig
 
@@ -53,6 +54,25 @@ class Settings(BaseSettings):
 
     # --- API ---------------------------------------------------------------------------------
     max_text_chars: int = Field(500, ge=1, le=100_000)
+    task_id_secret: SecretStr | None = Field(
+        None,
+        description="HMAC secret that signs task ids (>= 16 bytes). Unset: one is created in Redis and shared by all replicas.",
+    )
+
+    # --- result cache ------------------------------------------------------------------------
+    cache_enabled: bool = Field(True, description="Serve repeated deterministic requests from the cache.")
+    cache_redis_url: str | None = Field(
+        None, description="Redis for the L2 cache (LRU eviction is fine there); unset = the queue's Redis."
+    )
+    cache_ttl_s: int = Field(24 * 3600, ge=1, description="L2 entry lifetime.")
+    cache_l1_max_bytes: int = Field(64 * 1024 * 1024, ge=0, description="In-process LRU bound, in bytes, per process.")
+    cache_l2_max_entry_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger results skip L2.")
+    cache_dir: Path | None = Field(REPO_ROOT / "var" / "cache", description="L3 directory; empty disables L3.")
+    cache_dir_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024 * 1024, description="L3 total size bound.")
+    model_id: str | None = Field(
+        None,
+        description="Identity of the weights in cache keys; unset = derived from MODEL. Change it when the weights change.",
+    )
     default_job_s: float = Field(5.0, gt=0, description="Wait estimate per job before any job has finished.")
 
     # --- model / engine ----------------------------------------------------------------------
@@ -88,6 +108,18 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _empty_disables(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("task_id_secret")
+    @classmethod
+    def _secret_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < 16:
+            raise ValueError("TASK_ID_SECRET must be at least 16 bytes")
+        return value
+
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
         if self.block_s >= self.redis_socket_timeout_s:
@@ -111,6 +143,36 @@ class Settings(BaseSettings):
         if self.model == "tiny":
             return str(self.tiny_checkpoint_dir)
         return self.model
+
+    def model_identity(self) -> str:
+        """What cache keys say about the model: its weights plus the settings that shape its audio."""
+        weights = self.model_id or {"hub": "2Noise/ChatTTS", "tiny": "tiny-random"}.get(self.model, self.model)
+        return (
+            f"{weights}|chunk={self.max_chunk_chars}|new={self.min_new_token}-{self.max_new_token}"
+            f"|refine={self.refine_max_new_token}|norm={int(self.normalize_text)}"
+        )
+
+    def cache_config(self) -> CacheConfig:
+        return CacheConfig(
+            enabled=self.cache_enabled,
+            namespace=self.redis_namespace,
+            l1_max_bytes=self.cache_l1_max_bytes,
+            l2_ttl_s=self.cache_ttl_s,
+            l2_max_entry_bytes=self.cache_l2_max_entry_bytes,
+            l3_dir=self.cache_dir,
+            l3_max_bytes=self.cache_dir_max_bytes,
+        )
+
+    def cache_redis_config(self) -> RedisConfig | None:
+        """A separate Redis for the cache, or None to share the queue's client."""
+        if not self.cache_redis_url or self.cache_redis_url == self.redis_url:
+            return None
+        return RedisConfig(
+            url=self.cache_redis_url,
+            socket_timeout_s=self.redis_socket_timeout_s,
+            connect_timeout_s=self.redis_connect_timeout_s,
+            max_connections=self.redis_max_connections,
+        )
 
     def redis_config(self) -> RedisConfig:
         return RedisConfig(

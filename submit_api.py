@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 
-from deps import QueueDep, SettingsDep, model_notice
+from deps import CacheDep, QueueDep, SettingsDep, SignerDep, model_notice
 from ttsq.api_errors import ERROR_RESPONSES, field_error
-from ttsq.jobs import DEFAULT_SAMPLING_SEED, Status, TTSParams, draw_seed, new_task_id
+from ttsq.cache import ResultCache
+from ttsq.cache_key import cache_key
+from ttsq.jobs import DEFAULT_SAMPLING_SEED, Status, TTSParams, draw_seed
 from ttsq.queue import JobQueue
 from ttsq.schemas import ErrorBody, SubmitRequest, SubmitResponse
+from ttsq.task_ids import TaskIdSigner
 from ttsq.text import TextError, validate_text
 from ttsq.voices import known_voices, speaker_seed_of
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
 
 
-def build_params(body: SubmitRequest, max_text_chars: int) -> TTSParams:
+def build_params(body: SubmitRequest, max_text_chars: int, model_identity: str) -> TTSParams:
     """Apply the voice/seed rule and validate what needs settings.
 
     A ``voice`` fixes the speaker; a ``seed`` seeds sampling and, without a voice, also draws the
@@ -30,11 +33,11 @@ def build_params(body: SubmitRequest, max_text_chars: int) -> TTSParams:
     deterministic = body.voice is not None or body.seed is not None
     if body.voice is not None:
         seed = DEFAULT_SAMPLING_SEED if body.seed is None else body.seed
-        speaker_seed = None
+        speaker_seed = speaker_seed_of(body.voice)
     else:
         seed = draw_seed() if body.seed is None else body.seed
         speaker_seed = seed
-    return TTSParams(
+    params = TTSParams(
         text=text,
         voice=body.voice,
         speaker_seed=speaker_seed,
@@ -47,12 +50,35 @@ def build_params(body: SubmitRequest, max_text_chars: int) -> TTSParams:
         refine_text=body.refine_text,
         deterministic=deterministic,
     )
+    return params.model_copy(update={"cache_key": cache_key(params, model_identity)})
 
 
-async def submit_job(queue: JobQueue, params: TTSParams) -> tuple[str, int, float]:
-    task_id = new_task_id()
-    result = await queue.enqueue(task_id, params)
-    return task_id, result.position, await queue.estimate_wait_s(result.position)
+async def submit_job(queue: JobQueue, cache: ResultCache, signer: TaskIdSigner, params: TTSParams) -> SubmitResponse:
+    """Answer from the cache, join an identical job in flight, or queue a new one."""
+    if params.cache_key is not None:
+        hit = await cache.get(params.cache_key)
+        if hit is not None:
+            job = await queue.record_done(signer.new(), params, hit.audio, hit.content_type, hit.duration_s)
+            return SubmitResponse(
+                task_id=job.id,
+                status=Status.DONE,
+                queue_position=None,
+                estimate_s=0.0,
+                seed=params.seed,
+                deterministic=True,
+                cached=True,
+            )
+    result = await queue.enqueue(signer.new(), params)
+    position = result.position
+    return SubmitResponse(
+        task_id=result.job.id,
+        status=result.job.status,
+        queue_position=position,
+        estimate_s=await queue.estimate_wait_s(position or 0),
+        seed=params.seed,
+        deterministic=params.deterministic,
+        joined=result.joined,
+    )
 
 
 @router.post(
@@ -60,6 +86,7 @@ async def submit_job(queue: JobQueue, params: TTSParams) -> tuple[str, int, floa
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SubmitResponse,
     responses={
+        200: {"model": SubmitResponse, "description": "Served from the cache: the task is already done."},
         **ERROR_RESPONSES,
         429: {
             "model": ErrorBody,
@@ -69,15 +96,12 @@ async def submit_job(queue: JobQueue, params: TTSParams) -> tuple[str, int, floa
     },
     summary="Queue a text for synthesis and get a task id at once",
 )
-async def submit(body: SubmitRequest, queue: QueueDep, settings: SettingsDep) -> SubmitResponse:
-    params = build_params(body, settings.max_text_chars)
-    task_id, position, estimate = await submit_job(queue, params)
-    return SubmitResponse(
-        task_id=task_id,
-        status=Status.QUEUED,
-        queue_position=position,
-        estimate_s=estimate,
-        seed=params.seed,
-        deterministic=params.deterministic,
-        notice=model_notice(settings),
-    )
+async def submit(
+    body: SubmitRequest, response: Response, queue: QueueDep, cache: CacheDep, signer: SignerDep, settings: SettingsDep
+) -> SubmitResponse:
+    """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers."""
+    params = build_params(body, settings.max_text_chars, settings.model_identity())
+    answer = await submit_job(queue, cache, signer, params)
+    if answer.cached:
+        response.status_code = status.HTTP_200_OK
+    return answer.model_copy(update={"notice": model_notice(settings)})

@@ -26,6 +26,7 @@ def _configure_process(settings: Settings) -> None:
 
 
 async def _main(settings: Settings) -> bool:
+    from ttsq.cache import ResultCache
     from ttsq.engine import ChatTTSEngine, Engine
     from ttsq.faults import FaultInjectingEngine
     from ttsq.queue import JobQueue, check_eviction_policy
@@ -51,6 +52,8 @@ async def _main(settings: Settings) -> bool:
         if settings.require_noeviction and "maxmemory-policy is" in warning:
             raise SystemExit(warning)
 
+    cache_redis_config = settings.cache_redis_config()
+    cache_redis = create_redis(cache_redis_config) if cache_redis_config else redis
     worker = Worker(
         JobQueue(redis, settings.queue_config()),
         engine,
@@ -63,6 +66,7 @@ async def _main(settings: Settings) -> bool:
             health_host=settings.worker_health_host,
             health_port=settings.worker_health_port,
         ),
+        cache=ResultCache(cache_redis, settings.cache_config()),
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -72,6 +76,8 @@ async def _main(settings: Settings) -> bool:
         return await worker.run()
     finally:
         await redis.aclose()
+        if cache_redis is not redis:
+            await cache_redis.aclose()
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ def make_queue(redis: Redis) -> Any:
 @pytest.fixture
 def make_settings(redis_server: RedisServer, tmp_path: Path) -> Any:
     def build(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"redis_url": redis_server.url, "model": "tiny"}
+        values: dict[str, Any] = {"redis_url": redis_server.url, "model": "tiny", "cache_dir": tmp_path / "cache"}
         values.update(overrides)
         return Settings(_env_file=None, **values)
 

@@ -122,8 +122,10 @@ def test_validate_length_counts_cleaned_text() -> None:
     assert validate_text("\u200b" * 50 + "abc" + "   \n" * 20, 3) == "abc"
 
 
-def test_validate_returns_cleaned_text() -> None:
-    assert validate_text("\ufeff你好，\n世界。", 100) == "你好， 世界。"
+def test_validate_returns_canonical_text() -> None:
+    """Width forms fold (the full-width comma reads the same); the ideographic full stop is not a width form."""
+    assert validate_text("\ufeff你好，\n世界。", 100) == "你好, 世界。"
+    assert validate_text("Ｈｅｌｌｏ　ｗｏｒｌｄ", 100) == "Hello world"
 
 
 @pytest.mark.parametrize("token", ALLOWED_TOKENS)

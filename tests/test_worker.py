@@ -14,11 +14,13 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
+from submit_api import build_params
 from tests.redis_server import free_port
 from ttsq.engine import ChatTTSEngine, Engine
 from ttsq.faults import FaultConfig, FaultInjectingEngine
 from ttsq.jobs import Job, Status, TTSParams, new_task_id
 from ttsq.queue import JobQueue, QueueConfig
+from ttsq.schemas import SubmitRequest
 from ttsq.worker import Worker, WorkerConfig
 
 
@@ -103,13 +105,16 @@ async def test_same_deterministic_request_gives_identical_audio(redis: Redis, ti
 
 async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: ChatTTSEngine, redis: Redis) -> None:
     worker = Worker(JobQueue(redis, QueueConfig()), tiny_engine, WorkerConfig(worker_id="speaker-test"))
-    voice_a = worker._speaker(params(voice="zh_female", speaker_seed=None, seed=1))
-    voice_b = worker._speaker(params(voice="zh_female", speaker_seed=None, seed=2))
-    assert voice_a == voice_b
-    assert worker._speaker(params(voice="zh_male", speaker_seed=None)) != voice_a
-    assert worker._speaker(params(speaker_seed=1, seed=1)) != worker._speaker(params(speaker_seed=2, seed=2))
-    with pytest.raises(ValueError, match="no longer exists"):
-        worker._speaker(params(voice="deleted", speaker_seed=None))
+
+    def speaker(**body: Any) -> str:
+        return worker._speaker(build_params(SubmitRequest(text="hi", **body), 500, "tiny"))
+
+    assert speaker(voice="zh_female", seed=1) == speaker(voice="zh_female", seed=2) == speaker(voice="zh_female")
+    assert speaker(voice="zh_male") != speaker(voice="zh_female")
+    assert speaker(seed=1) != speaker(seed=2)
+    assert speaker(seed=1) == speaker(seed=1)
+    with pytest.raises(ValueError, match="no speaker seed"):
+        worker._speaker(params(speaker_seed=None))
 
 
 async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

@@ -48,6 +48,7 @@ class TTSParams(BaseModel):
     format: AudioFormat = "wav"
     refine_text: bool = False
     deterministic: bool = True
+    cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")
 
 
 class Job(BaseModel):

@@ -56,3 +56,16 @@ class Keys:
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}worker:{worker_id}"
+
+    def cache(self, cache_key: str) -> str:
+        """L2 result-cache entry (on the cache's Redis, which may be a separate LRU instance)."""
+        return f"{self.prefix}cache:{cache_key}"
+
+    def inflight(self, cache_key: str) -> str:
+        """Id of the queued or running job that is computing ``cache_key`` (single-flight)."""
+        return f"{self.prefix}inflight:{cache_key}"
+
+    @property
+    def task_id_secret(self) -> str:
+        """The HMAC secret for task ids when none is configured: created once, shared by replicas."""
+        return self.prefix + "task-id-secret"

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 
-from ttsq.jobs import Job, TTSParams
+from ttsq.jobs import Job, Status, TTSParams
 from ttsq.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class QueueFullError(Exception):
 class EnqueueResult:
     job: Job
     created: bool
-    position: int
+    position: int | None
+    joined: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,17 @@ class Claim:
     runnable: bool
 
 
-# KEYS: job, queue   ARGV: job_json, job_id, max_depth
+# KEYS: job, queue [, inflight]   ARGV: job_json, job_id, max_depth, stale_inflight_id
+# With an inflight key (single-flight), an identical job already in flight is joined instead:
+# the reply is {2, its id}. ``stale_inflight_id`` names an id the caller found finished, which
+# may be replaced.
 _ENQUEUE = """
+if #KEYS == 3 then
+  local current = redis.call('GET', KEYS[3])
+  if current and current ~= ARGV[4] then
+    return {2, current}
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('LLEN', KEYS[2])}
 end
@@ -86,7 +97,18 @@ if depth >= tonumber(ARGV[3]) then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('LPUSH', KEYS[2], ARGV[2])
+if #KEYS == 3 then
+  redis.call('SET', KEYS[3], ARGV[2])
+end
 return {1, depth}
+"""
+
+# KEYS: inflight   ARGV: job_id — forget a finished job's single-flight marker, if still its own
+_CLEAR_INFLIGHT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 # KEYS: job, lease, processing, dead   ARGV: id, worker, now, lease_ms, ttl_s, dead_max
@@ -133,11 +155,14 @@ end
 return 0
 """
 
-# KEYS: job, result, lease, processing, stats
+# KEYS: job, result, lease, processing, stats [, inflight]
 # ARGV: id, audio, ttl_s, now, duration_s, content_type, busy_s
 _COMPLETE = """
 redis.call('LREM', KEYS[4], 0, ARGV[1])
 redis.call('DEL', KEYS[3])
+if #KEYS == 6 and redis.call('GET', KEYS[6]) == ARGV[1] then
+  redis.call('DEL', KEYS[6])
+end
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local job = cjson.decode(raw)
@@ -155,7 +180,7 @@ redis.call('HINCRBYFLOAT', KEYS[5], 'busy_s', ARGV[7])
 return 1
 """
 
-# KEYS: job, lease, processing, delayed, dead
+# KEYS: job, lease, processing, delayed, dead [, inflight]
 # ARGV: id, reason, retryable, now, retry_base_s, ttl_s, dead_max
 _FAIL = """
 redis.call('LREM', KEYS[3], 0, ARGV[1])
@@ -181,6 +206,9 @@ local out = cjson.encode(job)
 redis.call('SET', KEYS[1], out, 'EX', ARGV[6])
 redis.call('LPUSH', KEYS[5], out)
 redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[7]) - 1)
+if #KEYS == 6 and redis.call('GET', KEYS[6]) == ARGV[1] then
+  redis.call('DEL', KEYS[6])
+end
 return {'failed', '0'}
 """
 
@@ -250,12 +278,15 @@ class JobQueue:
         self._fail = redis.register_script(_FAIL)
         self._reap_one = redis.register_script(_REAP_ONE)
         self._promote_due = redis.register_script(_PROMOTE_DUE)
+        self._clear_inflight = redis.register_script(_CLEAR_INFLIGHT)
 
     # ---- producer side -------------------------------------------------------------------
 
     async def enqueue(self, job_id: str, params: TTSParams, now: float | None = None) -> EnqueueResult:
         """Record and queue a job; calling it again with the same id changes nothing.
 
+        Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
+        that job is returned instead (``joined=True``) and nothing new is queued.
         Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting.
         """
         job = Job(
@@ -264,17 +295,57 @@ class JobQueue:
             max_attempts=self.config.max_attempts,
             created_at=time.time() if now is None else now,
         )
-        created, depth = await self._enqueue(
-            keys=[self.keys.job(job_id), self.keys.queue],
-            args=[job.model_dump_json(), job_id, self.config.max_queue_depth],
-        )
+        keys = [self.keys.job(job_id), self.keys.queue]
+        if params.cache_key is not None:
+            keys.append(self.keys.inflight(params.cache_key))
+        stale = ""
+        for _ in range(3):
+            created, detail = await self._enqueue(
+                keys=keys, args=[job.model_dump_json(), job_id, self.config.max_queue_depth, stale]
+            )
+            if created != 2:
+                break
+            other = await self.get(_text(detail))
+            if other is not None and not other.status.is_final:
+                return EnqueueResult(job=other, created=False, position=await self.position(other.id), joined=True)
+            stale = _text(detail)
+        else:
+            raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
         if created == -1:
-            raise QueueFullError(int(depth))
+            raise QueueFullError(int(detail))
         if created == 0:
             existing = await self.get(job_id)
             if existing is not None:
                 job = existing
-        return EnqueueResult(job=job, created=created == 1, position=int(depth))
+        return EnqueueResult(job=job, created=created == 1, position=int(detail))
+
+    async def record_done(self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float) -> Job:
+        """Record a task that is finished on arrival (a cache hit): status and result at once."""
+        now = time.time()
+        job = Job(
+            id=job_id,
+            status=Status.DONE,
+            params=params,
+            max_attempts=self.config.max_attempts,
+            created_at=now,
+            finished_at=now,
+            duration_s=duration_s,
+            content_type=content_type,
+            result_bytes=len(audio),
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.result(job_id), audio, ex=self.config.result_ttl_s)
+            pipe.set(self.keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
+            await pipe.execute()
+        return job
+
+    async def shared_secret(self) -> bytes:
+        """A random secret stored once in Redis, so every API replica signs task ids alike."""
+        await self.redis.set(self.keys.task_id_secret, secrets.token_bytes(32), nx=True)
+        secret = await self.redis.get(self.keys.task_id_secret)
+        if not isinstance(secret, bytes):
+            raise RuntimeError("the shared task-id secret vanished from Redis")
+        return secret
 
     async def get(self, job_id: str) -> Job | None:
         raw = await self.redis.get(self.keys.job(job_id))
@@ -355,6 +426,8 @@ class JobQueue:
         job = Job.model_validate_json(raw)
         if kind == "dead":
             log.warning("job %s dead-lettered at claim: %s", job_id, job.error)
+            if job.params.cache_key is not None:
+                await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
         return Claim(job=job, runnable=kind == "run")
 
     async def renew_lease(self, job_id: str, worker_id: str) -> bool:
@@ -362,40 +435,62 @@ class JobQueue:
         renewed = await self._renew(keys=[self.keys.lease(job_id)], args=[worker_id, int(self.config.lease_s * 1000)])
         return bool(renewed)
 
-    async def complete(self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float) -> bool:
-        """Store the result and mark the job done (both expire after ``result_ttl_s``)."""
+    def _with_inflight(self, keys: list[str], cache_key: str | None) -> list[str]:
+        return [*keys, self.keys.inflight(cache_key)] if cache_key is not None else keys
+
+    async def complete(
+        self,
+        job_id: str,
+        audio: bytes,
+        content_type: str,
+        duration_s: float,
+        busy_s: float,
+        cache_key: str | None = None,
+    ) -> bool:
+        """Store the result and mark the job done (both expire after ``result_ttl_s``).
+
+        ``cache_key`` releases the job's single-flight marker, so later identical requests are
+        served from the cache instead of joining a finished job.
+        """
         if len(audio) > self.config.max_result_bytes:
             await self.fail(
                 job_id,
                 f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}",
                 retryable=False,
+                cache_key=cache_key,
             )
             return False
         stored = await self._complete(
-            keys=[
-                self.keys.job(job_id),
-                self.keys.result(job_id),
-                self.keys.lease(job_id),
-                self.keys.processing,
-                self.keys.stats,
-            ],
+            keys=self._with_inflight(
+                [
+                    self.keys.job(job_id),
+                    self.keys.result(job_id),
+                    self.keys.lease(job_id),
+                    self.keys.processing,
+                    self.keys.stats,
+                ],
+                cache_key,
+            ),
             args=[job_id, audio, self.config.result_ttl_s, time.time(), duration_s, content_type, busy_s],
         )
         return bool(stored)
 
-    async def fail(self, job_id: str, reason: str, *, retryable: bool) -> str:
+    async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None = None) -> str:
         """Record a failed attempt: retry later with backoff, or fail for good and dead-letter.
 
         Returns ``"retry"``, ``"failed"`` or ``"gone"`` (the job had already finished or expired).
         """
         kind, _delay = await self._fail(
-            keys=[
-                self.keys.job(job_id),
-                self.keys.lease(job_id),
-                self.keys.processing,
-                self.keys.delayed,
-                self.keys.dead,
-            ],
+            keys=self._with_inflight(
+                [
+                    self.keys.job(job_id),
+                    self.keys.lease(job_id),
+                    self.keys.processing,
+                    self.keys.delayed,
+                    self.keys.dead,
+                ],
+                cache_key,
+            ),
             args=[
                 job_id,
                 reason[:2000],

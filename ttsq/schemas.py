@@ -38,6 +38,8 @@ class SubmitResponse(BaseModel):
     estimate_s: float = Field(description="Rough seconds until the result is ready.")
     seed: int = Field(description="The sampling seed used; resubmit it to keep a randomly drawn voice.")
     deterministic: bool = Field(description="True when the request names a voice or a seed.")
+    cached: bool = Field(False, description="Served from the result cache: the audio is ready now.")
+    joined: bool = Field(False, description="An identical request was already queued or running; this is its task.")
     notice: str | None = Field(None, description="A warning about the model, e.g. random weights.")
 
 

@@ -24,9 +24,11 @@ from typing import Literal
 __all__ = [
     "ALLOWED_TOKEN_DESCRIPTION",
     "TextError",
+    "canonical_text",
     "clean_text",
     "detect_language",
     "find_forbidden_tokens",
+    "fold_width",
     "split_sentences",
     "validate_text",
 ]
@@ -103,6 +105,32 @@ def clean_text(raw: str) -> str:
     return _WHITESPACE_RUN.sub(" ", "".join(kept)).strip()
 
 
+def fold_width(text: str) -> str:
+    """Fold full-width and half-width compatibility forms to their ordinary characters.
+
+    Only characters whose Unicode decomposition is tagged ``<wide>`` or ``<narrow>`` change:
+    ``Ｈｅｌｌｏ`` → ``Hello``, ``，`` → ``,``, the ideographic space → a space, half-width katakana
+    → katakana. They read the same aloud, so folding them lets the cache treat such variants
+    as one request, and it stops ``［Stts］`` from slipping past the control-token check.
+    Everything else NFKC would touch (``²``, ``①``, ligatures) is left alone, since it may be
+    read differently.
+    """
+    if text.isascii():
+        return text
+    return "".join(
+        unicodedata.normalize("NFKC", char) if unicodedata.decomposition(char).startswith(("<wide>", "<narrow>")) else char
+        for char in text
+    )
+
+
+def canonical_text(raw: str) -> str:
+    """What the engine receives: width-folded, invisible characters removed, whitespace collapsed.
+
+    Two inputs with the same canonical text are the same request (and share a cache entry).
+    """
+    return clean_text(fold_width(raw))
+
+
 def _is_forbidden(name: str) -> bool:
     """Decide whether a bracketed name would act as (or imitate) a structural ChatTTS token.
 
@@ -142,7 +170,7 @@ def validate_text(raw: str, max_chars: int) -> str:
     """
     if not raw.strip():
         raise TextError("text is empty")
-    cleaned = clean_text(raw)
+    cleaned = canonical_text(raw)
     if not cleaned:
         raise TextError("text is empty after removing invisible and control characters")
     if len(cleaned) > max_chars:

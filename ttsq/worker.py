@@ -19,11 +19,11 @@ from typing import TypeVar
 from redis.exceptions import RedisError
 
 from ttsq.audio import CONTENT_TYPES, duration_s, encode_audio
+from ttsq.cache import CachedAudio, ResultCache
 from ttsq.engine import Engine, SynthesisRequest
 from ttsq.health import CurrentJob, HeartbeatRecord, health_server
 from ttsq.jobs import Job, TTSParams
 from ttsq.queue import JobQueue
-from ttsq.voices import speaker_seed_of
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,6 @@ class WorkerConfig:
     redis_backoff_max_s: float = 10.0
 
 
-@dataclass(frozen=True)
-class Synthesised:
-    audio: bytes
-    content_type: str
-    duration_s: float
-
-
 def _is_out_of_memory(exc: BaseException) -> bool:
     import torch
 
@@ -58,9 +51,10 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 class Worker:
     """Runs until :meth:`request_stop`; :meth:`run` returns False if it left an inference running."""
 
-    def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig) -> None:
+    def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
         self.queue = queue
         self.engine = engine
+        self.cache = cache
         self.config = config
         self.record = HeartbeatRecord(worker_id=config.worker_id)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
@@ -151,14 +145,21 @@ class Worker:
         self.record.current_job = CurrentJob(job.id, started, started + self.config.job_timeout_s)
         finished = asyncio.Event()
         renewer = asyncio.create_task(self._renew_lease(job.id, finished))
+        key = job.params.cache_key
         try:
-            try:
-                result = await loop.run_in_executor(self._executor, self._synthesise, job.params)
-            except Exception as exc:  # noqa: BLE001 - one bad job never stops the loop
-                await self._record_failure(job, exc)
-                return
+            result = await self._cached(key)
+            if result is None:
+                try:
+                    result = await loop.run_in_executor(self._executor, self._synthesise, job.params)
+                except Exception as exc:  # noqa: BLE001 - one bad job never stops the loop
+                    await self._record_failure(job, exc)
+                    return
+                if key is not None and self.cache is not None:
+                    await self.cache.put(key, result)
             busy = time.time() - started
-            await self._persist(lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy))
+            await self._persist(
+                lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy, cache_key=key)
+            )
             self.record.jobs_done += 1
             log.info(
                 "%6.2fs ✓ %s attempt %d (%s, %.1fs audio)",
@@ -174,6 +175,12 @@ class Worker:
             self.record.current_job = None
             self.engine.release_memory()
 
+    async def _cached(self, key: str | None) -> CachedAudio | None:
+        """An identical job may have finished since this one was queued (e.g. on another worker)."""
+        if key is None or self.cache is None:
+            return None
+        return await self.cache.get(key)
+
     async def _record_failure(self, job: Job, exc: Exception) -> None:
         self.record.jobs_failed += 1
         if _is_out_of_memory(exc):
@@ -182,10 +189,10 @@ class Worker:
             reason, retryable = f"invalid job: {exc}", False
         else:
             reason, retryable = f"inference failed: {type(exc).__name__}: {exc}", True
-        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable))
+        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
-    def _synthesise(self, params: TTSParams) -> Synthesised:
+    def _synthesise(self, params: TTSParams) -> CachedAudio:
         """Runs in the inference thread: speaker lookup, ChatTTS, encoding."""
         request = SynthesisRequest(
             text=params.text,
@@ -198,17 +205,13 @@ class Worker:
             refine_text=params.refine_text,
         )
         samples = self.engine.synthesize(request)
-        return Synthesised(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
+        return CachedAudio(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
 
     def _speaker(self, params: TTSParams) -> str:
-        if params.voice is not None:
-            seed = speaker_seed_of(params.voice)
-            if seed is None:
-                raise ValueError(f"voice {params.voice!r} no longer exists")
-        elif params.speaker_seed is not None:
-            seed = params.speaker_seed
-        else:
-            raise ValueError("job names neither a voice nor a speaker seed")
+        """The speaker embedding; the API resolved any voice name to its speaker seed at submit."""
+        if params.speaker_seed is None:
+            raise ValueError("job carries no speaker seed")
+        seed = params.speaker_seed
         if seed not in self._speakers:
             self._speakers[seed] = self.engine.speaker_from_seed(seed)
         return self._speakers[seed]

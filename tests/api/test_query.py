@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
@@ -12,9 +13,12 @@ from tests.conftest import api_client
 from tests.redis_server import free_port
 from ttsq.queue import JobQueue, QueueConfig
 
+_seeds = itertools.count(1)
+
 
 async def queued_task(client: httpx.AsyncClient, **extra: Any) -> str:
-    response = await client.post("/v1/tts/submit", json={"text": "hello", "seed": 5, **extra})
+    """A new queued task (a fresh seed each time, so single-flight never merges two of them)."""
+    response = await client.post("/v1/tts/submit", json={"text": "hello", "seed": next(_seeds), **extra})
     assert response.status_code == 202
     return str(response.json()["task_id"])
 

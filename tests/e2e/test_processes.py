@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,7 @@ def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
     env.update(
         REDIS_URL=redis.url,
         MODEL="tiny",
+        CACHE_DIR=str(tmp_path / "cache"),
         TINY_CHECKPOINT_DIR=str(tiny_checkpoint_dir),
         DEVICE="cpu",
         MAX_NEW_TOKEN="48",
@@ -213,3 +215,29 @@ def test_make_up_refuses_a_directory_without_weights(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "no asset/ folder" in result.stderr and "MODEL=tiny" in result.stderr
+
+
+def test_concurrent_identical_submits_run_one_inference_then_hit_the_cache(service: Service) -> None:
+    worker = service.start_worker("single-flight", FAULT_MODE="hang", FAULT_MATCH="Shared", FAULT_HANG_S="5")
+    request = {"text": "Shared sentence for everyone.", "voice": "zh_male", "format": "wav"}
+
+    def submit() -> dict[str, Any]:
+        response = httpx.post(f"{service.api_url}/v1/tts/submit", json=request, timeout=30)
+        assert response.status_code == 202, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        bodies = list(pool.map(lambda _: submit(), range(24)))
+    task_ids = {body["task_id"] for body in bodies}
+    assert len(task_ids) == 1, "identical requests must share one task"
+    task_id = task_ids.pop()
+    assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()
+    assert worker.get("/healthz").json()["jobs_done"] == 1, "exactly one inference ran"
+    audio = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}").content
+
+    again = httpx.post(f"{service.api_url}/v1/tts/submit", json=request)
+    assert again.status_code == 200 and again.json()["cached"] is True
+    cached = httpx.get(f"{service.api_url}/v1/tts/result/{again.json()['task_id']}")
+    assert cached.status_code == 200 and cached.content == audio
+    assert worker.get("/healthz").json()["jobs_done"] == 1

@@ -1,0 +1,112 @@
+"""The cache key: it folds only what cannot change the sound, and everything else changes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from submit_api import build_params
+from ttsq.cache_key import cache_key, engine_input
+from ttsq.schemas import SubmitRequest
+from ttsq.text import canonical_text
+
+MODEL = "tiny-random|chunk=40"
+ALPHABET = list("abcXYZ0189 ,.?!;:-'你好世界今天。，？！")
+
+
+def key_and_input(text: str, **body: Any) -> tuple[str | None, dict[str, object]]:
+    params = build_params(SubmitRequest(text=text, **body), 10_000, MODEL)
+    return params.cache_key, engine_input(params)
+
+
+@st.composite
+def sound_preserving_variant(draw: st.DrawFn, text: str) -> str:
+    """Re-spell ``text`` with foldable differences: width forms, whitespace runs, invisible characters."""
+    out = []
+    for char in text:
+        choice = draw(st.integers(0, 3))
+        if char == " " and choice == 1:
+            out.append(draw(st.sampled_from(["\t", "\n", "  ", "\u3000", " \r\n ", "\u00a0"])))
+        elif "!" <= char <= "~" and choice == 2:
+            out.append(chr(ord(char) + 0xFEE0))
+        elif choice == 3:
+            out.append(char + draw(st.sampled_from(["\u200b", "\u200d", "\ufeff", "\u2060", "\u200e"])))
+        else:
+            out.append(char)
+    return draw(st.sampled_from(["", " ", "\u200b", "\n"])) + "".join(out)
+
+
+texts = st.text(alphabet=ALPHABET, min_size=1, max_size=40).filter(lambda t: bool(canonical_text(t)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), text=texts)
+def test_foldable_variants_share_one_key_and_one_engine_input(data: st.DataObject, text: str) -> None:
+    variant = data.draw(sound_preserving_variant(text))
+    original_key, original_input = key_and_input(text, seed=7)
+    variant_key, variant_input = key_and_input(variant, seed=7)
+    assert original_key == variant_key
+    assert original_input == variant_input
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=texts, second=texts, seeds=st.tuples(st.integers(0, 3), st.integers(0, 3)))
+def test_equal_keys_mean_identical_engine_input(first: str, second: str, seeds: tuple[int, int]) -> None:
+    key_a, input_a = key_and_input(first, seed=seeds[0])
+    key_b, input_b = key_and_input(second, seed=seeds[1])
+    assert (key_a == key_b) == (input_a == input_b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_folding_is_idempotent(text: str) -> None:
+    assert canonical_text(canonical_text(text)) == canonical_text(text)
+
+
+BASE: dict[str, Any] = {"text": "我有3个苹果。Hello world", "voice": "zh_female", "seed": 5}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"text": "我有4个苹果。Hello world"},
+        {"text": "我有3个苹果。Hello there"},
+        {"text": "我有3个苹果？Hello world"},
+        {"text": "我有3个苹果。Hello world."},
+        {"text": "我有3个苹果。 Hello world[uv_break]"},
+        {"speed": 6},
+        {"voice": "zh_male"},
+        {"seed": 6},
+        {"temperature": 0.31},
+        {"top_p": 0.5},
+        {"top_k": 21},
+        {"format": "mp3"},
+        {"refine_text": True},
+    ],
+)
+def test_every_sound_changing_edit_changes_the_key(change: dict[str, Any]) -> None:
+    base_key, _ = key_and_input(**BASE)
+    changed_key, _ = key_and_input(**(BASE | change))
+    assert base_key is not None and changed_key is not None and base_key != changed_key
+
+
+def test_the_model_identity_is_part_of_the_key() -> None:
+    request = SubmitRequest(**BASE)
+    assert build_params(request, 500, "model-a").cache_key != build_params(request, 500, "model-b").cache_key
+
+
+def test_the_speaker_not_the_voice_name_is_part_of_the_key() -> None:
+    """A voice re-created under the same name with another speaker must not hit the old entry."""
+    params = build_params(SubmitRequest(**BASE), 500, MODEL)
+    recreated = params.model_copy(update={"speaker_seed": (params.speaker_seed or 0) + 1})
+    assert recreated.voice == params.voice
+    assert cache_key(recreated, MODEL) != cache_key(params, MODEL)
+
+
+def test_random_requests_have_no_key() -> None:
+    assert build_params(SubmitRequest(text="hello"), 500, MODEL).cache_key is None
+    assert build_params(SubmitRequest(text="hello", seed=1), 500, MODEL).cache_key is not None
+    assert build_params(SubmitRequest(text="hello", voice="zh_male"), 500, MODEL).cache_key is not None
