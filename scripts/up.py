@@ -113,19 +113,22 @@ def main() -> None:
     check_model(args.model)
     processes: list[subprocess.Popen[bytes]] = []
     env = dict(os.environ, MODEL=args.model, PYTHONUNBUFFERED="1")
-    if not env.get("REDIS_URL"):
+    redis_first = not env.get("REDIS_URL")
+    if redis_first:
         redis_process, env["REDIS_URL"] = start_redis(ROOT / "var" / "redis")
         processes.append(redis_process)
 
     def stop(*_: object) -> None:
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        """API and workers first (workers finish their job within the grace period), Redis last."""
+        for group in (processes[1:] if redis_first else processes, processes[:1] if redis_first else []):
+            for process in group:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in group:
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
