@@ -21,7 +21,7 @@ from tests.redis_server import RedisServer, start_redis_server
 from ttsq.queue import JobQueue, QueueConfig
 from ttsq.redis_conn import RedisConfig, create_redis
 
-pytest_plugins = ["tests.conftest_engine"]
+pytest_plugins = ["tests.conftest_engine", "tests.service"]
 
 
 @pytest.fixture(scope="session")

@@ -8,14 +8,10 @@ and never lost.
 from __future__ import annotations
 
 import io
-import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,114 +19,9 @@ import httpx
 import pytest
 import soundfile as sf
 
-from tests.redis_server import RedisServer, free_port, start_redis_server
+from tests.service import ROOT, Service, wait_for
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@dataclass
-class Service:
-    """The processes of one ttsq deployment, with their logs kept for a failing test's report."""
-
-    redis: RedisServer
-    tmp: Path
-    env: dict[str, str]
-    api_url: str = ""
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
-        log = (self.tmp / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            args, cwd=ROOT, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.processes.append(process)
-        return process
-
-    def start_api(self) -> None:
-        port = free_port()
-        self.api_url = f"http://127.0.0.1:{port}"
-        self.spawn("api", [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--loop", "uvloop"])
-        wait_for(lambda: httpx.get(f"{self.api_url}/readyz").status_code == 200, 60, "the API")
-
-    def start_worker(self, name: str, **env: str) -> Worker:
-        port = free_port()
-        process = self.spawn(name, [sys.executable, "worker.py"], WORKER_ID=name, WORKER_HEALTH_PORT=str(port), **env)
-        worker = Worker(name, process, f"http://127.0.0.1:{port}")
-        wait_for(lambda: worker.get("/readyz").status_code == 200, 180, f"worker {name} to be ready")
-        return worker
-
-    def submit(self, **body: Any) -> str:
-        response = httpx.post(f"{self.api_url}/v1/tts/submit", json=body)
-        assert response.status_code == 202, response.text
-        return str(response.json()["task_id"])
-
-    def status(self, task_id: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.api_url}/v1/tts/tasks/{task_id}")
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    def wait_status(self, task_id: str, wanted: set[str], timeout_s: float = 90) -> dict[str, Any]:
-        wait_for(lambda: self.status(task_id)["status"] in wanted, timeout_s, f"task {task_id} to be {wanted}")
-        return self.status(task_id)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.tmp.glob("*.log"))
-
-
-@dataclass
-class Worker:
-    name: str
-    process: subprocess.Popen[bytes]
-    url: str
-
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", timeout=2.0)
-
-
-@pytest.fixture
-def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
-    redis = start_redis_server(tmp_path / "redis")
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("FAULT_", "REDIS_", "MODEL", "WORKER_"))}
-    env.update(
-        REDIS_URL=redis.url,
-        MODEL="tiny",
-        CACHE_DIR=str(tmp_path / "cache"),
-        TINY_CHECKPOINT_DIR=str(tiny_checkpoint_dir),
-        DEVICE="cpu",
-        MAX_NEW_TOKEN="48",
-        MIN_NEW_TOKEN="48",
-        MAX_CHUNK_CHARS="40",
-        LEASE_S="3",
-        HEARTBEAT_INTERVAL_S="0.5",
-        HEARTBEAT_TTL_S="3",
-        REAP_INTERVAL_S="0.5",
-        BLOCK_S="0.5",
-        PYTHONUNBUFFERED="1",
-    )
-    svc = Service(redis=redis, tmp=tmp_path, env=env)
-    svc.start_api()
-    yield svc
-    for process in svc.processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    redis.stop()
 
 
 def test_submit_poll_download(service: Service) -> None:
