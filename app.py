@@ -5,19 +5,25 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 import query_api
 import submit_api
+import voices_api
 from settings import Settings, get_settings
 from ttsq.api_errors import install_error_handlers
 from ttsq.cache import ResultCache
 from ttsq.queue import JobQueue, check_eviction_policy
 from ttsq.redis_conn import create_redis
 from ttsq.task_ids import TaskIdSigner
+from ttsq.voices import VoiceRegistry
 
 log = logging.getLogger("ttsq.api")
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -32,6 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = config
         app.state.queue = JobQueue(redis, config.queue_config())
         app.state.cache = ResultCache(cache_redis, config.cache_config())
+        app.state.voices = VoiceRegistry(redis, app.state.queue.keys, config.expected_speaker_dim())
         secret = config.task_id_secret
         app.state.signer = TaskIdSigner(secret.get_secret_value().encode()) if secret else None
         try:
@@ -60,6 +67,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, config.retry_after_s)
     app.include_router(submit_api.router)
     app.include_router(query_api.router)
+    app.include_router(voices_api.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        """The web page: one static HTML file, no build step."""
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
     return app
 
 

@@ -14,6 +14,7 @@ from settings import Settings
 from ttsq.cache import ResultCache
 from ttsq.queue import JobQueue
 from ttsq.task_ids import TaskIdSigner
+from ttsq.voices import VoiceRegistry
 
 
 def get_app_settings(request: Request) -> Settings:
@@ -22,6 +23,10 @@ def get_app_settings(request: Request) -> Settings:
 
 def get_queue(request: Request) -> JobQueue:
     return cast(JobQueue, request.app.state.queue)
+
+
+def get_voices(request: Request) -> VoiceRegistry:
+    return cast(VoiceRegistry, request.app.state.voices)
 
 
 def get_cache(request: Request) -> ResultCache:
@@ -40,6 +45,7 @@ SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 CacheDep = Annotated[ResultCache, Depends(get_cache)]
 SignerDep = Annotated[TaskIdSigner, Depends(get_signer)]
+VoicesDep = Annotated[VoiceRegistry, Depends(get_voices)]
 
 
 def model_notice(settings: Settings) -> str | None:

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     )
     tiny_checkpoint_dir: Path = Field(REPO_ROOT / "var" / "tiny-checkpoint")
     device: str | None = Field(None, description="cpu, cuda, cuda:N; unset = CUDA when available.")
+    speaker_dim: int | None = Field(
+        None, ge=1, description="Speaker-embedding size of the model (768 for ChatTTS); checked for embedding voices."
+    )
     cpu_threads: int = Field(1, ge=1, description="torch threads on CPU; 1 is fastest on small machines.")
     compile: bool = False
     max_chunk_chars: int = Field(120, ge=8, description="Long text is synthesised in chunks of at most this many characters.")
@@ -143,6 +146,10 @@ class Settings(BaseSettings):
         if self.model == "tiny":
             return str(self.tiny_checkpoint_dir)
         return self.model
+
+    def expected_speaker_dim(self) -> int | None:
+        """Speaker-embedding size that voices must have: SPEAKER_DIM, else known for hub and tiny."""
+        return self.speaker_dim or {"hub": 768, "tiny": 64}.get(self.model)
 
     def model_identity(self) -> str:
         """What cache keys say about the model: its weights plus the settings that shape its audio."""

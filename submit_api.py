@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from deps import CacheDep, QueueDep, SettingsDep, SignerDep, model_notice
+from deps import CacheDep, QueueDep, SettingsDep, SignerDep, VoicesDep, model_notice
 from ttsq.api_errors import ERROR_RESPONSES, field_error
 from ttsq.cache import ResultCache
 from ttsq.cache_key import cache_key
@@ -13,34 +13,46 @@ from ttsq.queue import JobQueue
 from ttsq.schemas import ErrorBody, SubmitRequest, SubmitResponse
 from ttsq.task_ids import TaskIdSigner
 from ttsq.text import TextError, validate_text
-from ttsq.voices import known_voices, speaker_seed_of
+from ttsq.voices import Voice, VoiceRegistry
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
 
 
-def build_params(body: SubmitRequest, max_text_chars: int, model_identity: str) -> TTSParams:
+async def resolve_voice(voices: VoiceRegistry, name: str | None, field: str = "voice") -> Voice | None:
+    """The named voice, or a 422 naming the field and the voices that exist."""
+    if name is None:
+        return None
+    voice = await voices.get(name)
+    if voice is None:
+        available = ", ".join(v.name for v in await voices.list())
+        raise field_error(field, f"unknown voice {name!r}; available: {available}", name)
+    return voice
+
+
+def build_params(body: SubmitRequest, max_text_chars: int, model_identity: str, voice: Voice | None) -> TTSParams:
     """Apply the voice/seed rule and validate what needs settings.
 
-    A ``voice`` fixes the speaker; a ``seed`` seeds sampling and, without a voice, also draws the
-    speaker. With neither, a fresh seed is drawn here (and reported) — the only random case.
+    A ``voice`` (already resolved from ``body.voice``) fixes the speaker; a ``seed`` seeds
+    sampling and, without a voice, also draws the speaker. With neither, a fresh seed is drawn
+    here (and reported) — the only random case.
     """
     try:
         text = validate_text(body.text, max_text_chars)
     except TextError as exc:
         raise field_error("text", str(exc), body.text[:200]) from exc
-    if body.voice is not None and speaker_seed_of(body.voice) is None:
-        raise field_error("voice", f"unknown voice {body.voice!r}; available: {', '.join(known_voices())}", body.voice)
-    deterministic = body.voice is not None or body.seed is not None
-    if body.voice is not None:
+    deterministic = voice is not None or body.seed is not None
+    speaker_embedding = None
+    if voice is not None:
         seed = DEFAULT_SAMPLING_SEED if body.seed is None else body.seed
-        speaker_seed = speaker_seed_of(body.voice)
+        speaker_seed, speaker_embedding = voice.seed, voice.embedding
     else:
         seed = draw_seed() if body.seed is None else body.seed
         speaker_seed = seed
     params = TTSParams(
         text=text,
-        voice=body.voice,
+        voice=voice.name if voice is not None else None,
         speaker_seed=speaker_seed,
+        speaker_embedding=speaker_embedding,
         seed=seed,
         speed=body.speed,
         temperature=body.temperature,
@@ -97,10 +109,17 @@ async def submit_job(queue: JobQueue, cache: ResultCache, signer: TaskIdSigner, 
     summary="Queue a text for synthesis and get a task id at once",
 )
 async def submit(
-    body: SubmitRequest, response: Response, queue: QueueDep, cache: CacheDep, signer: SignerDep, settings: SettingsDep
+    body: SubmitRequest,
+    response: Response,
+    queue: QueueDep,
+    cache: CacheDep,
+    signer: SignerDep,
+    voices: VoicesDep,
+    settings: SettingsDep,
 ) -> SubmitResponse:
     """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers."""
-    params = build_params(body, settings.max_text_chars, settings.model_identity())
+    voice = await resolve_voice(voices, body.voice)
+    params = build_params(body, settings.max_text_chars, settings.model_identity(), voice)
     answer = await submit_job(queue, cache, signer, params)
     if answer.cached:
         response.status_code = status.HTTP_200_OK

@@ -15,7 +15,7 @@ import argparse
 import random
 from collections.abc import Callable
 
-from submit_api import build_params
+from tests.helpers import params_for
 from ttsq.schemas import SubmitRequest
 
 SENTENCES_EN = [
@@ -127,7 +127,7 @@ def main() -> None:
     requests = workload(args.requests, args.seed)
     normalized = []
     for _, text in requests:
-        key = build_params(SubmitRequest(text=text, voice="zh_female"), 500, "bench").cache_key
+        key = params_for(SubmitRequest(text=text, voice="zh_female"), 500, "bench").cache_key
         assert key is not None
         normalized.append(key)
     raw = [text for _, text in requests]

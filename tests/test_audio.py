@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pytest
 import soundfile as sf
 
-from ttsq.audio import CONTENT_TYPES, AudioFormat, duration_s, encode_audio, join_chunks
+from ttsq.audio import CONTENT_TYPES, AudioFormat, ChunkJoiner, decode_to_pcm16, duration_s, encode_audio, join_chunks
 
 SR = 24000
 PCM16_STEP = 1.0 / 32768
@@ -36,7 +36,7 @@ def decode(data: bytes) -> tuple[npt.NDArray[np.float32], int]:
 # --- encoding ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["wav", "flac", "ogg", "mp3"])
+@pytest.mark.parametrize("fmt", ["wav", "flac", "ogg", "mp3", "opus"])
 def test_encode_round_trip(fmt: AudioFormat) -> None:
     original = tone(440.0, 12_345, phase=0.7, amplitude=0.5)
     data = encode_audio(original, fmt, SR)
@@ -81,7 +81,7 @@ def test_encode_long_ogg_does_not_crash() -> None:
     assert abs(decoded.size - samples.size) <= 0.01 * samples.size
 
 
-@pytest.mark.parametrize("fmt", ["aac", "WAV", "", "opus"])
+@pytest.mark.parametrize("fmt", ["aac", "WAV", "", "m4a"])
 def test_encode_unknown_format_raises(fmt: str) -> None:
     with pytest.raises(ValueError, match="unknown audio format"):
         encode_audio(tone(220.0, 100, 0.1), fmt, SR)  # type: ignore[arg-type]
@@ -104,6 +104,8 @@ def test_content_types_cover_every_format() -> None:
         "mp3": "audio/mpeg",
         "ogg": "audio/ogg",
         "flac": "audio/flac",
+        "opus": "audio/ogg; codecs=opus",
+        "pcm": "audio/pcm",
     }
 
 
@@ -231,3 +233,20 @@ def test_duration_s() -> None:
     joined = join_chunks(TONES, SR, gap_ms=120.0)
     expected = (sum(chunk.size for chunk in TONES) + 3 * 2880) / SR
     assert duration_s(joined) == pytest.approx(expected)
+
+
+def test_pcm_is_headerless_pcm16_little_endian() -> None:
+    samples = tone(440.0, SR // 10, 0.5)
+    raw = encode_audio(samples, "pcm", SR)
+    assert len(raw) == 2 * samples.size
+    decoded = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768
+    assert np.max(np.abs(decoded - samples)) < 1e-3
+    assert decode_to_pcm16(encode_audio(samples, "wav", SR)) == raw
+
+
+def test_chunk_joiner_pieces_concatenate_to_the_joined_signal() -> None:
+    chunks = [tone(220.0, 3000, 0.3), np.zeros(0, dtype=np.float32), tone(330.0, 5, 0.2), tone(440.0, 4000, 0.25)]
+    joiner = ChunkJoiner(SR)
+    pieces = [joiner.add(chunk) for chunk in chunks]
+    assert np.array_equal(np.concatenate(pieces), join_chunks(chunks, SR))
+    assert pieces[0].size == 3000 and pieces[1].size == 0

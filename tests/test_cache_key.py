@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from submit_api import build_params
+from tests.helpers import params_for
 from ttsq.cache_key import cache_key, engine_input
 from ttsq.schemas import SubmitRequest
 from ttsq.text import canonical_text
@@ -18,7 +18,7 @@ ALPHABET = list("abcXYZ0189 ,.?!;:-'你好世界今天。，？！")
 
 
 def key_and_input(text: str, **body: Any) -> tuple[str | None, dict[str, object]]:
-    params = build_params(SubmitRequest(text=text, **body), 10_000, MODEL)
+    params = params_for(SubmitRequest(text=text, **body), 10_000, MODEL)
     return params.cache_key, engine_input(params)
 
 
@@ -95,18 +95,18 @@ def test_every_sound_changing_edit_changes_the_key(change: dict[str, Any]) -> No
 
 def test_the_model_identity_is_part_of_the_key() -> None:
     request = SubmitRequest(**BASE)
-    assert build_params(request, 500, "model-a").cache_key != build_params(request, 500, "model-b").cache_key
+    assert params_for(request, 500, "model-a").cache_key != params_for(request, 500, "model-b").cache_key
 
 
 def test_the_speaker_not_the_voice_name_is_part_of_the_key() -> None:
     """A voice re-created under the same name with another speaker must not hit the old entry."""
-    params = build_params(SubmitRequest(**BASE), 500, MODEL)
+    params = params_for(SubmitRequest(**BASE), 500, MODEL)
     recreated = params.model_copy(update={"speaker_seed": (params.speaker_seed or 0) + 1})
     assert recreated.voice == params.voice
     assert cache_key(recreated, MODEL) != cache_key(params, MODEL)
 
 
 def test_random_requests_have_no_key() -> None:
-    assert build_params(SubmitRequest(text="hello"), 500, MODEL).cache_key is None
-    assert build_params(SubmitRequest(text="hello", seed=1), 500, MODEL).cache_key is not None
-    assert build_params(SubmitRequest(text="hello", voice="zh_male"), 500, MODEL).cache_key is not None
+    assert params_for(SubmitRequest(text="hello"), 500, MODEL).cache_key is None
+    assert params_for(SubmitRequest(text="hello", seed=1), 500, MODEL).cache_key is not None
+    assert params_for(SubmitRequest(text="hello", voice="zh_male"), 500, MODEL).cache_key is not None

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
-from submit_api import build_params
+from tests.helpers import params_for
 from tests.redis_server import free_port
 from ttsq.engine import ChatTTSEngine, Engine
 from ttsq.faults import FaultConfig, FaultInjectingEngine
@@ -107,7 +107,7 @@ async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: Chat
     worker = Worker(JobQueue(redis, QueueConfig()), tiny_engine, WorkerConfig(worker_id="speaker-test"))
 
     def speaker(**body: Any) -> str:
-        return worker._speaker(build_params(SubmitRequest(text="hi", **body), 500, "tiny"))
+        return worker._speaker(params_for(SubmitRequest(text="hi", **body), 500, "tiny"))
 
     assert speaker(voice="zh_female", seed=1) == speaker(voice="zh_female", seed=2) == speaker(voice="zh_female")
     assert speaker(voice="zh_male") != speaker(voice="zh_female")

@@ -13,23 +13,33 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
-from typing import Literal, cast, get_args
+from typing import cast, get_args
 
 import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
 from ttsq import SAMPLE_RATE
+from ttsq.jobs import AudioFormat
 
-__all__ = ["CONTENT_TYPES", "AudioFormat", "duration_s", "encode_audio", "join_chunks"]
+__all__ = [
+    "CONTENT_TYPES",
+    "AudioFormat",
+    "ChunkJoiner",
+    "decode_to_pcm16",
+    "duration_s",
+    "encode_audio",
+    "join_chunks",
+]
 
-AudioFormat = Literal["wav", "mp3", "ogg", "flac"]
 
 CONTENT_TYPES: dict[str, str] = {
     "wav": "audio/wav",
     "mp3": "audio/mpeg",
     "ogg": "audio/ogg",
     "flac": "audio/flac",
+    "opus": "audio/ogg; codecs=opus",
+    "pcm": "audio/pcm",
 }
 """HTTP ``Content-Type`` for each output format."""
 
@@ -38,7 +48,10 @@ _SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
     "flac": ("FLAC", "PCM_16"),
     "ogg": ("OGG", "VORBIS"),
     "mp3": ("MP3", "MPEG_LAYER_III"),
+    "opus": ("OGG", "OPUS"),
+    "pcm": ("RAW", "PCM_16"),
 }
+"""``pcm`` is headerless 16-bit little-endian mono at 24 kHz (what OpenAI's ``pcm`` format is)."""
 
 _WRITE_BLOCK_FRAMES = 8192
 """libvorbis allocates its analysis buffer on the stack in proportion to one write call,
@@ -84,6 +97,7 @@ def encode_audio(samples: npt.NDArray[np.floating], fmt: AudioFormat, sample_rat
         channels=1,
         format=container,
         subtype=subtype,
+        endian="LITTLE" if container == "RAW" else "FILE",
     ) as out:
         for start in range(0, mono.size, _WRITE_BLOCK_FRAMES):
             out.write(mono[start : start + _WRITE_BLOCK_FRAMES])
@@ -106,6 +120,38 @@ def _raised_cosine(length: int) -> npt.NDArray[np.float32]:
     return (0.5 - 0.5 * np.cos(phase)).astype(np.float32)
 
 
+class ChunkJoiner:
+    """Joins per-sentence audio incrementally, so each piece can be streamed as soon as it exists.
+
+    ``add`` returns the piece that extends the joined signal: the pause before the chunk (for all
+    but the first) and the chunk faded in from exactly zero and out to exactly zero. Pieces
+    concatenate to exactly :func:`join_chunks` of the same chunks, which is how a streamed job's
+    audio equals its stored result. Fading each chunk on its own needs no look-ahead, and never
+    re-decoding earlier audio avoids the seams of ChatTTS's own streaming (2noise#959).
+    """
+
+    def __init__(self, sample_rate: int = SAMPLE_RATE, fade_ms: float = 10.0, gap_ms: float = 120.0) -> None:
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        self._fade = _ms_to_samples(fade_ms, sample_rate, "fade_ms")
+        self._silence = np.zeros(_ms_to_samples(gap_ms, sample_rate, "gap_ms"), dtype=np.float32)
+        self._started = False
+
+    def add(self, chunk: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        faded = _as_mono_float32(chunk, "each chunk").copy()
+        if faded.size == 0:
+            return faded
+        length = min(self._fade, (faded.size + 1) // 2)
+        if length > 0:
+            ramp = _raised_cosine(length)
+            faded[:length] *= ramp
+            faded[-length:] *= ramp[::-1]
+        if not self._started:
+            self._started = True
+            return faded
+        return np.concatenate([self._silence, faded])
+
+
 def join_chunks(
     chunks: Sequence[npt.NDArray[np.floating]],
     sample_rate: int = SAMPLE_RATE,
@@ -120,27 +166,17 @@ def join_chunks(
     speech and are skipped, so they do not add a second pause. The result has length
     ``sum(len(chunk)) + gap * (number of non-empty chunks - 1)``.
     """
-    if sample_rate <= 0:
-        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
-    fade = _ms_to_samples(fade_ms, sample_rate, "fade_ms")
-    gap = _ms_to_samples(gap_ms, sample_rate, "gap_ms")
-    pieces: list[npt.NDArray[np.float32]] = []
-    silence = np.zeros(gap, dtype=np.float32)
-    for chunk in chunks:
-        faded = _as_mono_float32(chunk, "each chunk").copy()
-        if faded.size == 0:
-            continue
-        length = min(fade, (faded.size + 1) // 2)
-        if length > 0:
-            ramp = _raised_cosine(length)
-            faded[:length] *= ramp
-            faded[-length:] *= ramp[::-1]
-        if pieces:
-            pieces.append(silence)
-        pieces.append(faded)
+    joiner = ChunkJoiner(sample_rate, fade_ms, gap_ms)
+    pieces = [joiner.add(chunk) for chunk in chunks]
     if not pieces:
         return np.zeros(0, dtype=np.float32)
     return cast(npt.NDArray[np.float32], np.concatenate(pieces))
+
+
+def decode_to_pcm16(audio: bytes) -> bytes:
+    """Decode an encoded result (any format ttsq writes but raw pcm) back to PCM16 LE mono samples."""
+    samples, _ = sf.read(io.BytesIO(audio), dtype="int16", always_2d=False)
+    return np.asarray(samples, dtype="<i2").reshape(-1).tobytes()
 
 
 def duration_s(samples: npt.NDArray[np.generic], sample_rate: int = SAMPLE_RATE) -> float:

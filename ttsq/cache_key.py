@@ -20,8 +20,11 @@ KEY_VERSION = 1
 
 
 def speaker_identity(params: TTSParams) -> str:
+    """What produces the speaker embedding: the embedding's own hash, or the seed that draws it."""
+    if params.speaker_embedding is not None:
+        return "emb:" + hashlib.sha256(params.speaker_embedding.encode()).hexdigest()
     if params.speaker_seed is None:
-        raise ValueError("a job must carry its speaker seed")
+        raise ValueError("a job must carry its speaker seed or embedding")
     return f"seed:{params.speaker_seed}"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -99,6 +100,15 @@ class SynthesisRequest:
     refine_text: bool = False
 
 
+@dataclass(frozen=True)
+class ChunkAudio:
+    """One sentence chunk's raw audio (before joining), as it comes out of the model."""
+
+    index: int
+    total: int
+    samples: npt.NDArray[np.float32]
+
+
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message names the source and what is wrong."""
 
@@ -116,6 +126,8 @@ class Engine(Protocol):
     def speaker_from_seed(self, seed: int) -> str: ...
 
     def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]: ...
+
+    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]: ...
 
     def release_memory(self) -> None: ...
 
@@ -259,7 +271,8 @@ class ChatTTSEngine:
         if self._normalizer is not None:
             self._normalizer.preload(("zh", "en"))
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
-        self._synthesize(request, max_new_token=min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+        for _ in self._chunks(request, max_new_token=min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN)):
+            pass
 
     def speaker_from_seed(self, seed: int) -> str:
         """A reproducible random voice for ``seed``, the same on every device.
@@ -282,11 +295,19 @@ class ChatTTSEngine:
 
     def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
         """Speak ``req.text`` with ``req.speaker``: float32 mono audio at :data:`ttsq.SAMPLE_RATE`."""
-        return self._synthesize(req, max_new_token=self.config.max_new_token)
+        return join_chunks([chunk.samples for chunk in self.synthesize_chunks(req)], sample_rate=SAMPLE_RATE)
 
-    def _synthesize(self, req: SynthesisRequest, max_new_token: int) -> npt.NDArray[np.float32]:
-        import torch
+    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
+        """Speak ``req.text`` sentence chunk by sentence chunk, yielding each chunk's raw audio.
 
+        The first chunk is synthesised on its own, so a listener hears audio after one
+        sentence's worth of work; the remaining chunks share one batched call (one speaker, one
+        set of parameters), which is what makes long texts fast. :meth:`synthesize` joins the
+        same chunks, so streamed and stored audio are the same samples.
+        """
+        return self._chunks(req, max_new_token=self.config.max_new_token)
+
+    def _chunks(self, req: SynthesisRequest, max_new_token: int) -> Iterator[ChunkAudio]:
         if not req.text.strip():
             raise ValueError("text is empty")
         if not 0 <= req.speed <= 9:
@@ -297,12 +318,30 @@ class ChatTTSEngine:
         chunks = split_sentences(text, self.config.max_chunk_chars)
         if not chunks:
             raise ValueError("text is empty after normalization")
-        min_new_token = min(max(self.config.min_new_token, 1), max_new_token)
+        groups = [chunks[:1], chunks[1:]] if len(chunks) > 1 else [chunks]
+        index = audible = 0
+        for group in groups:
+            wavs = self._infer(chat, group, lang, req, max_new_token)
+            for position in range(len(group)):
+                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
+                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
+                audible += samples.size > 0
+                yield ChunkAudio(index=index, total=len(chunks), samples=samples)
+                index += 1
+        if audible < len(chunks):
+            log.warning("%d of %d text chunks produced no audio", len(chunks) - audible, len(chunks))
+        if not audible:
+            raise RuntimeError("model produced no audio")
 
+    def _infer(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest, max_new_token: int) -> list[Any]:
+        """One ChatTTS call for ``texts`` (one padded batch), with fresh parameter objects."""
+        import torch
+
+        min_new_token = min(max(self.config.min_new_token, 1), max_new_token)
         with self._lock, torch.inference_mode():
             torch.manual_seed(req.seed)
-            wavs = chat.infer(
-                chunks,
+            wavs: list[Any] = chat.infer(
+                texts,
                 lang=lang,
                 split_text=False,
                 skip_refine_text=not req.refine_text,
@@ -329,13 +368,7 @@ class ChatTTSEngine:
                     show_tqdm=False,
                 ),
             )
-        audible = [np.asarray(wav, dtype=np.float32).reshape(-1) for wav in wavs]
-        audible = [wav for wav in audible if wav.size > 0]
-        if len(audible) < len(chunks):
-            log.warning("%d of %d text chunks produced no audio", len(chunks) - len(audible), len(chunks))
-        if not audible:
-            raise RuntimeError("model produced no audio")
-        return join_chunks(audible, sample_rate=SAMPLE_RATE)
+        return wavs
 
     def release_memory(self) -> None:
         """Return cached accelerator memory after a failure (an OOM leaves large blocks cached)."""

@@ -9,13 +9,14 @@ memory release are exercised against real model state.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.engine import Engine, ModelInfo, SynthesisRequest
+from ttsq.engine import ChunkAudio, Engine, ModelInfo, SynthesisRequest
 
 __all__ = ["FaultConfig", "FaultInjectingEngine"]
 
@@ -69,14 +70,22 @@ class FaultInjectingEngine:
     def _matches(self, req: SynthesisRequest) -> bool:
         return self.config.mode != "none" and self.config.match in req.text
 
-    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
-        if self._matches(req):
-            if self.config.mode == "hang":
-                self._released.wait(self.config.hang_s)
-            elif self.config.mode == "raise":
-                raise RuntimeError("injected fault")
-            elif self.config.mode == "oom":
-                import torch
+    def _inject(self, req: SynthesisRequest) -> None:
+        if not self._matches(req):
+            return
+        if self.config.mode == "hang":
+            self._released.wait(self.config.hang_s)
+        elif self.config.mode == "raise":
+            raise RuntimeError("injected fault")
+        elif self.config.mode == "oom":
+            import torch
 
-                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
+        self._inject(req)
         return self.engine.synthesize(req)
+
+    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
+        self._inject(req)
+        return self.engine.synthesize_chunks(req)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-AudioFormat = Literal["wav", "mp3", "ogg", "flac"]
+AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
 
 DEFAULT_SAMPLING_SEED = 42
 """Sampling seed of a request that names a voice but no seed, so that it stays deterministic."""
@@ -39,7 +39,8 @@ class TTSParams(BaseModel):
 
     text: str
     voice: str | None = None
-    speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker when no voice is named.")
+    speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
+    speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
     speed: int = 5
     temperature: float = 0.3

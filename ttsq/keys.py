@@ -69,3 +69,12 @@ class Keys:
     def task_id_secret(self) -> str:
         """The HMAC secret for task ids when none is configured: created once, shared by replicas."""
         return self.prefix + "task-id-secret"
+
+    def stream(self, job_id: str) -> str:
+        """Redis Stream of a job's audio pieces (PCM16), published as each sentence is ready."""
+        return f"{self.prefix}stream:{job_id}"
+
+    @property
+    def voices(self) -> str:
+        """Hash of registered voices: name → JSON record."""
+        return self.prefix + "voices"

@@ -522,6 +522,42 @@ class JobQueue:
             log.info("released %d job(s) whose retry backoff is over", promoted)
         return requeued
 
+    # ---- streaming audio -----------------------------------------------------------------
+
+    async def reset_stream(self, job_id: str) -> None:
+        """Start an attempt's audio stream afresh (a retry re-synthesises from the first piece)."""
+        await self.redis.delete(self.keys.stream(job_id))
+
+    async def publish_piece(self, job_id: str, index: int, total: int, pcm: bytes) -> None:
+        """Append one piece of PCM16 audio; readers see it at once. Expires with the result."""
+        key = self.keys.stream(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, {"index": index, "total": total, "pcm": pcm})
+            pipe.expire(key, self.config.result_ttl_s)
+            await pipe.execute()
+
+    async def end_stream(self, job_id: str) -> None:
+        key = self.keys.stream(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, {"end": 1})
+            pipe.expire(key, self.config.result_ttl_s)
+            await pipe.execute()
+
+    async def read_stream(self, job_id: str, after: str, block_ms: int) -> list[tuple[str, dict[str, bytes]]]:
+        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` for new ones."""
+        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
+        if not reply:
+            return []
+        return [(_text(entry_id), {_text(k): v for k, v in fields.items()}) for entry_id, fields in reply[0][1]]
+
+    async def progress(self, job_id: str) -> tuple[int, int] | None:
+        """(chunks done, chunks total) of the current attempt, or None before the first piece."""
+        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
+        for _entry_id, fields in last:
+            if b"total" in fields:
+                return int(fields[b"index"]) + 1, int(fields[b"total"])
+        return None
+
     # ---- worker pool health --------------------------------------------------------------
 
     async def write_heartbeat(self, worker_id: str, record: dict[str, Any]) -> None:

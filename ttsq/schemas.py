@@ -60,9 +60,11 @@ class TaskStatus(BaseModel):
     result_bytes: int | None = None
     seed: int
     voice: str | None = None
+    chunks_done: int | None = Field(None, description="Sentence chunks synthesised so far (current attempt).")
+    chunks_total: int | None = None
 
     @classmethod
-    def of(cls, job: Job, position: int | None) -> TaskStatus:
+    def of(cls, job: Job, position: int | None, progress: tuple[int, int] | None = None) -> TaskStatus:
         return cls(
             task_id=job.id,
             status=job.status,
@@ -80,6 +82,8 @@ class TaskStatus(BaseModel):
             result_bytes=job.result_bytes,
             seed=job.params.seed,
             voice=job.params.voice,
+            chunks_done=progress[0] if progress else None,
+            chunks_total=progress[1] if progress else None,
         )
 
 

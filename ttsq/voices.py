@@ -1,11 +1,29 @@
-"""Named voices: a name fixes the speaker.
+"""Named voices: a name fixes the speaker, in every worker process.
 
-A built-in voice is a speaker *seed*: ``torch.manual_seed(seed)`` then ChatTTS's random speaker
-draw gives the same embedding in every worker process, so a name sounds the same everywhere
-(for a given checkpoint). The persistent registry of user voices builds on this.
+A voice is either a speaker *seed* (``torch.manual_seed``-style draw of ChatTTS's random
+speaker; the engine draws it the same way on every device, so a name sounds the same everywhere
+for a given checkpoint) or a ChatTTS speaker-embedding string. Built-in voices are seeds and
+cannot be changed; user voices live in one Redis hash, so they survive API and worker restarts
+and every replica sees the same set.
 """
 
 from __future__ import annotations
+
+import lzma
+import math
+import re
+import time
+from typing import Literal
+
+import numpy as np
+import pybase16384 as b14
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from ttsq.keys import Keys
+
+VoiceKind = Literal["builtin", "seed", "embedding"]
+VOICE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 BUILTIN_VOICES: dict[str, int] = {
     "zh_female": 2,
@@ -13,10 +31,117 @@ BUILTIN_VOICES: dict[str, int] = {
 }
 """Built-in voice name → speaker seed."""
 
+OPENAI_VOICES: dict[str, str] = {
+    "alloy": "zh_female",
+    "ash": "zh_male",
+    "ballad": "zh_male",
+    "coral": "zh_female",
+    "echo": "zh_male",
+    "fable": "zh_male",
+    "nova": "zh_female",
+    "onyx": "zh_male",
+    "sage": "zh_female",
+    "shimmer": "zh_female",
+    "verse": "zh_male",
+    "marin": "zh_female",
+    "cedar": "zh_male",
+}
+"""OpenAI's voice names, mapped onto built-in voices for the OpenAI-compatible endpoint."""
 
-def known_voices() -> list[str]:
-    return sorted(BUILTIN_VOICES)
+_LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}]
 
 
-def speaker_seed_of(voice: str) -> int | None:
-    return BUILTIN_VOICES.get(voice)
+class Voice(BaseModel):
+    name: str
+    kind: VoiceKind
+    builtin: bool = False
+    seed: int | None = Field(None, description="Speaker seed (built-in and seed voices).")
+    embedding: str | None = Field(None, description="ChatTTS speaker-embedding string (embedding voices).")
+    created_at: float | None = None
+
+
+class VoiceError(ValueError):
+    """A voice request that cannot be honoured; ``status`` is the HTTP status that fits."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def validate_voice_name(name: str) -> str:
+    if not VOICE_NAME.fullmatch(name):
+        raise ValueError("a voice name is 1-64 letters, digits, '_' or '-'")
+    return name
+
+
+def speaker_dimension(embedding: str) -> int:
+    """Decode a ChatTTS speaker-embedding string and return its dimension, or raise ValueError.
+
+    ChatTTS encodes a float16 vector, LZMA2-compressed, as base16384 text. Anything that does not
+    decode to finite float16 values is refused here, before it can reach a worker.
+    """
+    try:
+        raw = lzma.decompress(b14.decode_from_string(embedding), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    except Exception as exc:
+        raise ValueError("not a ChatTTS speaker embedding (base16384 + LZMA2 float16 vector)") from exc
+    if not raw or len(raw) % 2:
+        raise ValueError("the speaker embedding is empty or truncated")
+    vector = np.frombuffer(raw, dtype=np.float16)
+    if not all(math.isfinite(float(v)) for v in vector):
+        raise ValueError("the speaker embedding holds non-finite values")
+    return int(vector.size)
+
+
+def builtin(name: str) -> Voice | None:
+    seed = BUILTIN_VOICES.get(name)
+    return None if seed is None else Voice(name=name, kind="builtin", builtin=True, seed=seed)
+
+
+class VoiceRegistry:
+    """Built-in voices plus user voices in Redis (``{ns}:voices``, a hash of name → JSON)."""
+
+    def __init__(self, redis: Redis, keys: Keys, speaker_dim: int | None = None) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.speaker_dim = speaker_dim
+
+    async def list(self) -> list[Voice]:
+        stored = await self.redis.hgetall(self.keys.voices)
+        users = [Voice.model_validate_json(raw) for raw in stored.values()]
+        builtins = [voice for name in sorted(BUILTIN_VOICES) if (voice := builtin(name)) is not None]
+        return builtins + sorted(users, key=lambda v: v.name)
+
+    async def get(self, name: str) -> Voice | None:
+        found = builtin(name)
+        if found is not None:
+            return found
+        raw = await self.redis.hget(self.keys.voices, name)
+        return None if raw is None else Voice.model_validate_json(raw)
+
+    async def create(self, name: str, *, seed: int | None = None, embedding: str | None = None) -> Voice:
+        if (seed is None) == (embedding is None):
+            raise VoiceError("give exactly one of seed or embedding", 422)
+        if name in BUILTIN_VOICES or name in OPENAI_VOICES:
+            raise VoiceError(f"{name!r} is a built-in voice name", 409)
+        if embedding is not None:
+            try:
+                dim = speaker_dimension(embedding)
+            except ValueError as exc:
+                raise VoiceError(str(exc), 422) from exc
+            if self.speaker_dim is not None and dim != self.speaker_dim:
+                raise VoiceError(f"the speaker embedding has {dim} values; this model's speakers have {self.speaker_dim}", 422)
+        voice = Voice(
+            name=name,
+            kind="seed" if seed is not None else "embedding",
+            seed=seed,
+            embedding=embedding,
+            created_at=time.time(),
+        )
+        if not await self.redis.hsetnx(self.keys.voices, name, voice.model_dump_json()):
+            raise VoiceError(f"a voice named {name!r} already exists", 409)
+        return voice
+
+    async def delete(self, name: str) -> bool:
+        if name in BUILTIN_VOICES:
+            raise VoiceError(f"{name!r} is a built-in voice and cannot be deleted", 409)
+        return bool(await self.redis.hdel(self.keys.voices, name))

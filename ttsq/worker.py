@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 from redis.exceptions import RedisError
 
-from ttsq.audio import CONTENT_TYPES, duration_s, encode_audio
+from ttsq.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
 from ttsq.cache import CachedAudio, ResultCache
 from ttsq.engine import Engine, SynthesisRequest
 from ttsq.health import CurrentJob, HeartbeatRecord, health_server
@@ -28,6 +29,8 @@ from ttsq.queue import JobQueue
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Piece = tuple[int, int, bytes]
+"""(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +152,22 @@ class Worker:
         try:
             result = await self._cached(key)
             if result is None:
+                pieces: asyncio.Queue[Piece | None] = asyncio.Queue()
+                publisher = asyncio.create_task(self._publish(job.id, pieces))
+
+                def publish(piece: Piece | None) -> None:
+                    loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
                 try:
-                    result = await loop.run_in_executor(self._executor, self._synthesise, job.params)
+                    result = await loop.run_in_executor(self._executor, self._synthesise, job.params, publish)
                 except Exception as exc:  # noqa: BLE001 - one bad job never stops the loop
+                    publish(None)
+                    await publisher
                     await self._record_failure(job, exc)
                     return
+                publish(None)
+                await publisher
+                await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
                 if key is not None and self.cache is not None:
                     await self.cache.put(key, result)
             busy = time.time() - started
@@ -192,8 +206,29 @@ class Worker:
         outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
-    def _synthesise(self, params: TTSParams) -> CachedAudio:
-        """Runs in the inference thread: speaker lookup, ChatTTS, encoding."""
+    async def _publish(self, job_id: str, pieces: asyncio.Queue[Piece | None]) -> None:
+        """Forward audio pieces from the inference thread to the job's Redis stream, in order.
+
+        Streaming is best effort: a piece that cannot be published is logged and skipped; the
+        stored result, written at the end, is what a job owes its client.
+        """
+        await self._best_effort(self.queue.reset_stream(job_id), "reset the audio stream")
+        while (piece := await pieces.get()) is not None:
+            await self._best_effort(self.queue.publish_piece(job_id, *piece), "publish audio")
+
+    @staticmethod
+    async def _best_effort(write: Awaitable[None], what: str) -> None:
+        try:
+            await write
+        except (RedisError, OSError) as exc:
+            log.warning("could not %s: %s", what, exc)
+
+    def _synthesise(self, params: TTSParams, publish: Callable[[Piece | None], None]) -> CachedAudio:
+        """Runs in the inference thread: speaker lookup, ChatTTS chunk by chunk, encoding.
+
+        Each chunk's joined piece is published as PCM16 the moment it exists; the stored result
+        is the same pieces, so a streamed job sounds exactly like its download.
+        """
         request = SynthesisRequest(
             text=params.text,
             speaker=self._speaker(params),
@@ -204,11 +239,19 @@ class Worker:
             top_k=params.top_k,
             refine_text=params.refine_text,
         )
-        samples = self.engine.synthesize(request)
+        joiner = ChunkJoiner()
+        pieces = []
+        for chunk in self.engine.synthesize_chunks(request):
+            piece = joiner.add(chunk.samples)
+            pieces.append(piece)
+            publish((chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+        samples = np.concatenate(pieces)
         return CachedAudio(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
 
     def _speaker(self, params: TTSParams) -> str:
-        """The speaker embedding; the API resolved any voice name to its speaker seed at submit."""
+        """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""
+        if params.speaker_embedding is not None:
+            return params.speaker_embedding
         if params.speaker_seed is None:
             raise ValueError("job carries no speaker seed")
         seed = params.speaker_seed

@@ -9,8 +9,8 @@ from typing import Any, cast
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from submit_api import build_params
 from tests.conftest import api_client
+from tests.helpers import params_for
 from ttsq.cache import CachedAudio, ResultCache
 from ttsq.queue import JobQueue, QueueConfig
 from ttsq.schemas import SubmitRequest
@@ -20,7 +20,7 @@ REQUEST = {"text": "Cached sentence.", "voice": "zh_female", "format": "mp3"}
 
 async def warm_cache(app: FastAPI, body: dict[str, Any], audio: bytes) -> None:
     settings = app.state.settings
-    params = build_params(SubmitRequest(**body), settings.max_text_chars, settings.model_identity())
+    params = params_for(SubmitRequest(**body), settings.max_text_chars, settings.model_identity())
     assert params.cache_key is not None
     await cast(ResultCache, app.state.cache).put(params.cache_key, CachedAudio(audio, "audio/mpeg", 1.25))
 

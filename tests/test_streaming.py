@@ -1,0 +1,132 @@
+"""Streaming: pieces published by the real worker, read back as they come, equal to the stored result."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+from redis.asyncio import Redis
+
+from tests.conftest import api_client
+from tests.test_worker import params, running_worker, wait_final
+from ttsq.audio import decode_to_pcm16, encode_audio
+from ttsq.engine import ChatTTSEngine
+from ttsq.jobs import Status, new_task_id
+from ttsq.queue import JobQueue, QueueConfig
+from ttsq.streaming import StreamFailed, open_ended_wav_header, pcm_pieces
+
+LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth is near the end. Fifth ends it."
+
+
+async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
+    return [piece async for piece in pcm_pieces(queue, job_id, block_ms=200)]
+
+
+async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    async with running_worker(redis, tiny_engine) as worker:
+        job_id = new_task_id()
+        reader = asyncio.create_task(collect(worker.queue, job_id))
+        await worker.queue.enqueue(job_id, params(LONG_TEXT, format="wav"))
+        pieces = await asyncio.wait_for(reader, 60)
+        job = await wait_final(worker.queue, job_id)
+        stored = await worker.queue.result(job_id)
+    assert job.status is Status.DONE and stored is not None
+    assert len(pieces) >= 3, "one piece per sentence chunk"
+    assert b"".join(pieces) == decode_to_pcm16(stored)
+    assert await worker.queue.progress(job_id) == (len(pieces), len(pieces))
+
+
+async def test_first_audio_is_published_before_the_job_finishes(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    """Server-side record, no client timing: the first piece's stream entry predates completion."""
+    async with running_worker(redis, tiny_engine) as worker:
+        job_id = new_task_id()
+        await worker.queue.enqueue(job_id, params(LONG_TEXT))
+        job = await wait_final(worker.queue, job_id)
+        entries: Any = await redis.xrange(worker.queue.keys.stream(job_id))
+    first_piece_ms = int(entries[0][0].split(b"-")[0])
+    assert job.finished_at is not None and first_piece_ms < job.finished_at * 1000
+
+
+async def test_a_finished_job_without_a_stream_streams_its_stored_result(make_queue: Any) -> None:
+    queue: JobQueue = make_queue()
+    job_id = new_task_id()
+    audio = encode_audio(np.linspace(-0.5, 0.5, 2400, dtype=np.float32), "flac")
+    await queue.record_done(job_id, params(), audio, "audio/flac", 0.1)
+    pieces = await collect(queue, job_id)
+    assert b"".join(pieces) == decode_to_pcm16(audio)
+
+
+async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> None:
+    queue: JobQueue = make_queue(max_attempts=1)
+    job_id = new_task_id()
+    await queue.enqueue(job_id, params())
+    await queue.claim("w", block_s=0.1)
+    await queue.fail(job_id, "inference failed: boom", retryable=False)
+    try:
+        await collect(queue, job_id)
+    except StreamFailed as exc:
+        assert "boom" in str(exc)
+    else:
+        raise AssertionError("a failed job must not look like a finished stream")
+
+
+async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: Any) -> None:
+    queue: JobQueue = make_queue()
+    job_id = new_task_id()
+    await queue.enqueue(job_id, params())
+    for index in (0, 1):
+        await queue.publish_piece(job_id, index, 3, bytes([index]) * 4)
+    received: list[bytes] = []
+    first_two = asyncio.Event()
+
+    async def read() -> None:
+        async for piece in pcm_pieces(queue, job_id, block_ms=100):
+            received.append(piece)
+            if len(received) == 2:
+                first_two.set()
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(first_two.wait(), 10)
+    await queue.reset_stream(job_id)
+    for index in (0, 1, 2):
+        await queue.publish_piece(job_id, index, 3, bytes([index]) * 4)
+    await queue.end_stream(job_id)
+    await asyncio.wait_for(reader, 10)
+    assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
+
+
+def test_open_ended_wav_header_is_read_as_a_stream() -> None:
+    header = open_ended_wav_header()
+    pcm = b"\x00\x10" * 2400
+    with sf.SoundFile(io.BytesIO(header + pcm)) as wav:
+        assert wav.samplerate == 24000 and wav.channels == 1 and wav.subtype == "PCM_16"
+
+
+async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEngine, make_settings: Any) -> None:
+    async with api_client(make_settings()) as (client, _):
+        async with running_worker(redis, tiny_engine):
+            submitted = (await client.post("/v1/tts/submit", json={"text": LONG_TEXT, "seed": 4})).json()
+            task_id = submitted["task_id"]
+            events = await client.get(f"/v1/tts/events/{task_id}")
+        assert events.headers["content-type"].startswith("text/event-stream")
+        statuses = [json.loads(line[5:]) for line in events.text.splitlines() if line.startswith("data:")]
+        assert statuses[-1]["status"] == "done"
+        assert statuses[-1]["chunks_done"] == statuses[-1]["chunks_total"] >= 3
+        streamed = await client.get(f"/v1/tts/stream/{task_id}?format=pcm")
+        stored = await client.get(f"/v1/tts/result/{task_id}")
+        assert streamed.status_code == 200 and streamed.headers["content-type"] == "audio/pcm"
+        assert streamed.content == decode_to_pcm16(stored.content)
+        wav = await client.get(f"/v1/tts/stream/{task_id}")
+        assert wav.content[:44] == open_ended_wav_header() and wav.content[44:] == streamed.content
+        status = (await client.get(f"/v1/tts/tasks/{task_id}")).json()
+        assert status["chunks_done"] == status["chunks_total"] >= 3
+        assert (await client.get(f"/v1/tts/stream/{new_task_id()}")).status_code == 404
+        failed = (await client.post("/v1/tts/submit", json={"text": "fails", "seed": 5})).json()["task_id"]
+        queue = JobQueue(redis, QueueConfig())
+        await queue.claim("w", block_s=0.1)
+        await queue.fail(failed, "inference failed: boom", retryable=False)
+        assert (await client.get(f"/v1/tts/stream/{failed}")).status_code == 409
