@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+import openai_api
 import query_api
 import submit_api
 import voices_api
@@ -68,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(submit_api.router)
     app.include_router(query_api.router)
     app.include_router(voices_api.router)
+    app.include_router(openai_api.router)
+    app.add_exception_handler(RequestValidationError, openai_api.openai_validation_error)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)

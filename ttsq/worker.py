@@ -167,13 +167,14 @@ class Worker:
                     return
                 publish(None)
                 await publisher
-                await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
                 if key is not None and self.cache is not None:
                     await self.cache.put(key, result)
             busy = time.time() - started
             await self._persist(
                 lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy, cache_key=key)
             )
+            # After completion, so a reader that sees the end of the stream finds the job done.
+            await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
             self.record.jobs_done += 1
             log.info(
                 "%6.2fs ✓ %s attempt %d (%s, %.1fs audio)",
