@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install tiny-checkpoint clean
+.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -33,8 +33,12 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-pytest: install
+pytest: install chromium
 	$(VENV)/bin/pytest
+
+## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
+chromium:
+	scripts/install_chromium.sh
 
 tiny-checkpoint: install
 	$(PY) scripts/make_tiny_checkpoint.py var/tiny-checkpoint
