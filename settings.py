@@ -102,11 +102,15 @@ class Settings(BaseSettings):
     heartbeat_ttl_s: int = Field(15, ge=1)
     reap_interval_s: float = Field(5.0, gt=0)
     job_timeout_s: float = Field(300.0, gt=0, description="An inference running longer is hung: worker /healthz turns 503.")
+    max_batch: int = Field(8, ge=1, le=256, description="Most jobs in one ChatTTS call (1 turns batching off).")
+    batch_wait_ms: float = Field(20.0, ge=0, le=5000, description="How long a claim waits for a batch to fill.")
+    oom_recover_s: float = Field(300.0, ge=0, description="After an out-of-memory split, how long the smaller batch size holds.")
     shutdown_grace_s: float = Field(25.0, ge=0, description="On SIGTERM, how long the current job may still run.")
 
     # --- fault injection (tests only; off unless set explicitly) -----------------------------
     fault_mode: Literal["none", "hang", "raise", "oom"] = "none"
     fault_match: str = Field("", description="Only texts containing this substring fault ('' = all).")
+    fault_oom_above_batch: int = Field(0, ge=0, description="With FAULT_MODE=oom: only batches larger than this fail.")
     fault_hang_s: float = Field(3600.0, gt=0, description="How long a 'hang' fault lasts before inference goes on.")
 
     log_level: str = "INFO"
@@ -222,7 +226,9 @@ class Settings(BaseSettings):
     def fault_config(self) -> FaultConfig:
         from ttsq.faults import FaultConfig
 
-        return FaultConfig(mode=self.fault_mode, match=self.fault_match, hang_s=self.fault_hang_s)
+        return FaultConfig(
+            mode=self.fault_mode, match=self.fault_match, hang_s=self.fault_hang_s, oom_above_batch=self.fault_oom_above_batch
+        )
 
 
 @lru_cache

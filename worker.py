@@ -65,6 +65,9 @@ async def _main(settings: Settings) -> bool:
             shutdown_grace_s=settings.shutdown_grace_s,
             health_host=settings.worker_health_host,
             health_port=settings.worker_health_port,
+            max_batch=settings.max_batch,
+            batch_wait_ms=settings.batch_wait_ms,
+            oom_recover_s=settings.oom_recover_s,
         ),
         cache=ResultCache(cache_redis, settings.cache_config()),
     )

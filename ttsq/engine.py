@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -100,6 +100,11 @@ class SynthesisRequest:
     refine_text: bool = False
 
 
+def batch_key(req: SynthesisRequest) -> tuple[object, ...]:
+    """What requests must share to run in one ChatTTS call: all but the text and the seed."""
+    return (req.speaker, req.speed, req.temperature, req.top_p, req.top_k, req.refine_text, detect_language(req.text))
+
+
 @dataclass(frozen=True)
 class ChunkAudio:
     """One sentence chunk's raw audio (before joining), as it comes out of the model."""
@@ -128,6 +133,8 @@ class Engine(Protocol):
     def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]: ...
 
     def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]: ...
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]: ...
 
     def release_memory(self) -> None: ...
 
@@ -271,8 +278,9 @@ class ChatTTSEngine:
         if self._normalizer is not None:
             self._normalizer.preload(("zh", "en"))
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
-        for _ in self._chunks(request, max_new_token=min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN)):
-            pass
+        chat = self._loaded_chat()
+        lang = detect_language(request.text)
+        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
 
     def speaker_from_seed(self, seed: int) -> str:
         """A reproducible random voice for ``seed``, the same on every device.
@@ -295,7 +303,10 @@ class ChatTTSEngine:
 
     def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
         """Speak ``req.text`` with ``req.speaker``: float32 mono audio at :data:`ttsq.SAMPLE_RATE`."""
-        return join_chunks([chunk.samples for chunk in self.synthesize_chunks(req)], sample_rate=SAMPLE_RATE)
+        samples = join_chunks([chunk.samples for chunk in self.synthesize_chunks(req)], sample_rate=SAMPLE_RATE)
+        if samples.size == 0:
+            raise RuntimeError("model produced no audio")
+        return samples
 
     def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
         """Speak ``req.text`` sentence chunk by sentence chunk, yielding each chunk's raw audio.
@@ -305,33 +316,51 @@ class ChatTTSEngine:
         set of parameters), which is what makes long texts fast. :meth:`synthesize` joins the
         same chunks, so streamed and stored audio are the same samples.
         """
-        return self._chunks(req, max_new_token=self.config.max_new_token)
+        for _, chunk in self.synthesize_batch([req]):
+            yield chunk
 
-    def _chunks(self, req: SynthesisRequest, max_new_token: int) -> Iterator[ChunkAudio]:
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        """Speak several requests in shared ChatTTS calls; yield ``(request index, chunk)`` as chunks finish.
+
+        One ChatTTS call takes one speaker embedding and one set of sampling parameters, so the
+        requests must agree on everything but their text (:func:`batch_key`); the call's random
+        stream is seeded with the first request's seed, which is why a batched request's prosody
+        may depend on its neighbours (the voice never does). Two calls: every request's first
+        chunk, then all remaining chunks — time to first audio stays one (batched) sentence.
+        A request whose chunks all come back empty is the caller's to fail; the others stand.
+        """
+        if not reqs:
+            return
+        keys = {batch_key(req) for req in reqs}
+        if len(keys) != 1:
+            raise ValueError("a batch must share speaker, speed, sampling parameters and language")
+        first = reqs[0]
+        if not 0 <= first.speed <= 9:
+            raise ValueError(f"speed must be between 0 and 9, got {first.speed}")
+        chat = self._loaded_chat()
+        lang = detect_language(first.text)
+        chunked = [self._split(req, lang) for req in reqs]
+        firsts = [(owner, 0, chunks[0]) for owner, chunks in enumerate(chunked)]
+        rests = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks) if index]
+        for rows in (firsts, rests):
+            if not rows:
+                continue
+            wavs = self._infer(chat, [text for _, _, text in rows], lang, first, self.config.max_new_token)
+            for position, (owner, index, _text) in enumerate(rows):
+                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
+                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
+                if samples.size == 0:
+                    log.warning("chunk %d of request %d produced no audio", index, owner)
+                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples)
+
+    def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
         if not req.text.strip():
             raise ValueError("text is empty")
-        if not 0 <= req.speed <= 9:
-            raise ValueError(f"speed must be between 0 and 9, got {req.speed}")
-        chat = self._loaded_chat()
-        lang = detect_language(req.text)
         text = self._normalizer.normalize(req.text, lang) if self._normalizer is not None else req.text
         chunks = split_sentences(text, self.config.max_chunk_chars)
         if not chunks:
             raise ValueError("text is empty after normalization")
-        groups = [chunks[:1], chunks[1:]] if len(chunks) > 1 else [chunks]
-        index = audible = 0
-        for group in groups:
-            wavs = self._infer(chat, group, lang, req, max_new_token)
-            for position in range(len(group)):
-                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
-                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
-                audible += samples.size > 0
-                yield ChunkAudio(index=index, total=len(chunks), samples=samples)
-                index += 1
-        if audible < len(chunks):
-            log.warning("%d of %d text chunks produced no audio", len(chunks) - audible, len(chunks))
-        if not audible:
-            raise RuntimeError("model produced no audio")
+        return chunks
 
     def _infer(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest, max_new_token: int) -> list[Any]:
         """One ChatTTS call for ``texts`` (one padded batch), with fresh parameter objects."""

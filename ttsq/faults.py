@@ -9,7 +9,7 @@ memory release are exercised against real model state.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +30,9 @@ class FaultConfig:
     """Only requests whose text contains this substring fault; "" makes every request fault."""
     hang_s: float = 3600.0
     """How long a "hang" lasts unless :meth:`FaultInjectingEngine.release` ends it first."""
+    oom_above_batch: int = 0
+    """With "oom": only batches of more than this many requests run out of memory (0 = every call),
+    the way a real GPU fails on a batch too large for it but not on its halves."""
 
 
 class FaultInjectingEngine:
@@ -67,25 +70,26 @@ class FaultInjectingEngine:
         """End every current and future "hang" at once, so tests can finish a blocked inference."""
         self._released.set()
 
-    def _matches(self, req: SynthesisRequest) -> bool:
-        return self.config.mode != "none" and self.config.match in req.text
-
-    def _inject(self, req: SynthesisRequest) -> None:
-        if not self._matches(req):
+    def _inject(self, reqs: Sequence[SynthesisRequest]) -> None:
+        if self.config.mode == "none" or not any(self.config.match in req.text for req in reqs):
             return
         if self.config.mode == "hang":
             self._released.wait(self.config.hang_s)
         elif self.config.mode == "raise":
             raise RuntimeError("injected fault")
-        elif self.config.mode == "oom":
+        elif self.config.mode == "oom" and len(reqs) > self.config.oom_above_batch:
             import torch
 
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (injected, batch of {len(reqs)})")
 
     def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
-        self._inject(req)
+        self._inject([req])
         return self.engine.synthesize(req)
 
     def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
-        self._inject(req)
+        self._inject([req])
         return self.engine.synthesize_chunks(req)
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        self._inject(reqs)
+        return self.engine.synthesize_batch(reqs)

@@ -26,6 +26,7 @@ class CurrentJob:
     id: str
     started_at: float
     deadline: float
+    batch_size: int = 1
 
 
 @dataclass
@@ -42,6 +43,8 @@ class HeartbeatRecord:
     last_tick: float = field(default_factory=time.time)
     jobs_done: int = 0
     jobs_failed: int = 0
+    batches: int = 0
+    largest_batch: int = 0
     current_job: CurrentJob | None = None
 
     def tick(self) -> None:

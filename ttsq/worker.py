@@ -20,6 +20,7 @@ import numpy as np
 from redis.exceptions import RedisError
 
 from ttsq.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
+from ttsq.batching import AdaptiveBatchLimit, group_compatible, halves, slices
 from ttsq.cache import CachedAudio, ResultCache
 from ttsq.engine import Engine, SynthesisRequest
 from ttsq.health import CurrentJob, HeartbeatRecord, health_server
@@ -43,6 +44,9 @@ class WorkerConfig:
     health_host: str = "127.0.0.1"
     health_port: int = 8001
     redis_backoff_max_s: float = 10.0
+    max_batch: int = 8
+    batch_wait_ms: float = 20.0
+    oom_recover_s: float = 300.0
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -66,6 +70,7 @@ class Worker:
         self._stop_deadline: float | None = None
         self._abandoned = False
         self._speakers: dict[int, str] = {}
+        self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
 
     @property
     def stall_after_s(self) -> float:
@@ -119,7 +124,7 @@ class Worker:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                claim = await self.queue.claim(self.config.worker_id)
+                jobs = await self._claim_batch()
             except (RedisError, OSError) as exc:
                 self.record.redis_ok = False
                 log.warning("Redis unavailable (%s); retrying in %.1fs", exc, backoff)
@@ -128,67 +133,144 @@ class Worker:
                 continue
             backoff = 0.5
             self.record.redis_ok = True
-            if claim is None or not claim.runnable:
-                continue
-            await self._run_within_grace(claim.job)
+            if jobs:
+                await self._run_within_grace(jobs)
 
-    async def _run_within_grace(self, job: Job) -> None:
-        task = asyncio.create_task(self._process(job))
+    async def _claim_batch(self) -> list[Job]:
+        """One blocking claim, then up to the batch limit more, waiting at most ``batch_wait_ms``.
+
+        Every claimed job is leased to this worker at once, so a crash at any point leaves each
+        of them to the reaper individually.
+        """
+        claim = await self.queue.claim(self.config.worker_id)
+        if claim is None:
+            return []
+        jobs = [claim.job] if claim.runnable else []
+        limit = self._limit.current()
+        deadline = time.monotonic() + self.config.batch_wait_ms / 1000
+        while len(jobs) < limit and not self._stop.is_set():
+            more = await self.queue.claim_nowait(self.config.worker_id)
+            if more is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(0.005, remaining))
+            elif more.runnable:
+                jobs.append(more.job)
+        return jobs
+
+    async def _run_within_grace(self, jobs: list[Job]) -> None:
+        task = asyncio.create_task(self._process_claimed(jobs))
         while not task.done():
             await asyncio.wait({task}, timeout=0.2)
             if not task.done() and self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
-                log.warning("grace period over: leaving job %s to the reaper", job.id)
+                log.warning("grace period over: leaving %d job(s) to the reaper", len(jobs))
                 self._abandoned = True
                 task.cancel()
                 return
 
-    async def _process(self, job: Job) -> None:
-        loop = asyncio.get_running_loop()
-        started = time.time()
-        self.record.current_job = CurrentJob(job.id, started, started + self.config.job_timeout_s)
+    async def _process_claimed(self, jobs: list[Job]) -> None:
+        """Keep every claimed job leased until it is finished, and run compatible ones together."""
+        leased = {job.id for job in jobs}
         finished = asyncio.Event()
-        renewer = asyncio.create_task(self._renew_lease(job.id, finished))
-        key = job.params.cache_key
+        renewer = asyncio.create_task(self._renew_leases(leased, finished))
         try:
-            result = await self._cached(key)
-            if result is None:
-                pieces: asyncio.Queue[Piece | None] = asyncio.Queue()
-                publisher = asyncio.create_task(self._publish(job.id, pieces))
-
-                def publish(piece: Piece | None) -> None:
-                    loop.call_soon_threadsafe(pieces.put_nowait, piece)
-
-                try:
-                    result = await loop.run_in_executor(self._executor, self._synthesise, job.params, publish)
-                except Exception as exc:  # noqa: BLE001 - one bad job never stops the loop
-                    publish(None)
-                    await publisher
-                    await self._record_failure(job, exc)
-                    return
-                publish(None)
-                await publisher
-                if key is not None and self.cache is not None:
-                    await self.cache.put(key, result)
-            busy = time.time() - started
-            await self._persist(
-                lambda: self.queue.complete(job.id, result.audio, result.content_type, result.duration_s, busy, cache_key=key)
-            )
-            # After completion, so a reader that sees the end of the stream finds the job done.
-            await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
-            self.record.jobs_done += 1
-            log.info(
-                "%6.2fs ✓ %s attempt %d (%s, %.1fs audio)",
-                busy,
-                job.id,
-                job.attempts,
-                job.params.format,
-                result.duration_s,
-            )
+            for group in group_compatible(jobs):
+                await self._process_group(group, leased)
         finally:
             finished.set()
             renewer.cancel()
+
+    async def _process_group(self, jobs: list[Job], leased: set[str]) -> None:
+        started = time.time()
+        self.record.current_job = CurrentJob(jobs[0].id, started, started + self.config.job_timeout_s, len(jobs))
+        try:
+            pending = []
+            for job in jobs:
+                hit = await self._cached(job.params.cache_key)
+                if hit is None:
+                    pending.append(job)
+                else:
+                    await self._finish(job, hit, started, leased)
+            await self._synthesise_group(pending, started, leased)
+        finally:
             self.record.current_job = None
+
+    async def _synthesise_group(self, jobs: list[Job], started: float, leased: set[str]) -> None:
+        """One ChatTTS batch for ``jobs``; on failure, split so that only the guilty job fails.
+
+        Out of memory halves the batch (and lowers the adaptive limit); any other error re-runs
+        each job alone, so one bad job never fails its neighbours.
+        """
+        if not jobs:
+            return
+        limit = self._limit.current()
+        if len(jobs) > limit:
+            for part in slices(jobs, limit):
+                await self._synthesise_group(part, started, leased)
+            return
+        loop = asyncio.get_running_loop()
+        queues: list[asyncio.Queue[Piece | None]] = [asyncio.Queue() for _ in jobs]
+        publishers = [asyncio.create_task(self._publish(job.id, queue)) for job, queue in zip(jobs, queues, strict=True)]
+
+        def publish(owner: int, piece: Piece | None) -> None:
+            loop.call_soon_threadsafe(queues[owner].put_nowait, piece)
+
+        try:
+            outcomes = await loop.run_in_executor(self._executor, self._synthesise, [job.params for job in jobs], publish)
+        except Exception as exc:  # noqa: BLE001 - one bad batch never stops the loop
+            await self._close_publishers(queues, publishers)
             self.engine.release_memory()
+            if len(jobs) == 1:
+                await self._record_failure(jobs[0], exc)
+            elif _is_out_of_memory(exc):
+                size = self._limit.shrink(len(jobs))
+                log.warning("out of memory on a batch of %d: splitting it; batches capped at %d for now", len(jobs), size)
+                for half in halves(jobs):
+                    await self._synthesise_group(half, started, leased)
+            else:
+                log.warning("a batch of %d failed (%s); running each job alone", len(jobs), exc)
+                for job in jobs:
+                    await self._synthesise_group([job], started, leased)
+            return
+        await self._close_publishers(queues, publishers)
+        self.engine.release_memory()
+        self.record.batches += 1
+        self.record.largest_batch = max(self.record.largest_batch, len(jobs))
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                await self._record_failure(job, outcome)
+                continue
+            if job.params.cache_key is not None and self.cache is not None:
+                await self.cache.put(job.params.cache_key, outcome)
+            await self._finish(job, outcome, started, leased, batch=len(jobs))
+
+    async def _finish(self, job: Job, result: CachedAudio, started: float, leased: set[str], batch: int = 1) -> None:
+        busy = (time.time() - started) / batch
+        await self._persist(
+            lambda: self.queue.complete(
+                job.id, result.audio, result.content_type, result.duration_s, busy, cache_key=job.params.cache_key
+            )
+        )
+        leased.discard(job.id)
+        # After completion, so a reader that sees the end of the stream finds the job done.
+        await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
+        self.record.jobs_done += 1
+        log.info(
+            "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
+            time.time() - started,
+            job.id,
+            job.attempts,
+            job.params.format,
+            result.duration_s,
+            f", batch of {batch}" if batch > 1 else "",
+        )
+
+    @staticmethod
+    async def _close_publishers(queues: list[asyncio.Queue[Piece | None]], publishers: list[asyncio.Task[None]]) -> None:
+        for queue in queues:
+            queue.put_nowait(None)
+        await asyncio.gather(*publishers)
 
     async def _cached(self, key: str | None) -> CachedAudio | None:
         """An identical job may have finished since this one was queued (e.g. on another worker)."""
@@ -224,30 +306,43 @@ class Worker:
         except (RedisError, OSError) as exc:
             log.warning("could not %s: %s", what, exc)
 
-    def _synthesise(self, params: TTSParams, publish: Callable[[Piece | None], None]) -> CachedAudio:
-        """Runs in the inference thread: speaker lookup, ChatTTS chunk by chunk, encoding.
+    def _synthesise(self, batch: list[TTSParams], publish: Callable[[int, Piece | None], None]) -> list[CachedAudio | Exception]:
+        """Runs in the inference thread: speaker lookup, one batched ChatTTS run, encoding.
 
         Each chunk's joined piece is published as PCM16 the moment it exists; the stored result
-        is the same pieces, so a streamed job sounds exactly like its download.
+        is the same pieces, so a streamed job sounds exactly like its download. A job whose
+        chunks all came back silent gets its own error; its neighbours still succeed.
         """
-        request = SynthesisRequest(
-            text=params.text,
-            speaker=self._speaker(params),
-            seed=params.seed,
-            speed=params.speed,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            refine_text=params.refine_text,
-        )
-        joiner = ChunkJoiner()
-        pieces = []
-        for chunk in self.engine.synthesize_chunks(request):
-            piece = joiner.add(chunk.samples)
-            pieces.append(piece)
-            publish((chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
-        samples = np.concatenate(pieces)
-        return CachedAudio(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
+        speaker = self._speaker(batch[0])
+        requests = [
+            SynthesisRequest(
+                text=params.text,
+                speaker=speaker,
+                seed=params.seed,
+                speed=params.speed,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                refine_text=params.refine_text,
+            )
+            for params in batch
+        ]
+        joiners = [ChunkJoiner() for _ in batch]
+        pieces: list[list[np.ndarray]] = [[] for _ in batch]
+        for owner, chunk in self.engine.synthesize_batch(requests):
+            piece = joiners[owner].add(chunk.samples)
+            pieces[owner].append(piece)
+            publish(owner, (chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+        outcomes: list[CachedAudio | Exception] = []
+        for params, parts in zip(batch, pieces, strict=True):
+            samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+            if samples.size == 0:
+                outcomes.append(RuntimeError("model produced no audio"))
+            else:
+                outcomes.append(
+                    CachedAudio(encode_audio(samples, params.format), CONTENT_TYPES[params.format], duration_s(samples))
+                )
+        return outcomes
 
     def _speaker(self, params: TTSParams) -> str:
         """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""
@@ -283,17 +378,19 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.redis_backoff_max_s)
 
-    async def _renew_lease(self, job_id: str, finished: asyncio.Event) -> None:
+    async def _renew_leases(self, leased: set[str], finished: asyncio.Event) -> None:
+        """Renew the lease of every claimed job that is not finished yet."""
         interval = self.queue.config.lease_s / 3
         while True:
             await self._sleep_unless(finished, interval)
             if finished.is_set():
                 return
-            try:
-                if not await self.queue.renew_lease(job_id, self.config.worker_id):
-                    log.warning("lease on %s was lost; another worker may run it too", job_id)
-            except (RedisError, OSError) as exc:
-                log.warning("could not renew the lease on %s: %s", job_id, exc)
+            for job_id in list(leased):
+                try:
+                    if not await self.queue.renew_lease(job_id, self.config.worker_id):
+                        log.warning("lease on %s was lost; another worker may run it too", job_id)
+                except (RedisError, OSError) as exc:
+                    log.warning("could not renew the lease on %s: %s", job_id, exc)
 
     async def _stop_background(self, tasks: list[asyncio.Task[None]]) -> None:
         """End the upkeep loops by signal, not by cancellation alone.

@@ -132,3 +132,18 @@ def test_concurrent_identical_submits_run_one_inference_then_hit_the_cache(servi
     cached = httpx.get(f"{service.api_url}/v1/tts/result/{again.json()['task_id']}")
     assert cached.status_code == 200 and cached.content == audio
     assert worker.get("/healthz").json()["jobs_done"] == 1
+
+
+def test_a_crash_mid_batch_loses_none_of_its_jobs(service: Service) -> None:
+    """Four compatible jobs are claimed as one batch that hangs inside inference; SIGKILL; all four finish."""
+    task_ids = [service.submit(text=f"BATCH job number {n}.", voice="zh_female", seed=n) for n in range(4)]
+    doomed = service.start_worker("batch-doomed", FAULT_MODE="hang", FAULT_MATCH="BATCH", BATCH_WAIT_MS="200")
+    for task_id in task_ids:
+        assert service.wait_status(task_id, {"running"})["status"] == "running"
+    assert doomed.get("/healthz").json()["current_job"]["batch_size"] == 4
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait()
+    service.start_worker("batch-rescuer")
+    for task_id in task_ids:
+        body = service.wait_status(task_id, {"done", "failed"})
+        assert body["status"] == "done" and body["attempts"] == 2, service.logs()
