@@ -119,7 +119,7 @@ async def speech(
         return openai_error(400, str(exc.detail), "voice")
     native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
     params = build_params(native, settings.max_text_chars, settings.model_identity(), voice)
-    task_id = (await submit_job(queue, cache, signer, params)).task_id
+    task_id = (await submit_job(queue, cache, signer, params, single_flight=settings.single_flight)).task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id}
 

@@ -61,6 +61,7 @@ class Settings(BaseSettings):
 
     # --- result cache ------------------------------------------------------------------------
     cache_enabled: bool = Field(True, description="Serve repeated deterministic requests from the cache.")
+    single_flight: bool = Field(True, description="Identical deterministic requests in flight share one job.")
     cache_redis_url: str | None = Field(
         None, description="Redis for the L2 cache (LRU eviction is fine there); unset = the queue's Redis."
     )

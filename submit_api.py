@@ -65,7 +65,9 @@ def build_params(body: SubmitRequest, max_text_chars: int, model_identity: str, 
     return params.model_copy(update={"cache_key": cache_key(params, model_identity)})
 
 
-async def submit_job(queue: JobQueue, cache: ResultCache, signer: TaskIdSigner, params: TTSParams) -> SubmitResponse:
+async def submit_job(
+    queue: JobQueue, cache: ResultCache, signer: TaskIdSigner, params: TTSParams, *, single_flight: bool = True
+) -> SubmitResponse:
     """Answer from the cache, join an identical job in flight, or queue a new one."""
     if params.cache_key is not None:
         hit = await cache.get(params.cache_key)
@@ -80,7 +82,7 @@ async def submit_job(queue: JobQueue, cache: ResultCache, signer: TaskIdSigner, 
                 deterministic=True,
                 cached=True,
             )
-    result = await queue.enqueue(signer.new(), params)
+    result = await queue.enqueue(signer.new(), params, single_flight=single_flight)
     position = result.position
     return SubmitResponse(
         task_id=result.job.id,
@@ -120,7 +122,7 @@ async def submit(
     """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers."""
     voice = await resolve_voice(voices, body.voice)
     params = build_params(body, settings.max_text_chars, settings.model_identity(), voice)
-    answer = await submit_job(queue, cache, signer, params)
+    answer = await submit_job(queue, cache, signer, params, single_flight=settings.single_flight)
     if answer.cached:
         response.status_code = status.HTTP_200_OK
     return answer.model_copy(update={"notice": model_notice(settings)})

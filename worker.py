@@ -11,8 +11,13 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from settings import Settings, get_settings
+
+if TYPE_CHECKING:  # torch loads only after PYTORCH_CUDA_ALLOC_CONF is set (see _configure_process)
+    from ttsq.engine import Engine
 
 
 def _configure_process(settings: Settings) -> None:
@@ -25,22 +30,31 @@ def _configure_process(settings: Settings) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-async def _main(settings: Settings) -> bool:
-    from ttsq.cache import ResultCache
-    from ttsq.engine import ChatTTSEngine, Engine
+def chattts_engine(settings: Settings) -> Engine:
+    """The production engine: real ChatTTS, wrapped for fault injection only when a test asks."""
+    from ttsq.engine import ChatTTSEngine
     from ttsq.faults import FaultInjectingEngine
-    from ttsq.queue import JobQueue, check_eviction_policy
-    from ttsq.redis_conn import create_redis
     from ttsq.tiny_checkpoint import build_tiny_checkpoint
-    from ttsq.worker import Worker, WorkerConfig
 
-    log = logging.getLogger("ttsq.worker")
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine: Engine = ChatTTSEngine(settings.engine_config())
     if settings.fault_mode != "none":
-        log.warning("FAULT INJECTION is on: mode=%s match=%r", settings.fault_mode, settings.fault_match)
+        logging.getLogger("ttsq.worker").warning(
+            "FAULT INJECTION is on: mode=%s match=%r", settings.fault_mode, settings.fault_match
+        )
         engine = FaultInjectingEngine(engine, settings.fault_config())
+    return engine
+
+
+async def _main(settings: Settings, make_engine: Callable[[Settings], Engine]) -> bool:
+    from ttsq.cache import ResultCache
+    from ttsq.queue import JobQueue, check_eviction_policy
+    from ttsq.redis_conn import create_redis
+    from ttsq.worker import Worker, WorkerConfig
+
+    log = logging.getLogger("ttsq.worker")
+    engine = make_engine(settings)
 
     redis = create_redis(settings.redis_config())
     try:
@@ -83,7 +97,8 @@ async def _main(settings: Settings) -> bool:
             await cache_redis.aclose()
 
 
-def main() -> None:
+def main(make_engine: Callable[[Settings], Engine] = chattts_engine) -> None:
+    """Run a worker. Benchmarks pass another ``make_engine`` (a labelled fixed-cost stand-in)."""
     settings = get_settings()
     _configure_process(settings)
     import uvloop
@@ -91,7 +106,7 @@ def main() -> None:
     from ttsq.engine import ModelLoadError
 
     try:
-        clean = uvloop.run(_main(settings))
+        clean = uvloop.run(_main(settings, make_engine))
     except ModelLoadError as exc:
         logging.getLogger("ttsq.worker").error("cannot load the model: %s", exc)
         logging.shutdown()

@@ -282,7 +282,9 @@ class JobQueue:
 
     # ---- producer side -------------------------------------------------------------------
 
-    async def enqueue(self, job_id: str, params: TTSParams, now: float | None = None) -> EnqueueResult:
+    async def enqueue(
+        self, job_id: str, params: TTSParams, now: float | None = None, *, single_flight: bool = True
+    ) -> EnqueueResult:
         """Record and queue a job; calling it again with the same id changes nothing.
 
         Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
@@ -296,7 +298,7 @@ class JobQueue:
             created_at=time.time() if now is None else now,
         )
         keys = [self.keys.job(job_id), self.keys.queue]
-        if params.cache_key is not None:
+        if single_flight and params.cache_key is not None:
             keys.append(self.keys.inflight(params.cache_key))
         stale = ""
         for _ in range(3):

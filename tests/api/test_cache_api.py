@@ -145,3 +145,9 @@ async def test_cache_counters_per_level(redis: Redis, make_settings: Any) -> Non
         stats = cast(ResultCache, app.state.cache).stats.as_dict()
         assert stats["l1"] == {"hits": 1, "misses": 1}
         assert stats["l2"]["misses"] == 1 and stats["l3"]["misses"] == 1
+
+
+async def test_single_flight_can_be_turned_off(redis: Redis, make_settings: Any) -> None:
+    async with api_client(make_settings(single_flight=False, cache_enabled=False)) as (client, _):
+        bodies = [(await client.post("/v1/tts/submit", json=REQUEST)).json() for _ in range(3)]
+        assert len({b["task_id"] for b in bodies}) == 3 and not any(b["joined"] for b in bodies)
