@@ -154,7 +154,7 @@ async def healthz() -> HealthBody:
 )
 async def readyz(queue: QueueDep, settings: SettingsDep) -> HealthBody:
     """Readiness depends on Redis only: with zero workers the API still accepts and queues jobs."""
-    await queue.redis.ping()
+    await queue.ping()
     return HealthBody(
         status="ready",
         redis="ok",

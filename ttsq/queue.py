@@ -363,6 +363,10 @@ class JobQueue:
             return None
         return int(length) - 1 - int(index)
 
+    async def ping(self) -> None:
+        """Raise when Redis is unreachable (readiness)."""
+        await self.redis.ping()
+
     async def depth(self) -> int:
         return int(await self.redis.llen(self.keys.queue))
 
