@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint clean
+.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint loadtest clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -39,6 +39,10 @@ pytest: install chromium
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
 chromium:
 	scripts/install_chromium.sh
+
+## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
+loadtest: install
+	HOST="$${HOST:-http://127.0.0.1:$(PORT)}" loadtest/run.sh
 
 tiny-checkpoint: install
 	$(PY) scripts/make_tiny_checkpoint.py var/tiny-checkpoint

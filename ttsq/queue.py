@@ -549,8 +549,8 @@ class JobQueue:
             pipe.expire(key, self.config.result_ttl_s)
             await pipe.execute()
 
-    async def read_stream(self, job_id: str, after: str, block_ms: int) -> list[tuple[str, dict[str, bytes]]]:
-        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` for new ones."""
+    async def read_stream(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
+        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
         reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
         if not reply:
             return []

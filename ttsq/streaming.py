@@ -50,9 +50,12 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
     index (an attempt is deterministic: the job carries its seed), so the listener never hears
     a sentence twice.
     """
-    after, next_index, streamed = "0", 0, False
+    after, next_index, streamed, wait = "0", 0, False, False
     while True:
-        entries = await queue.read_stream(job_id, after, block_ms)
+        # The first read never blocks: a job that is already done (a cache hit) has no stream
+        # to wait for, and its stored result is sent at once.
+        entries = await queue.read_stream(job_id, after, block_ms if wait else None)
+        wait = True
         for entry_id, fields in entries:
             after = entry_id
             if "end" in fields:
