@@ -400,9 +400,13 @@ class ChatTTSEngine:
         return wavs
 
     def release_memory(self) -> None:
-        """Return cached accelerator memory after a failure (an OOM leaves large blocks cached)."""
-        gc.collect()
+        """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).
+
+        A no-op on CPU: there is no device cache to return, and a full ``gc.collect()`` costs a
+        quarter of a second per call with ChatTTS loaded (measured) for nothing.
+        """
         if self._device.startswith("cuda"):
             import torch
 
+            gc.collect()
             torch.cuda.empty_cache()

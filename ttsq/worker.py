@@ -220,7 +220,7 @@ class Worker:
             outcomes = await loop.run_in_executor(self._executor, self._synthesise, [job.params for job in jobs], publish)
         except Exception as exc:  # noqa: BLE001 - one bad batch never stops the loop
             await self._close_publishers(queues, publishers)
-            self.engine.release_memory()
+            await loop.run_in_executor(self._executor, self.engine.release_memory)
             if len(jobs) == 1:
                 await self._record_failure(jobs[0], exc)
             elif _is_out_of_memory(exc):
@@ -234,7 +234,7 @@ class Worker:
                     await self._synthesise_group([job], started, leased)
             return
         await self._close_publishers(queues, publishers)
-        self.engine.release_memory()
+        await loop.run_in_executor(self._executor, self.engine.release_memory)
         self.record.batches += 1
         self.record.largest_batch = max(self.record.largest_batch, len(jobs))
         for job, outcome in zip(jobs, outcomes, strict=True):
