@@ -1,10 +1,16 @@
-"""The ``ttsq-model.json`` checkpoint manifest, and a generator for a tiny random-weight checkpoint.
+"""The ``ttsq-model.json`` checkpoint manifest, and a generator for random-weight checkpoints.
 
 The real ChatTTS weights (about 1.1 GB, from the model hub) cannot be fetched on development or
 CI machines, yet the service must be tested against the genuine ``ChatTTS.Chat`` code path:
-tokenizer, GPT sampling, DVAE decoder and Vocos vocoder. :func:`build_tiny_checkpoint` writes a
-checkpoint with the real file layout and module structure but tiny dimensions (a few MB, built in
-seconds, offline) that ``Chat.load(source="custom", ...)`` loads and runs. It speaks noise.
+tokenizer, GPT sampling, DVAE decoder and Vocos vocoder. :func:`build_random_checkpoint` writes a
+checkpoint with the real file layout and module structure that ``Chat.load(source="custom", ...)``
+loads and runs, in one of two sizes. Both speak noise:
+
+* ``"tiny"`` (:func:`build_tiny_checkpoint`): tiny dimensions, about 3 MB, built in seconds; what
+  the tests and ``MODEL=tiny`` use.
+* ``"full"``: ChatTTS's real dimensions (a 20-layer, 768-wide GPT of about 189M parameters, the
+  real DVAE, decoder, Vocos and a 21,178-token text vocabulary), about 1.1 GB. It costs what the
+  real model costs on a CPU, so benchmarks can measure latency without the licensed weights.
 
 ``Chat.load`` builds every module from ``chat.config`` before a strict ``load_state_dict``, and
 checks every file against a sha256 map, so a non-standard checkpoint directory carries a manifest
@@ -23,21 +29,28 @@ import string
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ttsq.normalize import CHATTTS_CONTROL_TOKENS
 
 __all__ = [
     "ASSET_FILES",
+    "CHECKPOINT_SIZES",
     "MANIFEST_NAME",
+    "CheckpointSize",
     "ManifestError",
     "apply_config_overrides",
+    "build_random_checkpoint",
     "build_tiny_checkpoint",
     "compute_sha256_map",
+    "config_overrides",
+    "gpt_llama_config",
     "missing_asset_files",
     "read_manifest",
     "sha256_key",
+    "text_vocab_size",
 ]
 
 MANIFEST_NAME = "ttsq-model.json"
@@ -58,23 +71,102 @@ ASSET_FILES: tuple[str, ...] = (
 _BUILDER_VERSION = 1
 """Bumped whenever the generated files change, so cached checkpoints from older code are rebuilt."""
 
-_GPT_HIDDEN = 64
-_TINY_GPT_LLAMA_CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaModel"],
-    "model_type": "llama",
-    "hidden_size": _GPT_HIDDEN,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-06,
-    "vocab_size": 8,
-    "torch_dtype": "float32",
-    "use_cache": False,
+CheckpointSize = Literal["tiny", "full"]
+CHECKPOINT_SIZES: tuple[CheckpointSize, ...] = ("tiny", "full")
+
+
+@dataclass(frozen=True)
+class _SizeSpec:
+    """Everything that differs between the generated checkpoint sizes."""
+
+    name: str
+    """The manifest's ``name``: what logs, ``/readyz`` and responses report."""
+    hidden: int
+    """GPT hidden size; the decoder's in/out dim is half of it, the speaker statistic twice it."""
+    llama: Mapping[str, Any]
+    """The ``asset/gpt/config.json`` that ``LlamaModel.from_pretrained`` reads."""
+    modules: Mapping[str, Any]
+    """Config overrides for the decoder, DVAE and Vocos (the GPT and embed ones follow ``llama``)."""
+    text_vocab_base: int | None
+    """Pad the tokenizer's WordPiece vocabulary to this many entries before the 50 control tokens
+    are added (``None``: no padding), so the text embedding and head get ChatTTS's real shape."""
+
+
+def _llama(hidden: int, intermediate: int, heads: int, layers: int) -> dict[str, Any]:
+    """A LLaMA config for the GPT. Its vocabulary is a stub on purpose: ChatTTS embeds text and
+    audio through ``Embed`` and deletes ``embed_tokens`` right after loading, so a real-sized
+    table would only add bytes to read (24.6M parameters at ``LlamaConfig``'s default 32,000) and never any compute."""
+    return {
+        "architectures": ["LlamaModel"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": layers,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": 8,
+        "torch_dtype": "float32",
+        "use_cache": False,
+    }
+
+
+_SIZES: dict[str, _SizeSpec] = {
+    "tiny": _SizeSpec(
+        name="tiny-random",
+        hidden=64,
+        llama=_llama(hidden=64, intermediate=128, heads=2, layers=2),
+        modules={
+            "decoder": {"idim": 32, "odim": 32, "hidden": 32, "n_layer": 1, "bn_dim": 16},
+            "dvae": {
+                "encoder": {"idim": 32, "odim": 64, "hidden": 32, "n_layer": 1, "bn_dim": 16},
+                "decoder": {"idim": 32, "odim": 32, "hidden": 32, "n_layer": 1, "bn_dim": 16},
+                "vq": {"dim": 64},
+            },
+            "vocos": {
+                "backbone": {"init_args": {"dim": 32, "intermediate_dim": 64, "num_layers": 1}},
+                "head": {"init_args": {"dim": 32}},
+            },
+        },
+        text_vocab_base=None,
+    ),
+    # ChatTTS 0.2.5's own defaults (``ChatTTS.config.Config``), which describe the released
+    # weights. They are written out in full rather than left to the defaults so that the manifest
+    # says what the checkpoint is, and stays right if a later ChatTTS changes its defaults.
+    "full": _SizeSpec(
+        name="full-random",
+        hidden=768,
+        llama=_llama(hidden=768, intermediate=3072, heads=12, layers=20),
+        modules={
+            "decoder": {"idim": 384, "odim": 384, "hidden": 512, "n_layer": 12, "bn_dim": 128},
+            "dvae": {
+                "encoder": {"idim": 512, "odim": 1024, "hidden": 256, "n_layer": 12, "bn_dim": 128},
+                "decoder": {"idim": 512, "odim": 512, "hidden": 256, "n_layer": 12, "bn_dim": 128},
+                "vq": {"dim": 1024},
+            },
+            "vocos": {
+                "backbone": {"init_args": {"dim": 512, "intermediate_dim": 1536, "num_layers": 8}},
+                "head": {"init_args": {"dim": 512}},
+            },
+        },
+        # bert-base-chinese's 21,128 WordPiece entries + 50 control tokens = ChatTTS's 21,178.
+        text_vocab_base=21128,
+    ),
 }
-"""The ``asset/gpt/config.json`` that ``LlamaModel.from_pretrained`` reads. ChatTTS deletes the
-LLaMA token embedding after loading (it embeds through ``Embed``), so its vocabulary is a stub."""
+
+
+def gpt_llama_config(size: CheckpointSize = "tiny") -> dict[str, Any]:
+    """The ``asset/gpt/config.json`` contents for a checkpoint size (no files touched)."""
+    return copy.deepcopy(dict(_spec(size).llama))
+
+
+def _spec(size: str) -> _SizeSpec:
+    try:
+        return _SIZES[size]
+    except KeyError:
+        raise ValueError(f"unknown checkpoint size {size!r} (known: {', '.join(CHECKPOINT_SIZES)})") from None
+
 
 _COMMON_CJK = (
     "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生自会那后能对着事其里所去"
@@ -168,47 +260,53 @@ def _apply_in_place(node: Any, overrides: Mapping[str, Any], where: str) -> None
             setattr(node, key, value)
 
 
-def _tiny_config_overrides(num_text_tokens: int, spk_stat: str) -> dict[str, Any]:
-    """Config fields that differ from ChatTTS's defaults for the tiny shapes.
+def config_overrides(size: CheckpointSize, spk_stat: str) -> dict[str, Any]:
+    """The manifest's ``config_overrides`` for a checkpoint size (no files touched).
 
     Constraints (from ChatTTS's module code): decoder in/out dim = GPT hidden / 2; DVAE vq dim =
     2 x DVAE decoder idim = encoder odim; groups x residual levels of the quantizer = num_vq (4)
     and the product of its levels = num_audio_tokens - 1 (625), both left at their defaults;
     100 mel channels, n_fft and hop length stay fixed so one audio token is still 21.3 ms.
+    ``gpt.num_text_tokens`` must equal the tokenizer's length (:func:`text_vocab_size`).
+    ``spk_stat`` is the speaker statistic, ``2 x hidden`` float16 values, base16384-encoded.
     """
-    return {
-        "gpt": {
-            "hidden_size": _GPT_HIDDEN,
-            "intermediate_size": _TINY_GPT_LLAMA_CONFIG["intermediate_size"],
-            "num_attention_heads": _TINY_GPT_LLAMA_CONFIG["num_attention_heads"],
-            "num_hidden_layers": _TINY_GPT_LLAMA_CONFIG["num_hidden_layers"],
-            "num_text_tokens": num_text_tokens,
-        },
-        "embed": {"hidden_size": _GPT_HIDDEN, "num_text_tokens": num_text_tokens},
-        "decoder": {"idim": _GPT_HIDDEN // 2, "odim": _GPT_HIDDEN // 2, "hidden": 32, "n_layer": 1, "bn_dim": 16},
-        "dvae": {
-            "encoder": {"idim": 32, "odim": 64, "hidden": 32, "n_layer": 1, "bn_dim": 16},
-            "decoder": {"idim": 32, "odim": 32, "hidden": 32, "n_layer": 1, "bn_dim": 16},
-            "vq": {"dim": 64},
-        },
-        "vocos": {
-            "backbone": {"init_args": {"dim": 32, "intermediate_dim": 64, "num_layers": 1}},
-            "head": {"init_args": {"dim": 32}},
-        },
-        "spk_stat": spk_stat,
+    spec = _spec(size)
+    num_text_tokens = text_vocab_size(size)
+    overrides = copy.deepcopy(dict(spec.modules))
+    overrides["gpt"] = {
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.llama["intermediate_size"],
+        "num_attention_heads": spec.llama["num_attention_heads"],
+        "num_hidden_layers": spec.llama["num_hidden_layers"],
+        "num_text_tokens": num_text_tokens,
     }
+    overrides["embed"] = {"hidden_size": spec.hidden, "num_text_tokens": num_text_tokens}
+    overrides["spk_stat"] = spk_stat
+    return overrides
 
 
-def _tokenizer_vocab() -> list[str]:
+def _tokenizer_vocab(size: CheckpointSize) -> list[str]:
+    """WordPiece entries: enough ASCII and frequent CJK for test text to become real tokens,
+    padded with ``[unusedN]`` entries for the full size so the text tables get the real shape."""
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     singles = list(string.ascii_lowercase + string.digits + string.punctuation)
     continuations = [f"##{c}" for c in string.ascii_lowercase + string.digits]
     words = ["the", "and", "you", "have", "hello", "world", "warm", "up", "is", "a", "to", "of", "in", "it"]
     cjk = list(_COMMON_CJK + _CJK_PUNCTUATION)
-    return list(dict.fromkeys(specials + singles + continuations + words + cjk))
+    vocab = list(dict.fromkeys(specials + singles + continuations + words + cjk))
+    base = _spec(size).text_vocab_base
+    if base is not None:
+        vocab += [f"[unused{index}]" for index in range(base - len(vocab))]
+    return vocab
 
 
-def _write_tokenizer(target: Path) -> int:
+def text_vocab_size(size: CheckpointSize) -> int:
+    """The generated tokenizer's length (WordPiece entries + ChatTTS's control tokens), without building it."""
+    vocab = set(_tokenizer_vocab(size))
+    return len(vocab) + len({token for token in CHATTTS_CONTROL_TOKENS if token not in vocab})
+
+
+def _write_tokenizer(target: Path, size: CheckpointSize) -> int:
     """Write a WordPiece ``BertTokenizerFast`` with ChatTTS's control tokens; return its length.
 
     The control tokens are added un-normalized, in ChatTTS's order, because ChatTTS looks up
@@ -218,7 +316,7 @@ def _write_tokenizer(target: Path) -> int:
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import BertTokenizerFast
 
-    vocab = {token: index for index, token in enumerate(_tokenizer_vocab())}
+    vocab = {token: index for index, token in enumerate(_tokenizer_vocab(size))}
     backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -241,23 +339,29 @@ def _write_tokenizer(target: Path) -> int:
     return len(tokenizer)
 
 
-def _random_spk_stat(generator: Any) -> str:
-    """Speaker statistics: ``2 x hidden`` float16 values (std, then mean), base16384-encoded."""
+def _random_spk_stat(generator: Any, hidden: int) -> str:
+    """Speaker statistics: ``2 x hidden`` float16 values (std, then mean), base16384-encoded.
+
+    Random for every size, the full one included: ChatTTS's default ``spk_stat`` comes from the
+    trained model, and a random-weight checkpoint carries nothing of it.
+    """
     import numpy as np
     import pybase16384 as b14
     import torch
 
-    std = torch.rand(_GPT_HIDDEN, generator=generator) * 0.5 + 0.5
-    mean = torch.randn(_GPT_HIDDEN, generator=generator) * 0.1
+    std = torch.rand(hidden, generator=generator) * 0.5 + 0.5
+    mean = torch.randn(hidden, generator=generator) * 0.1
     stat = torch.cat([std, mean]).to(torch.float16).numpy().astype(np.float16)
     encoded: str = b14.encode_to_string(stat.tobytes())
     return encoded
 
 
 def _save_state(module: Any, path: Path) -> None:
+    """Write a module's state without copying it: safetensors writes straight from the tensors'
+    memory, so the full-size GPT (755 MB) is held once, not two or three times."""
     from safetensors.torch import save_file
 
-    state = {name: tensor.detach().contiguous().clone() for name, tensor in module.state_dict().items()}
+    state = {name: tensor.detach().contiguous() for name, tensor in module.state_dict().items()}
     save_file(state, str(path), metadata={"format": "pt"})
 
 
@@ -271,8 +375,13 @@ def _seeded_torch(seed: int) -> Iterator[None]:
         yield
 
 
-def _write_weights(asset: Path, seed: int, overrides: Mapping[str, Any]) -> None:
-    """Instantiate every module exactly as ``Chat._load`` does, from the overridden config, and save it."""
+def _write_weights(asset: Path, seed: int, overrides: Mapping[str, Any], llama: Mapping[str, Any]) -> None:
+    """Instantiate every module exactly as ``Chat._load`` does, from the overridden config, and save it.
+
+    One module at a time, each dropped once written, so the build's peak memory is the largest
+    module (the GPT) rather than the whole model. The order fixes which random numbers each
+    module draws, so it never changes.
+    """
     import torch
     from ChatTTS.config import Config
     from ChatTTS.model import DVAE, Embed
@@ -282,61 +391,75 @@ def _write_weights(asset: Path, seed: int, overrides: Mapping[str, Any]) -> None
 
     config = apply_config_overrides(Config(), overrides)
     asdict = dataclasses.asdict
-    with _seeded_torch(seed), torch.no_grad():
-        vocos = Vocos(
+
+    def vocos() -> Any:
+        return Vocos(
             feature_extractor=instantiate_class(args=(), init=asdict(config.vocos.feature_extractor)),
             backbone=instantiate_class(args=(), init=asdict(config.vocos.backbone)),
             head=instantiate_class(args=(), init=asdict(config.vocos.head)),
         )
-        _save_state(vocos, asset / "Vocos.safetensors")
-        dvae = DVAE(
+
+    def dvae() -> Any:
+        return DVAE(
             decoder_config=asdict(config.dvae.decoder),
             encoder_config=asdict(config.dvae.encoder),
             vq_config=asdict(config.dvae.vq),
             dim=config.dvae.decoder.idim,
         )
-        _save_state(dvae, asset / "DVAE.safetensors")
-        decoder = DVAE(decoder_config=asdict(config.decoder), dim=config.decoder.idim)
-        _save_state(decoder, asset / "Decoder.safetensors")
-        embed = Embed(
-            config.embed.hidden_size,
-            config.embed.num_audio_tokens,
-            config.embed.num_text_tokens,
-            config.embed.num_vq,
-        )
-        _save_state(embed, asset / "Embed.safetensors")
+
+    def decoder() -> Any:
+        return DVAE(decoder_config=asdict(config.decoder), dim=config.decoder.idim)
+
+    def embed() -> Any:
+        return Embed(config.embed.hidden_size, config.embed.num_audio_tokens, config.embed.num_text_tokens, config.embed.num_vq)
+
+    with _seeded_torch(seed), torch.no_grad():
+        for name, make in (("Vocos", vocos), ("DVAE", dvae), ("Decoder", decoder), ("Embed", embed)):
+            _save_state(make(), asset / f"{name}.safetensors")
         gpt_dir = asset / "gpt"
         gpt_dir.mkdir()
-        (gpt_dir / "config.json").write_text(json.dumps(_TINY_GPT_LLAMA_CONFIG, indent=2, sort_keys=True) + "\n")
-        _save_state(LlamaModel(LlamaConfig(**_TINY_GPT_LLAMA_CONFIG)), gpt_dir / "model.safetensors")
+        (gpt_dir / "config.json").write_text(json.dumps(dict(llama), indent=2, sort_keys=True) + "\n")
+        _save_state(LlamaModel(LlamaConfig(**llama)), gpt_dir / "model.safetensors")
 
 
-def _is_complete(checkpoint_dir: Path, seed: int) -> bool:
-    """Whether ``checkpoint_dir`` already holds this builder's checkpoint for ``seed``, intact."""
+def _builder_record(size: CheckpointSize, seed: int) -> dict[str, Any]:
+    """The manifest's ``builder`` entry. The tiny one predates sizes and is kept as it was, so
+    tiny checkpoints built by earlier code are still recognised and reused."""
+    record: dict[str, Any] = {"version": _BUILDER_VERSION, "seed": seed}
+    if size != "tiny":
+        record["size"] = size
+    return record
+
+
+def _is_complete(checkpoint_dir: Path, size: CheckpointSize, seed: int) -> bool:
+    """Whether ``checkpoint_dir`` already holds this builder's checkpoint for ``size`` and ``seed``, intact."""
     try:
         manifest = read_manifest(checkpoint_dir)
     except ManifestError:
         return False
-    if manifest is None or manifest.get("builder") != {"version": _BUILDER_VERSION, "seed": seed}:
+    if manifest is None or manifest.get("builder") != _builder_record(size, seed):
         return False
     if missing_asset_files(checkpoint_dir):
         return False
     return bool(manifest.get("sha256_map") == compute_sha256_map(checkpoint_dir))
 
 
-def _build_into(staging: Path, seed: int) -> None:
+def _build_into(staging: Path, size: CheckpointSize, seed: int) -> None:
     import torch
 
+    spec = _spec(size)
     asset = staging / "asset"
     (asset / "tokenizer").mkdir(parents=True)
-    num_text_tokens = _write_tokenizer(asset / "tokenizer")
+    num_text_tokens = _write_tokenizer(asset / "tokenizer", size)
+    if num_text_tokens != text_vocab_size(size):
+        raise RuntimeError(f"the generated tokenizer has {num_text_tokens} tokens, expected {text_vocab_size(size)}")
     generator = torch.Generator().manual_seed(seed)
-    overrides = _tiny_config_overrides(num_text_tokens, _random_spk_stat(generator))
-    _write_weights(asset, seed, overrides)
+    overrides = config_overrides(size, _random_spk_stat(generator, spec.hidden))
+    _write_weights(asset, seed, overrides, spec.llama)
     manifest = {
-        "name": "tiny-random",
+        "name": spec.name,
         "speaks_noise": True,
-        "builder": {"version": _BUILDER_VERSION, "seed": seed},
+        "builder": _builder_record(size, seed),
         "config_overrides": overrides,
         "sha256_map": compute_sha256_map(staging),
     }
@@ -351,34 +474,40 @@ def _make_world_readable(root: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
-    """Generate (or reuse) a tiny random-weight ChatTTS checkpoint in ``out_dir``; return ``out_dir``.
+def build_random_checkpoint(out_dir: Path, size: CheckpointSize = "tiny", seed: int = 0) -> Path:
+    """Generate (or reuse) a random-weight ChatTTS checkpoint of ``size`` in ``out_dir``; return ``out_dir``.
 
-    Deterministic for a given seed and library versions. An intact checkpoint for the same seed is
-    reused after hashing its files (milliseconds). A new one is built in a sibling temporary
-    directory and renamed into place, so concurrent builders (parallel test processes, several
-    workers) never see a half-written checkpoint: the first rename wins and the others discard
-    their copy.
+    Deterministic for a given size, seed and library versions. An intact checkpoint for the same
+    size and seed is reused after hashing its files (milliseconds for tiny, a few seconds for
+    full). A new one is built in a sibling temporary directory and renamed into place, so
+    concurrent builders (parallel test processes, several workers) never see a half-written
+    checkpoint: the first rename wins and the others discard their copy.
     """
+    _spec(size)
     out_dir = Path(out_dir)
-    if _is_complete(out_dir, seed):
+    if _is_complete(out_dir, size, seed):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
     try:
-        _build_into(staging, seed)
+        _build_into(staging, size, seed)
         for _attempt in range(3):
             try:
                 os.rename(staging, out_dir)
                 return out_dir
             except OSError:
-                if _is_complete(out_dir, seed):
+                if _is_complete(out_dir, size, seed):
                     return out_dir
                 _move_aside(out_dir)
-        raise RuntimeError(f"could not move the tiny checkpoint into {out_dir}")
+        raise RuntimeError(f"could not move the {size} checkpoint into {out_dir}")
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+    """The tiny random-weight checkpoint (a few MB, seconds): ``build_random_checkpoint(out_dir, "tiny", seed)``."""
+    return build_random_checkpoint(out_dir, "tiny", seed)
 
 
 def _move_aside(stale: Path) -> None:
