@@ -88,7 +88,7 @@ async def submit_job(
         task_id=result.job.id,
         status=result.job.status,
         queue_position=position,
-        estimate_s=await queue.estimate_wait_s(position or 0),
+        estimate_s=result.estimate_s,
         seed=params.seed,
         deterministic=params.deterministic,
         joined=result.joined,

@@ -66,6 +66,7 @@ class EnqueueResult:
     job: Job
     created: bool
     position: int | None
+    estimate_s: float
     joined: bool = False
 
 
@@ -77,13 +78,15 @@ class Claim:
     runnable: bool
 
 
-# KEYS: job, queue [, inflight]   ARGV: job_json, job_id, max_depth, stale_inflight_id
+# KEYS: job, queue, stats, workers [, inflight]
+# ARGV: job_json, job_id, max_depth, stale_inflight_id, live_since
 # With an inflight key (single-flight), an identical job already in flight is joined instead:
 # the reply is {2, its id}. ``stale_inflight_id`` names an id the caller found finished, which
-# may be replaced.
+# may be replaced. A new job's reply carries what the wait estimate needs, so a submit costs one
+# round trip: {1, depth, jobs done, busy seconds, live workers}.
 _ENQUEUE = """
-if #KEYS == 3 then
-  local current = redis.call('GET', KEYS[3])
+if #KEYS == 5 then
+  local current = redis.call('GET', KEYS[5])
   if current and current ~= ARGV[4] then
     return {2, current}
   end
@@ -97,10 +100,11 @@ if depth >= tonumber(ARGV[3]) then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('LPUSH', KEYS[2], ARGV[2])
-if #KEYS == 3 then
-  redis.call('SET', KEYS[3], ARGV[2])
+if #KEYS == 5 then
+  redis.call('SET', KEYS[5], ARGV[2])
 end
-return {1, depth}
+local stats = redis.call('HMGET', KEYS[3], 'jobs', 'busy_s')
+return {1, depth, stats[1], stats[2], redis.call('ZCOUNT', KEYS[4], ARGV[5], '+inf')}
 """
 
 # KEYS: inflight   ARGV: job_id — forget a finished job's single-flight marker, if still its own
@@ -260,6 +264,10 @@ return #ids
 """
 
 
+def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
+    return round((position + 1) * average_job_s / max(1, live_workers), 1)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -297,29 +305,37 @@ class JobQueue:
             max_attempts=self.config.max_attempts,
             created_at=time.time() if now is None else now,
         )
-        keys = [self.keys.job(job_id), self.keys.queue]
+        keys = [self.keys.job(job_id), self.keys.queue, self.keys.stats, self.keys.workers]
         if single_flight and params.cache_key is not None:
             keys.append(self.keys.inflight(params.cache_key))
         stale = ""
+        live_since = time.time() - self.config.heartbeat_ttl_s
         for _ in range(3):
-            created, detail = await self._enqueue(
-                keys=keys, args=[job.model_dump_json(), job_id, self.config.max_queue_depth, stale]
+            reply = await self._enqueue(
+                keys=keys, args=[job.model_dump_json(), job_id, self.config.max_queue_depth, stale, live_since]
             )
+            created, detail = reply[0], reply[1]
             if created != 2:
                 break
             other = await self.get(_text(detail))
             if other is not None and not other.status.is_final:
-                return EnqueueResult(job=other, created=False, position=await self.position(other.id), joined=True)
+                position = await self.position(other.id)
+                estimate = await self.estimate_wait_s(position or 0)
+                return EnqueueResult(job=other, created=False, position=position, estimate_s=estimate, joined=True)
             stale = _text(detail)
         else:
             raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
         if created == -1:
             raise QueueFullError(int(detail))
+        depth = int(detail)
         if created == 0:
             existing = await self.get(job_id)
             if existing is not None:
                 job = existing
-        return EnqueueResult(job=job, created=created == 1, position=int(detail))
+            return EnqueueResult(job=job, created=False, position=depth, estimate_s=await self.estimate_wait_s(depth))
+        jobs_done, busy_s, workers = reply[2], reply[3], int(reply[4])
+        average = float(busy_s) / int(jobs_done) if jobs_done and int(jobs_done) else self.config.default_job_s
+        return EnqueueResult(job=job, created=True, position=depth, estimate_s=_estimate(depth, average, workers))
 
     async def record_done(self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float) -> Job:
         """Record a task that is finished on arrival (a cache hit): status and result at once."""
@@ -382,9 +398,7 @@ class JobQueue:
 
     async def estimate_wait_s(self, position: int) -> float:
         """Rough seconds until a job at ``position`` is done: the average job time spread over live workers."""
-        average = await self.average_job_s()
-        workers = max(1, await self.live_worker_count())
-        return round((position + 1) * average / workers, 1)
+        return _estimate(position, await self.average_job_s(), await self.live_worker_count())
 
     async def dead_letters(self, limit: int = 100) -> list[Job]:
         raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
