@@ -421,25 +421,42 @@ class JobQueue:
             return None
         return await self._start_claimed(_text(raw_id), worker_id)
 
-    async def claim_nowait(self, worker_id: str) -> Claim | None:
-        """Claim without blocking (used to fill a batch after the first blocking claim)."""
-        raw_id = await self.redis.lmove(self.keys.queue, self.keys.processing, "RIGHT", "LEFT")
-        if raw_id is None:
-            return None
-        return await self._start_claimed(_text(raw_id), worker_id)
+    async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
+        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count."""
+        if count <= 0:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _ in range(count):
+                pipe.lmove(self.keys.queue, self.keys.processing, "RIGHT", "LEFT")
+            job_ids = [_text(raw) for raw in await pipe.execute() if raw is not None]
+        if not job_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id), client=pipe)
+            replies = await pipe.execute()
+        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(job_ids, replies, strict=True)]
+        return [claim for claim in claims if claim is not None]
+
+    def _start_keys(self, job_id: str) -> list[str]:
+        return [self.keys.job(job_id), self.keys.lease(job_id), self.keys.processing, self.keys.dead]
+
+    def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
+        return [
+            job_id,
+            worker_id,
+            time.time(),
+            int(self.config.lease_s * 1000),
+            self.config.result_ttl_s,
+            self.config.dead_letter_max,
+        ]
 
     async def _start_claimed(self, job_id: str, worker_id: str) -> Claim | None:
-        reply = await self._start(
-            keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.processing, self.keys.dead],
-            args=[
-                job_id,
-                worker_id,
-                time.time(),
-                int(self.config.lease_s * 1000),
-                self.config.result_ttl_s,
-                self.config.dead_letter_max,
-            ],
-        )
+        reply = await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id))
+        return await self._claim_from(job_id, reply)
+
+    async def _claim_from(self, job_id: str, reply: Any) -> Claim | None:
+        """Turn the start script's reply into a claim; a job dead-lettered at claim frees its single-flight marker."""
         if not reply:
             return None
         kind, raw = _text(reply[0]), reply[1]

@@ -56,10 +56,12 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
         # to wait for, and its stored result is sent at once.
         entries = await queue.read_stream(job_id, after, block_ms if wait else None)
         wait = True
+        ended = False
         for entry_id, fields in entries:
             after = entry_id
             if "end" in fields:
-                return
+                ended = True
+                break
             streamed = True
             index = int(fields["index"])
             if index < next_index:
@@ -67,7 +69,9 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
             next_index = index + 1
             if fields["pcm"]:
                 yield fields["pcm"]
-        if entries:
+        if ended and streamed:
+            return
+        if entries and not ended:
             continue
         job = await queue.get(job_id)
         if job is None:

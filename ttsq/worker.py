@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from ttsq.queue import JobQueue
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_SPEAKER_CACHE_SIZE = 512
+"""Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
 Piece = tuple[int, int, bytes]
 """(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
 
@@ -69,7 +72,7 @@ class Worker:
         self._closing = asyncio.Event()
         self._stop_deadline: float | None = None
         self._abandoned = False
-        self._speakers: dict[int, str] = {}
+        self._speakers: OrderedDict[int, str] = OrderedDict()
         self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
 
     @property
@@ -149,14 +152,12 @@ class Worker:
         limit = self._limit.current()
         deadline = time.monotonic() + self.config.batch_wait_ms / 1000
         while len(jobs) < limit and not self._stop.is_set():
-            more = await self.queue.claim_nowait(self.config.worker_id)
-            if more is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                await asyncio.sleep(min(0.005, remaining))
-            elif more.runnable:
-                jobs.append(more.job)
+            more = await self.queue.claim_more(self.config.worker_id, limit - len(jobs))
+            jobs.extend(claim.job for claim in more if claim.runnable)
+            remaining = deadline - time.monotonic()
+            if len(jobs) >= limit or remaining <= 0:
+                break
+            await asyncio.sleep(min(0.005, remaining))
         return jobs
 
     async def _run_within_grace(self, jobs: list[Job]) -> None:
@@ -185,14 +186,11 @@ class Worker:
         started = time.time()
         self.record.current_job = CurrentJob(jobs[0].id, started, started + self.config.job_timeout_s, len(jobs))
         try:
-            pending = []
-            for job in jobs:
-                hit = await self._cached(job.params.cache_key)
-                if hit is None:
-                    pending.append(job)
-                else:
-                    await self._finish(job, hit, started, leased)
-            await self._synthesise_group(pending, started, leased)
+            hits = await asyncio.gather(*(self._cached(job.params.cache_key) for job in jobs))
+            await asyncio.gather(
+                *(self._finish(job, hit, started, leased) for job, hit in zip(jobs, hits, strict=True) if hit is not None)
+            )
+            await self._synthesise_group([job for job, hit in zip(jobs, hits, strict=True) if hit is None], started, leased)
         finally:
             self.record.current_job = None
 
@@ -211,7 +209,7 @@ class Worker:
             return
         loop = asyncio.get_running_loop()
         queues: list[asyncio.Queue[Piece | None]] = [asyncio.Queue() for _ in jobs]
-        publishers = [asyncio.create_task(self._publish(job.id, queue)) for job, queue in zip(jobs, queues, strict=True)]
+        publishers = [asyncio.create_task(self._publish(job, queue)) for job, queue in zip(jobs, queues, strict=True)]
 
         def publish(owner: int, piece: Piece | None) -> None:
             loop.call_soon_threadsafe(queues[owner].put_nowait, piece)
@@ -237,13 +235,18 @@ class Worker:
         await loop.run_in_executor(self._executor, self.engine.release_memory)
         self.record.batches += 1
         self.record.largest_batch = max(self.record.largest_batch, len(jobs))
-        for job, outcome in zip(jobs, outcomes, strict=True):
-            if isinstance(outcome, Exception):
-                await self._record_failure(job, outcome)
-                continue
-            if job.params.cache_key is not None and self.cache is not None:
-                await self.cache.put(job.params.cache_key, outcome)
-            await self._finish(job, outcome, started, leased, batch=len(jobs))
+        await asyncio.gather(
+            *(self._store(job, outcome, started, leased, len(jobs)) for job, outcome in zip(jobs, outcomes, strict=True))
+        )
+
+    async def _store(self, job: Job, outcome: CachedAudio | Exception, started: float, leased: set[str], batch: int) -> None:
+        """One job's outcome of a batch; the jobs of a batch are stored concurrently."""
+        if isinstance(outcome, Exception):
+            await self._record_failure(job, outcome)
+            return
+        if job.params.cache_key is not None and self.cache is not None:
+            await self.cache.put(job.params.cache_key, outcome)
+        await self._finish(job, outcome, started, leased, batch=batch)
 
     async def _finish(self, job: Job, result: CachedAudio, started: float, leased: set[str], batch: int = 1) -> None:
         busy = (time.time() - started) / batch
@@ -253,7 +256,8 @@ class Worker:
             )
         )
         leased.discard(job.id)
-        # After completion, so a reader that sees the end of the stream finds the job done.
+        # After completion, so a reader that sees the end of the stream finds the job done (and a
+        # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
         await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
         self.record.jobs_done += 1
         log.info(
@@ -289,15 +293,19 @@ class Worker:
         outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
-    async def _publish(self, job_id: str, pieces: asyncio.Queue[Piece | None]) -> None:
+    async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
         """Forward audio pieces from the inference thread to the job's Redis stream, in order.
 
         Streaming is best effort: a piece that cannot be published is logged and skipped; the
-        stored result, written at the end, is what a job owes its client.
+        stored result, written at the end, is what a job owes its client. A retried attempt
+        starts the stream afresh; a first attempt has nothing to clear.
         """
-        await self._best_effort(self.queue.reset_stream(job_id), "reset the audio stream")
+        fresh = job.attempts <= 1
         while (piece := await pieces.get()) is not None:
-            await self._best_effort(self.queue.publish_piece(job_id, *piece), "publish audio")
+            if not fresh:
+                await self._best_effort(self.queue.reset_stream(job.id), "reset the audio stream")
+                fresh = True
+            await self._best_effort(self.queue.publish_piece(job.id, *piece), "publish audio")
 
     @staticmethod
     async def _best_effort(write: Awaitable[None], what: str) -> None:
@@ -332,7 +340,8 @@ class Worker:
         for owner, chunk in self.engine.synthesize_batch(requests):
             piece = joiners[owner].add(chunk.samples)
             pieces[owner].append(piece)
-            publish(owner, (chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+            if chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
+                publish(owner, (chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
         outcomes: list[CachedAudio | Exception] = []
         for params, parts in zip(batch, pieces, strict=True):
             samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
@@ -351,9 +360,14 @@ class Worker:
         if params.speaker_seed is None:
             raise ValueError("job carries no speaker seed")
         seed = params.speaker_seed
-        if seed not in self._speakers:
-            self._speakers[seed] = self.engine.speaker_from_seed(seed)
-        return self._speakers[seed]
+        speaker = self._speakers.get(seed)
+        if speaker is None:
+            speaker = self._speakers[seed] = self.engine.speaker_from_seed(seed)
+            if len(self._speakers) > _SPEAKER_CACHE_SIZE:
+                self._speakers.popitem(last=False)
+        else:
+            self._speakers.move_to_end(seed)
+        return speaker
 
     # ---- upkeep ----------------------------------------------------------------------------
 
