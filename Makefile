@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint loadtest clean
+.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint loadtest bench bench-quick clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -39,6 +39,16 @@ pytest: install chromium
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
 chromium:
 	scripts/install_chromium.sh
+
+## Benchmark suite, side by side, reported as ratios (~20 min; results in bench/results/, see BENCHMARKS.md).
+bench: install
+	$(VENV)/bin/pip install -q -e '.[dev,bench]'
+	$(PY) -m bench.throughput
+
+## The same benchmarks as a short smoke run (a few minutes).
+bench-quick: install
+	$(VENV)/bin/pip install -q -e '.[dev,bench]'
+	$(PY) -m bench.throughput --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install

@@ -1,0 +1,84 @@
+"""Benchmark stand-in engines that return silence: the base class and the no-op engine.
+
+The queue-overhead benchmark needs an engine that costs nothing, so that what it measures is the
+queue and the worker loop (claim, lease, store, stream) and not inference. :class:`NoopEngine` —
+labelled "no-op engine (benchmark stand-in)" wherever it appears — returns a short silent array
+instantly. :class:`SilentEngine` is the plumbing it shares with the fixed-cost model of GPU time
+in :mod:`bench.fixed_cost_engine`. Neither is ChatTTS, and neither ever speaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsq import SAMPLE_RATE
+from ttsq.engine import ChunkAudio, ModelInfo, SynthesisRequest
+
+NOOP_LABEL = "no-op engine (benchmark stand-in)"
+
+
+class SilentEngine:
+    """Meets :class:`ttsq.engine.Engine` without a model: every request gets silence.
+
+    Subclasses decide how long the silence is (:meth:`audio_seconds`) and what a call costs
+    (:meth:`spend`). One :meth:`spend` per batch call, as one batched ChatTTS call is one GPU
+    launch sequence whatever its size.
+    """
+
+    label = "silent engine (benchmark stand-in)"
+
+    def __init__(self) -> None:
+        self._info: ModelInfo | None = None
+
+    def load(self) -> ModelInfo:
+        self._info = ModelInfo(name=self.label, source="directory", speaks_noise=True, device="none")
+        return self._info
+
+    def warm_up(self) -> None:
+        """Nothing to warm: there is no model."""
+
+    @property
+    def info(self) -> ModelInfo:
+        if self._info is None:
+            raise RuntimeError("the engine is not loaded; call load() first")
+        return self._info
+
+    def speaker_from_seed(self, seed: int) -> str:
+        return f"stand-in-speaker-{seed}"
+
+    def audio_seconds(self, req: SynthesisRequest) -> float:
+        """How much silence a request gets."""
+        return 0.01
+
+    def spend(self, batch_size: int) -> None:
+        """What one call costs; free here."""
+
+    def _silence(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
+        return np.zeros(max(1, round(self.audio_seconds(req) * SAMPLE_RATE)), dtype=np.float32)
+
+    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
+        self.spend(1)
+        return self._silence(req)
+
+    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
+        for _, chunk in self.synthesize_batch([req]):
+            yield chunk
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        if not reqs:
+            return
+        self.spend(len(reqs))
+        for owner, req in enumerate(reqs):
+            yield owner, ChunkAudio(index=0, total=1, samples=self._silence(req))
+
+    def release_memory(self) -> None:
+        """Nothing is held."""
+
+
+class NoopEngine(SilentEngine):
+    """The no-op engine (benchmark stand-in): 10 ms of silence per request, at no cost."""
+
+    label = NOOP_LABEL
