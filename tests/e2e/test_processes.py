@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -158,3 +159,22 @@ def test_two_workers_share_the_queue_and_never_run_a_job_twice(service: Service)
     done = [worker.get("/healthz").json()["jobs_done"] for worker in workers]
     assert sum(done) == len(task_ids), done
     assert httpx.get(f"{service.api_url}/readyz").json()["workers"] == 2
+
+
+def test_a_named_voice_sounds_the_same_in_every_worker_process(service: Service) -> None:
+    """Same voice, same text, two different worker processes (one after the other): same samples."""
+    created = httpx.post(f"{service.api_url}/v1/voices", json={"name": "narrator", "seed": 4242})
+    assert created.status_code == 201
+    request = {"text": "The same voice everywhere.", "voice": "narrator"}
+    audio = []
+    for name, fmt in (("first", "wav"), ("second", "flac")):  # another format: not a cache hit
+        worker = service.start_worker(name, MAX_BATCH="1")
+        task_id = service.submit(**request, format=fmt)
+        assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()
+        samples, _ = sf.read(io.BytesIO(httpx.get(f"{service.api_url}/v1/tts/result/{task_id}").content), dtype="int16")
+        audio.append(samples)
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(60) == 0
+    # libsndfile scales float → PCM16 by one LSB differently for WAV and FLAC
+    assert len(audio[0]) == len(audio[1]) > 0
+    assert int(np.abs(audio[0].astype(np.int32) - audio[1]).max()) <= 1
