@@ -45,12 +45,13 @@ def wait_ok(url: str, timeout_s: float) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def api(port: int) -> list[str]:
+def api(port: int, app: str = "app:app") -> list[str]:
+    """A uvicorn command line with the flags every benchmarked app shares (ttsq's and the bare ones)."""
     return [
         sys.executable,
         "-m",
         "uvicorn",
-        "app:app",
+        app,
         "--port",
         str(port),
         "--loop",
@@ -141,27 +142,7 @@ def main() -> None:
             wait_ok(f"{urls[name]}/readyz", 60)
         wait_ok(f"http://127.0.0.1:{ports['worker']}/readyz", 300)
         probe = asyncio.run(measure_audio_size(urls["l1"]))
-        processes.append(
-            spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "bench.bare_app:app",
-                    "--port",
-                    str(ports["bare"]),
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ],
-                env | {"BARE_AUDIO_BYTES": str(probe)},
-                tmp / "bare.log",
-            )
-        )
+        processes.append(spawn(api(ports["bare"], "bench.bare_app:app"), env | {"BARE_AUDIO_BYTES": str(probe)}, tmp / "bare.log"))
         wait_ok(f"{urls['bare']}/docs", 60)
         results = asyncio.run(measure(urls, args.hits, args.cold, probe))
     finally:

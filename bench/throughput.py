@@ -176,9 +176,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def uvicorn_cmd(target: str, port: int) -> list[str]:
     """The same uvicorn flags as every other benchmark (uvloop, httptools, no access log, 1 worker)."""
-    cmd = api(port)
-    cmd[cmd.index("app:app")] = target
-    return cmd
+    return api(port, target)
 
 
 @dataclass
