@@ -27,8 +27,10 @@ up: install
 ## Lint, type-check and run every test (the same command CI runs).
 test: install lint typecheck pytest
 
+## ruff, and the layer rule: pyproject.toml [tool.importlinter] (HTTP and worker on top, the domain at the bottom).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy .

@@ -1,4 +1,4 @@
-"""The ASGI app: both routers on one FastAPI instance (``uvicorn app:app``)."""
+"""The ASGI app: every router on one FastAPI instance (``uvicorn app:app``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -16,13 +15,16 @@ import openai_api
 import query_api
 import submit_api
 import voices_api
-from settings import Settings, get_settings
-from ttsq.api_errors import install_error_handlers
-from ttsq.cache import ResultCache
-from ttsq.queue import JobQueue, check_eviction_policy
-from ttsq.redis_conn import create_redis
-from ttsq.task_ids import TaskIdSigner
-from ttsq.voices import VoiceRegistry
+from settings import Settings, get_settings, startup_warnings
+from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
+from ttsq.api.service import TTSService
+from ttsq.runtime.health import api_probes
+from ttsq.runtime.logs import configure_logging
+from ttsq.store.cache import ResultCache
+from ttsq.store.connection import create_redis, verify_redis
+from ttsq.store.queue import JobQueue
+from ttsq.store.task_ids import TaskIdSigner
+from ttsq.store.voices import VoiceRegistry
 
 log = logging.getLogger("ttsq.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -34,23 +36,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        configure_logging(config.log_level)
+        for warning in startup_warnings():
+            log.warning(warning)
         redis = create_redis(config.redis_config())
         cache_redis_config = config.cache_redis_config()
         cache_redis = create_redis(cache_redis_config) if cache_redis_config else redis
-        app.state.settings = config
-        app.state.queue = JobQueue(redis, config.queue_config())
-        app.state.cache = ResultCache(cache_redis, config.cache_config())
-        app.state.voices = VoiceRegistry(redis, app.state.queue.keys, config.expected_speaker_dim())
+        queue = JobQueue(redis, config.queue_config())
         secret = config.task_id_secret
-        app.state.signer = TaskIdSigner(secret.get_secret_value().encode()) if secret else None
-        try:
-            warning = await check_eviction_policy(redis)
-        except Exception as exc:  # noqa: BLE001 - Redis may be down at start; /readyz reports it
-            warning = f"cannot reach Redis at start-up ({exc}); requests get 503 until it is back"
-        if warning:
-            log.warning(warning)
-            if config.require_noeviction and "maxmemory-policy is" in warning:
-                raise RuntimeError(warning)
+        app.state.service = TTSService(
+            queue,
+            ResultCache(cache_redis, config.cache_config()),
+            VoiceRegistry(redis, queue.keys, config.expected_speaker_dim()),
+            config.service_config(),
+            TaskIdSigner(secret.get_secret_value().encode()) if secret else None,
+        )
+        await verify_redis(redis, require_noeviction=config.require_noeviction, warn=log.warning)
         if config.model == "tiny":
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
         try:
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(query_api.router)
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
-    app.add_exception_handler(RequestValidationError, openai_api.openai_validation_error)
+    app.include_router(api_probes(lambda: app.state.service.readiness(), {503: ERROR_RESPONSES[503]}))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)

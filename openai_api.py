@@ -4,7 +4,8 @@ Point any OpenAI SDK at ``http://host:8000/v1``. Requests run on the same queue,
 single-flight and limits as the native API; the difference is the contract: OpenAI's endpoint
 answers with the audio itself, so this one submits, waits and returns it. ``pcm`` and ``wav``
 stream sentence by sentence as they are synthesised; compressed formats are sent when complete.
-Errors use OpenAI's error body, so the SDKs raise their usual exceptions.
+Every error on these routes has OpenAI's error body (see :mod:`ttsq.api.errors`), so the SDKs
+raise their usual exceptions.
 """
 
 from __future__ import annotations
@@ -15,20 +16,17 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import CacheDep, QueueDep, SettingsDep, SignerDep, VoicesDep
-from submit_api import build_params, submit_job
-from ttsq.api_errors import ERROR_RESPONSES
-from ttsq.audio import CONTENT_TYPES
-from ttsq.jobs import Status
-from ttsq.queue import JobQueue
-from ttsq.schemas import SubmitRequest
-from ttsq.streaming import StreamFailed, audio_stream, open_ended_wav_header, pcm_pieces
-from ttsq.voices import OPENAI_VOICES, Voice
+from deps import ServiceDep
+from ttsq.api.errors import OPENAI_ERROR_RESPONSES, openai_error
+from ttsq.api.schemas import SubmitRequest
+from ttsq.api.service import TTSService
+from ttsq.domain.audio import CONTENT_TYPES
+from ttsq.domain.voices import OPENAI_VOICES
+from ttsq.store.streams import StreamFailed, open_ended_wav_header
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
 
@@ -56,94 +54,47 @@ def chattts_speed(speed: float) -> int:
     return max(1, min(9, round(5 + 2 * math.log2(speed))))
 
 
-def openai_error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": None}})
-
-
-async def openai_validation_error(request: Request, exc: Exception) -> Response:
-    """422s on /v1/audio become OpenAI-style 400s; elsewhere FastAPI's own format stays."""
-    from fastapi.exception_handlers import request_validation_exception_handler
-
-    assert isinstance(exc, RequestValidationError)
-    if not request.url.path.startswith(router.prefix):
-        return await request_validation_exception_handler(request, exc)
-    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-    param = str(first["loc"][-1]) if first.get("loc") else None
-    field = {"text": "input", "format": "response_format"}.get(param or "", param)
-    return openai_error(400, f"{field}: {first['msg']}" if field else str(first["msg"]), field)
-
-
-async def _resolve(voices: VoicesDep, name: str) -> Voice:
-    voice = await voices.get(OPENAI_VOICES.get(name, name))
-    if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await voices.list())])
-        raise HTTPException(400, f"voice {name!r} is not supported; use one of: {known}")
-    return voice
-
-
-async def _wait_done(queue: JobQueue, task_id: str) -> bytes:
-    """Follow the job's audio stream to its end (no polling), then fetch the stored result."""
-    async for _ in pcm_pieces(queue, task_id):
-        pass
-    job = await queue.get(task_id)
-    audio = await queue.result(task_id)
-    if job is None or job.status is not Status.DONE or audio is None:
-        raise StreamFailed(job.error if job is not None and job.error else "the result is gone")
-    return audio
-
-
 @router.post(
     "/speech",
     responses={
         200: {"description": "The audio.", "content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))}},
-        400: {"description": "Invalid request (OpenAI error body)."},
-        429: {"description": "The queue is full; retry after `Retry-After` seconds."},
-        500: {"description": "Synthesis failed (OpenAI error body)."},
-        503: ERROR_RESPONSES[503],
+        **OPENAI_ERROR_RESPONSES,
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(
-    body: SpeechRequest,
-    queue: QueueDep,
-    cache: CacheDep,
-    signer: SignerDep,
-    voices: VoicesDep,
-    settings: SettingsDep,
-) -> Response:
+async def speech(body: SpeechRequest, service: ServiceDep) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         return openai_error(400, _UNSUPPORTED_FORMATS[body.response_format], "response_format")
-    try:
-        voice = await _resolve(voices, body.voice)
-    except HTTPException as exc:
-        return openai_error(400, str(exc.detail), "voice")
+    voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
+    if voice is None:
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
+        return openai_error(400, f"voice {body.voice!r} is not supported; use one of: {known}", "voice")
     native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
-    params = build_params(native, settings.max_text_chars, settings.model_identity(), voice)
-    task_id = (await submit_job(queue, cache, signer, params, single_flight=settings.single_flight)).task_id
+    task_id = (await service.submit(native, voice)).task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id}
 
     if body.stream_format == "sse":
-        return StreamingResponse(_sse(queue, task_id, body.response_format), media_type="text/event-stream", headers=headers)
-    if body.response_format == "pcm" or body.response_format == "wav":
-        return StreamingResponse(audio_stream(queue, task_id, body.response_format), media_type=media_type, headers=headers)
+        return StreamingResponse(_sse(service, task_id, body.response_format), media_type="text/event-stream", headers=headers)
+    if body.response_format in ("pcm", "wav"):
+        return StreamingResponse(service.audio(task_id, body.response_format), media_type=media_type, headers=headers)
     try:
-        audio = await _wait_done(queue, task_id)
+        audio = await service.wait_done(task_id)
     except StreamFailed as exc:
-        return openai_error(500, f"synthesis failed: {exc}", kind="server_error")
+        return openai_error(500, f"synthesis failed: {exc}")
     return Response(audio, media_type=media_type, headers=headers)
 
 
-async def _sse(queue: JobQueue, task_id: str, fmt: str) -> AsyncIterator[str]:
+async def _sse(service: TTSService, task_id: str, fmt: str) -> AsyncIterator[str]:
     """OpenAI's speech SSE: ``speech.audio.delta`` events (base64 audio), then ``speech.audio.done``."""
     try:
         if fmt in ("pcm", "wav"):
             if fmt == "wav":
                 yield _delta(open_ended_wav_header())
-            async for piece in pcm_pieces(queue, task_id):
+            async for piece in service.pcm(task_id):
                 yield _delta(piece)
         else:
-            yield _delta(await _wait_done(queue, task_id))
+            yield _delta(await service.wait_done(task_id))
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
         return
@@ -163,9 +114,9 @@ class VoiceListing(BaseModel):
     voices: list[dict[str, Any]]
 
 
-@router.get("/voices", response_model=VoiceListing, summary="Voices usable on /v1/audio/speech")
-async def openai_voices(voices: VoicesDep) -> VoiceListing:
+@router.get("/voices", response_model=VoiceListing, responses=OPENAI_ERROR_RESPONSES, summary="Voices usable on /v1/audio/speech")
+async def openai_voices(service: ServiceDep) -> VoiceListing:
     """OpenAI's names (each mapped onto a built-in voice) and every ttsq voice."""
     mapped = [{"voice_id": name, "name": name, "maps_to": target} for name, target in OPENAI_VOICES.items()]
-    native = [{"voice_id": v.name, "name": v.name, "kind": v.kind} for v in await voices.list()]
+    native = [{"voice_id": v.name, "name": v.name, "kind": v.kind} for v in await service.list_voices()]
     return VoiceListing(voices=mapped + native)

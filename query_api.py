@@ -1,56 +1,39 @@
-"""Reading tasks back: status, audio download, and the API's own health and readiness."""
+"""Reading tasks back: status, audio download, audio stream and status events."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from deps import QueueDep, SettingsDep, SignerDep, model_notice
-from ttsq.api_errors import ERROR_RESPONSES
-from ttsq.audio import CONTENT_TYPES
-from ttsq.jobs import Job, Status
-from ttsq.queue import JobQueue
-from ttsq.schemas import ErrorBody, HealthBody, TaskStatus
-from ttsq.streaming import STREAM_CONTENT_TYPES, StreamFormat, audio_stream
-from ttsq.task_ids import TaskIdSigner
+from deps import ServiceDep
+from ttsq.api.errors import ERROR_RESPONSES
+from ttsq.api.schemas import ErrorBody, TaskStatus
+from ttsq.domain.audio import CONTENT_TYPES
+from ttsq.domain.jobs import Job, Status
+from ttsq.store.streams import STREAM_CONTENT_TYPES, StreamFormat
 
-router = APIRouter(tags=["query"])
+router = APIRouter(prefix="/v1/tts", tags=["query"])
 
-_EVENT_POLL_S = 0.5
 _NOT_FOUND = {"model": ErrorBody, "description": "Unknown task id, or its result has expired."}
-
-
-async def _load(queue: JobQueue, signer: TaskIdSigner, task_id: str) -> Job:
-    """The job, or 404. A forged, random or malformed id is refused without any Redis command."""
-    job = await queue.get(task_id) if signer.verify(task_id) else None
-    if job is None:
-        raise HTTPException(404, f"no task {task_id!r}: it never existed or its result has expired")
-    return job
-
-
-async def _status_of(queue: JobQueue, job: Job) -> TaskStatus:
-    position = await queue.position(job.id) if job.status is Status.QUEUED else None
-    progress = await queue.progress(job.id) if job.status is not Status.QUEUED else None
-    return TaskStatus.of(job, position, progress)
+_FAILED = {"model": TaskStatus, "description": "The task failed; `error` says why."}
 
 
 @router.get(
-    "/v1/tts/tasks/{task_id}",
+    "/tasks/{task_id}",
     response_model=TaskStatus,
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503]},
     summary="Status of a task",
 )
-async def task_status(task_id: str, queue: QueueDep, signer: SignerDep) -> TaskStatus:
-    return await _status_of(queue, await _load(queue, signer, task_id))
+async def task_status(task_id: str, service: ServiceDep) -> TaskStatus:
+    return await service.status(await service.job(task_id))
 
 
 @router.get(
-    "/v1/tts/result/{task_id}",
+    "/result/{task_id}",
     responses={
         200: {
             "description": "The audio, in the format that was asked for.",
@@ -62,26 +45,23 @@ async def task_status(task_id: str, queue: QueueDep, signer: SignerDep) -> TaskS
             "headers": {"Retry-After": {"schema": {"type": "integer"}}},
         },
         404: _NOT_FOUND,
-        409: {"model": TaskStatus, "description": "The task failed; `error` says why."},
+        409: _FAILED,
         503: ERROR_RESPONSES[503],
     },
     summary="Download the audio of a finished task",
 )
-async def task_result(task_id: str, queue: QueueDep, signer: SignerDep) -> Response:
-    job = await _load(queue, signer, task_id)
-    if job.status is Status.DONE:
-        audio = await queue.result(task_id)
-        if audio is None:
-            raise HTTPException(404, f"the result of task {task_id!r} has expired")
+async def task_result(task_id: str, service: ServiceDep) -> Response:
+    download = await service.download(task_id)
+    if download.audio is not None:
         return Response(
-            content=audio,
-            media_type=job.content_type,
-            headers={"Content-Disposition": f'attachment; filename="{task_id}.{job.params.format}"'},
+            content=download.audio,
+            media_type=download.job.content_type,
+            headers={"Content-Disposition": f'attachment; filename="{task_id}.{download.job.params.format}"'},
         )
-    body = (await _status_of(queue, job)).model_dump(mode="json")
-    if job.status is Status.FAILED:
+    body = download.status.model_dump(mode="json") if download.status is not None else {}
+    if download.job.status is Status.FAILED:
         return JSONResponse(status_code=409, content=body)
-    return JSONResponse(status_code=202, content=body, headers={"Retry-After": str(_poll_after_s(job))})
+    return JSONResponse(status_code=202, content=body, headers={"Retry-After": str(_poll_after_s(download.job))})
 
 
 def _poll_after_s(job: Job) -> int:
@@ -90,76 +70,52 @@ def _poll_after_s(job: Job) -> int:
 
 
 @router.get(
-    "/v1/tts/stream/{task_id}",
+    "/stream/{task_id}",
     responses={
         200: {
             "description": "The audio as it is produced: WAV with an open-ended header, or raw PCM16 LE mono 24 kHz.",
             "content": {"audio/wav": {}, "audio/pcm": {}},
         },
         404: _NOT_FOUND,
-        409: {"model": TaskStatus, "description": "The task failed; `error` says why."},
+        409: _FAILED,
         503: ERROR_RESPONSES[503],
     },
     summary="Stream a task's audio sentence by sentence (works while it is queued or running)",
 )
 async def task_stream(
     task_id: str,
-    queue: QueueDep,
-    signer: SignerDep,
+    service: ServiceDep,
     format: Annotated[StreamFormat, Query(description="wav (open-ended header) or pcm (raw PCM16)")] = "wav",
 ) -> Response:
-    job = await _load(queue, signer, task_id)
+    job = await service.job(task_id)
     if job.status is Status.FAILED:
-        return JSONResponse(status_code=409, content=(await _status_of(queue, job)).model_dump(mode="json"))
+        return JSONResponse(status_code=409, content=(await service.status(job)).model_dump(mode="json"))
     return StreamingResponse(
-        audio_stream(queue, task_id, format),
+        service.audio(task_id, format),
         media_type=STREAM_CONTENT_TYPES[format],
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
 @router.get(
-    "/v1/tts/events/{task_id}",
-    response_class=EventSourceResponse,
-    responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503]},
+    "/events/{task_id}",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "`event: status` with a JSON `data` line each time the task changes, until it ends.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        404: _NOT_FOUND,
+        503: ERROR_RESPONSES[503],
+    },
     summary="Server-sent `status` events (queue position, chunks done/total) until the task ends",
 )
-async def task_events(task_id: str, queue: QueueDep, signer: SignerDep) -> AsyncIterator[ServerSentEvent]:
-    job: Job | None = await _load(queue, signer, task_id)
-    last: dict[str, object] | None = None
-    while job is not None:
-        status = await _status_of(queue, job)
-        event = status.model_dump(
-            mode="json", include={"task_id", "status", "queue_position", "chunks_done", "chunks_total", "error"}
-        )
-        if event != last:
-            yield ServerSentEvent(event="status", data=event)
-            last = event
-        if job.status.is_final:
-            return
-        await asyncio.sleep(_EVENT_POLL_S)
-        job = await queue.get(task_id)
+async def task_events(task_id: str, service: ServiceDep) -> StreamingResponse:
+    """The task is looked up before the stream starts, so an unknown id is a plain 404."""
+    job = await service.job(task_id)
 
+    async def events() -> AsyncIterator[str]:
+        async for event in service.events(job):
+            yield f"event: status\ndata: {json.dumps(event)}\n\n"
 
-@router.get("/healthz", response_model=HealthBody, summary="The API process is alive")
-async def healthz() -> HealthBody:
-    return HealthBody(status="ok")
-
-
-@router.get(
-    "/readyz",
-    response_model=HealthBody,
-    responses={503: ERROR_RESPONSES[503]},
-    summary="Ready to accept jobs (Redis reachable); also reports live workers",
-)
-async def readyz(queue: QueueDep, settings: SettingsDep) -> HealthBody:
-    """Readiness depends on Redis only: with zero workers the API still accepts and queues jobs."""
-    await queue.ping()
-    return HealthBody(
-        status="ready",
-        redis="ok",
-        workers=await queue.live_worker_count(),
-        queue_depth=await queue.depth(),
-        model=settings.model,
-        notice=model_notice(settings),
-    )
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

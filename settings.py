@@ -1,125 +1,307 @@
 """Every knob of ttsq, read from the environment (or a ``.env`` file) and validated at start-up.
 
-This is the only module that reads the environment. The processes (``app.py``, ``worker.py``)
-build one :class:`Settings` and hand the library the plain config objects it needs
-(:meth:`Settings.queue_config`, :meth:`Settings.engine_config`, ...), so the library can be
-used and tested without any environment at all.
+This is the only module that reads the environment, and the only place where a setting's default
+is written. The processes (``app.py``, ``worker.py``) build one :class:`Settings` and hand the
+library the plain config objects it needs (:meth:`Settings.queue_config`, ...): each is built
+from the settings of the same name, so the library can be used and tested without any
+environment at all and never carries defaults of its own.
 
 Variable names are the field names in upper case (``REDIS_URL``, ``MAX_TEXT_CHARS``, ``MODEL``).
+README's configuration table and ``.env.example`` are generated from the fields below
+(``python scripts/settings_docs.py --write``; a test keeps them in step).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ttsq.cache import CacheConfig
-from ttsq.queue import QueueConfig
-from ttsq.redis_conn import RedisConfig
+from ttsq.store.cache import CacheConfig
+from ttsq.store.connection import RedisConfig
+from ttsq.store.queue import QueueConfig
 
-if TYPE_CHECKING:  # the engine pulls in torch: only the worker imports it, lazily
-    from ttsq.engine import EngineConfig
-    from ttsq.faults import FaultConfig
+if TYPE_CHECKING:  # each process imports only the configs it uses
+    from ttsq.api.service import ServiceConfig
+    from ttsq.inference.chattts import EngineConfig
+    from ttsq.inference.faults import FaultConfig
+    from ttsq.runtime.worker import WorkerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent
+ENV_FILE = ".env"
+C = TypeVar("C")
+
+NOT_SETTINGS = frozenset({"TTSQ_URL"})
+"""``TTSQ_``-prefixed variables that belong to something else (the command line's service URL)."""
+
+
+def _group(name: str, **extra: Any) -> dict[str, Any]:
+    return {"group": name, **extra}
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore", frozen=True)
 
     # --- Redis -------------------------------------------------------------------------------
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="The queue's Redis.")
-    redis_namespace: str = Field("ttsq", description="Hash tag of every key: {ttsq}:...")
-    redis_socket_timeout_s: float = Field(5.0, gt=0)
-    redis_connect_timeout_s: float = Field(2.0, gt=0)
-    redis_max_connections: int = Field(64, ge=2)
-    require_noeviction: bool = Field(False, description="Refuse to start when Redis may evict keys (instead of only warning).")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="The queue's Redis (`rediss://` for TLS); `make up` starts an embedded one when unset.",
+        json_schema_extra=_group("Redis"),
+    )
+    redis_namespace: str = Field(
+        "ttsq",
+        description="Hash tag of every key (`{ttsq}:…`), so the queue works on Redis Cluster.",
+        json_schema_extra=_group("Redis"),
+    )
+    redis_socket_timeout_s: float = Field(5.0, gt=0, description="Bound on every Redis command.", json_schema_extra=_group("Redis"))
+    redis_connect_timeout_s: float = Field(
+        2.0, gt=0, description="Bound on opening a connection.", json_schema_extra=_group("Redis")
+    )
+    redis_max_connections: int = Field(
+        64, ge=2, description="Connection pool size, per process.", json_schema_extra=_group("Redis")
+    )
+    require_noeviction: bool = Field(
+        False,
+        description="Refuse to start (instead of warning) when Redis's `maxmemory-policy` may evict job keys.",
+        json_schema_extra=_group("Redis"),
+    )
 
     # --- queue -------------------------------------------------------------------------------
-    lease_s: float = Field(30.0, gt=0, description="A claimed job returns to the queue this long after its worker stops renewing.")
-    max_attempts: int = Field(3, ge=1, le=20)
-    retry_base_s: float = Field(2.0, ge=1.0, description="Backoff after attempt n is retry_base_s ** n.")
-    result_ttl_s: int = Field(600, ge=10, description="Results and final statuses expire after this.")
-    max_result_bytes: int = Field(50 * 1024 * 1024, ge=1024)
-    max_queue_depth: int = Field(10_000, ge=1)
-    block_s: float = Field(2.0, gt=0, description="Longest blocking claim; must stay below the socket timeout.")
-    dead_letter_max: int = Field(10_000, ge=1)
-    retry_after_s: int = Field(5, ge=1, description="Retry-After sent with 429 and 503.")
+    lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="A claimed job returns to the queue this long after its worker stops renewing (renewed every third of it).",
+        json_schema_extra=_group("Queue"),
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=20, description="Claims per job before it is dead-lettered.", json_schema_extra=_group("Queue")
+    )
+    retry_base_s: float = Field(
+        2.0,
+        ge=1.0,
+        description="A failed attempt n is retried after `RETRY_BASE_S ** n` seconds.",
+        json_schema_extra=_group("Queue"),
+    )
+    result_ttl_s: int = Field(
+        600, ge=10, description="Results and final statuses expire after this.", json_schema_extra=_group("Queue")
+    )
+    max_result_bytes: int = Field(
+        50 * 1024 * 1024, ge=1024, description="A larger result fails its job.", json_schema_extra=_group("Queue")
+    )
+    max_queue_depth: int = Field(10_000, ge=1, description="Submit answers 429 at this depth.", json_schema_extra=_group("Queue"))
+    block_s: float = Field(
+        2.0,
+        gt=0,
+        description="Longest blocking claim; must stay below `REDIS_SOCKET_TIMEOUT_S`.",
+        json_schema_extra=_group("Queue"),
+    )
+    dead_letter_max: int = Field(10_000, ge=1, description="Dead-letter list cap (newest kept).", json_schema_extra=_group("Queue"))
+    retry_after_s: int = Field(5, ge=1, description="`Retry-After` sent with 429 and 503.", json_schema_extra=_group("Queue"))
 
     # --- API ---------------------------------------------------------------------------------
-    max_text_chars: int = Field(500, ge=1, le=100_000)
+    max_text_chars: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="Longest text, after removing invisible and control characters.",
+        json_schema_extra=_group("API"),
+    )
     task_id_secret: SecretStr | None = Field(
         None,
-        description="HMAC secret that signs task ids (>= 16 bytes). Unset: one is created in Redis and shared by all replicas.",
+        description=(
+            "HMAC secret (≥ 16 bytes) that signs task ids; unset = one random secret created in Redis and shared by every replica."
+        ),
+        json_schema_extra=_group("API", shown="unset"),
     )
 
     # --- result cache ------------------------------------------------------------------------
-    cache_enabled: bool = Field(True, description="Serve repeated deterministic requests from the cache.")
-    single_flight: bool = Field(True, description="Identical deterministic requests in flight share one job.")
-    cache_redis_url: str | None = Field(
-        None, description="Redis for the L2 cache (LRU eviction is fine there); unset = the queue's Redis."
+    cache_enabled: bool = Field(
+        True, description="Serve repeated deterministic requests from the result cache.", json_schema_extra=_group("Result cache")
     )
-    cache_ttl_s: int = Field(24 * 3600, ge=1, description="L2 entry lifetime.")
-    cache_l1_max_bytes: int = Field(64 * 1024 * 1024, ge=0, description="In-process LRU bound, in bytes, per process.")
-    cache_l2_max_entry_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger results skip L2.")
-    cache_dir: Path | None = Field(REPO_ROOT / "var" / "cache", description="L3 directory; empty disables L3.")
-    cache_dir_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024 * 1024, description="L3 total size bound.")
+    single_flight: bool = Field(
+        True,
+        description="Identical deterministic requests queued or running share one job.",
+        json_schema_extra=_group("Result cache"),
+    )
+    cache_redis_url: str | None = Field(
+        None,
+        description="A separate Redis for L2 (an LRU eviction policy is right there); unset = the queue's Redis.",
+        json_schema_extra=_group("Result cache", shown="unset"),
+    )
+    cache_ttl_s: int = Field(24 * 3600, ge=1, description="L2 entry lifetime.", json_schema_extra=_group("Result cache"))
+    cache_l1_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="In-process LRU bound, in bytes, per process.", json_schema_extra=_group("Result cache")
+    )
+    cache_l2_max_entry_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Larger results skip L2.", json_schema_extra=_group("Result cache")
+    )
+    cache_dir: Path | None = Field(
+        REPO_ROOT / "var" / "cache",
+        description="L3 directory (content-addressed files); empty disables L3.",
+        json_schema_extra=_group("Result cache", shown="var/cache"),
+    )
+    cache_dir_max_bytes: int = Field(
+        1024 * 1024 * 1024, ge=1024 * 1024, description="L3 total size bound.", json_schema_extra=_group("Result cache")
+    )
     model_id: str | None = Field(
         None,
-        description="Identity of the weights in cache keys; unset = derived from MODEL. Change it when the weights change.",
+        description="The weights' identity in cache keys; unset = derived from `MODEL`. Change it whenever the weights change.",
+        json_schema_extra=_group("Result cache", shown="from MODEL"),
     )
-    default_job_s: float = Field(5.0, gt=0, description="Wait estimate per job before any job has finished.")
 
     # --- model / engine ----------------------------------------------------------------------
     model: str = Field(
         "hub",
-        description="'hub' (2Noise/ChatTTS from the model hub), 'tiny' (generated random weights: speaks noise), or a directory.",
+        description=(
+            "`hub` (2Noise/ChatTTS from the model hub), `tiny` (generated random weights: speaks noise), or a directory of weights."
+        ),
+        json_schema_extra=_group("Model"),
     )
-    tiny_checkpoint_dir: Path = Field(REPO_ROOT / "var" / "tiny-checkpoint")
-    device: str | None = Field(None, description="cpu, cuda, cuda:N; unset = CUDA when available.")
+    tiny_checkpoint_dir: Path = Field(
+        REPO_ROOT / "var" / "tiny-checkpoint",
+        description="Where `MODEL=tiny` builds its checkpoint.",
+        json_schema_extra=_group("Model", shown="var/tiny-checkpoint"),
+    )
+    device: str | None = Field(
+        None,
+        description="`cpu`, `cuda`, `cuda:N`; unset picks CUDA when available.",
+        json_schema_extra=_group("Model", shown="unset"),
+    )
     speaker_dim: int | None = Field(
-        None, ge=1, description="Speaker-embedding size of the model (768 for ChatTTS); checked for embedding voices."
+        None,
+        ge=1,
+        description="Speaker-embedding size for embedding voices; unset = known for `hub` (768), `tiny` (64).",
+        json_schema_extra=_group("Model", shown="from MODEL"),
     )
-    cpu_threads: int = Field(1, ge=1, description="torch threads on CPU; 1 is fastest on small machines.")
-    compile: bool = False
-    max_chunk_chars: int = Field(120, ge=8, description="Long text is synthesised in chunks of at most this many characters.")
-    max_new_token: int = Field(2048, ge=1)
-    min_new_token: int = Field(0, ge=0)
-    refine_max_new_token: int = Field(384, ge=1)
-    normalize_text: bool = Field(True, description="Speak numbers, dates and amounts (WeTextProcessing).")
-    cuda_alloc_conf: str = Field("expandable_segments:True", description="PYTORCH_CUDA_ALLOC_CONF for the worker.")
+    cpu_threads: int = Field(
+        1,
+        ge=1,
+        description="torch threads on CPU (1 is fastest on small machines; scale with processes).",
+        json_schema_extra=_group("Model"),
+    )
+    compile: bool = Field(False, description="`torch.compile` the model (CUDA only).", json_schema_extra=_group("Model"))
+    max_chunk_chars: int = Field(
+        120,
+        ge=8,
+        description="Long text is synthesised in sentence chunks of at most this many characters.",
+        json_schema_extra=_group("Model"),
+    )
+    max_new_token: int = Field(2048, ge=1, description="Most audio tokens per chunk.", json_schema_extra=_group("Model"))
+    min_new_token: int = Field(
+        0,
+        ge=0,
+        description="Fewest audio tokens per chunk (benchmarks set it equal to the maximum).",
+        json_schema_extra=_group("Model"),
+    )
+    refine_max_new_token: int = Field(384, ge=1, description="Cap for `refine_text`.", json_schema_extra=_group("Model"))
+    normalize_text: bool = Field(
+        True, description="Speak numbers, dates and amounts (WeTextProcessing, zh and en).", json_schema_extra=_group("Model")
+    )
+    cuda_alloc_conf: str = Field(
+        "expandable_segments:True",
+        description="Set as `PYTORCH_CUDA_ALLOC_CONF` before torch loads.",
+        json_schema_extra=_group("Model"),
+    )
 
     # --- worker ------------------------------------------------------------------------------
-    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    worker_health_host: str = "127.0.0.1"
-    worker_health_port: int = Field(8001, ge=0, le=65535)
-    heartbeat_interval_s: float = Field(2.0, gt=0)
-    heartbeat_ttl_s: int = Field(15, ge=1)
-    reap_interval_s: float = Field(5.0, gt=0)
-    job_timeout_s: float = Field(300.0, gt=0, description="An inference running longer is hung: worker /healthz turns 503.")
-    max_batch: int = Field(8, ge=1, le=256, description="Most jobs in one ChatTTS call (1 turns batching off).")
-    batch_wait_ms: float = Field(20.0, ge=0, le=5000, description="How long a claim waits for a batch to fill.")
-    oom_recover_s: float = Field(300.0, ge=0, description="After an out-of-memory split, how long the smaller batch size holds.")
-    shutdown_grace_s: float = Field(25.0, ge=0, description="On SIGTERM, how long the current job may still run.")
+    worker_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="The worker's name in leases, heartbeats and logs.",
+        json_schema_extra=_group("Worker", shown="hostname-pid"),
+    )
+    worker_health_host: str = Field(
+        "127.0.0.1", description="The worker's probe server address (`0.0.0.0` in a pod).", json_schema_extra=_group("Worker")
+    )
+    worker_health_port: int = Field(
+        8001, ge=0, le=65535, description="The worker's probe server port.", json_schema_extra=_group("Worker")
+    )
+    heartbeat_interval_s: float = Field(
+        2.0, gt=0, description="How often a worker writes its heartbeat.", json_schema_extra=_group("Worker")
+    )
+    heartbeat_ttl_s: int = Field(
+        15, ge=1, description="A worker whose heartbeat is older is not counted as live.", json_schema_extra=_group("Worker")
+    )
+    sweep_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often the pool sweeps the queue (requeue lapsed leases, release retries); one worker sweeps each time.",
+        json_schema_extra=_group("Worker"),
+    )
+    job_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="An inference running longer is hung: worker `/healthz` turns 503.",
+        json_schema_extra=_group("Worker"),
+    )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Most jobs in one ChatTTS call; `1` turns cross-request batching off.",
+        json_schema_extra=_group("Worker"),
+    )
+    batch_wait_ms: float = Field(
+        20.0, ge=0, le=5000, description="How long a claim waits for more jobs to fill a batch.", json_schema_extra=_group("Worker")
+    )
+    oom_recover_s: float = Field(
+        300.0,
+        ge=0,
+        description="After a CUDA out-of-memory split, how long the smaller batch size holds.",
+        json_schema_extra=_group("Worker"),
+    )
+    shutdown_grace_s: float = Field(
+        25.0,
+        ge=0,
+        description="On SIGTERM the current batch may finish within this; otherwise the sweep requeues its jobs.",
+        json_schema_extra=_group("Worker"),
+    )
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of every process.", json_schema_extra=_group("Logs")
+    )
 
     # --- fault injection (tests only; off unless set explicitly) -----------------------------
-    fault_mode: Literal["none", "hang", "raise", "oom"] = "none"
-    fault_match: str = Field("", description="Only texts containing this substring fault ('' = all).")
-    fault_oom_above_batch: int = Field(0, ge=0, description="With FAULT_MODE=oom: only batches larger than this fail.")
-    fault_hang_s: float = Field(3600.0, gt=0, description="How long a 'hang' fault lasts before inference goes on.")
-
-    log_level: str = "INFO"
+    fault_mode: Literal["none", "hang", "raise", "oom"] = Field(
+        "none",
+        description="Test only: make matching inferences `hang`, `raise` or run out of memory (`oom`).",
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
+    fault_match: str = Field(
+        "",
+        description='Test only: texts containing this fault (`""` = every text).',
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
+    fault_oom_above_batch: int = Field(
+        0,
+        ge=0,
+        description="Test only: with `oom`, only batches larger than this fail.",
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
+    fault_hang_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Test only: how long a `hang` lasts before inference goes on.",
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
 
     @field_validator("cache_dir", mode="before")
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("task_id_secret")
     @classmethod
@@ -135,16 +317,22 @@ class Settings(BaseSettings):
                 f"BLOCK_S ({self.block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
                 "a blocking read longer than the socket timeout fails with a timeout error"
             )
-        if self.lease_s < 3 * self.heartbeat_interval_s:
+        if self.lease_s <= 1.5 * self.redis_socket_timeout_s:
             raise ValueError(
-                f"LEASE_S ({self.lease_s}) must be at least 3 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}) "
-                "so a live worker always renews its lease in time"
+                f"LEASE_S ({self.lease_s}) must exceed 1.5 x REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
+                "leases are renewed every LEASE_S/3, and a renewal that waits a whole socket timeout must still land "
+                "before the lease runs out"
             )
         if self.heartbeat_ttl_s <= 2 * self.heartbeat_interval_s:
-            raise ValueError("HEARTBEAT_TTL_S must exceed 2 x HEARTBEAT_INTERVAL_S or live workers look dead")
+            raise ValueError(
+                f"HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), "
+                "or a live worker that misses one heartbeat looks dead"
+            )
         if self.min_new_token > self.max_new_token:
-            raise ValueError("MIN_NEW_TOKEN must not exceed MAX_NEW_TOKEN")
+            raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
         return self
+
+    # ---- derived values ---------------------------------------------------------------------
 
     def model_dir(self) -> str:
         """The engine's model source: 'hub' or a directory ('tiny' resolves to the generated checkpoint)."""
@@ -164,6 +352,40 @@ class Settings(BaseSettings):
             f"|refine={self.refine_max_new_token}|norm={int(self.normalize_text)}"
         )
 
+    def model_notice(self) -> str | None:
+        """Said loudly when the configured model has random weights (its audio is noise)."""
+        if self.model == "tiny":
+            return "MODEL=tiny: random-weight test checkpoint, the audio is noise (for testing only)"
+        return None
+
+    # ---- the library's configs --------------------------------------------------------------
+
+    def _project(self, cls: type[C], **given: Any) -> C:
+        """``cls`` built from the settings of the same field names; ``given`` supplies the others."""
+        assert is_dataclass(cls)
+        values = {f.name: getattr(self, f.name) for f in fields(cls) if f.name not in given and f.name in type(self).model_fields}
+        return cls(**values, **given)
+
+    def redis_config(self) -> RedisConfig:
+        return self._redis(self.redis_url)
+
+    def cache_redis_config(self) -> RedisConfig | None:
+        """A separate Redis for the cache, or None to share the queue's client."""
+        if not self.cache_redis_url or self.cache_redis_url == self.redis_url:
+            return None
+        return self._redis(self.cache_redis_url)
+
+    def _redis(self, url: str) -> RedisConfig:
+        return RedisConfig(
+            url=url,
+            socket_timeout_s=self.redis_socket_timeout_s,
+            connect_timeout_s=self.redis_connect_timeout_s,
+            max_connections=self.redis_max_connections,
+        )
+
+    def queue_config(self) -> QueueConfig:
+        return self._project(QueueConfig, namespace=self.redis_namespace)
+
     def cache_config(self) -> CacheConfig:
         return CacheConfig(
             enabled=self.cache_enabled,
@@ -175,61 +397,53 @@ class Settings(BaseSettings):
             l3_max_bytes=self.cache_dir_max_bytes,
         )
 
-    def cache_redis_config(self) -> RedisConfig | None:
-        """A separate Redis for the cache, or None to share the queue's client."""
-        if not self.cache_redis_url or self.cache_redis_url == self.redis_url:
-            return None
-        return RedisConfig(
-            url=self.cache_redis_url,
-            socket_timeout_s=self.redis_socket_timeout_s,
-            connect_timeout_s=self.redis_connect_timeout_s,
-            max_connections=self.redis_max_connections,
-        )
+    def service_config(self) -> ServiceConfig:
+        from ttsq.api.service import ServiceConfig
 
-    def redis_config(self) -> RedisConfig:
-        return RedisConfig(
-            url=self.redis_url,
-            socket_timeout_s=self.redis_socket_timeout_s,
-            connect_timeout_s=self.redis_connect_timeout_s,
-            max_connections=self.redis_max_connections,
-        )
-
-    def queue_config(self) -> QueueConfig:
-        return QueueConfig(
-            namespace=self.redis_namespace,
-            lease_s=self.lease_s,
-            max_attempts=self.max_attempts,
-            result_ttl_s=self.result_ttl_s,
-            max_result_bytes=self.max_result_bytes,
-            max_queue_depth=self.max_queue_depth,
-            block_s=self.block_s,
-            retry_base_s=self.retry_base_s,
-            heartbeat_ttl_s=self.heartbeat_ttl_s,
-            dead_letter_max=self.dead_letter_max,
-            default_job_s=self.default_job_s,
-        )
+        return self._project(ServiceConfig, model_identity=self.model_identity(), notice=self.model_notice())
 
     def engine_config(self) -> EngineConfig:
-        from ttsq.engine import EngineConfig
+        from ttsq.inference.chattts import EngineConfig
 
-        return EngineConfig(
-            model_source=self.model_dir(),
-            device=self.device,
-            cpu_threads=self.cpu_threads,
-            compile=self.compile,
-            max_chunk_chars=self.max_chunk_chars,
-            max_new_token=self.max_new_token,
-            min_new_token=self.min_new_token,
-            refine_max_new_token=self.refine_max_new_token,
-            normalize_text=self.normalize_text,
-        )
+        return self._project(EngineConfig, model_source=self.model_dir())
+
+    def worker_config(self) -> WorkerConfig:
+        from ttsq.runtime.worker import WorkerConfig
+
+        return self._project(WorkerConfig, health_host=self.worker_health_host, health_port=self.worker_health_port)
 
     def fault_config(self) -> FaultConfig:
-        from ttsq.faults import FaultConfig
+        from ttsq.inference.faults import FaultConfig
 
         return FaultConfig(
-            mode=self.fault_mode, match=self.fault_match, hang_s=self.fault_hang_s, oom_above_batch=self.fault_oom_above_batch
+            mode=self.fault_mode, match=self.fault_match, oom_above_batch=self.fault_oom_above_batch, hang_s=self.fault_hang_s
         )
+
+
+def unknown_setting_warnings(environ: Mapping[str, str], env_file_keys: Iterable[str]) -> list[str]:
+    """A warning for every ``TTSQ_``-prefixed variable and every ``.env`` key that is not a setting.
+
+    pydantic-settings ignores unknown variables, so a typo (``MAX_BATCHES=64``) would silently
+    leave the default in force; the warning names the closest real setting.
+    """
+    known = sorted(name.upper() for name in Settings.model_fields)
+    suspects = {key for key in environ if key.upper().startswith("TTSQ_") and key.upper() not in NOT_SETTINGS}
+    suspects |= {key for key in env_file_keys if key.upper() not in known}
+    warnings = []
+    for key in sorted(suspects):
+        bare = key.upper().removeprefix("TTSQ_")
+        close = difflib.get_close_matches(bare, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        if bare in known:
+            hint = f"; settings have no prefix: use {bare}"
+        warnings.append(f"unknown setting {key} is ignored{hint}")
+    return warnings
+
+
+def startup_warnings() -> list[str]:
+    """:func:`unknown_setting_warnings` for this process's environment and ``.env`` file."""
+    env_keys = dotenv_values(ENV_FILE).keys() if Path(ENV_FILE).is_file() else []
+    return unknown_setting_warnings(os.environ, env_keys)
 
 
 @lru_cache

@@ -8,11 +8,11 @@ from fastapi import APIRouter, HTTPException, Path, status
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from deps import VoicesDep
-from ttsq.api_errors import ERROR_RESPONSES, field_error
-from ttsq.jobs import MAX_SEED
-from ttsq.schemas import ErrorBody
-from ttsq.voices import Voice, VoiceError, validate_voice_name
+from deps import ServiceDep
+from ttsq.api.errors import ERROR_RESPONSES, invalid_field
+from ttsq.api.schemas import ErrorBody
+from ttsq.domain.jobs import MAX_SEED
+from ttsq.domain.voices import Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
 
@@ -44,8 +44,8 @@ def _summary(voice: Voice) -> Voice:
 
 
 @router.get("", response_model=VoiceList, responses={503: ERROR_RESPONSES[503]}, summary="List voices")
-async def list_voices(voices: VoicesDep) -> VoiceList:
-    return VoiceList(voices=[_summary(v) for v in await voices.list()])
+async def list_voices(service: ServiceDep) -> VoiceList:
+    return VoiceList(voices=[_summary(v) for v in await service.list_voices()])
 
 
 @router.post(
@@ -55,15 +55,10 @@ async def list_voices(voices: VoicesDep) -> VoiceList:
     responses={409: {"model": ErrorBody, "description": "The name is taken."}, **ERROR_RESPONSES},
     summary="Create a named voice",
 )
-async def create_voice(body: VoiceCreate, voices: VoicesDep) -> Voice:
+async def create_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
     if (body.seed is None) == (body.embedding is None):
-        raise field_error("seed", "give exactly one of seed or embedding", body.seed)
-    try:
-        return await voices.create(body.name, seed=body.seed, embedding=body.embedding)
-    except VoiceError as exc:
-        if exc.status == 422:
-            raise field_error("embedding", str(exc)) from exc
-        raise HTTPException(exc.status, str(exc)) from exc
+        raise invalid_field("seed", "give exactly one of seed or embedding", body.seed)
+    return await service.create_voice(body.name, seed=body.seed, embedding=body.embedding)
 
 
 @router.get(
@@ -72,8 +67,8 @@ async def create_voice(body: VoiceCreate, voices: VoicesDep) -> Voice:
     responses={404: {"model": ErrorBody, "description": "No such voice."}, 503: ERROR_RESPONSES[503]},
     summary="Fetch a voice",
 )
-async def get_voice(name: VoiceName, voices: VoicesDep) -> Voice:
-    voice = await voices.get(name)
+async def get_voice(name: VoiceName, service: ServiceDep) -> Voice:
+    voice = await service.get_voice(name)
     if voice is None:
         raise HTTPException(404, f"no voice named {name!r}")
     return voice
@@ -89,11 +84,7 @@ async def get_voice(name: VoiceName, voices: VoicesDep) -> Voice:
     },
     summary="Delete a voice",
 )
-async def delete_voice(name: VoiceName, voices: VoicesDep) -> Response:
-    try:
-        deleted = await voices.delete(name)
-    except VoiceError as exc:
-        raise HTTPException(exc.status, str(exc)) from exc
-    if not deleted:
+async def delete_voice(name: VoiceName, service: ServiceDep) -> Response:
+    if not await service.delete_voice(name):
         raise HTTPException(404, f"no voice named {name!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

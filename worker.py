@@ -14,75 +14,53 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from settings import Settings, get_settings
+from settings import Settings, get_settings, startup_warnings
+from ttsq.runtime.logs import configure_logging
 
 if TYPE_CHECKING:  # torch loads only after PYTORCH_CUDA_ALLOC_CONF is set (see _configure_process)
-    from ttsq.engine import Engine
+    from ttsq.inference.base import Engine
+
+log = logging.getLogger("ttsq.worker")
 
 
 def _configure_process(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stdout,
-    )
+    configure_logging(settings.log_level)
+    for warning in startup_warnings():
+        log.warning(warning)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.cuda_alloc_conf)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def chattts_engine(settings: Settings) -> Engine:
     """The production engine: real ChatTTS, wrapped for fault injection only when a test asks."""
-    from ttsq.engine import ChatTTSEngine
-    from ttsq.faults import FaultInjectingEngine
-    from ttsq.tiny_checkpoint import build_tiny_checkpoint
+    from ttsq.inference.chattts import ChatTTSEngine
+    from ttsq.inference.checkpoint import build_tiny_checkpoint
+    from ttsq.inference.faults import FaultInjectingEngine
 
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine: Engine = ChatTTSEngine(settings.engine_config())
     if settings.fault_mode != "none":
-        logging.getLogger("ttsq.worker").warning(
-            "FAULT INJECTION is on: mode=%s match=%r", settings.fault_mode, settings.fault_match
-        )
+        log.warning("FAULT INJECTION is on (test setting): mode=%s match=%r", settings.fault_mode, settings.fault_match)
         engine = FaultInjectingEngine(engine, settings.fault_config())
     return engine
 
 
 async def _main(settings: Settings, make_engine: Callable[[Settings], Engine]) -> bool:
-    from ttsq.cache import ResultCache
-    from ttsq.queue import JobQueue, check_eviction_policy
-    from ttsq.redis_conn import create_redis
-    from ttsq.worker import Worker, WorkerConfig
+    from ttsq.runtime.worker import Worker
+    from ttsq.store.cache import ResultCache
+    from ttsq.store.connection import create_redis, verify_redis
+    from ttsq.store.queue import JobQueue
 
-    log = logging.getLogger("ttsq.worker")
     engine = make_engine(settings)
-
     redis = create_redis(settings.redis_config())
-    try:
-        warning = await check_eviction_policy(redis)
-    except Exception as exc:  # noqa: BLE001 - the worker waits out a Redis outage
-        warning = f"cannot reach Redis at start-up ({exc}); will keep retrying"
-    if warning:
-        log.warning(warning)
-        if settings.require_noeviction and "maxmemory-policy is" in warning:
-            raise SystemExit(warning)
-
+    await verify_redis(redis, require_noeviction=settings.require_noeviction, warn=log.warning)
     cache_redis_config = settings.cache_redis_config()
     cache_redis = create_redis(cache_redis_config) if cache_redis_config else redis
     worker = Worker(
         JobQueue(redis, settings.queue_config()),
         engine,
-        WorkerConfig(
-            worker_id=settings.worker_id,
-            heartbeat_interval_s=settings.heartbeat_interval_s,
-            reap_interval_s=settings.reap_interval_s,
-            job_timeout_s=settings.job_timeout_s,
-            shutdown_grace_s=settings.shutdown_grace_s,
-            health_host=settings.worker_health_host,
-            health_port=settings.worker_health_port,
-            max_batch=settings.max_batch,
-            batch_wait_ms=settings.batch_wait_ms,
-            oom_recover_s=settings.oom_recover_s,
-        ),
+        settings.worker_config(),
         cache=ResultCache(cache_redis, settings.cache_config()),
     )
     loop = asyncio.get_running_loop()
@@ -103,19 +81,24 @@ def main(make_engine: Callable[[Settings], Engine] = chattts_engine) -> None:
     _configure_process(settings)
     import uvloop
 
-    from ttsq.engine import ModelLoadError
+    from ttsq.inference.base import ModelLoadError
+    from ttsq.store.connection import UnsafeRedisError
 
     try:
         clean = uvloop.run(_main(settings, make_engine))
     except ModelLoadError as exc:
-        logging.getLogger("ttsq.worker").error("cannot load the model: %s", exc)
+        log.error("cannot load the model: %s", exc)
         logging.shutdown()
         sys.exit(1)
-    logging.getLogger("ttsq.worker").info("worker stopped%s", "" if clean else " (left an inference running)")
+    except UnsafeRedisError as exc:
+        log.error("refusing to start (REQUIRE_NOEVICTION): %s", exc)
+        logging.shutdown()
+        sys.exit(1)
+    log.info("worker stopped%s", "" if clean else " (left an inference running)")
     logging.shutdown()
     sys.stdout.flush()
     # An abandoned inference thread cannot be interrupted: exit without joining it. Its job
-    # stays leased until the lease lapses, then the reaper requeues it.
+    # stays leased until the lease lapses, then the sweep requeues it.
     os._exit(0)
 
 

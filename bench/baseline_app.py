@@ -22,13 +22,13 @@ from pydantic import BaseModel
 
 from bench.fixed_worker import make_bench_engine
 from settings import get_settings
-from ttsq.audio import encode_audio
-from ttsq.engine import SynthesisRequest
-from ttsq.jobs import DEFAULT_SAMPLING_SEED
-from ttsq.voices import BUILTIN_VOICES
+from ttsq.domain.audio import encode_audio
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED
+from ttsq.domain.voices import BUILTIN_VOICES
+from ttsq.inference.base import SynthesisRequest, synthesize
 
 if TYPE_CHECKING:
-    from ttsq.engine import Engine
+    from ttsq.inference.base import Engine
 
 
 class BaselineRequest(BaseModel):
@@ -66,7 +66,7 @@ async def tts(body: BaselineRequest, request: Request) -> Response:
     if speaker_seed not in speakers:
         speakers[speaker_seed] = engine.speaker_from_seed(speaker_seed)
     seed = body.seed if body.seed is not None else DEFAULT_SAMPLING_SEED
-    samples = engine.synthesize(SynthesisRequest(text=body.text, speaker=speakers[speaker_seed], seed=seed))
+    samples = synthesize(engine, SynthesisRequest(text=body.text, speaker=speakers[speaker_seed], seed=seed))
     return Response(encode_audio(samples, "wav"), media_type="audio/wav")
 
 

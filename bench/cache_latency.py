@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -23,45 +22,12 @@ from pathlib import Path
 
 import httpx
 
-from tests.redis_server import free_port, start_redis_server
+from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
+from ttsq.store.local_redis import start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "cache_latency.md"
 REQUEST = {"text": "A sentence everybody asks for.", "voice": "zh_female", "format": "wav"}
-
-
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def wait_ok(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not come up")
-
-
-def api(port: int, app: str = "app:app") -> list[str]:
-    """A uvicorn command line with the flags every benchmarked app shares (ttsq's and the bare ones)."""
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--port",
-        str(port),
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ]
 
 
 async def timed(samples: int, once: Callable[[int], Awaitable[None]]) -> list[float]:
@@ -132,18 +98,19 @@ def main() -> None:
     )
     ports = {name: free_port() for name in ("l1", "l2", "bare", "worker")}
     processes = [
-        spawn([sys.executable, "worker.py"], env | {"WORKER_HEALTH_PORT": str(ports["worker"])}, tmp / "worker.log"),
-        spawn(api(ports["l1"]), env, tmp / "api-l1.log"),
-        spawn(api(ports["l2"]), env | {"CACHE_L1_MAX_BYTES": "0", "CACHE_DIR": ""}, tmp / "api-l2.log"),
+        spawn(worker_command(), cwd=ROOT, env=env | {"WORKER_HEALTH_PORT": str(ports["worker"])}, log=tmp / "worker.log"),
+        spawn(api_command(ports["l1"]), cwd=ROOT, env=env, log=tmp / "api-l1.log"),
+        spawn(api_command(ports["l2"]), cwd=ROOT, env=env | {"CACHE_L1_MAX_BYTES": "0", "CACHE_DIR": ""}, log=tmp / "l2.log"),
     ]
     try:
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for name in ("l1", "l2"):
-            wait_ok(f"{urls[name]}/readyz", 60)
-        wait_ok(f"http://127.0.0.1:{ports['worker']}/readyz", 300)
+            wait_until_ok(f"{urls[name]}/readyz", 60)
+        wait_until_ok(f"http://127.0.0.1:{ports['worker']}/readyz", 300)
         probe = asyncio.run(measure_audio_size(urls["l1"]))
-        processes.append(spawn(api(ports["bare"], "bench.bare_app:app"), env | {"BARE_AUDIO_BYTES": str(probe)}, tmp / "bare.log"))
-        wait_ok(f"{urls['bare']}/docs", 60)
+        bare_env = env | {"BARE_AUDIO_BYTES": str(probe)}
+        processes.append(spawn(api_command(ports["bare"], app="bench.bare_app:app"), cwd=ROOT, env=bare_env, log=tmp / "bare.log"))
+        wait_until_ok(f"{urls['bare']}/docs", 60)
         results = asyncio.run(measure(urls, args.hits, args.cold, probe))
     finally:
         for process in processes:
@@ -151,14 +118,22 @@ def main() -> None:
         for process in processes:
             process.wait(30)
         redis.stop()
-    audio_bytes = probe
     bare_p99 = pct(results["bare FastAPI (POST + GET)"], 99)
-    print(f"sequential client, {args.hits} hits per variant, {audio_bytes}-byte WAV result, one machine (2 cores)")
-    print("| path | n | p50 ms | p99 ms | p99 / bare p99 |")
-    print("|---|---|---|---|---|")
+    lines = [
+        f"Command: `.venv/bin/python -m bench.cache_latency --hits {args.hits} --cold {args.cold}`",
+        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"sequential client, {args.hits} hits per variant, {probe}-byte WAV result, one machine (2 cores)",
+        "",
+        "| path | n | p50 ms | p99 ms | p99 / bare p99 |",
+        "|---|---|---|---|---|",
+    ]
     for name, values in results.items():
         p50, p99 = statistics.median(values), pct(values, 99)
-        print(f"| {name} | {len(values)} | {p50:.2f} | {p99:.2f} | {p99 / bare_p99:.2f}× |")
+        lines.append(f"| {name} | {len(values)} | {p50:.2f} | {p99:.2f} | {p99 / bare_p99:.2f}× |")
+    print("\n".join(lines))
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(f"written to {RESULTS.relative_to(ROOT)}")
 
 
 async def measure_audio_size(base: str) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from bench.noop_engine import SilentEngine
-from ttsq.engine import SynthesisRequest
+from ttsq.inference.base import SynthesisRequest
 
 FIXED_COST_LABEL = "fixed-cost model of GPU time (not ChatTTS)"
 DEFAULT_CALL_MS = 300.0

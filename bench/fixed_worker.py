@@ -23,7 +23,7 @@ from bench.noop_engine import NoopEngine
 from settings import Settings
 
 if TYPE_CHECKING:
-    from ttsq.engine import Engine
+    from ttsq.inference.base import Engine
 
 ENGINES = ("fixed", "noop", "chattts")
 

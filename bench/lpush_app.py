@@ -3,7 +3,7 @@
 ``POST /submit`` parses the JSON body (any real endpoint must) and does one ``LPUSH`` of it into
 ``REDIS_URL``, answering ``202`` with the new list length. No validation, no job record, no task
 id: it is the least work an endpoint that queues into Redis can do on this HTTP stack. The Redis
-client is built by :func:`ttsq.redis_conn.create_redis`, as ttsq's is, so the two endpoints
+client is built by :func:`ttsq.store.connection.create_redis`, as ttsq's is, so the two endpoints
 differ in what they do, not in how they talk to Redis.
 
     uvicorn bench.lpush_app:app --loop uvloop --http httptools --no-access-log
@@ -12,21 +12,21 @@ differ in what they do, not in how they talk to Redis.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, status
 
-from ttsq.redis_conn import RedisConfig, create_redis
+from settings import Settings
+from ttsq.store.connection import create_redis
 
 QUEUE_KEY = "bench:lpush"
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    app.state.redis = create_redis(RedisConfig(url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")))
+    app.state.redis = create_redis(Settings().redis_config())
     try:
         yield
     finally:

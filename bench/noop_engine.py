@@ -14,14 +14,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ttsq import SAMPLE_RATE
-from ttsq.engine import ChunkAudio, ModelInfo, SynthesisRequest
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.inference.base import ChunkAudio, ModelInfo, SynthesisRequest
 
 NOOP_LABEL = "no-op engine (benchmark stand-in)"
 
 
 class SilentEngine:
-    """Meets :class:`ttsq.engine.Engine` without a model: every request gets silence.
+    """Meets :class:`ttsq.inference.base.Engine` without a model: every request gets silence.
 
     Subclasses decide how long the silence is (:meth:`audio_seconds`) and what a call costs
     (:meth:`spend`). One :meth:`spend` per batch call, as one batched ChatTTS call is one GPU
@@ -40,12 +40,6 @@ class SilentEngine:
     def warm_up(self) -> None:
         """Nothing to warm: there is no model."""
 
-    @property
-    def info(self) -> ModelInfo:
-        if self._info is None:
-            raise RuntimeError("the engine is not loaded; call load() first")
-        return self._info
-
     def speaker_from_seed(self, seed: int) -> str:
         return f"stand-in-speaker-{seed}"
 
@@ -58,14 +52,6 @@ class SilentEngine:
 
     def _silence(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
         return np.zeros(max(1, round(self.audio_seconds(req) * SAMPLE_RATE)), dtype=np.float32)
-
-    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
-        self.spend(1)
-        return self._silence(req)
-
-    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
-        for _, chunk in self.synthesize_batch([req]):
-            yield chunk
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         if not reqs:

@@ -13,8 +13,10 @@ import argparse
 import json
 import time
 
-from ttsq.engine import ChatTTSEngine, EngineConfig, SynthesisRequest
-from ttsq.voices import BUILTIN_VOICES
+from settings import Settings
+from ttsq.domain.voices import BUILTIN_VOICES
+from ttsq.inference.base import SynthesisRequest, synthesize
+from ttsq.inference.chattts import ChatTTSEngine
 
 TEXTS = (
     "你好，欢迎使用这个语音服务。",
@@ -27,16 +29,15 @@ TEXTS = (
 
 def measure(model_source: str, tokens: int, batch: int = 8) -> dict[str, float]:
     """Seconds for ``batch`` single calls, one call with all of them, and the ratio."""
-    engine = ChatTTSEngine(
-        EngineConfig(model_source=model_source, device="cpu", cpu_threads=1, max_new_token=tokens, min_new_token=tokens)
-    )
+    config = Settings(_env_file=None, model=model_source, device="cpu", cpu_threads=1, max_new_token=tokens, min_new_token=tokens)
+    engine = ChatTTSEngine(config.engine_config())
     engine.load()
     engine.warm_up()
     speaker = engine.speaker_from_seed(BUILTIN_VOICES["zh_female"])
     requests = [SynthesisRequest(text=TEXTS[n % len(TEXTS)], speaker=speaker, seed=n + 1) for n in range(batch)]
     started = time.perf_counter()
     for request in requests:
-        engine.synthesize(request)
+        synthesize(engine, request)
     singles_s = time.perf_counter() - started
     started = time.perf_counter()
     for _ in engine.synthesize_batch(requests):

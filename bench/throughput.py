@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,19 +51,20 @@ import httpx
 import psutil
 import redis as redis_sync
 
-from bench.cache_latency import api, spawn, wait_ok
 from bench.closed_loop import LoopResult, baseline_job, closed_loop, merge, ttsq_job, worker_counters
 from bench.fixed_cost_engine import DEFAULT_CALL_MS, DEFAULT_ITEM_MS, FIXED_COST_LABEL
 from bench.noop_engine import NOOP_LABEL
 from bench.raw_batch import TEXTS
 from bench.throughput_report import write_outputs
 from bench.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_version
-from tests.redis_server import RedisServer, free_port, start_redis_server
-from ttsq.jobs import Job, TTSParams, new_task_id
-from ttsq.keys import Keys
-from ttsq.queue import JobQueue, QueueConfig
-from ttsq.redis_conn import RedisConfig, create_redis
-from ttsq.tiny_checkpoint import build_random_checkpoint, build_tiny_checkpoint
+from settings import Settings
+from ttsq.domain.jobs import Job, TTSParams
+from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
+from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok, worker_command
+from ttsq.store.connection import create_redis
+from ttsq.store.keys import Keys
+from ttsq.store.local_redis import RedisServer, start_redis_server
+from ttsq.store.queue import JobQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -137,7 +139,7 @@ class EngineSpec:
 def engine_specs() -> dict[str, EngineSpec]:
     """The three end-to-end engines; both sides of each comparison run the same engine code."""
     fixed_worker = [sys.executable, "-m", "bench.fixed_worker"]
-    real_worker = [sys.executable, "worker.py"]
+    real_worker = worker_command()
     return {
         "fixed": EngineSpec(
             "fixed",
@@ -174,11 +176,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise BenchInterrupted(signal.Signals(signum).name)
 
 
-def uvicorn_cmd(target: str, port: int) -> list[str]:
-    """The same uvicorn flags as every other benchmark (uvloop, httptools, no access log, 1 worker)."""
-    return api(port, target)
-
-
 @dataclass
 class Stack:
     """Every process this run started, so that all of them are stopped whatever happens."""
@@ -187,7 +184,7 @@ class Stack:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        process = spawn(args, env, self.tmp / f"{name}.log")
+        process = spawn(args, cwd=ROOT, env=env, log=self.tmp / f"{name}.log")
         self.processes[name] = process
         return process
 
@@ -196,18 +193,13 @@ class Stack:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def wait_ready(self, name: str, url: str, timeout_s: float) -> None:
-        """``wait_ok`` in short slices, failing at once (with the log) if the process died."""
-        deadline = time.monotonic() + timeout_s
-        process = self.processes[name]
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
-            try:
-                wait_ok(url, 2)
-                return
-            except SystemExit:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} was not ready at {url} within {timeout_s:.0f}s:\n{self.log_tail(name)}") from None
+        """Wait for the readiness probe, failing at once (with the log) if the process died."""
+        try:
+            wait_until_ok(url, timeout_s, [self.processes[name]])
+        except ProcessExited:
+            raise RuntimeError(f"{name} exited with {self.processes[name].returncode}:\n{self.log_tail(name)}") from None
+        except TimeoutError:
+            raise RuntimeError(f"{name} was not ready at {url} within {timeout_s:.0f}s:\n{self.log_tail(name)}") from None
 
     def stop(self, *names: str) -> None:
         """SIGTERM (workers finish their job and leave), then SIGKILL after 30 s."""
@@ -284,8 +276,8 @@ def bench_submit(bench: Bench) -> dict[str, Any]:
     profile = bench.profile
     ports = {"ttsq": free_port(), "lpush": free_port()}
     env = bench.env(MODEL_ID="bench-submit")
-    bench.stack.start("submit-api", uvicorn_cmd("app:app", ports["ttsq"]), env)
-    bench.stack.start("lpush-app", uvicorn_cmd("bench.lpush_app:app", ports["lpush"]), env)
+    bench.stack.start("submit-api", api_command(ports["ttsq"], app="app:app"), env)
+    bench.stack.start("lpush-app", api_command(ports["lpush"], app="bench.lpush_app:app"), env)
     try:
         bench.stack.wait_ready("submit-api", f"http://127.0.0.1:{ports['ttsq']}/readyz", 60)
         bench.stack.wait_ready("lpush-app", f"http://127.0.0.1:{ports['lpush']}/healthz", 60)
@@ -363,9 +355,10 @@ def _noop_params(n: int) -> TTSParams:
 
 
 async def _ttsq_enqueue(url: str, count: int) -> list[str]:
-    client = create_redis(RedisConfig(url=url))
-    queue = JobQueue(client, QueueConfig(max_queue_depth=10**9))
-    ids = [new_task_id() for _ in range(count)]
+    config = Settings(_env_file=None, redis_url=url, max_queue_depth=10**9)
+    client = create_redis(config.redis_config())
+    queue = JobQueue(client, config.queue_config())
+    ids = [str(uuid.uuid4()) for _ in range(count)]
     try:
         for start in range(0, count, 48):  # below the client's 64-connection pool
             chunk = range(start, min(count, start + 48))
@@ -377,8 +370,9 @@ async def _ttsq_enqueue(url: str, count: int) -> list[str]:
 
 async def _ttsq_window(url: str, ids: list[str]) -> tuple[int, float, float]:
     """(jobs done, first claim, last completion) from the job records the worker wrote."""
-    client = create_redis(RedisConfig(url=url))
-    keys = Keys("ttsq")
+    config = Settings(_env_file=None, redis_url=url)
+    client = create_redis(config.redis_config())
+    keys = Keys(config.redis_namespace)
     done, starts, finishes = 0, [], []
     try:
         for start in range(0, len(ids), 500):
@@ -563,8 +557,8 @@ def bench_e2e(bench: Bench, spec: EngineSpec) -> dict[str, Any]:
     env = bench.env(**spec.env)
     api_port, base_port = free_port(), free_port()
     names = (f"e2e-{spec.key}-api", f"e2e-{spec.key}-baseline", f"e2e-{spec.key}-worker")
-    bench.stack.start(names[0], uvicorn_cmd("app:app", api_port), env)
-    bench.stack.start(names[1], uvicorn_cmd("bench.baseline_app:app", base_port), env)
+    bench.stack.start(names[0], api_command(api_port, app="app:app"), env)
+    bench.stack.start(names[1], api_command(base_port, app="bench.baseline_app:app"), env)
     try:
         worker_url = bench.start_worker(names[2], spec.worker, env | {"MAX_BATCH": "8"}, spec.ready_timeout_s)
         bench.stack.wait_ready(names[0], f"http://127.0.0.1:{api_port}/readyz", 60)
@@ -625,7 +619,7 @@ def bench_scaling(bench: Bench) -> dict[str, Any]:
     spec = engine_specs()["fixed"]
     env = bench.env(**spec.env)
     api_port = free_port()
-    bench.stack.start("scaling-api", uvicorn_cmd("app:app", api_port), env)
+    bench.stack.start("scaling-api", api_command(api_port, app="app:app"), env)
     clients = bench.profile.scaling_clients
     runs: dict[str, list[LoopResult]] = {}
     try:
@@ -688,12 +682,13 @@ def _memory_params(n: int) -> TTSParams:
 
 
 async def _enqueue_params(url: str, params: list[TTSParams]) -> None:
-    client = create_redis(RedisConfig(url=url))
-    queue = JobQueue(client, QueueConfig(max_queue_depth=10**9))
+    config = Settings(_env_file=None, redis_url=url, max_queue_depth=10**9)
+    client = create_redis(config.redis_config())
+    queue = JobQueue(client, config.queue_config())
     try:
         for start in range(0, len(params), 48):  # below the client's 64-connection pool
             chunk = params[start : start + 48]
-            await asyncio.gather(*(queue.enqueue(new_task_id(), p, single_flight=False) for p in chunk))
+            await asyncio.gather(*(queue.enqueue(str(uuid.uuid4()), p, single_flight=False) for p in chunk))
     finally:
         await client.aclose()
 
@@ -704,7 +699,7 @@ def bench_memory(bench: Bench) -> dict[str, Any]:
     env = bench.env(MODEL="tiny", MAX_NEW_TOKEN="48", MIN_NEW_TOKEN="48", MAX_BATCH="8")
     name = "memory-worker"
     bench.flush()
-    bench.start_worker(name, [sys.executable, "worker.py"], env, 300)
+    bench.start_worker(name, worker_command(), env, 300)
     process = psutil.Process(bench.stack.processes[name].pid)
     samples: list[tuple[int, float]] = [(0, process.memory_info().rss / 2**20)]
     started = time.monotonic()

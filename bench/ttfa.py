@@ -21,11 +21,11 @@ the same samples as the stored file.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,10 +37,11 @@ import httpx
 import numpy as np
 import soundfile as sf
 
-from bench.cache_latency import ROOT, api, spawn, wait_ok
-from tests.redis_server import free_port, start_redis_server
-from ttsq.text import split_sentences
-from ttsq.tiny_checkpoint import build_random_checkpoint
+from bench.cache_latency import ROOT
+from ttsq.domain.text import split_sentences
+from ttsq.inference.checkpoint import build_random_checkpoint
+from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
+from ttsq.store.local_redis import start_redis_server
 
 TEXT = (
     "The morning train was late again, so everyone waited in the rain. "
@@ -57,6 +58,7 @@ TOKENS_PER_CHUNK = 48
 """MAX_NEW_TOKEN = MIN_NEW_TOKEN: every chunk costs the same (about 1 s of audio), whatever the
 random weights sample, and the full-size run stays within minutes on 2 cores."""
 FULL_CHECKPOINT_DIR = ROOT / "var" / "full-random-checkpoint"
+RESULTS = ROOT / "bench" / "results" / "ttfa.md"
 POLL_S = 0.02
 
 
@@ -104,11 +106,12 @@ def service(checkpoint: Checkpoint, tmp: Path) -> Iterator[str]:
     )
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        processes.append(spawn([sys.executable, "worker.py"], env | {"WORKER_HEALTH_PORT": str(worker_port)}, tmp / "worker.log"))
-        processes.append(spawn(api(api_port), env, tmp / "api.log"))
+        worker_env = env | {"WORKER_HEALTH_PORT": str(worker_port)}
+        processes.append(spawn(worker_command(), cwd=ROOT, env=worker_env, log=tmp / "worker.log"))
+        processes.append(spawn(api_command(api_port), cwd=ROOT, env=env, log=tmp / "api.log"))
         url = f"http://127.0.0.1:{api_port}"
-        wait_ok(f"{url}/readyz", 60)
-        wait_ok(f"http://127.0.0.1:{worker_port}/readyz", 300)  # model loaded and warmed
+        wait_until_ok(f"{url}/readyz", 60)
+        wait_until_ok(f"http://127.0.0.1:{worker_port}/readyz", 300)  # model loaded and warmed
         yield url
     finally:
         for process in processes:
@@ -256,18 +259,25 @@ def main() -> None:
         with service(checkpoint, tmp / name) as url:
             print(f"{checkpoint.name}: service ready in {time.monotonic() - started:.1f}s", flush=True)
             results[checkpoint.name] = measure(checkpoint, url, seed_base=1000 * (index + 1))
-    print()
-    print(
+    command = " ".join(["python -m bench.ttfa", *(["--quick"] if args.quick else []), "--checkpoints", args.checkpoints])
+    lines = [
+        f"Command: `.venv/bin/{command}`",
+        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        "",
         f"{len(TEXT)}-character English text, 5 sentences → {len(chunks)} chunks (MAX_CHUNK_CHARS={MAX_CHUNK_CHARS}); "
         f"MAX_NEW_TOKEN=MIN_NEW_TOKEN={TOKENS_PER_CHUNK} per chunk; CPU_THREADS=1; CACHE_ENABLED=false; "
         f"one worker, one API, one redis-server, sequential client; {os.cpu_count()} cores; "
-        f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
-    )
-    print(table(results))
+        f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after",
+        "",
+        table(results),
+    ]
     reported = {name: sorted(r.chunks) for name, r in results.items() if r.chunks}
     if reported:
-        print(f"chunks per job reported by the service: {reported}")
-    print(f"logs: {tmp}")
+        lines.append(f"chunks per job reported by the service: {reported}")
+    print()
+    print("\n".join(lines))
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(f"written to {RESULTS.relative_to(ROOT)}; logs: {tmp}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ttsq.local_redis import start_redis_server
+from ttsq.runtime.launch import ProcessExited, api_command, spawn, wait_until_ok, worker_command
+from ttsq.store.local_redis import start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_CHOICES = """Choose a model explicitly:
@@ -69,17 +70,12 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def wait_ready(url: str, what: str, timeout_s: float, processes: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in processes):
-            raise SystemExit(f"ttsq: a process exited while waiting for {what}; see its log above")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"ttsq: {what} not ready after {timeout_s:.0f}s ({url})")
+    try:
+        wait_until_ok(url, timeout_s, processes)
+    except ProcessExited:
+        raise SystemExit(f"ttsq: a process exited while waiting for {what}; see its log above") from None
+    except TimeoutError:
+        raise SystemExit(f"ttsq: {what} not ready after {timeout_s:.0f}s ({url})") from None
 
 
 def main() -> None:
@@ -118,28 +114,8 @@ def main() -> None:
         for index in range(args.workers):
             port = args.worker_base_port + index
             worker_env = dict(env, WORKER_HEALTH_PORT=str(port), WORKER_ID=f"{socket.gethostname()}-w{index}")
-            processes.append(subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=worker_env))
-        processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "app:app",
-                    "--host",
-                    args.host,
-                    "--port",
-                    str(args.port),
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                    "--no-access-log",
-                ],
-                cwd=ROOT,
-                env=env,
-            )
-        )
+            processes.append(spawn(worker_command(), cwd=ROOT, env=worker_env))
+        processes.append(spawn(api_command(args.port, host=args.host), cwd=ROOT, env=env))
         base = f"http://{args.host}:{args.port}"
         wait_ready(f"{base}/readyz", "the API", 60, processes)
         for index in range(args.workers):

@@ -1,13 +1,16 @@
 """Shared fixtures: a real redis-server per test session, clients, queues and API apps on it.
 
 Engine fixtures (the generated tiny ChatTTS checkpoint, a loaded engine) live in
-``tests/conftest_engine.py``.
+``tests/conftest_engine.py``; the real-process deployment in ``tests/service.py``. Library configs
+are always built through :class:`settings.Settings`, the one place that holds their defaults.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +21,48 @@ from redis.asyncio import Redis
 
 from settings import Settings
 from tests.redis_server import RedisServer, start_redis_server
-from ttsq.queue import JobQueue, QueueConfig
-from ttsq.redis_conn import RedisConfig, create_redis
+from ttsq.domain.jobs import TTSParams
+from ttsq.inference.faults import FaultConfig
+from ttsq.store.connection import create_redis
+from ttsq.store.queue import JobQueue, QueueConfig
 
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
+
+
+def settings(**overrides: Any) -> Settings:
+    """Settings from ``overrides`` and the defaults, never from a ``.env`` file."""
+    return Settings(_env_file=None, **overrides)
+
+
+def queue_config(**overrides: Any) -> QueueConfig:
+    return settings(**overrides).queue_config()
+
+
+def fault_config(mode: str, match: str = "", **overrides: Any) -> FaultConfig:
+    """Fault injection as the ``FAULT_*`` test settings configure it."""
+    return settings(fault_mode=mode, fault_match=match, **{f"fault_{k}": v for k, v in overrides.items()}).fault_config()
+
+
+def task_id() -> str:
+    """A fresh job id (the queue takes any unique string; the API signs uuid4s)."""
+    return str(uuid.uuid4())
+
+
+def params(text: str = "hello", **overrides: Any) -> TTSParams:
+    return TTSParams(text=text, speaker_seed=7, seed=7, **overrides)
+
+
+@dataclass
+class FakeClock:
+    """The queue's clock, set by the test: leases lapse and backoffs end when the test says so."""
+
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 @pytest.fixture(scope="session")
@@ -34,18 +75,23 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """A client on a freshly flushed database; every test starts from an empty Redis."""
-    client = create_redis(RedisConfig(url=redis_server.url))
+    client = create_redis(settings(redis_url=redis_server.url).redis_config())
     await client.flushall()
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-def make_queue(redis: Redis) -> Any:
-    """Factory: a JobQueue on the test Redis with config overrides."""
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_queue(redis: Redis, clock: FakeClock) -> Any:
+    """Factory: a JobQueue on the test Redis, with settings overrides, on the test's clock."""
 
     def build(**overrides: Any) -> JobQueue:
-        return JobQueue(redis, QueueConfig(**overrides))
+        return JobQueue(redis, queue_config(**overrides), clock=clock)
 
     return build
 
@@ -55,17 +101,17 @@ def make_settings(redis_server: RedisServer, tmp_path: Path) -> Any:
     def build(**overrides: Any) -> Settings:
         values: dict[str, Any] = {"redis_url": redis_server.url, "model": "tiny", "cache_dir": tmp_path / "cache"}
         values.update(overrides)
-        return Settings(_env_file=None, **values)
+        return settings(**values)
 
     return build
 
 
 @asynccontextmanager
-async def api_client(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+async def api_client(config: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
     """The real app (lifespan included) behind an in-process ASGI transport."""
     from app import create_app
 
-    app = create_app(settings)
+    app = create_app(config)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://ttsq.test") as client:

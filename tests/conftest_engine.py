@@ -12,21 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from ttsq.engine import ChatTTSEngine, EngineConfig
-from ttsq.tiny_checkpoint import build_tiny_checkpoint
+from settings import Settings
+from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
+from ttsq.inference.checkpoint import build_tiny_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY_CHECKPOINT_DIR = REPO_ROOT / "var" / "tiny-checkpoint"
 
-TINY_ENGINE_CONFIG = EngineConfig(
-    model_source=str(TINY_CHECKPOINT_DIR),
+TINY_ENGINE_CONFIG: EngineConfig = Settings(
+    _env_file=None,
+    model="tiny",
+    tiny_checkpoint_dir=TINY_CHECKPOINT_DIR,
     device="cpu",
     cpu_threads=1,
     max_chunk_chars=40,
     max_new_token=48,
     min_new_token=48,
     refine_max_new_token=16,
-)
+).engine_config()
 """Small caps keep each synthesis around a tenth of a second; min = max fixes every chunk's length."""
 
 

@@ -1,11 +1,11 @@
-"""Small shared helpers for tests and benchmarks."""
+"""Small shared helpers for tests."""
 
 from __future__ import annotations
 
-from submit_api import build_params
-from ttsq.jobs import TTSParams
-from ttsq.schemas import SubmitRequest
-from ttsq.voices import builtin
+from ttsq.api.schemas import SubmitRequest
+from ttsq.api.service import build_params
+from ttsq.domain.jobs import TTSParams
+from ttsq.domain.voices import builtin
 
 
 def params_for(body: SubmitRequest, max_text_chars: int, model_identity: str) -> TTSParams:
@@ -13,4 +13,4 @@ def params_for(body: SubmitRequest, max_text_chars: int, model_identity: str) ->
     voice = builtin(body.voice) if body.voice is not None else None
     if body.voice is not None and voice is None:
         raise ValueError(f"{body.voice!r} is not a built-in voice")
-    return build_params(body, max_text_chars, model_identity, voice)
+    return build_params(body, voice, max_text_chars=max_text_chars, model_identity=model_identity)

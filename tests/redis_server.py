@@ -1,4 +1,4 @@
-"""The tests' redis-server: ``ttsq.local_redis`` with the bundled binary, so every machine, CI
+"""The tests' redis-server: ``ttsq.store.local_redis`` with the bundled binary, so every machine, CI
 included, tests against the same server; ``REDIS_SERVER_BIN`` points the tests at another one
 (e.g. Debian's ``/usr/bin/redis-server``)."""
 
@@ -8,8 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ttsq.local_redis import RedisServer, free_port
-from ttsq.local_redis import start_redis_server as _start
+from ttsq.store.local_redis import RedisServer, free_port
+from ttsq.store.local_redis import start_redis_server as _start
 
 __all__ = ["RedisServer", "free_port", "start_redis_server"]
 

@@ -1,7 +1,8 @@
 """A real ttsq deployment for end-to-end tests: redis-server, ``uvicorn app:app``, ``python worker.py``.
 
 Every process runs as it would in production, from the repository root, configured only through
-its environment; logs are kept per process so a failing test can show them.
+its environment and started by :mod:`ttsq.runtime.launch` (as ``make up`` starts them); logs are
+kept per process so a failing test can show them.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,22 +18,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.redis_server import RedisServer, free_port, start_redis_server
+from tests.redis_server import RedisServer, start_redis_server
+from ttsq.runtime.launch import api_command, free_port, spawn, wait_until, wait_until_ok, worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """Wait for a condition of the deployment (a status, a probe); fails the test on timeout."""
+    try:
+        wait_until(check, timeout_s, what)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 @dataclass
@@ -48,22 +43,23 @@ class Service:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
-        log = (self.tmp / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            args, cwd=ROOT, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        process = spawn(args, cwd=ROOT, env={**self.env, **env}, log=self.tmp / f"{name}.log")
         self.processes.append(process)
         return process
 
-    def start_api(self) -> None:
+    def start_api(self, name: str = "api", **env: str) -> str:
+        """An API process on this deployment's Redis (another replica when called again); returns its URL."""
         port = free_port()
-        self.api_url = f"http://127.0.0.1:{port}"
-        self.spawn("api", [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--loop", "uvloop"])
-        wait_for(lambda: httpx.get(f"{self.api_url}/readyz").status_code == 200, 60, "the API")
+        url = f"http://127.0.0.1:{port}"
+        process = self.spawn(name, api_command(port), **env)
+        wait_until_ok(f"{url}/readyz", 60, [process])
+        if not self.api_url:
+            self.api_url = url
+        return url
 
     def start_worker(self, name: str, **env: str) -> Worker:
         port = free_port()
-        process = self.spawn(name, [sys.executable, "worker.py"], WORKER_ID=name, WORKER_HEALTH_PORT=str(port), **env)
+        process = self.spawn(name, worker_command(), WORKER_ID=name, WORKER_HEALTH_PORT=str(port), **env)
         worker = Worker(name, process, f"http://127.0.0.1:{port}")
         wait_for(lambda: worker.get("/readyz").status_code == 200, 180, f"worker {name} to be ready")
         return worker
@@ -111,9 +107,10 @@ def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
         MIN_NEW_TOKEN="48",
         MAX_CHUNK_CHARS="40",
         LEASE_S="3",
+        REDIS_SOCKET_TIMEOUT_S="1.5",
         HEARTBEAT_INTERVAL_S="0.5",
         HEARTBEAT_TTL_S="3",
-        REAP_INTERVAL_S="0.5",
+        SWEEP_INTERVAL_S="0.5",
         BLOCK_S="0.5",
         PYTHONUNBUFFERED="1",
     )

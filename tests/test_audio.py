@@ -1,4 +1,4 @@
-"""Tests for ttsq.audio: encoding round trips and click-free joining."""
+"""Tests for ttsq.domain.audio: encoding round trips and click-free joining."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pytest
 import soundfile as sf
 
-from ttsq.audio import CONTENT_TYPES, AudioFormat, ChunkJoiner, decode_to_pcm16, duration_s, encode_audio, join_chunks
+from ttsq.domain.audio import CONTENT_TYPES, AudioFormat, ChunkJoiner, decode_to_pcm16, duration_s, encode_audio, join_chunks
 
 SR = 24000
 PCM16_STEP = 1.0 / 32768
@@ -97,16 +97,28 @@ def test_encode_multichannel_raises() -> None:
         encode_audio(np.zeros((100, 2), dtype=np.float32), "wav")
 
 
-def test_content_types_cover_every_format() -> None:
-    assert set(CONTENT_TYPES) == set(get_args(AudioFormat))
-    assert CONTENT_TYPES == {
-        "wav": "audio/wav",
-        "mp3": "audio/mpeg",
-        "ogg": "audio/ogg",
-        "flac": "audio/flac",
-        "opus": "audio/ogg; codecs=opus",
-        "pcm": "audio/pcm",
-    }
+CONTAINERS = {"audio/wav": ("WAV", None), "audio/mpeg": ("MP3", None), "audio/flac": ("FLAC", None)}
+"""What a content type promises, as libsndfile reads it back: (container, codec or None for any)."""
+
+
+@pytest.mark.parametrize("fmt", sorted(set(get_args(AudioFormat)) - {"pcm"}))
+def test_each_content_type_names_what_the_bytes_really_are(fmt: AudioFormat) -> None:
+    """A client trusts Content-Type to pick a decoder: the label must match the encoded container and codec."""
+    encoded = encode_audio(tone(440, SR // 10, 0.3), fmt)
+    info = sf.info(io.BytesIO(encoded))
+    content_type = CONTENT_TYPES[fmt]
+    if content_type.startswith("audio/ogg"):
+        expected_codec = "OPUS" if "codecs=opus" in content_type else "VORBIS"
+        assert (info.format, info.subtype) == ("OGG", expected_codec)
+    else:
+        container, _ = CONTAINERS[content_type]
+        assert info.format == container
+
+
+def test_pcm_content_type_is_raw_samples() -> None:
+    samples = tone(440, 480, 0.3)
+    assert CONTENT_TYPES["pcm"] == "audio/pcm"
+    assert len(encode_audio(samples, "pcm")) == 2 * len(samples), "raw PCM16: two bytes per sample, no header"
 
 
 # --- joining ----------------------------------------------------------------------------

@@ -5,54 +5,31 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from redis.asyncio import Redis
 
+from tests.conftest import fault_config, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
-from ttsq.batching import AdaptiveBatchLimit, group_compatible, halves, slices
-from ttsq.engine import ChatTTSEngine, ChunkAudio, Engine, ModelInfo, SynthesisRequest
-from ttsq.faults import FaultConfig, FaultInjectingEngine
-from ttsq.jobs import Job, Status, new_task_id
-from ttsq.queue import QueueConfig
+from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
+from ttsq.domain.jobs import Job, Status
+from ttsq.inference.base import ChunkAudio, Engine, EngineWrapper, SynthesisRequest
+from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.faults import FaultInjectingEngine
 
 
-class RecordingEngine:
+class RecordingEngine(EngineWrapper):
     """Delegates every call to the real engine and records the batches it was given (a spy, not a fake)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, inner: Engine) -> None:
+        super().__init__(inner)
         self.batches: list[list[SynthesisRequest]] = []
-
-    def load(self) -> ModelInfo:
-        return self.engine.load()
-
-    def warm_up(self) -> None:
-        self.engine.warm_up()
-
-    @property
-    def info(self) -> ModelInfo:
-        return self.engine.info
-
-    def speaker_from_seed(self, seed: int) -> str:
-        return self.engine.speaker_from_seed(seed)
-
-    def synthesize(self, req: SynthesisRequest) -> npt.NDArray[np.float32]:
-        return self.engine.synthesize(req)
-
-    def synthesize_chunks(self, req: SynthesisRequest) -> Iterator[ChunkAudio]:
-        return self.engine.synthesize_chunks(req)
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         self.batches.append(list(reqs))
-        return self.engine.synthesize_batch(reqs)
-
-    def release_memory(self) -> None:
-        self.engine.release_memory()
+        return self.inner.synthesize_batch(reqs)
 
 
 def job(text: str, **overrides: Any) -> Job:
-    return Job(id=new_task_id(), params=params(text, **overrides), created_at=0.0)
+    return Job(id=task_id(), params=params(text, **overrides), created_at=0.0)
 
 
 def test_jobs_are_grouped_by_speaker_and_sampling_parameters() -> None:
@@ -81,13 +58,13 @@ def test_halves_and_slices() -> None:
 
 
 async def enqueue_all(redis: Redis, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    from ttsq.queue import JobQueue
+    from ttsq.store.queue import JobQueue
 
-    queue = JobQueue(redis, QueueConfig())
+    queue = JobQueue(redis, queue_config())
     ids = []
     for text, overrides in jobs:
-        job_id = new_task_id()
-        await queue.enqueue(job_id, params(text, **overrides))
+        job_id = task_id()
+        await queue.enqueue(job_id, params(text, **overrides), single_flight=False)
         ids.append(job_id)
     return ids
 
@@ -109,11 +86,11 @@ async def test_compatible_jobs_share_one_call_and_keep_their_own_voice(redis: Re
 
 
 async def test_one_failing_job_does_not_fail_its_batch(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
-    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise", match="BOOM"))
+    engine = FaultInjectingEngine(tiny_engine, fault_config("raise", "BOOM"))
     ids = await enqueue_all(
         redis, [(text, {"seed": n}) for n, text in enumerate(["Fine one.", "BOOM here.", "Fine two.", "Fine three."])]
     )
-    config = QueueConfig(block_s=0.2, max_attempts=1)
+    config = queue_config(block_s=0.2, max_attempts=1)
     async with running_worker(redis, engine, config, max_batch=8, batch_wait_ms=50) as worker:
         finals = {job_id: await wait_final(worker.queue, job_id) for job_id in ids}
     assert [finals[i].status for i in ids] == [Status.DONE, Status.FAILED, Status.DONE, Status.DONE]
@@ -121,7 +98,7 @@ async def test_one_failing_job_does_not_fail_its_batch(redis: Redis, tiny_engine
 
 
 async def test_out_of_memory_splits_the_batch_and_remembers_a_smaller_size(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
-    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="oom", oom_above_batch=2))
+    engine = FaultInjectingEngine(tiny_engine, fault_config("oom", "", oom_above_batch=2))
     ids = await enqueue_all(redis, [(f"Job {n}.", {"seed": n}) for n in range(8)])
     async with running_worker(redis, engine, max_batch=8, batch_wait_ms=50) as worker:
         finals = [await wait_final(worker.queue, job_id) for job_id in ids]

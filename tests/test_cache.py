@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
+from tests.conftest import settings
 from tests.redis_server import free_port
-from ttsq.cache import CacheConfig, CachedAudio, DiskCache, MemoryLRU, ResultCache
-from ttsq.redis_conn import RedisConfig, create_redis
+from ttsq.store.cache import CacheConfig, CachedAudio, DiskCache, MemoryLRU, ResultCache
+from ttsq.store.connection import create_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,7 +108,7 @@ def test_full_disk_degrades_to_memory_and_redis(tmp_path: Path) -> None:
         import asyncio, logging, resource, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from ttsq.cache import CachedAudio, DiskCache
+        from ttsq.store.cache import CachedAudio, DiskCache
         logging.basicConfig(level=logging.WARNING)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         disk = DiskCache(Path({str(tmp_path)!r}), max_bytes=10**9)
@@ -121,8 +124,13 @@ def test_full_disk_degrades_to_memory_and_redis(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*/*.tmp")), "a failed write leaves no temp file behind"
 
 
+def cache_config(**overrides: Any) -> CacheConfig:
+    """The cache's config from settings; L3 is off unless a test gives it a directory."""
+    return settings(**{"cache_dir": "", **overrides}).cache_config()
+
+
 async def test_reads_fall_through_the_levels_and_fill_the_faster_ones(redis: Redis, tmp_path: Path) -> None:
-    config = CacheConfig(l3_dir=tmp_path / "l3")
+    config = cache_config(cache_dir=tmp_path / "l3")
     writer = ResultCache(redis, config)
     await writer.put(key(1), entry(2000, b"w"))
 
@@ -144,22 +152,22 @@ async def test_reads_fall_through_the_levels_and_fill_the_faster_ones(redis: Red
 
 
 async def test_oversized_entries_skip_redis(redis: Redis) -> None:
-    cache = ResultCache(redis, CacheConfig(l2_max_entry_bytes=4096))
+    cache = ResultCache(redis, cache_config(cache_l2_max_entry_bytes=4096))
     await cache.put(key(1), entry(10_000))
     assert not await redis.exists(cache.keys.cache(key(1)))
     assert await cache.get(key(1)) is not None, "still served from memory"
 
 
 async def test_a_disabled_cache_never_answers(redis: Redis) -> None:
-    cache = ResultCache(redis, CacheConfig(enabled=False))
+    cache = ResultCache(redis, cache_config(cache_enabled=False))
     await cache.put(key(1), entry(100))
     assert await cache.get(key(1)) is None
 
 
 async def test_redis_outage_makes_l2_miss_instead_of_failing(tmp_path: Path) -> None:
-    dead = create_redis(RedisConfig(url=f"redis://127.0.0.1:{free_port()}/0", retries=0))
-    cache = ResultCache(dead, CacheConfig(l3_dir=tmp_path))
+    dead = create_redis(dataclasses.replace(settings(redis_url=f"redis://127.0.0.1:{free_port()}/0").redis_config(), retries=0))
+    cache = ResultCache(dead, cache_config(cache_dir=tmp_path))
     await cache.put(key(1), entry(100))
-    fresh = ResultCache(dead, CacheConfig(l3_dir=tmp_path))
+    fresh = ResultCache(dead, cache_config(cache_dir=tmp_path))
     assert await fresh.get(key(1)) == entry(100), "served from disk while Redis is down"
     await dead.aclose()

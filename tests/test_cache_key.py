@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import params_for
-from ttsq.cache_key import cache_key, engine_input
-from ttsq.schemas import SubmitRequest
-from ttsq.text import canonical_text
+from ttsq.api.schemas import SubmitRequest
+from ttsq.domain.cache_key import cache_key, engine_input
+from ttsq.domain.text import canonical_text
 
 MODEL = "tiny-random|chunk=40"
 ALPHABET = list("abcXYZ0189 ,.?!;:-'你好世界今天。，？！")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from ttsq.engine import ChatTTSEngine
-from ttsq.tiny_checkpoint import (
+from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.checkpoint import (
     ASSET_FILES,
     CHECKPOINT_SIZES,
     MANIFEST_NAME,

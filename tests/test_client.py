@@ -14,13 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import soundfile as sf
 
 from tests.redis_server import free_port
-from tests.service import ROOT, Service, wait_for
-from ttsq.client import (
+from tests.service import ROOT, Service
+from ttsq.client.sdk import (
     AsyncTTSClient,
     Conflict,
     InvalidRequest,
@@ -45,25 +44,17 @@ def decode(audio: bytes) -> tuple[int, int]:
     return len(samples), int(rate)
 
 
-def start_extra_api(service: Service, name: str, **env: str) -> str:
-    """A second API process on the same Redis with its own settings; returns its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    service.spawn(name, [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)], **env)
-    wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, name)
-    return url
-
-
 def test_sync_client_synthesizes_streams_and_reports_errors(service: Service, tmp_path: Path) -> None:
     service.start_worker("w", FAULT_MODE="raise", FAULT_MATCH="BOOM", RETRY_BASE_S="1")
     with TTSClient(service.api_url) as tts:
         seen: list[TaskStatus] = []
-        audio = tts.synthesize("Hello from the client. 第二句话。", seed=11, format="flac", on_progress=seen.append)
+        two_chunks = "这是客户端发来的第一句话，它比较长，足够长了。第二句话也在这里，同样不短，还有更多内容。"
+        audio = tts.synthesize(two_chunks, seed=11, format="flac", on_progress=seen.append)
         frames, rate = decode(audio)
         assert rate == SAMPLE_RATE and frames > 0, service.logs()
         assert seen and seen[-1].status == "done" and seen[-1].format == "flac"
-        if seen[-1].chunks_total is not None:
-            assert seen[-1].chunks_done == seen[-1].chunks_total
+        assert seen[-1].chunks_total is not None and seen[-1].chunks_total >= 2, "progress reports the chunks"
+        assert seen[-1].chunks_done == seen[-1].chunks_total
 
         submitted = tts.submit("Streamed to a file, sentence by sentence. 再来一句。", seed=12)
         path = tmp_path / "streamed.wav"
@@ -94,7 +85,7 @@ def test_sync_client_synthesizes_streams_and_reports_errors(service: Service, tm
 
 
 async def test_async_client_waits_with_progress_and_backs_off_when_busy(service: Service) -> None:
-    busy_url = start_extra_api(service, "busy-api", MAX_QUEUE_DEPTH="1", RETRY_AFTER_S="1")
+    busy_url = service.start_api("busy-api", MAX_QUEUE_DEPTH="1", RETRY_AFTER_S="1")
     async with AsyncTTSClient(service.api_url) as tts:
         queued = await tts.submit("Queued before any worker exists.", voice="zh_female", format="ogg")
         assert queued.status == "queued" and queued.queue_position == 0 and not queued.cached

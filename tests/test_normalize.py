@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from ttsq.normalize import CHATTTS_CONTROL_TOKENS, NormalizationUnavailableError, TextNormalizer
+from ttsq.domain.text import CHATTTS_CONTROL_TOKENS
+from ttsq.inference.normalize import NormalizationUnavailableError, TextNormalizer
 
 ASCII_DIGIT = re.compile(r"[0-9]")
 

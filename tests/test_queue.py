@@ -1,42 +1,51 @@
-"""The reliable queue against a real redis-server: claims, leases, reaping, retries, dead letters."""
+"""The reliable queue against a real redis-server: claims, leases, sweeps, retries, dead letters.
+
+Time is the test's: the queue reads an injected clock (:class:`tests.conftest.FakeClock`), so a
+lease lapses or a backoff ends exactly when the test advances it — no sleeps, no races.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from ttsq.jobs import Status, TTSParams, new_task_id
-from ttsq.queue import JobQueue, QueueConfig, QueueFullError, check_eviction_policy
-from ttsq.redis_conn import RedisConfig, create_redis
+from tests.conftest import FakeClock, params, queue_config, task_id
+from ttsq.domain.jobs import Status
+from ttsq.store.connection import (
+    EvictionRisk,
+    RedisConfig,
+    UnsafeRedisError,
+    check_eviction_policy,
+    create_redis,
+    enforce_eviction_policy,
+)
+from ttsq.store.queue import Completed, Enqueued, Failed, JobQueue, QueueFullError, Started
 
-
-def params(text: str = "hello") -> TTSParams:
-    return TTSParams(text=text, speaker_seed=7, seed=7)
+SWEEP = 5.0
 
 
 async def test_enqueue_is_idempotent(make_queue: Any, redis: Redis) -> None:
     queue: JobQueue = make_queue()
-    job_id = new_task_id()
-    first = await queue.enqueue(job_id, params("one"))
-    again = await queue.enqueue(job_id, params("two"))
-    assert first.created and not again.created
+    job_id = task_id()
+    first = await queue.enqueue(job_id, params("one"), single_flight=True)
+    again = await queue.enqueue(job_id, params("two"), single_flight=True)
+    assert first.outcome is Enqueued.CREATED and again.outcome is Enqueued.EXISTS
     assert again.job.params.text == "one"
     assert await redis.llen(queue.keys.queue) == 1
 
 
 async def test_claim_complete_stores_result_with_ttl(make_queue: Any, redis: Redis) -> None:
     queue: JobQueue = make_queue(result_ttl_s=600)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     claim = await queue.claim("w1", block_s=0.1)
-    assert claim is not None and claim.runnable
+    assert claim is not None and claim.started is Started.RUN
     assert claim.job.status is Status.RUNNING and claim.job.attempts == 1 and claim.job.worker == "w1"
     assert await redis.lrange(queue.keys.processing, 0, -1) == [job_id.encode()]
-    assert await queue.complete(job_id, b"RIFFaudio", "audio/wav", 1.5, 0.2)
+    assert await queue.complete(job_id, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.DONE and job.duration_s == 1.5
     assert job.result_bytes == len(b"RIFFaudio")
@@ -44,7 +53,7 @@ async def test_claim_complete_stores_result_with_ttl(make_queue: Any, redis: Red
     assert 0 < await redis.ttl(queue.keys.result(job_id)) <= 600
     assert 0 < await redis.ttl(queue.keys.job(job_id)) <= 600
     assert await redis.llen(queue.keys.processing) == 0
-    assert not await redis.exists(queue.keys.lease(job_id))
+    assert await redis.zscore(queue.keys.leases, job_id) is None
 
 
 async def test_claim_on_empty_queue_returns_none(make_queue: Any) -> None:
@@ -53,9 +62,9 @@ async def test_claim_on_empty_queue_returns_none(make_queue: Any) -> None:
 
 async def test_queue_is_fifo_and_reports_positions(make_queue: Any) -> None:
     queue: JobQueue = make_queue()
-    ids = [new_task_id() for _ in range(3)]
+    ids = [task_id() for _ in range(3)]
     for job_id in ids:
-        await queue.enqueue(job_id, params())
+        await queue.enqueue(job_id, params(), single_flight=False)
     assert [await queue.position(i) for i in ids] == [0, 1, 2]
     claim = await queue.claim("w", block_s=0.1)
     assert claim is not None and claim.job.id == ids[0]
@@ -65,13 +74,13 @@ async def test_queue_is_fifo_and_reports_positions(make_queue: Any) -> None:
 
 async def test_two_concurrent_claimers_never_share_a_job(redis_server: Any, make_queue: Any) -> None:
     producer: JobQueue = make_queue()
-    ids = {new_task_id() for _ in range(60)}
+    ids = {task_id() for _ in range(60)}
     for job_id in ids:
-        await producer.enqueue(job_id, params())
+        await producer.enqueue(job_id, params(), single_flight=False)
 
     async def drain(worker: str) -> list[str]:
-        client = create_redis(RedisConfig(url=redis_server.url))
-        queue = JobQueue(client, QueueConfig())
+        client = create_redis(RedisConfig(url=redis_server.url, socket_timeout_s=5, connect_timeout_s=2, max_connections=4))
+        queue = JobQueue(client, queue_config())
         got: list[str] = []
         try:
             while (claim := await queue.claim(worker, block_s=0.05)) is not None:
@@ -87,94 +96,119 @@ async def test_two_concurrent_claimers_never_share_a_job(redis_server: Any, make
     assert len(first) + len(second) == len(ids)
 
 
-async def test_expired_lease_is_reaped_and_requeued(make_queue: Any, redis: Redis) -> None:
-    queue: JobQueue = make_queue(lease_s=0.2)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+async def test_a_lapsed_lease_is_swept_back_to_the_front_of_the_queue(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=30)
+    job_id, behind = task_id(), task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    await queue.enqueue(behind, params(), single_flight=False)
     assert await queue.claim("dead-worker", block_s=0.1) is not None
-    assert await queue.reap() == 0, "a live lease must not be reaped"
-    await asyncio.sleep(0.3)
-    assert await queue.reap() == 1
+    clock.advance(29.9)
+    assert (await queue.sweep(SWEEP, "w")).requeued == 0, "a live lease must not be swept"
+    clock.advance(0.2)
+    await redis.delete(queue.keys.sweep_lock)
+    report = await queue.sweep(SWEEP, "w")
+    assert report.swept and report.requeued == 1
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.worker is None
     assert job.error is not None and "lease expired" in job.error
     assert await redis.llen(queue.keys.processing) == 0
+    assert await queue.position(job_id) == 0, "a requeued job goes to the front"
     again = await queue.claim("live-worker", block_s=0.1)
     assert again is not None and again.job.id == job_id and again.job.attempts == 2
 
 
-async def test_lease_renewal_keeps_the_job(make_queue: Any) -> None:
-    queue: JobQueue = make_queue(lease_s=0.3)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+async def test_renewal_keeps_the_lease_and_reports_leases_not_held(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=30)
+    mine, other = task_id(), task_id()
+    await queue.enqueue(mine, params(), single_flight=False)
+    await queue.enqueue(other, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
+    await queue.claim("someone-else", block_s=0.1)
+    requeued = []
     for _ in range(4):
-        await asyncio.sleep(0.15)
-        assert await queue.renew_lease(job_id, "w")
-        assert await queue.reap() == 0
-    assert not await queue.renew_lease(job_id, "someone-else")
+        clock.advance(20)
+        assert await queue.renew_leases("w", [mine, other]) == {other}, "w never held the other job's lease"
+        await redis.delete(queue.keys.sweep_lock)
+        requeued.append((await queue.sweep(SWEEP, "w")).requeued)
+    assert requeued == [0, 1, 0, 0], "the unrenewed lease lapses at t=30 and is swept at t=40; the renewed one never"
+    assert await redis.zscore(queue.keys.leases, mine) == clock.now + 30
 
 
-async def test_claimed_but_unstarted_job_is_reaped_only_after_grace(make_queue: Any, redis: Redis) -> None:
+async def test_only_one_worker_sweeps_per_interval(make_queue: Any, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=30)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    await queue.claim("gone", block_s=0.1)
+    clock.advance(31)
+    first = await queue.sweep(60, "a")
+    second = await queue.sweep(60, "b")
+    assert first.swept and first.requeued == 1
+    assert not second.swept, "the lock lasts one interval: the second worker skips this round"
+
+
+async def test_claimed_but_unstarted_job_is_swept_only_after_grace(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
     """A worker that died between BLMOVE and its start script leaves a lease-less queued id."""
-    queue: JobQueue = make_queue(lease_s=5)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    queue: JobQueue = make_queue(lease_s=10)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await redis.lmove(queue.keys.queue, queue.keys.processing, "RIGHT", "LEFT")
-    now = time.time()
-    assert await queue.reap(now=now) == 0
-    assert await queue.reap(now=now + 1) == 0
-    assert await queue.reap(now=now + 6) == 1
+    sightings = []
+    for step in (0, 1, 9):
+        clock.advance(step)
+        await redis.delete(queue.keys.sweep_lock)
+        sightings.append((await queue.sweep(SWEEP, "w")).orphans)
+    assert sightings == [0, 0, 1], "first sighting, within grace, then past grace"
     assert await queue.position(job_id) == 0
 
 
-async def test_attempts_cap_dead_letters_with_reason(make_queue: Any) -> None:
-    queue: JobQueue = make_queue(lease_s=0.1, max_attempts=2)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+async def test_attempts_cap_dead_letters_with_reason(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=10, max_attempts=2)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     for _ in range(2):
         claim = await queue.claim("crashy", block_s=0.1)
         assert claim is not None and claim.runnable
-        await asyncio.sleep(0.15)
-        assert await queue.reap() == 1
+        clock.advance(11)
+        await redis.delete(queue.keys.sweep_lock)
+        assert (await queue.sweep(SWEEP, "w")).requeued == 1
     final = await queue.claim("crashy", block_s=0.1)
-    assert final is not None and not final.runnable
+    assert final is not None and final.started is Started.DEAD
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED
     assert job.error is not None and "gave up after 2 attempts" in job.error and "lease expired" in job.error
-    dead = await queue.dead_letters()
-    assert [d.id for d in dead] == [job_id]
+    assert [d.id for d in await queue.dead_letters()] == [job_id]
 
 
-async def test_transient_failure_retries_with_exponential_backoff(make_queue: Any, redis: Redis) -> None:
+async def test_retryable_failure_waits_out_an_exponential_backoff(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
     queue: JobQueue = make_queue(max_attempts=3, retry_base_s=2.0)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    before = time.time()
-    assert await queue.fail(job_id, "inference failed: boom", retryable=True) == "retry"
+    failed_at = clock.now
+    assert await queue.fail(job_id, "inference failed: boom", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.error == "inference failed: boom"
-    assert job.not_before is not None and 1.9 <= job.not_before - before <= 2.5
+    assert job.not_before == failed_at + 2.0, "after attempt 1: 2 ** 1 seconds"
     assert await queue.depth() == 0
-    await queue.reap(now=before + 1)
-    assert await queue.depth() == 0, "released before its backoff was over"
-    await queue.reap(now=before + 3)
+    clock.advance(1.9)
+    assert (await queue.sweep(SWEEP, "w")).promoted == 0, "released before its backoff was over"
+    clock.advance(0.1)
+    await redis.delete(queue.keys.sweep_lock)
+    assert (await queue.sweep(SWEEP, "w")).promoted == 1
     assert await queue.depth() == 1
     claim = await queue.claim("w", block_s=0.1)
     assert claim is not None and claim.job.attempts == 2
-    before = time.time()
-    assert await queue.fail(job_id, "boom again", retryable=True) == "retry"
+    assert await queue.fail(job_id, "boom again", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
-    assert job is not None and job.not_before is not None and 3.9 <= job.not_before - before <= 4.5
+    assert job is not None and job.not_before == clock.now + 4.0, "after attempt 2: 2 ** 2 seconds"
 
 
 async def test_final_failure_after_last_attempt(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_attempts=1)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    assert await queue.fail(job_id, "inference failed: boom", retryable=True) == "failed"
+    assert await queue.fail(job_id, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error == "inference failed: boom"
     assert [d.id for d in await queue.dead_letters()] == [job_id]
@@ -182,86 +216,128 @@ async def test_final_failure_after_last_attempt(make_queue: Any) -> None:
 
 async def test_permanent_failure_is_not_retried(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_attempts=3)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    assert await queue.fail(job_id, "invalid job: bad voice", retryable=False) == "failed"
+    assert await queue.fail(job_id, "invalid job: bad voice", retryable=False, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.attempts == 1
 
 
+async def test_failing_a_finished_job_changes_nothing(make_queue: Any) -> None:
+    queue: JobQueue = make_queue()
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    await queue.claim("w", block_s=0.1)
+    await queue.complete(job_id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+    assert await queue.fail(job_id, "late", retryable=True, cache_key=None) is Failed.GONE
+    job = await queue.get(job_id)
+    assert job is not None and job.status is Status.DONE
+
+
 async def test_queued_and_running_jobs_never_expire(make_queue: Any, redis: Redis) -> None:
     queue: JobQueue = make_queue(result_ttl_s=10)
-    waiting, running = new_task_id(), new_task_id()
-    await queue.enqueue(running, params())
-    await queue.enqueue(waiting, params())
+    waiting, running = task_id(), task_id()
+    await queue.enqueue(running, params(), single_flight=False)
+    await queue.enqueue(waiting, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
     assert await redis.ttl(queue.keys.job(waiting)) == -1
     assert await redis.ttl(queue.keys.job(running)) == -1
-    await queue.fail(running, "boom", retryable=True)
+    await queue.fail(running, "boom", retryable=True, cache_key=None)
     assert await redis.ttl(queue.keys.job(running)) == -1, "a job waiting for its retry must not expire"
 
 
 async def test_oversized_result_fails_the_job(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_result_bytes=1024)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    assert not await queue.complete(job_id, b"x" * 2048, "audio/wav", 1.0, 0.1)
+    assert await queue.complete(job_id, b"x" * 2048, "audio/wav", 1.0, 0.1, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error is not None and "limit" in job.error
 
 
 async def test_full_queue_refuses_new_jobs(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_queue_depth=2)
-    await queue.enqueue(new_task_id(), params())
-    await queue.enqueue(new_task_id(), params())
+    await queue.enqueue(task_id(), params(), single_flight=False)
+    await queue.enqueue(task_id(), params(), single_flight=False)
     with pytest.raises(QueueFullError):
-        await queue.enqueue(new_task_id(), params())
+        await queue.enqueue(task_id(), params(), single_flight=False)
 
 
-async def test_complete_after_reaping_does_not_run_the_job_twice(make_queue: Any) -> None:
+async def test_single_flight_joins_an_identical_job_only_when_asked(make_queue: Any) -> None:
+    queue: JobQueue = make_queue()
+    keyed = params(cache_key="k" * 64)
+    first = await queue.enqueue(task_id(), keyed, single_flight=True)
+    joined = await queue.enqueue(task_id(), keyed, single_flight=True)
+    separate = await queue.enqueue(task_id(), keyed, single_flight=False)
+    assert joined.outcome is Enqueued.JOINED and joined.job.id == first.job.id
+    assert separate.outcome is Enqueued.CREATED and separate.job.id != first.job.id
+
+
+async def test_complete_after_sweeping_does_not_run_the_job_twice(make_queue: Any, clock: FakeClock) -> None:
     """A slow (not dead) worker finishes after its job was requeued: the requeued copy is skipped."""
-    queue: JobQueue = make_queue(lease_s=0.1)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    queue: JobQueue = make_queue(lease_s=10)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("slow", block_s=0.1)
-    await asyncio.sleep(0.15)
-    assert await queue.reap() == 1
-    assert await queue.complete(job_id, b"audio", "audio/wav", 1.0, 0.1)
+    clock.advance(11)
+    assert (await queue.sweep(SWEEP, "w")).requeued == 1
+    assert await queue.complete(job_id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     assert await queue.claim("other", block_s=0.1) is None
 
 
 async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
-    queue: JobQueue = make_queue(lease_s=0.1, max_attempts=1)
-    a, b = new_task_id(), new_task_id()
-    await queue.enqueue(a, params())
-    await queue.enqueue(b, params())
+    queue: JobQueue = make_queue(max_attempts=1)
+    a, b = task_id(), task_id()
+    await queue.enqueue(a, params(cache_key="k" * 64), single_flight=True)
+    await queue.enqueue(b, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    await queue.complete(a, b"audio", "audio/wav", 1.0, 0.1)
     await queue.claim("w", block_s=0.1)
-    await queue.fail(b, "boom", retryable=False)
+    await queue.sweep(SWEEP, "w")
+    await queue.complete(a, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
+    await queue.fail(b, "boom", retryable=False, cache_key=None)
     await queue.write_heartbeat("w", {"ok": True})
     keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
 
 
-async def test_heartbeats_count_live_workers(make_queue: Any) -> None:
+async def test_heartbeats_count_live_workers(make_queue: Any, clock: FakeClock) -> None:
     queue: JobQueue = make_queue(heartbeat_ttl_s=5)
     assert await queue.live_worker_count() == 0
     await queue.write_heartbeat("w1", {"worker_id": "w1"})
+    clock.advance(3)
     await queue.write_heartbeat("w2", {"worker_id": "w2"})
     assert await queue.live_worker_count() == 2
-    assert {r["worker_id"] for r in await queue.worker_records()} == {"w1", "w2"}
-    await queue.remove_heartbeat("w1")
-    assert await queue.live_worker_count() == 1
+    clock.advance(3)
+    assert await queue.live_worker_count() == 1, "w1's last heartbeat is older than the TTL"
+    await queue.remove_heartbeat("w2")
+    assert await queue.live_worker_count() == 0
 
 
-async def test_eviction_policy_warning(redis: Redis) -> None:
+async def test_eviction_policy_check(redis: Redis) -> None:
     await redis.config_set("maxmemory-policy", "allkeys-lru")
     try:
-        warning = await check_eviction_policy(redis)
-        assert warning is not None and "allkeys-lru" in warning and "EVICT" in warning
+        check = await check_eviction_policy(redis)
+        assert check.risk is EvictionRisk.EVICTS and check.message is not None and "allkeys-lru" in check.message
+        enforce_eviction_policy(check, require_noeviction=False)
+        with pytest.raises(UnsafeRedisError, match="EVICT"):
+            enforce_eviction_policy(check, require_noeviction=True)
     finally:
         await redis.config_set("maxmemory-policy", "noeviction")
-    assert await check_eviction_policy(redis) is None
+    check = await check_eviction_policy(redis)
+    assert check.risk is EvictionRisk.NONE and check.message is None
+    enforce_eviction_policy(check, require_noeviction=True)
+
+
+async def test_unreachable_redis_is_reported_not_raised(redis_server: Any) -> None:
+    from tests.redis_server import free_port
+
+    config = RedisConfig(url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1, connect_timeout_s=0.5, max_connections=2)
+    client = create_redis(config)
+    try:
+        check = await check_eviction_policy(client)
+    finally:
+        await client.aclose()
+    assert check.risk is EvictionRisk.UNREACHABLE and check.message is not None
+    enforce_eviction_policy(check, require_noeviction=True)

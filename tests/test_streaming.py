@@ -11,13 +11,13 @@ import numpy as np
 import soundfile as sf
 from redis.asyncio import Redis
 
-from tests.conftest import api_client
+from tests.conftest import api_client, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
-from ttsq.audio import decode_to_pcm16, encode_audio
-from ttsq.engine import ChatTTSEngine
-from ttsq.jobs import Status, new_task_id
-from ttsq.queue import JobQueue, QueueConfig
-from ttsq.streaming import StreamFailed, open_ended_wav_header, pcm_pieces
+from ttsq.domain.audio import decode_to_pcm16, encode_audio
+from ttsq.domain.jobs import Status
+from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.store.queue import JobQueue
+from ttsq.store.streams import StreamFailed, open_ended_wav_header, pcm_pieces
 
 LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth is near the end. Fifth ends it."
 
@@ -28,9 +28,9 @@ async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
 
 async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
-        job_id = new_task_id()
+        job_id = task_id()
         reader = asyncio.create_task(collect(worker.queue, job_id))
-        await worker.queue.enqueue(job_id, params(LONG_TEXT, format="wav"))
+        await worker.queue.enqueue(job_id, params(LONG_TEXT, format="wav"), single_flight=False)
         pieces = await asyncio.wait_for(reader, 60)
         job = await wait_final(worker.queue, job_id)
         stored = await worker.queue.result(job_id)
@@ -43,8 +43,8 @@ async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine
 async def test_first_audio_is_published_before_the_job_finishes(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     """Server-side record, no client timing: the first piece's stream entry predates completion."""
     async with running_worker(redis, tiny_engine) as worker:
-        job_id = new_task_id()
-        await worker.queue.enqueue(job_id, params(LONG_TEXT))
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params(LONG_TEXT), single_flight=False)
         job = await wait_final(worker.queue, job_id)
         entries: Any = await redis.xrange(worker.queue.keys.stream(job_id))
     first_piece_ms = int(entries[0][0].split(b"-")[0])
@@ -53,7 +53,7 @@ async def test_first_audio_is_published_before_the_job_finishes(redis: Redis, ti
 
 async def test_a_finished_job_without_a_stream_streams_its_stored_result(make_queue: Any) -> None:
     queue: JobQueue = make_queue()
-    job_id = new_task_id()
+    job_id = task_id()
     audio = encode_audio(np.linspace(-0.5, 0.5, 2400, dtype=np.float32), "flac")
     await queue.record_done(job_id, params(), audio, "audio/flac", 0.1)
     pieces = await collect(queue, job_id)
@@ -62,10 +62,10 @@ async def test_a_finished_job_without_a_stream_streams_its_stored_result(make_qu
 
 async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_attempts=1)
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     await queue.claim("w", block_s=0.1)
-    await queue.fail(job_id, "inference failed: boom", retryable=False)
+    await queue.fail(job_id, "inference failed: boom", retryable=False, cache_key=None)
     try:
         await collect(queue, job_id)
     except StreamFailed as exc:
@@ -76,8 +76,8 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
 
 async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: Any) -> None:
     queue: JobQueue = make_queue()
-    job_id = new_task_id()
-    await queue.enqueue(job_id, params())
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
     for index in (0, 1):
         await queue.publish_piece(job_id, index, 3, bytes([index]) * 4)
     received: list[bytes] = []
@@ -110,23 +110,25 @@ async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEng
     async with api_client(make_settings()) as (client, _):
         async with running_worker(redis, tiny_engine):
             submitted = (await client.post("/v1/tts/submit", json={"text": LONG_TEXT, "seed": 4})).json()
-            task_id = submitted["task_id"]
-            events = await client.get(f"/v1/tts/events/{task_id}")
+            job_id = submitted["task_id"]
+            events = await client.get(f"/v1/tts/events/{job_id}")
         assert events.headers["content-type"].startswith("text/event-stream")
         statuses = [json.loads(line[5:]) for line in events.text.splitlines() if line.startswith("data:")]
         assert statuses[-1]["status"] == "done"
         assert statuses[-1]["chunks_done"] == statuses[-1]["chunks_total"] >= 3
-        streamed = await client.get(f"/v1/tts/stream/{task_id}?format=pcm")
-        stored = await client.get(f"/v1/tts/result/{task_id}")
+        streamed = await client.get(f"/v1/tts/stream/{job_id}?format=pcm")
+        stored = await client.get(f"/v1/tts/result/{job_id}")
         assert streamed.status_code == 200 and streamed.headers["content-type"] == "audio/pcm"
         assert streamed.content == decode_to_pcm16(stored.content)
-        wav = await client.get(f"/v1/tts/stream/{task_id}")
+        wav = await client.get(f"/v1/tts/stream/{job_id}")
         assert wav.content[:44] == open_ended_wav_header() and wav.content[44:] == streamed.content
-        status = (await client.get(f"/v1/tts/tasks/{task_id}")).json()
+        status = (await client.get(f"/v1/tts/tasks/{job_id}")).json()
         assert status["chunks_done"] == status["chunks_total"] >= 3
-        assert (await client.get(f"/v1/tts/stream/{new_task_id()}")).status_code == 404
+        unknown = f"{task_id()}.AAAAAAAAAAAAAAAA"
+        assert (await client.get(f"/v1/tts/stream/{unknown}")).status_code == 404
+        assert (await client.get(f"/v1/tts/events/{unknown}")).status_code == 404, "a plain 404, not a broken event stream"
         failed = (await client.post("/v1/tts/submit", json={"text": "fails", "seed": 5})).json()["task_id"]
-        queue = JobQueue(redis, QueueConfig())
+        queue = JobQueue(redis, queue_config())
         await queue.claim("w", block_s=0.1)
-        await queue.fail(failed, "inference failed: boom", retryable=False)
+        await queue.fail(failed, "inference failed: boom", retryable=False, cache_key=None)
         assert (await client.get(f"/v1/tts/stream/{failed}")).status_code == 409

@@ -1,4 +1,4 @@
-"""Tests for ttsq.text: cleaning, token policy, splitting and language detection."""
+"""Tests for ttsq.domain.text: cleaning, token policy, splitting and language detection."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ttsq.text import (
+from ttsq.domain.text import (
     ALLOWED_TOKEN_DESCRIPTION,
     TextError,
+    canonical_text,
     clean_text,
     detect_language,
     find_forbidden_tokens,
@@ -123,8 +124,9 @@ def test_validate_length_counts_cleaned_text() -> None:
 
 
 def test_validate_returns_canonical_text() -> None:
-    """Width forms fold (the full-width comma reads the same); the ideographic full stop is not a width form."""
-    assert validate_text("\ufeff你好，\n世界。", 100) == "你好, 世界。"
+    """Width forms fold, then Chinese punctuation takes ChatTTS's full-width form, and spaces its tokenizer ignores go."""
+    assert validate_text("\ufeff你好，\n世界。", 100) == "你好，世界。"
+    assert validate_text("你好, 世界.", 100) == "你好，世界。"
     assert validate_text("Ｈｅｌｌｏ　ｗｏｒｌｄ", 100) == "Hello world"
 
 
@@ -132,7 +134,7 @@ def test_validate_returns_canonical_text() -> None:
 def test_every_allowed_token_passes(token: str) -> None:
     text = f"你好{token}世界 hello {token}"
     assert find_forbidden_tokens(text) == []
-    assert validate_text(text, 100) == text
+    assert validate_text(text, 100) == f"你好{token}世界hello {token}", "spaces next to Chinese characters go; tokens stay whole"
 
 
 @pytest.mark.parametrize("token", FORBIDDEN_TOKENS)
@@ -169,10 +171,26 @@ def test_forbidden_token_hidden_by_invisible_characters_is_caught() -> None:
         validate_text("hi [S\u200btts]", 100)
 
 
-@pytest.mark.parametrize("text", ["[note]", "see [1] and [2]", "[Laugh] is just text", "[ Stts ]", "[]", "a]b[c"])
-def test_ordinary_bracketed_text_passes(text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("[note]", "[note]"),
+        ("see [1] and [2]", "see [1] and [2]"),
+        ("[Laugh] is just text", "[Laugh] is just text"),
+        ("[ Stts ]", "[ Stts ]"),
+        ("[]", "[]"),
+        ("a]b[c", "a]b[c"),
+    ],
+)
+def test_ordinary_bracketed_text_passes(text: str, canonical: str) -> None:
     assert find_forbidden_tokens(text) == []
-    assert validate_text(text, 100) == text
+    assert validate_text(text, 100) == canonical
+
+
+def test_canonicalising_never_turns_text_into_a_control_token() -> None:
+    """The tokenizer matches "[Stts]" on the raw text, so spaces inside square brackets always stay."""
+    assert validate_text("hi [ Stts ] and （ 注意 ）", 100) == "hi [ Stts ] and，注意，"
+    assert find_forbidden_tokens(canonical_text("[Stts ]")) == []
 
 
 # --- splitting --------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -14,14 +15,16 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
+from tests.conftest import fault_config, queue_config, settings, task_id
 from tests.helpers import params_for
 from tests.redis_server import free_port
-from ttsq.engine import ChatTTSEngine, Engine
-from ttsq.faults import FaultConfig, FaultInjectingEngine
-from ttsq.jobs import Job, Status, TTSParams, new_task_id
-from ttsq.queue import JobQueue, QueueConfig
-from ttsq.schemas import SubmitRequest
-from ttsq.worker import Worker, WorkerConfig
+from ttsq.api.schemas import SubmitRequest
+from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.inference.base import Engine, PermanentError
+from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.runtime.worker import Worker, WorkerConfig
+from ttsq.store.queue import JobQueue, QueueConfig
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 60.0) -> None:
@@ -43,18 +46,22 @@ async def wait_final(queue: JobQueue, job_id: str, timeout_s: float = 60.0) -> J
     return job
 
 
+def worker_config(**overrides: Any) -> WorkerConfig:
+    """A worker's config from settings (their names: ``worker_health_port``, ``max_batch``, ...), with quick upkeep."""
+    values: dict[str, Any] = {
+        "worker_id": f"test-{task_id()[:8]}",
+        "heartbeat_interval_s": 0.2,
+        "sweep_interval_s": 0.2,
+        "worker_health_port": free_port(),
+    }
+    return settings(**{**values, **overrides}).worker_config()
+
+
 @asynccontextmanager
 async def running_worker(
-    redis: Redis, engine: Engine, queue_config: QueueConfig | None = None, **worker_options: Any
+    redis: Redis, engine: Engine, queue: QueueConfig | None = None, **worker_settings: Any
 ) -> AsyncIterator[Worker]:
-    worker_options.setdefault("heartbeat_interval_s", 0.2)
-    worker_options.setdefault("reap_interval_s", 0.2)
-    worker_options.setdefault("health_port", free_port())
-    worker = Worker(
-        JobQueue(redis, queue_config or QueueConfig(block_s=0.2)),
-        engine,
-        WorkerConfig(worker_id=f"test-{new_task_id()[:8]}", **worker_options),
-    )
+    worker = Worker(JobQueue(redis, queue or queue_config(block_s=0.2)), engine, worker_config(**worker_settings))
     task = asyncio.create_task(worker.run())
     await wait_until(lambda: _true(worker.record.ready), 120)
     try:
@@ -78,8 +85,8 @@ async def test_worker_produces_decodable_24khz_audio_in_all_formats(redis: Redis
     async with running_worker(redis, tiny_engine) as worker:
         ids = {}
         for fmt in ("wav", "mp3", "ogg", "flac"):
-            ids[fmt] = new_task_id()
-            await worker.queue.enqueue(ids[fmt], params(format=fmt))
+            ids[fmt] = task_id()
+            await worker.queue.enqueue(ids[fmt], params(format=fmt), single_flight=False)
         for fmt, job_id in ids.items():
             job = await wait_final(worker.queue, job_id)
             assert job.status is Status.DONE, job.error
@@ -94,10 +101,10 @@ async def test_worker_produces_decodable_24khz_audio_in_all_formats(redis: Redis
 async def test_same_deterministic_request_gives_identical_audio(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     """Unbatched (MAX_BATCH=1): a batched job's prosody may depend on its neighbours, by design."""
     async with running_worker(redis, tiny_engine, max_batch=1) as worker:
-        first, second, other = new_task_id(), new_task_id(), new_task_id()
-        await worker.queue.enqueue(first, params(seed=5, speaker_seed=5))
-        await worker.queue.enqueue(second, params(seed=5, speaker_seed=5))
-        await worker.queue.enqueue(other, params(seed=6, speaker_seed=6))
+        first, second, other = task_id(), task_id(), task_id()
+        await worker.queue.enqueue(first, params(seed=5, speaker_seed=5), single_flight=False)
+        await worker.queue.enqueue(second, params(seed=5, speaker_seed=5), single_flight=False)
+        await worker.queue.enqueue(other, params(seed=6, speaker_seed=6), single_flight=False)
         for job_id in (first, second, other):
             assert (await wait_final(worker.queue, job_id)).status is Status.DONE
         assert await worker.queue.result(first) == await worker.queue.result(second)
@@ -105,7 +112,7 @@ async def test_same_deterministic_request_gives_identical_audio(redis: Redis, ti
 
 
 async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: ChatTTSEngine, redis: Redis) -> None:
-    worker = Worker(JobQueue(redis, QueueConfig()), tiny_engine, WorkerConfig(worker_id="speaker-test"))
+    worker = Worker(JobQueue(redis, queue_config()), tiny_engine, worker_config())
 
     def speaker(**body: Any) -> str:
         return worker._speaker(params_for(SubmitRequest(text="hi", **body), 500, "tiny"))
@@ -114,17 +121,17 @@ async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: Chat
     assert speaker(voice="zh_male") != speaker(voice="zh_female")
     assert speaker(seed=1) != speaker(seed=2)
     assert speaker(seed=1) == speaker(seed=1)
-    with pytest.raises(ValueError, match="no speaker seed"):
+    with pytest.raises(PermanentError, match="no speaker seed"):
         worker._speaker(params(speaker_seed=None))
 
 
 async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
-    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="raise", match="BOOM"))
-    config = QueueConfig(block_s=0.2, max_attempts=2, retry_base_s=1.0)
+    engine = FaultInjectingEngine(tiny_engine, fault_config("raise", "BOOM"))
+    config = queue_config(block_s=0.2, max_attempts=2, retry_base_s=1.0)
     async with running_worker(redis, engine, config) as worker:
-        bad, good = new_task_id(), new_task_id()
-        await worker.queue.enqueue(bad, params("BOOM goes this one."))
-        await worker.queue.enqueue(good, params("This one is fine."))
+        bad, good = task_id(), task_id()
+        await worker.queue.enqueue(bad, params("BOOM goes this one."), single_flight=False)
+        await worker.queue.enqueue(good, params("This one is fine."), single_flight=False)
         assert (await wait_final(worker.queue, good)).status is Status.DONE
         failed = await wait_final(worker.queue, bad)
         assert failed.status is Status.FAILED and failed.attempts == 2
@@ -133,26 +140,26 @@ async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis:
 
 
 async def test_out_of_memory_is_reported_as_such(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
-    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="oom"))
-    async with running_worker(redis, engine, QueueConfig(block_s=0.2, max_attempts=1)) as worker:
-        job_id = new_task_id()
-        await worker.queue.enqueue(job_id, params())
+    engine = FaultInjectingEngine(tiny_engine, fault_config("oom", ""))
+    async with running_worker(redis, engine, queue_config(block_s=0.2, max_attempts=1)) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params(), single_flight=False)
         job = await wait_final(worker.queue, job_id)
         assert job.status is Status.FAILED and job.error is not None and job.error.startswith("out of memory")
 
 
 async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
-    engine = FaultInjectingEngine(tiny_engine, FaultConfig(mode="hang", match="HANG"))
+    engine = FaultInjectingEngine(tiny_engine, fault_config("hang", "HANG"))
     port = free_port()
     async with (
-        running_worker(redis, engine, health_port=port, job_timeout_s=0.5) as worker,
+        running_worker(redis, engine, worker_health_port=port, job_timeout_s=0.5) as worker,
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
     ):
         healthy = await http.get("/healthz")
         assert healthy.status_code == 200 and healthy.json()["redis"] == "ok"
         assert (await http.get("/readyz")).status_code == 200
-        job_id = new_task_id()
-        await worker.queue.enqueue(job_id, params("HANG here."))
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params("HANG here."), single_flight=False)
 
         async def unhealthy() -> bool:
             return (await http.get("/healthz")).status_code == 503
@@ -168,8 +175,8 @@ async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny
 async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
         await wait_until(lambda: _count_is(worker.queue, 1), 10)
-        records = await worker.queue.worker_records()
-        assert records[0]["worker_id"] == worker.config.worker_id and records[0]["model_loaded"]
+        record = json.loads(await redis.get(worker.queue.keys.worker(worker.config.worker_id)) or b"{}")
+        assert record["worker_id"] == worker.config.worker_id and record["model_loaded"]
     assert await worker.queue.live_worker_count() == 0, "a stopped worker removes its heartbeat"
 
 

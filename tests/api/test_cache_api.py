@@ -9,20 +9,26 @@ from typing import Any, cast
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from tests.conftest import api_client
-from tests.helpers import params_for
-from ttsq.cache import CachedAudio, ResultCache
-from ttsq.queue import JobQueue, QueueConfig
-from ttsq.schemas import SubmitRequest
+from tests.conftest import api_client, queue_config
+from ttsq.api.schemas import SubmitRequest
+from ttsq.api.service import TTSService
+from ttsq.domain.voices import builtin
+from ttsq.store.cache import CachedAudio
+from ttsq.store.queue import JobQueue
 
 REQUEST = {"text": "Cached sentence.", "voice": "zh_female", "format": "mp3"}
 
 
+def service_of(app: FastAPI) -> TTSService:
+    return cast(TTSService, app.state.service)
+
+
 async def warm_cache(app: FastAPI, body: dict[str, Any], audio: bytes) -> None:
-    settings = app.state.settings
-    params = params_for(SubmitRequest(**body), settings.max_text_chars, settings.model_identity())
+    service = service_of(app)
+    voice = builtin(body["voice"]) if "voice" in body else None
+    params = service.build_params(SubmitRequest(**body), voice)
     assert params.cache_key is not None
-    await cast(ResultCache, app.state.cache).put(params.cache_key, CachedAudio(audio, "audio/mpeg", 1.25))
+    await service.cache.put(params.cache_key, CachedAudio(audio, "audio/mpeg", 1.25))
 
 
 async def test_a_cache_hit_is_done_at_once_and_downloads_immediately(redis: Redis, make_settings: Any) -> None:
@@ -37,7 +43,7 @@ async def test_a_cache_hit_is_done_at_once_and_downloads_immediately(redis: Redi
         assert audio.headers["content-type"] == "audio/mpeg"
         status = (await client.get(f"/v1/tts/tasks/{body['task_id']}")).json()
         assert status["status"] == "done" and status["audio_duration_s"] == 1.25
-        assert await redis.llen(JobQueue(redis, QueueConfig()).keys.queue) == 0, "nothing was queued"
+        assert await redis.llen(JobQueue(redis, queue_config()).keys.queue) == 0, "nothing was queued"
 
 
 async def test_width_and_spacing_variants_hit_the_same_entry(redis: Redis, make_settings: Any) -> None:
@@ -67,7 +73,7 @@ async def test_identical_concurrent_submits_share_one_job(redis: Redis, make_set
         bodies = [r.json() for r in responses]
         assert len({b["task_id"] for b in bodies}) == 1
         assert sum(not b["joined"] for b in bodies) == 1
-        assert await redis.llen(JobQueue(redis, QueueConfig()).keys.queue) == 1
+        assert await redis.llen(JobQueue(redis, queue_config()).keys.queue) == 1
         other = await client.post("/v1/tts/submit", json=REQUEST | {"seed": 99})
         assert other.json()["task_id"] != bodies[0]["task_id"], "a different request is not merged"
 
@@ -75,7 +81,7 @@ async def test_identical_concurrent_submits_share_one_job(redis: Redis, make_set
 async def test_a_finished_job_releases_its_single_flight_marker(redis: Redis, make_settings: Any) -> None:
     async with api_client(make_settings(cache_enabled=False)) as (client, _):
         first = (await client.post("/v1/tts/submit", json=REQUEST)).json()["task_id"]
-        queue = JobQueue(redis, QueueConfig())
+        queue = JobQueue(redis, queue_config())
         claim = await queue.claim("w", block_s=0.1)
         assert claim is not None
         await queue.complete(first, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=claim.job.params.cache_key)
@@ -87,9 +93,9 @@ async def test_a_stale_single_flight_marker_is_replaced(redis: Redis, make_setti
     """A marker left behind by a job that finished without clearing it must not swallow new jobs."""
     async with api_client(make_settings(cache_enabled=False)) as (client, _):
         first = (await client.post("/v1/tts/submit", json=REQUEST)).json()["task_id"]
-        queue = JobQueue(redis, QueueConfig())
+        queue = JobQueue(redis, queue_config())
         await queue.claim("w", block_s=0.1)
-        await queue.complete(first, b"audio", "audio/mpeg", 1.0, 0.1)
+        await queue.complete(first, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
         second = (await client.post("/v1/tts/submit", json=REQUEST)).json()
         assert second["task_id"] != first and second["joined"] is False
         assert await redis.llen(queue.keys.queue) == 1
@@ -142,7 +148,7 @@ async def test_cache_counters_per_level(redis: Redis, make_settings: Any) -> Non
         await client.post("/v1/tts/submit", json=REQUEST)
         await warm_cache(app, REQUEST | {"seed": 1}, b"audio")
         await client.post("/v1/tts/submit", json=REQUEST | {"seed": 1})
-        stats = cast(ResultCache, app.state.cache).stats.as_dict()
+        stats = service_of(app).cache.stats.as_dict()
         assert stats["l1"] == {"hits": 1, "misses": 1}
         assert stats["l2"]["misses"] == 1 and stats["l3"]["misses"] == 1
 

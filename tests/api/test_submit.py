@@ -9,9 +9,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import api_client
-from ttsq.jobs import DEFAULT_SAMPLING_SEED
-from ttsq.queue import JobQueue, QueueConfig
+from tests.conftest import api_client, queue_config
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED
+from ttsq.store.queue import JobQueue
 
 
 async def submit(client: httpx.AsyncClient, **body: Any) -> httpx.Response:
@@ -28,7 +28,7 @@ async def test_submit_answers_202_with_an_unguessable_task_id(client: httpx.Asyn
     assert body["status"] == "queued" and body["queue_position"] == 0 and body["estimate_s"] > 0
     assert second.json()["queue_position"] == 1
     assert "noise" in body["notice"]
-    job = await JobQueue(redis, QueueConfig()).get(body["task_id"])
+    job = await JobQueue(redis, queue_config()).get(body["task_id"])
     assert job is not None and job.params.text == "Hello there."
 
 
@@ -40,7 +40,7 @@ async def test_voice_without_seed_is_deterministic_with_the_default_sampling_see
 async def test_seed_without_voice_also_picks_the_speaker(client: httpx.AsyncClient, redis: Redis) -> None:
     body = (await submit(client, text="hi", seed=1234)).json()
     assert body["seed"] == 1234 and body["deterministic"] is True
-    job = await JobQueue(redis, QueueConfig()).get(body["task_id"])
+    job = await JobQueue(redis, queue_config()).get(body["task_id"])
     assert job is not None and job.params.speaker_seed == 1234 and job.params.voice is None
 
 
@@ -49,13 +49,13 @@ async def test_neither_voice_nor_seed_draws_and_reports_a_fresh_seed(client: htt
     assert len(seeds) == 5
     body = (await submit(client, text="hi")).json()
     assert body["deterministic"] is False
-    job = await JobQueue(redis, QueueConfig()).get(body["task_id"])
+    job = await JobQueue(redis, queue_config()).get(body["task_id"])
     assert job is not None and job.params.speaker_seed == body["seed"] == job.params.seed
 
 
 async def test_text_is_cleaned_of_invisible_characters(client: httpx.AsyncClient, redis: Redis) -> None:
     body = (await submit(client, text="\u200bHello\u200d  world\ufeff", seed=1)).json()
-    job = await JobQueue(redis, QueueConfig()).get(body["task_id"])
+    job = await JobQueue(redis, queue_config()).get(body["task_id"])
     assert job is not None and job.params.text == "Hello world"
 
 

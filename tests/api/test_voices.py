@@ -11,8 +11,8 @@ import pybase16384 as b14
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import api_client
-from ttsq.queue import JobQueue, QueueConfig
+from tests.conftest import api_client, queue_config
+from ttsq.store.queue import JobQueue
 
 
 def embedding(values: np.ndarray) -> str:
@@ -33,7 +33,7 @@ async def test_create_fetch_use_and_delete_a_seed_voice(client: httpx.AsyncClien
     assert (await client.get("/v1/voices/narrator")).json()["seed"] == 1234
     assert "narrator" in {v["name"] for v in (await client.get("/v1/voices")).json()["voices"]}
     task = (await client.post("/v1/tts/submit", json={"text": "hi", "voice": "narrator"})).json()
-    job = await JobQueue(redis, QueueConfig()).get(task["task_id"])
+    job = await JobQueue(redis, queue_config()).get(task["task_id"])
     assert job is not None and job.params.speaker_seed == 1234 and job.params.voice == "narrator"
     assert (await client.post("/v1/voices", json={"name": "narrator", "seed": 1})).status_code == 409
     assert (await client.delete("/v1/voices/narrator")).status_code == 204
@@ -58,7 +58,7 @@ async def test_embedding_voice_is_validated_and_used(client: httpx.AsyncClient, 
     assert listed["emb"]["embedding"] is None, "lists leave the long embedding out"
     assert (await client.get("/v1/voices/emb")).json()["embedding"] == good
     task = (await client.post("/v1/tts/submit", json={"text": "hi", "voice": "emb"})).json()
-    job = await JobQueue(redis, QueueConfig()).get(task["task_id"])
+    job = await JobQueue(redis, queue_config()).get(task["task_id"])
     assert job is not None and job.params.speaker_embedding == good and job.params.speaker_seed is None
 
 

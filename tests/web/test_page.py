@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,8 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Request, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.redis_server import free_port
-from tests.service import ROOT, Service, wait_for
+from tests.service import ROOT, Service
 
 pytestmark = pytest.mark.e2e
 
@@ -140,7 +138,7 @@ def test_generate_with_the_mouse_streams_then_plays_and_offers_a_download(servic
     assert status["status"] == "done" and status["voice"] == "zh_female" and status["format"] == "mp3"
     assert page.evaluate("document.querySelector('#player').duration") > 0
     assert_download_link(page, status)
-    assert page.inner_text("#status").startswith("Done")
+    assert page.inner_text("#status").startswith("Done: "), page.inner_text("#status")
     assert "noise" in page.inner_text("#notice"), "the tiny model's notice is shown"
     assert page.evaluate("document.body.dataset.progressVia") == "events", "progress came from server-sent events"
     # The PCM stream ends by itself once the task is done (a finished task streams its stored result).
@@ -207,7 +205,7 @@ def test_keyboard_only_tab_to_every_field_enter_and_space_generate(service: Serv
     assert response.value.status == 200 and response.value.json()["cached"] is True
     cached = wait_for_audio(page, service)
     assert cached["task_id"] != status["task_id"] and cached["result_bytes"] == status["result_bytes"]
-    assert "cache" in page.inner_text("#status") or page.inner_text("#status").startswith("Done")
+    assert page.inner_text("#status").startswith("Done (from the cache)"), page.inner_text("#status")
 
 
 def test_random_draw_shows_the_seed_and_saving_it_adds_a_named_voice(service: Service, open_page: OpenPage) -> None:
@@ -295,10 +293,7 @@ def test_redis_outage_shows_503_with_the_time_to_retry(service: Service, open_pa
 
 def test_full_queue_shows_429_with_the_time_to_retry(service: Service, open_page: OpenPage) -> None:
     """A second API replica on the same Redis, with a queue limit of one job, and no worker."""
-    port = free_port()
-    service.spawn("api-small-queue", [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)], MAX_QUEUE_DEPTH="1")
-    small_queue_url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(f"{small_queue_url}/readyz").status_code == 200, 60, "the second API")
+    small_queue_url = service.start_api("api-small-queue", MAX_QUEUE_DEPTH="1")
     service.submit(text="This job fills the queue.", seed=1)
 
     page = open_page(api_url=small_queue_url)

@@ -1,0 +1,103 @@
+"""The shape of the codebase: layers whose imports point one way, processes that load only what they need,
+a library that reads no environment, and a README whose architecture table matches the tree."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def test_import_contracts_hold() -> None:
+    """The layer rule and the process boundaries, as declared in pyproject.toml's [tool.importlinter]."""
+    result = subprocess.run([str(LINT_IMPORTS)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 kept, 0 broken" in result.stdout, result.stdout
+
+
+ROUTERS = ["submit_api", "query_api", "voices_api", "openai_api"]
+API_ENTRY = ["app", "deps", *ROUTERS]
+
+
+def imported_modules(module: str) -> set[str]:
+    """Every module a top-level file imports (import-linter takes only packages as roots)."""
+    tree = ast.parse((ROOT / f"{module}.py").read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_routers_never_import_each_other(router: str) -> None:
+    """Shared use cases live in ttsq.api.service; a router importing another would hide one there."""
+    assert imported_modules(router) & set(ROUTERS) == set()
+
+
+@pytest.mark.parametrize("module", API_ENTRY)
+def test_the_api_entry_points_stay_off_the_inference_layer(module: str) -> None:
+    heavy = {name for name in imported_modules(module) if name.split(".")[0] in ("torch", "ChatTTS", "transformers", "tn")}
+    inference = {name for name in imported_modules(module) if name.startswith(("ttsq.inference", "ttsq.runtime.worker"))}
+    assert heavy | inference == set()
+
+
+def test_the_api_and_the_client_load_neither_torch_nor_chattts() -> None:
+    """What the API image and a client-only install rely on: importing them never pulls the model stack in."""
+    script = (
+        "import sys\n"
+        "import app, ttsq.client, ttsq.client.cli\n"
+        "heavy = sorted(m for m in ('torch', 'torchaudio', 'ChatTTS', 'transformers', 'tn') if m in sys.modules)\n"
+        "print('loaded:', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "loaded: []" in result.stdout, result.stdout
+
+
+def test_the_client_needs_only_httpx_and_tqdm() -> None:
+    script = (
+        "import sys\n"
+        "import ttsq.client.cli\n"
+        "ours = sorted(m for m in sys.modules if m.startswith('ttsq.') and not m.startswith('ttsq.client'))\n"
+        "others = sorted(m for m in ('redis', 'fastapi', 'pydantic', 'numpy', 'settings') if m in sys.modules)\n"
+        "print(ours, others)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[] []", result.stdout + result.stderr
+
+
+def test_library_never_reads_the_environment() -> None:
+    """Only the processes read it: settings.py, and the command line (``ttsq/client/cli.py``), a process like worker.py."""
+    pattern = re.compile(r"os\.environ|getenv")
+    offenders = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "ttsq").rglob("*.py"))
+        if path.relative_to(ROOT).as_posix() != "ttsq/client/cli.py" and pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == [], f"ttsq/ must take configuration as arguments, not from the environment: {offenders}"
+
+
+def test_readme_architecture_table_matches_the_tree() -> None:
+    """Every module of the package is in README's table of where things are decided, and nothing else is."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(ttsq/[\w/]+\.(?:py|lua))`", section))
+    named |= {
+        f"ttsq/store/lua/{name}.lua"
+        for group in re.findall(r"`ttsq/store/lua/\{([\w,]+)\}\.lua`", section)
+        for name in group.split(",")
+    }
+    tree = {path.relative_to(ROOT).as_posix() for path in (ROOT / "ttsq").rglob("*") if path.suffix in (".py", ".lua")}
+    tree = {path for path in tree if not path.endswith("__init__.py") and "__pycache__" not in path}
+    assert sorted(tree - named) == [], "modules missing from README's architecture table"
+    assert sorted(named - tree) == [], "README names modules that do not exist"

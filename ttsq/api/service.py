@@ -1,0 +1,256 @@
+"""The API's use cases: submit a text, look a task up, stream its audio, manage voices.
+
+Every router (native, OpenAI-compatible, voices, the page) calls this one service; routers never
+import each other, and nothing here knows about HTTP. Failures are the service's own exceptions
+(:class:`InvalidInput`, :class:`TaskNotFound`, :class:`ttsq.domain.voices.VoiceError`,
+:class:`ttsq.store.queue.QueueFullError`, and redis-py's errors for an outage), which
+:mod:`ttsq.api.errors` turns into HTTP answers in the shape each route family promises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus
+from ttsq.domain.cache_key import cache_key
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.text import TextError, validate_text
+from ttsq.domain.voices import Voice
+from ttsq.store.cache import ResultCache
+from ttsq.store.queue import JobQueue
+from ttsq.store.streams import StreamFailed, StreamFormat, audio_stream, pcm_pieces
+from ttsq.store.task_ids import TaskIdSigner
+from ttsq.store.voices import VoiceRegistry
+
+EVENT_POLL_S = 0.5
+"""How often a task's event stream looks for a change."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """What the use cases need from settings. Built by ``app.py``."""
+
+    max_text_chars: int
+    model_identity: str
+    """What cache keys say about the model (weights plus the settings that shape its audio)."""
+    single_flight: bool
+    model: str
+    notice: str | None
+    """A warning about the model that every submit answer carries (random weights)."""
+
+
+class InvalidInput(Exception):
+    """A request field that cannot be served, named so the client can fix it."""
+
+    def __init__(self, field: str, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+        self.value = value
+
+
+class TaskNotFound(Exception):
+    """No such task: never issued, forged, or its result has expired."""
+
+
+@dataclass(frozen=True)
+class Download:
+    """What ``GET /v1/tts/result/{id}`` has to say: the audio, or where the task stands."""
+
+    job: Job
+    audio: bytes | None
+    status: TaskStatus | None
+
+
+def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: int, model_identity: str) -> TTSParams:
+    """A job's parameters from a request: the voice/seed rule and the checks that need settings.
+
+    A ``voice`` (already resolved from ``body.voice``) fixes the speaker; a ``seed`` seeds
+    sampling and, without a voice, also draws the speaker. With neither, a fresh seed is drawn
+    here (and reported) — the only random case.
+    """
+    try:
+        text = validate_text(body.text, max_text_chars)
+    except TextError as exc:
+        raise InvalidInput("text", str(exc), body.text[:200]) from exc
+    deterministic = voice is not None or body.seed is not None
+    speaker_embedding = None
+    if voice is not None:
+        seed = DEFAULT_SAMPLING_SEED if body.seed is None else body.seed
+        speaker_seed, speaker_embedding = voice.seed, voice.embedding
+    else:
+        seed = draw_seed() if body.seed is None else body.seed
+        speaker_seed = seed
+    params = TTSParams(
+        text=text,
+        voice=voice.name if voice is not None else None,
+        speaker_seed=speaker_seed,
+        speaker_embedding=speaker_embedding,
+        seed=seed,
+        speed=body.speed,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        format=body.format,
+        refine_text=body.refine_text,
+        deterministic=deterministic,
+    )
+    return params.model_copy(update={"cache_key": cache_key(params, model_identity)})
+
+
+class TTSService:
+    def __init__(
+        self,
+        queue: JobQueue,
+        cache: ResultCache,
+        voices: VoiceRegistry,
+        config: ServiceConfig,
+        signer: TaskIdSigner | None = None,
+    ) -> None:
+        self.queue = queue
+        self.cache = cache
+        self.voices = voices
+        self.config = config
+        self._signer = signer
+
+    async def signer(self) -> TaskIdSigner:
+        """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
+        if self._signer is None:
+            self._signer = TaskIdSigner(await self.queue.shared_secret())
+        return self._signer
+
+    # ---- submit ----------------------------------------------------------------------------
+
+    async def submit(self, body: SubmitRequest, voice: Voice | None = None) -> SubmitResponse:
+        """Answer from the cache, join an identical job in flight, or queue a new one.
+
+        ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
+        """
+        if voice is None and body.voice is not None:
+            voice = await self.resolve_voice(body.voice)
+        params = self.build_params(body, voice)
+        signer = await self.signer()
+        if params.cache_key is not None:
+            hit = await self.cache.get(params.cache_key)
+            if hit is not None:
+                job = await self.queue.record_done(signer.new(), params, hit.audio, hit.content_type, hit.duration_s)
+                return SubmitResponse(
+                    task_id=job.id,
+                    status=Status.DONE,
+                    queue_position=None,
+                    estimate_s=0.0,
+                    seed=params.seed,
+                    deterministic=True,
+                    cached=True,
+                    notice=self.config.notice,
+                )
+        result = await self.queue.enqueue(signer.new(), params, single_flight=self.config.single_flight)
+        return SubmitResponse(
+            task_id=result.job.id,
+            status=result.job.status,
+            queue_position=result.position,
+            estimate_s=result.estimate_s,
+            seed=params.seed,
+            deterministic=params.deterministic,
+            joined=result.joined,
+            notice=self.config.notice,
+        )
+
+    async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
+        """The named voice, or :class:`InvalidInput` naming the field and the voices that exist."""
+        voice = await self.voices.get(name)
+        if voice is None:
+            available = ", ".join(v.name for v in await self.voices.list())
+            raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
+        return voice
+
+    def build_params(self, body: SubmitRequest, voice: Voice | None) -> TTSParams:
+        return build_params(body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity)
+
+    # ---- look up ---------------------------------------------------------------------------
+
+    async def job(self, task_id: str) -> Job:
+        """The job, or :class:`TaskNotFound`. A forged, random or malformed id costs no Redis command."""
+        job = await self.queue.get(task_id) if (await self.signer()).verify(task_id) else None
+        if job is None:
+            raise TaskNotFound(f"no task {task_id!r}: it never existed or its result has expired")
+        return job
+
+    async def status(self, job: Job) -> TaskStatus:
+        position = await self.queue.position(job.id) if job.status is Status.QUEUED else None
+        progress = await self.queue.progress(job.id) if job.status is not Status.QUEUED else None
+        return TaskStatus.of(job, position, progress)
+
+    async def download(self, task_id: str) -> Download:
+        """The audio of a finished task; otherwise its status (pending or failed)."""
+        job = await self.job(task_id)
+        if job.status is Status.DONE:
+            audio = await self.queue.result(task_id)
+            if audio is None:
+                raise TaskNotFound(f"the result of task {task_id!r} has expired")
+            return Download(job, audio, None)
+        return Download(job, None, await self.status(job))
+
+    async def events(self, job: Job) -> AsyncIterator[dict[str, Any]]:
+        """The task's status each time it changes, until it ends."""
+        last: dict[str, Any] | None = None
+        current: Job | None = job
+        while current is not None:
+            event = (await self.status(current)).model_dump(
+                mode="json", include={"task_id", "status", "queue_position", "chunks_done", "chunks_total", "error"}
+            )
+            if event != last:
+                yield event
+                last = event
+            if current.status.is_final:
+                return
+            await asyncio.sleep(EVENT_POLL_S)
+            current = await self.queue.get(job.id)
+
+    def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
+        """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""
+        return audio_stream(self.queue, task_id, fmt)
+
+    def pcm(self, task_id: str) -> AsyncIterator[bytes]:
+        """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
+        return pcm_pieces(self.queue, task_id)
+
+    async def wait_done(self, task_id: str) -> bytes:
+        """Follow the task's audio stream to its end (no polling), then fetch the stored result."""
+        async for _ in pcm_pieces(self.queue, task_id):
+            pass
+        job = await self.queue.get(task_id)
+        audio = await self.queue.result(task_id)
+        if job is None or job.status is not Status.DONE or audio is None:
+            raise StreamFailed(job.error if job is not None and job.error else "the result is gone")
+        return audio
+
+    # ---- voices ----------------------------------------------------------------------------
+
+    async def list_voices(self) -> list[Voice]:
+        return await self.voices.list()
+
+    async def get_voice(self, name: str) -> Voice | None:
+        return await self.voices.get(name)
+
+    async def create_voice(self, name: str, *, seed: int | None, embedding: str | None) -> Voice:
+        return await self.voices.create(name, seed=seed, embedding=embedding)
+
+    async def delete_voice(self, name: str) -> bool:
+        return await self.voices.delete(name)
+
+    # ---- readiness -------------------------------------------------------------------------
+
+    async def readiness(self) -> dict[str, Any]:
+        """What ``/readyz`` reports; raises when Redis is unreachable (then the API is not ready)."""
+        await self.queue.ping()
+        return {
+            "redis": "ok",
+            "workers": await self.queue.live_worker_count(),
+            "queue_depth": await self.queue.depth(),
+            "model": self.config.model,
+            "notice": self.config.notice,
+        }

@@ -1,0 +1,563 @@
+"""A Python client for the ttsq HTTP API: :class:`AsyncTTSClient`, and :class:`TTSClient` for blocking code.
+
+The async client holds all the logic; the sync one runs it on a private event loop. Neither reads
+the environment: the caller passes the service's URL.
+
+>>> with TTSClient("http://127.0.0.1:8000") as tts:
+...     audio = tts.synthesize("你好", voice="zh_female", format="mp3")
+
+Errors form one hierarchy under :class:`TTSError`: :class:`InvalidRequest` (422),
+:class:`TaskFailed`, :class:`TaskNotFound` / :class:`VoiceNotFound` (404), :class:`NotReady`,
+:class:`Conflict` (409 on voices), :class:`ServiceBusy` (429/503, retried by ``submit``) and
+:class:`ConnectionFailed` (the service could not be reached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import inspect
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
+
+import httpx
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "AsyncTTSClient",
+    "Conflict",
+    "ConnectionFailed",
+    "InvalidRequest",
+    "NotFound",
+    "NotReady",
+    "ServiceBusy",
+    "Submitted",
+    "SynthesisOptions",
+    "TTSClient",
+    "TTSError",
+    "TaskFailed",
+    "TaskNotFound",
+    "TaskStatus",
+    "Voice",
+    "VoiceNotFound",
+]
+
+StatusName = Literal["queued", "running", "done", "failed"]
+AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+StreamFormat = Literal["wav", "pcm"]
+ProgressCallback = Callable[["TaskStatus"], object]
+"""Called with every polled status; it may be a plain function or a coroutine function."""
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+_D = TypeVar("_D", bound="DataclassInstance")
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+class SynthesisOptions(TypedDict, total=False):
+    """Keyword options of ``submit`` and ``synthesize``; omitted ones take the server's defaults."""
+
+    voice: str | None
+    """A registered voice name; fixes the speaker."""
+    seed: int | None
+    """Sampling seed; without a voice it also picks the speaker."""
+    speed: int
+    """1 (slow) to 9 (fast); default 5."""
+    format: AudioFormat
+    """Output format; default "wav"."""
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    refine_text: bool
+    """Let ChatTTS insert oral prosody tokens first (slower); default False."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The answer to a submit: a queued (or joined) task, or a cache hit that is already done."""
+
+    task_id: str
+    status: StatusName
+    seed: int
+    queue_position: int | None = None
+    estimate_s: float = 0.0
+    cached: bool = False
+    joined: bool = False
+    notice: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """A task as ``GET /v1/tts/tasks/{id}`` reports it. Timestamps are Unix seconds."""
+
+    task_id: str
+    status: StatusName
+    attempts: int
+    max_attempts: int
+    created_at: float
+    format: str
+    seed: int
+    queue_position: int | None = None
+    error: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    retry_at: float | None = None
+    audio_duration_s: float | None = None
+    content_type: str | None = None
+    result_bytes: int | None = None
+    voice: str | None = None
+    chunks_done: int | None = None
+    chunks_total: int | None = None
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in ("done", "failed")
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A named voice. Listings leave ``embedding`` out; ``create_voice`` returns it."""
+
+    name: str
+    kind: Literal["builtin", "seed", "embedding"]
+    seed: int | None = None
+    builtin: bool = False
+    embedding: str | None = None
+    created_at: float | None = None
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+class TTSError(Exception):
+    """Base of every error this client raises. ``status_code`` is the HTTP status, when there was one."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class InvalidRequest(TTSError):
+    """422: the server refused the input. ``detail`` is its list of ``{loc, msg, ...}`` entries."""
+
+    def __init__(self, detail: list[dict[str, Any]]) -> None:
+        self.detail = detail
+        super().__init__("; ".join(f"{_field_name(item)}: {item.get('msg', 'invalid')}" for item in detail), status_code=422)
+
+    @property
+    def fields(self) -> list[str]:
+        """The names of the refused fields, e.g. ``["speed"]``."""
+        return [_field_name(item) for item in self.detail]
+
+
+class NotFound(TTSError):
+    """404."""
+
+
+class TaskNotFound(NotFound):
+    """The task id is unknown, forged, or its result has expired."""
+
+
+class VoiceNotFound(NotFound):
+    pass
+
+
+class Conflict(TTSError):
+    """409 on voices: the name is taken, or a built-in voice cannot be deleted."""
+
+
+class TaskFailed(TTSError):
+    """The task failed for good; ``error`` is the server's reason."""
+
+    def __init__(self, task_id: str, error: str | None, status: TaskStatus | None = None) -> None:
+        self.task_id = task_id
+        self.error = error
+        self.status = status
+        super().__init__(f"task {task_id} failed: {error or 'no reason given'}")
+
+
+class NotReady(TTSError):
+    """The result was asked for while the task is still queued or running (202)."""
+
+    def __init__(self, task_id: str, retry_after_s: float | None, status: TaskStatus | None) -> None:
+        self.task_id = task_id
+        self.retry_after_s = retry_after_s
+        self.status = status
+        state = status.status if status else "not finished"
+        super().__init__(f"task {task_id} is {state}; its result is not ready yet", status_code=202)
+
+
+class ServiceBusy(TTSError):
+    """429 (queue full) or 503 (the job store is unreachable); safe to retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, *, status_code: int, retry_after_s: float | None) -> None:
+        super().__init__(message, status_code=status_code)
+        self.retry_after_s = retry_after_s
+
+
+class ConnectionFailed(TTSError):
+    """The service could not be reached, or did not answer in time."""
+
+
+def _field_name(item: dict[str, Any]) -> str:
+    loc = [str(part) for part in item.get("loc") or []]
+    if len(loc) > 1 and loc[0] in ("body", "query", "path"):
+        loc = loc[1:]
+    return ".".join(loc) or "request"
+
+
+# --- response parsing, shared by every method ----------------------------------------------------
+
+
+def _parse(cls: type[_D], data: object) -> _D:
+    """A result dataclass from a JSON object, ignoring fields this client does not know."""
+    if not isinstance(data, dict):
+        raise TTSError(f"unexpected response: {data!r}")
+    names = {field.name for field in fields(cls)}
+    try:
+        return cls(**{key: value for key, value in data.items() if key in names})
+    except TypeError as exc:
+        raise TTSError(f"unexpected response for {cls.__name__}: {data!r}") from exc
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _raise_for_status(response: httpx.Response, not_found: type[NotFound] = NotFound) -> None:
+    """Raise the matching :class:`TTSError` for an error response; return on success."""
+    code = response.status_code
+    if code < 400:
+        return
+    body = _json(response)
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if code == 422:
+        if isinstance(detail, list):
+            raise InvalidRequest([item if isinstance(item, dict) else {"msg": str(item)} for item in detail])
+        raise InvalidRequest([{"msg": str(detail or response.text)}])
+    message = detail if isinstance(detail, str) else (response.text.strip() or response.reason_phrase)
+    if code in (429, 503):
+        raise ServiceBusy(message, status_code=code, retry_after_s=_retry_after_s(response))
+    if code == 404:
+        raise not_found(message, status_code=code)
+    if code == 409:
+        raise Conflict(message, status_code=code)
+    raise TTSError(f"HTTP {code}: {message}", status_code=code)
+
+
+def _submit_body(text: str, options: SynthesisOptions) -> dict[str, Any]:
+    return {"text": text, **{key: value for key, value in options.items() if value is not None}}
+
+
+def _busy_delay_s(exc: ServiceBusy, attempt: int, cap_s: float) -> float:
+    wanted = exc.retry_after_s if exc.retry_after_s is not None else 2.0**attempt
+    return min(wanted, cap_s)
+
+
+def _finalize_wav(path: Path) -> int:
+    """Write the real RIFF and data sizes over a streamed header's placeholders; return the audio bytes."""
+    with path.open("r+b") as file:
+        size = os.fstat(file.fileno()).st_size
+        header = file.read(12)
+        if len(header) < 12 or header[:4] != b"RIFF" or header[8:12] != b"WAVE":
+            raise TTSError(f"the stream written to {path} is not a WAV file")
+        offset = 12
+        while True:
+            file.seek(offset)
+            chunk = file.read(8)
+            if len(chunk) < 8:
+                raise TTSError(f"the stream written to {path} has no data chunk")
+            if chunk[:4] == b"data":
+                audio_bytes = size - (offset + 8)
+                file.seek(offset + 4)
+                file.write(min(audio_bytes, 0xFFFFFFFF).to_bytes(4, "little"))
+                file.seek(4)
+                file.write(min(size - 8, 0xFFFFFFFF).to_bytes(4, "little"))
+                return audio_bytes
+            chunk_size = int.from_bytes(chunk[4:], "little")
+            offset += 8 + chunk_size + (chunk_size & 1)
+
+
+def _task_path(task_id: str) -> str:
+    return quote(task_id, safe="")
+
+
+# --- the clients ----------------------------------------------------------------------------------
+
+
+class AsyncTTSClient:
+    """The ttsq API from asyncio code. Use it as ``async with AsyncTTSClient(url) as tts: ...``.
+
+    ``retries``: how many times ``submit`` retries a 429/503 answer (the server guarantees that such
+    a request was not queued), sleeping the server's ``Retry-After``, at most ``max_retry_wait_s``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 2,
+        max_retry_wait_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.max_retry_wait_s = max_retry_wait_s
+        self._timeout = timeout
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"cannot reach the ttsq service at {self.base_url}: {exc or type(exc).__name__}") from exc
+
+    # --- tasks --------------------------------------------------------------------------------
+
+    async def submit(self, text: str, **options: Unpack[SynthesisOptions]) -> Submitted:
+        """Queue a text; answers at once. A cache hit comes back with ``status == "done"``."""
+        body = _submit_body(text, options)
+        attempt = 0
+        while True:
+            response = await self._send("POST", "/v1/tts/submit", json=body)
+            try:
+                _raise_for_status(response)
+            except ServiceBusy as exc:
+                if attempt >= self.retries:
+                    raise
+                await asyncio.sleep(_busy_delay_s(exc, attempt, self.max_retry_wait_s))
+                attempt += 1
+                continue
+            return _parse(Submitted, _json(response))
+
+    async def status(self, task_id: str) -> TaskStatus:
+        response = await self._send("GET", f"/v1/tts/tasks/{_task_path(task_id)}")
+        _raise_for_status(response, TaskNotFound)
+        return _parse(TaskStatus, _json(response))
+
+    async def wait(
+        self,
+        task_id: str,
+        *,
+        poll_s: float = 0.8,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> TaskStatus:
+        """Poll until the task is done (returned) or failed (:class:`TaskFailed`).
+
+        A 503/429 while polling is waited out (the job is safe in the store); ``timeout_s`` bounds
+        the whole wait with :class:`TimeoutError`.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            delay = poll_s
+            try:
+                status = await self.status(task_id)
+            except ServiceBusy as exc:
+                delay = max(poll_s, _busy_delay_s(exc, 0, self.max_retry_wait_s))
+            else:
+                if on_progress is not None:
+                    outcome = on_progress(status)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                if status.status == "done":
+                    return status
+                if status.status == "failed":
+                    raise TaskFailed(task_id, status.error, status)
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"task {task_id} did not finish within {timeout_s} s")
+                delay = min(delay, remaining)
+            await asyncio.sleep(delay)
+
+    async def result(self, task_id: str) -> bytes:
+        """The audio of a finished task; :class:`NotReady` while it is queued or running."""
+        response = await self._send("GET", f"/v1/tts/result/{_task_path(task_id)}")
+        if response.status_code == 200:
+            return response.content
+        if response.status_code == 202:
+            body = _json(response)
+            raise NotReady(task_id, _retry_after_s(response), _parse(TaskStatus, body) if isinstance(body, dict) else None)
+        if response.status_code == 409:
+            status = _parse(TaskStatus, _json(response))
+            raise TaskFailed(task_id, status.error, status)
+        _raise_for_status(response, TaskNotFound)
+        raise TTSError(f"unexpected HTTP {response.status_code} for the result of {task_id}", status_code=response.status_code)
+
+    async def synthesize(
+        self,
+        text: str,
+        *,
+        on_progress: ProgressCallback | None = None,
+        poll_s: float = 0.8,
+        timeout_s: float | None = None,
+        **options: Unpack[SynthesisOptions],
+    ) -> bytes:
+        """Submit, wait, download: the audio bytes in the requested format."""
+        submitted = await self.submit(text, **options)
+        if submitted.status != "done":
+            await self.wait(submitted.task_id, poll_s=poll_s, timeout_s=timeout_s, on_progress=on_progress)
+        return await self.result(submitted.task_id)
+
+    async def stream_to_file(
+        self,
+        task_id: str,
+        path: str | os.PathLike[str],
+        *,
+        format: StreamFormat = "wav",
+        on_data: Callable[[int], object] | None = None,
+    ) -> int:
+        """Write the task's audio to ``path`` as it is produced; return the number of audio bytes.
+
+        ``format="wav"``: once the stream ends the header's size fields are fixed, so the file is a
+        valid WAV; ``"pcm"``: raw PCM16 mono 24 kHz. ``on_data(n)`` is called with each chunk's size.
+        There is no read timeout: the stream may stay silent while the task waits in the queue.
+        """
+        target = Path(path)
+        url = f"/v1/tts/stream/{_task_path(task_id)}"
+        timeout = httpx.Timeout(self._timeout, read=None)
+        try:
+            async with self._http.stream("GET", url, params={"format": format}, timeout=timeout) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    if response.status_code == 409 and isinstance(body := _json(response), dict) and "status" in body:
+                        status = _parse(TaskStatus, body)
+                        raise TaskFailed(task_id, status.error, status)
+                    _raise_for_status(response, TaskNotFound)
+                    raise TTSError(f"unexpected HTTP {response.status_code} for the stream of {task_id}")
+                file: IO[bytes] = await asyncio.to_thread(target.open, "wb")
+                try:
+                    async for chunk in response.aiter_bytes():
+                        await asyncio.to_thread(file.write, chunk)
+                        if on_data is not None:
+                            on_data(len(chunk))
+                    written = file.tell()
+                finally:
+                    await asyncio.to_thread(file.close)
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"the stream of task {task_id} broke off: {exc or type(exc).__name__}") from exc
+        if format == "wav":
+            written = await asyncio.to_thread(_finalize_wav, target)
+        status = await self.status(task_id)
+        if status.status == "failed":
+            raise TaskFailed(task_id, status.error, status)
+        return written
+
+    # --- voices -------------------------------------------------------------------------------
+
+    async def voices(self) -> list[Voice]:
+        response = await self._send("GET", "/v1/voices")
+        _raise_for_status(response)
+        body = _json(response)
+        items = body.get("voices") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise TTSError(f"unexpected response for voices: {body!r}")
+        return [_parse(Voice, item) for item in items]
+
+    async def create_voice(self, name: str, *, seed: int | None = None, embedding: str | None = None) -> Voice:
+        """Register a voice from a speaker seed or a speaker embedding; :class:`Conflict` if the name is taken."""
+        body: dict[str, Any] = {"name": name}
+        if seed is not None:
+            body["seed"] = seed
+        if embedding is not None:
+            body["embedding"] = embedding
+        response = await self._send("POST", "/v1/voices", json=body)
+        _raise_for_status(response, VoiceNotFound)
+        return _parse(Voice, _json(response))
+
+    async def delete_voice(self, name: str) -> None:
+        """:class:`VoiceNotFound` if there is no such voice, :class:`Conflict` for a built-in one."""
+        response = await self._send("DELETE", f"/v1/voices/{quote(name, safe='')}")
+        _raise_for_status(response, VoiceNotFound)
+
+
+AsyncMethod = Callable[Concatenate["AsyncTTSClient", _P], Coroutine[Any, Any, _T]]
+
+
+def _blocking(method: AsyncMethod[_P, _T]) -> Callable[Concatenate[TTSClient, _P], _T]:
+    """The blocking twin of an :class:`AsyncTTSClient` method: same signature and docs, run on the client's loop."""
+
+    def run(self: TTSClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return self._runner.run(method(self._client, *args, **kwargs))
+
+    functools.update_wrapper(run, method)
+    return run
+
+
+class TTSClient:
+    """The blocking twin of :class:`AsyncTTSClient`: each method runs the async one on a private loop.
+
+    Not for use inside a running event loop (use :class:`AsyncTTSClient` there), nor from several
+    threads at once.
+    """
+
+    def __init__(self, base_url: str, *, timeout: float = 30.0, retries: int = 2, max_retry_wait_s: float = 30.0) -> None:
+        self._runner = asyncio.Runner()
+        self._closed = False
+        self._client = AsyncTTSClient(base_url, timeout=timeout, retries=retries, max_retry_wait_s=max_retry_wait_s)
+        self.base_url = self._client.base_url
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections and the private loop; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._runner.run(self._client.aclose())
+        finally:
+            self._runner.close()
+
+    submit = _blocking(AsyncTTSClient.submit)
+    status = _blocking(AsyncTTSClient.status)
+    wait = _blocking(AsyncTTSClient.wait)
+    result = _blocking(AsyncTTSClient.result)
+    synthesize = _blocking(AsyncTTSClient.synthesize)
+    stream_to_file = _blocking(AsyncTTSClient.stream_to_file)
+    voices = _blocking(AsyncTTSClient.voices)
+    create_voice = _blocking(AsyncTTSClient.create_voice)
+    delete_voice = _blocking(AsyncTTSClient.delete_voice)

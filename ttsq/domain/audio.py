@@ -1,0 +1,188 @@
+"""Joining per-sentence audio and encoding it for delivery.
+
+ChatTTS is run once per text chunk (see :func:`ttsq.domain.text.split_sentences`), so the chunks
+have to be stitched back together. Chunks start and end at arbitrary waveform phase, and
+butting them together produces audible clicks; a short fade to silence at every seam plus
+a sentence-length pause removes them and sounds like natural speech.
+
+Only numpy and soundfile are used, so the API process can encode without torch.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from typing import cast, get_args
+
+import numpy as np
+import numpy.typing as npt
+import soundfile as sf
+
+from ttsq.domain.jobs import AudioFormat
+
+__all__ = [
+    "CONTENT_TYPES",
+    "SAMPLE_RATE",
+    "AudioFormat",
+    "ChunkJoiner",
+    "decode_to_pcm16",
+    "duration_s",
+    "encode_audio",
+    "join_chunks",
+]
+
+SAMPLE_RATE = 24_000
+"""ChatTTS always produces 24 kHz mono float32 audio."""
+
+CONTENT_TYPES: dict[str, str] = {
+    "wav": "audio/wav",
+    "mp3": "audio/mpeg",
+    "ogg": "audio/ogg",
+    "flac": "audio/flac",
+    "opus": "audio/ogg; codecs=opus",
+    "pcm": "audio/pcm",
+}
+"""HTTP ``Content-Type`` for each output format."""
+
+_SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
+    "wav": ("WAV", "PCM_16"),
+    "flac": ("FLAC", "PCM_16"),
+    "ogg": ("OGG", "VORBIS"),
+    "mp3": ("MP3", "MPEG_LAYER_III"),
+    "opus": ("OGG", "OPUS"),
+    "pcm": ("RAW", "PCM_16"),
+}
+"""``pcm`` is headerless 16-bit little-endian mono at 24 kHz (what OpenAI's ``pcm`` format is)."""
+
+_WRITE_BLOCK_FRAMES = 8192
+"""libvorbis allocates its analysis buffer on the stack in proportion to one write call,
+and overflows it on long audio written in one go (libsndfile issue 1095, python-soundfile
+issues 233 and 426); writing in blocks keeps every call small, whatever the format."""
+
+
+def _as_mono_float32(samples: npt.ArrayLike, what: str) -> npt.NDArray[np.float32]:
+    """Return ``samples`` as a 1-D float32 array, accepting an (n, 1) column too.
+
+    ChatTTS hands back (1, n) or (n,) arrays depending on the call path, so one trailing or
+    leading singleton axis is tolerated; genuinely multi-channel audio is a caller bug.
+    """
+    array = np.asarray(samples, dtype=np.float32)
+    if array.ndim == 2 and 1 in array.shape:
+        array = array.reshape(-1)
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be mono (1-D), got shape {array.shape}")
+    return array
+
+
+def encode_audio(samples: npt.NDArray[np.floating], fmt: AudioFormat, sample_rate: int = SAMPLE_RATE) -> bytes:
+    """Encode mono float audio as a complete file in ``fmt``, ready to send.
+
+    Samples are clipped to [-1, 1] (and NaN/inf replaced) first: the model occasionally
+    overshoots, and the encoders wrap or reject out-of-range values instead of saturating.
+    """
+    if fmt not in _SOUNDFILE_FORMATS:
+        allowed = ", ".join(get_args(AudioFormat))
+        raise ValueError(f"unknown audio format {fmt!r}; expected one of {allowed}")
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    mono = _as_mono_float32(samples, "audio")
+    if mono.size == 0:
+        raise ValueError("cannot encode empty audio")
+    mono = np.clip(np.nan_to_num(mono, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+    container, subtype = _SOUNDFILE_FORMATS[fmt]
+    buffer = io.BytesIO()
+    with sf.SoundFile(
+        buffer,
+        mode="w",
+        samplerate=sample_rate,
+        channels=1,
+        format=container,
+        subtype=subtype,
+        endian="LITTLE" if container == "RAW" else "FILE",
+    ) as out:
+        for start in range(0, mono.size, _WRITE_BLOCK_FRAMES):
+            out.write(mono[start : start + _WRITE_BLOCK_FRAMES])
+    return buffer.getvalue()
+
+
+def _ms_to_samples(ms: float, sample_rate: int, what: str) -> int:
+    """Convert a duration to whole samples, refusing negative or non-finite values."""
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"{what} must be a non-negative number of milliseconds, got {ms}")
+    return round(ms * sample_rate / 1000)
+
+
+def _raised_cosine(length: int) -> npt.NDArray[np.float32]:
+    """Ramp from exactly 0 towards 1 with zero slope at both ends.
+
+    Zero slope means the fade itself adds no corner to the waveform, so it cannot click.
+    """
+    phase = np.arange(length, dtype=np.float64) * (math.pi / length)
+    return (0.5 - 0.5 * np.cos(phase)).astype(np.float32)
+
+
+class ChunkJoiner:
+    """Joins per-sentence audio incrementally, so each piece can be streamed as soon as it exists.
+
+    ``add`` returns the piece that extends the joined signal: the pause before the chunk (for all
+    but the first) and the chunk faded in from exactly zero and out to exactly zero. Pieces
+    concatenate to exactly :func:`join_chunks` of the same chunks, which is how a streamed job's
+    audio equals its stored result. Fading each chunk on its own needs no look-ahead, and never
+    re-decoding earlier audio avoids the seams of ChatTTS's own streaming (2noise#959).
+    """
+
+    def __init__(self, sample_rate: int = SAMPLE_RATE, fade_ms: float = 10.0, gap_ms: float = 120.0) -> None:
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        self._fade = _ms_to_samples(fade_ms, sample_rate, "fade_ms")
+        self._silence = np.zeros(_ms_to_samples(gap_ms, sample_rate, "gap_ms"), dtype=np.float32)
+        self._started = False
+
+    def add(self, chunk: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        faded = _as_mono_float32(chunk, "each chunk").copy()
+        if faded.size == 0:
+            return faded
+        length = min(self._fade, (faded.size + 1) // 2)
+        if length > 0:
+            ramp = _raised_cosine(length)
+            faded[:length] *= ramp
+            faded[-length:] *= ramp[::-1]
+        if not self._started:
+            self._started = True
+            return faded
+        return np.concatenate([self._silence, faded])
+
+
+def join_chunks(
+    chunks: Sequence[npt.NDArray[np.floating]],
+    sample_rate: int = SAMPLE_RATE,
+    fade_ms: float = 10.0,
+    gap_ms: float = 120.0,
+) -> npt.NDArray[np.float32]:
+    """Concatenate per-sentence audio with click-free seams and a pause between sentences.
+
+    Every chunk is faded in from exactly zero and out to exactly zero, so each seam meets
+    the silent gap (or, with ``gap_ms=0``, the next chunk's zero) without a jump. A chunk
+    shorter than two fades is faded over half its length each way. Empty chunks carry no
+    speech and are skipped, so they do not add a second pause. The result has length
+    ``sum(len(chunk)) + gap * (number of non-empty chunks - 1)``.
+    """
+    joiner = ChunkJoiner(sample_rate, fade_ms, gap_ms)
+    pieces = [joiner.add(chunk) for chunk in chunks]
+    if not pieces:
+        return np.zeros(0, dtype=np.float32)
+    return cast(npt.NDArray[np.float32], np.concatenate(pieces))
+
+
+def decode_to_pcm16(audio: bytes) -> bytes:
+    """Decode an encoded result (any format ttsq writes but raw pcm) back to PCM16 LE mono samples."""
+    samples, _ = sf.read(io.BytesIO(audio), dtype="int16", always_2d=False)
+    return np.asarray(samples, dtype="<i2").reshape(-1).tobytes()
+
+
+def duration_s(samples: npt.NDArray[np.generic], sample_rate: int = SAMPLE_RATE) -> float:
+    """Length of mono audio in seconds, for response headers, metrics and billing."""
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    return float(np.size(samples)) / sample_rate

@@ -1,0 +1,51 @@
+"""The result-cache key: one hash of everything that changes the audio, and nothing else.
+
+The key covers the exact text the engine receives (already canonical: see
+:func:`ttsq.domain.text.canonical_text`), the speaker identity, every sampling parameter, the output
+format, and a model identity. The speaker is identified by what produces the embedding — a
+speaker seed on a given model — never by a voice's *name*, so a voice re-created under the same
+name with a different speaker cannot hit the old entry. The model identity comes from settings
+(the API loads no model), and it also covers the synthesis settings that shape the audio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ttsq.domain.jobs import TTSParams
+
+KEY_VERSION = 1
+"""Bumped whenever the meaning of a key changes, so old entries are never misread."""
+
+
+def speaker_identity(params: TTSParams) -> str:
+    """What produces the speaker embedding: the embedding's own hash, or the seed that draws it."""
+    if params.speaker_embedding is not None:
+        return "emb:" + hashlib.sha256(params.speaker_embedding.encode()).hexdigest()
+    if params.speaker_seed is None:
+        raise ValueError("a job must carry its speaker seed or embedding")
+    return f"seed:{params.speaker_seed}"
+
+
+def engine_input(params: TTSParams) -> dict[str, object]:
+    """Everything the engine is handed for this job (and so everything that shapes its audio)."""
+    return {
+        "text": params.text,
+        "speaker": speaker_identity(params),
+        "seed": params.seed,
+        "speed": params.speed,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "refine_text": params.refine_text,
+    }
+
+
+def cache_key(params: TTSParams, model_identity: str) -> str | None:
+    """The sha256 hex key of a deterministic request; None for a random one (never cached)."""
+    if not params.deterministic:
+        return None
+    material = {"v": KEY_VERSION, "model": model_identity, "format": params.format, **engine_input(params)}
+    encoded = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(encoded.encode()).hexdigest()

@@ -1,0 +1,75 @@
+"""The job record: what a submitted task is, as stored in Redis and shown to clients.
+
+A job is stored as one JSON document so that every state change is a single atomic Lua script
+in :mod:`ttsq.store.queue`; nothing outside that module writes a job.
+"""
+
+from __future__ import annotations
+
+import secrets
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+
+DEFAULT_SAMPLING_SEED = 42
+"""Sampling seed of a request that names a voice but no seed, so that it stays deterministic."""
+
+MAX_SEED = 2**31 - 1
+
+
+class Status(StrEnum):
+    """Lifecycle of a job: queued → running → done | failed (running → queued on retry)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (Status.DONE, Status.FAILED)
+
+
+class TTSParams(BaseModel):
+    """Everything the worker needs to synthesise a job, already validated by the API."""
+
+    text: str
+    voice: str | None = None
+    speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
+    speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
+    seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
+    speed: int = 5
+    temperature: float = 0.3
+    top_p: float = 0.7
+    top_k: int = 20
+    format: AudioFormat = "wav"
+    refine_text: bool = False
+    deterministic: bool = True
+    cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")
+
+
+class Job(BaseModel):
+    """The stored job record. Timestamps are Unix seconds (float)."""
+
+    id: str
+    status: Status = Status.QUEUED
+    params: TTSParams
+    attempts: int = 0
+    max_attempts: int = 3
+    error: str | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None
+    duration_s: float | None = None
+    content_type: str | None = None
+    result_bytes: int | None = None
+    not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")
+
+
+def draw_seed() -> int:
+    """A fresh seed for a request that names neither voice nor seed (the "gacha" draw)."""
+    return secrets.randbelow(MAX_SEED) + 1

@@ -1,0 +1,336 @@
+"""The inference engine: text and voice parameters in, 24 kHz float32 audio out.
+
+It wraps one ``ChatTTS.Chat`` and knows nothing of queues or HTTP. Everything that makes ChatTTS
+0.2.5 safe to run as a long-lived service is decided here:
+
+* ChatTTS is not thread-safe (one RNG, one interrupt flag, mutable default parameter objects),
+  so every call runs under one lock with freshly built parameter objects.
+* Its config dataclasses share their nested default instances between all ``Chat`` objects, so
+  a checkpoint's config overrides are applied to a private deep copy.
+* A chunk whose first sampled token is the end token makes ChatTTS return *no audio for the whole
+  batch* (and the refine step raise ``StopIteration``), so at least one token is always forced.
+* It silently drops digits, so text is normalized to words first (:mod:`ttsq.inference.normalize`).
+
+torch and ChatTTS are imported lazily so that the worker can configure the CUDA allocator
+before torch loads, and so that importing this module for its types stays cheap.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ttsq.domain.batching import batch_key
+from ttsq.domain.text import detect_language, split_sentences
+from ttsq.inference.base import ChunkAudio, ModelInfo, ModelLoadError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
+from ttsq.inference.checkpoint import (
+    ASSET_FILES,
+    ManifestError,
+    apply_config_overrides,
+    compute_sha256_map,
+    missing_asset_files,
+    read_manifest,
+    sha256_key,
+)
+from ttsq.inference.normalize import TextNormalizer
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["HUB_REPO", "ChatTTSEngine", "EngineConfig"]
+
+log = logging.getLogger(__name__)
+
+HUB_REPO = "2Noise/ChatTTS"
+_WARMUP_MAX_NEW_TOKEN = 64
+"""Warm-up exists to pay one-off costs (numba JIT, CUDA context, kernel selection); length adds nothing."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to load and run the model. Built from settings by ``settings.py``."""
+
+    model_source: str
+    """``"hub"`` (download 2Noise/ChatTTS) or a checkpoint directory."""
+    device: str | None
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"``; ``None`` picks CUDA when available."""
+    cpu_threads: int
+    compile: bool
+    max_chunk_chars: int
+    max_new_token: int
+    min_new_token: int
+    refine_max_new_token: int
+    normalize_text: bool
+    warmup_text: str = "warm up."
+
+
+class _DropExpectedWarnings(logging.Filter):
+    """Drop ChatTTS warnings about characters it strips on every request by design (digits, '?')."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("found invalid characters")
+
+
+def _chattts_logger() -> logging.Logger:
+    """A logger for ChatTTS that keeps warnings and errors but not its per-step INFO chatter."""
+    logger = logging.getLogger("ttsq.chattts")
+    logger.setLevel(logging.WARNING)
+    if not any(isinstance(f, _DropExpectedWarnings) for f in logger.filters):
+        logger.addFilter(_DropExpectedWarnings())
+    return logger
+
+
+class ChatTTSEngine:
+    """One ChatTTS model replica. Blocking; meant to be driven from one inference thread."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        if config.max_new_token < 1:
+            raise ValueError("max_new_token must be at least 1")
+        if config.min_new_token > config.max_new_token:
+            raise ValueError("min_new_token must not exceed max_new_token")
+        self.config = config
+        self._normalizer = TextNormalizer() if config.normalize_text else None
+        self._lock = threading.Lock()
+        self._chat: Any = None
+        self._info: ModelInfo | None = None
+        self._device = ""
+
+    # ---- loading --------------------------------------------------------------------------
+
+    def load(self) -> ModelInfo:
+        """Load the model (blocking); calling it again on a loaded engine returns the same info."""
+        with self._lock:
+            if self._info is not None:
+                return self._info
+            import torch
+
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            torch_device = torch.device(device)
+            if torch_device.type == "cpu":
+                torch.set_num_threads(self.config.cpu_threads)
+            if self.config.model_source == "hub":
+                chat, info = self._load_hub(torch_device)
+            else:
+                chat, info = self._load_directory(Path(self.config.model_source), torch_device)
+            self._chat, self._info, self._device = chat, info, str(torch_device)
+            log.info("model %s loaded from %s on %s", info.name, info.source, info.device)
+            return info
+
+    def _new_chat(self) -> Any:
+        import ChatTTS
+
+        return ChatTTS.Chat(logger=_chattts_logger())
+
+    def _load_hub(self, device: torch.device) -> tuple[Any, ModelInfo]:
+        chat = self._new_chat()
+        try:
+            ok = chat.load(source="huggingface", device=device, compile=self.config.compile)
+        except Exception as exc:
+            raise ModelLoadError(f"loading {HUB_REPO} from the model hub failed: {exc}") from exc
+        if not ok:
+            raise ModelLoadError(
+                f"could not download or load {HUB_REPO} from the model hub (is the hub reachable? "
+                "offline, point model_source at a checkpoint directory instead)"
+            )
+        return chat, ModelInfo(name=HUB_REPO, source="hub", speaks_noise=False, device=str(device))
+
+    def _load_directory(self, path: Path, device: torch.device) -> tuple[Any, ModelInfo]:
+        """Load a checkpoint directory through ChatTTS's hash-checked ``source="custom"`` path.
+
+        With a ``ttsq-model.json`` manifest, its config overrides and hash map replace ChatTTS's
+        before anything is built; without one, the files must be the genuine ChatTTS weights.
+        ``source="local"`` is never used: on a hash mismatch it renames files to ``.bak`` and tries
+        to download a helper binary.
+        """
+        if not path.is_dir():
+            raise ModelLoadError(f"model directory {path} does not exist")
+        missing = missing_asset_files(path)
+        if missing:
+            raise ModelLoadError(f"model directory {path} is incomplete: missing {', '.join(missing)}")
+        try:
+            manifest = read_manifest(path)
+        except ManifestError as exc:
+            raise ModelLoadError(str(exc)) from exc
+
+        chat = self._new_chat()
+        name, speaks_noise = path.name, False
+        if manifest is not None:
+            try:
+                chat.config = apply_config_overrides(chat.config, manifest.get("config_overrides", {}))
+            except ManifestError as exc:
+                raise ModelLoadError(f"{path}: {exc}") from exc
+            sha256_map = manifest.get("sha256_map")
+            if not isinstance(sha256_map, dict):
+                raise ModelLoadError(f"{path}: the manifest has no sha256_map")
+            chat.sha256_map = dict(sha256_map)
+            name = str(manifest.get("name", name))
+            speaks_noise = bool(manifest.get("speaks_noise", False))
+
+        try:
+            ok = chat.load(source="custom", custom_path=str(path), device=device, compile=self.config.compile)
+        except Exception as exc:
+            raise ModelLoadError(f"ChatTTS could not build the model from {path}: {type(exc).__name__}: {exc}") from exc
+        if not ok:
+            raise ModelLoadError(self._explain_refusal(path, chat.sha256_map))
+        return chat, ModelInfo(name=name, source="directory", speaks_noise=speaks_noise, device=str(device))
+
+    @staticmethod
+    def _explain_refusal(path: Path, expected: dict[str, str]) -> str:
+        actual = compute_sha256_map(path)
+        mismatched = [rel for rel in ASSET_FILES if expected.get(sha256_key(rel)) != actual[sha256_key(rel)]]
+        if mismatched:
+            return (
+                f"model directory {path} failed its sha256 check: {', '.join(mismatched)} "
+                "differ from the expected hashes (corrupt or replaced files)"
+            )
+        return f"ChatTTS refused to load {path} (see the ttsq.chattts log)"
+
+    # ---- inference ------------------------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        if self._info is None:
+            raise RuntimeError("the engine is not loaded; call load() first")
+        return self._info
+
+    def _loaded_chat(self) -> Any:
+        if self._chat is None:
+            raise RuntimeError("the engine is not loaded; call load() first")
+        return self._chat
+
+    def warm_up(self) -> None:
+        """Run one short synthesis so numba JIT, CUDA init and normalizer loading precede the first job."""
+        if self._normalizer is not None:
+            self._normalizer.preload(("zh", "en"))
+        request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
+        chat = self._loaded_chat()
+        lang = detect_language(request.text)
+        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+
+    def speaker_from_seed(self, seed: int) -> str:
+        """A reproducible random voice for ``seed``, the same on every device.
+
+        Equivalent to ``torch.manual_seed(seed); chat.sample_random_speaker()`` on CPU, but drawn
+        from a private CPU generator: ChatTTS samples on the model's device, which would give a
+        different voice for the same seed on a GPU worker than on a CPU worker, and would reset
+        the process's global RNG as a side effect.
+        """
+        import torch
+
+        chat = self._loaded_chat()
+        with self._lock:
+            speaker = chat.speaker
+            generator = torch.Generator(device="cpu").manual_seed(seed)
+            std, mean = speaker.std.cpu(), speaker.mean.cpu()
+            sample = torch.randn(speaker.dim, generator=generator, dtype=std.dtype).mul_(std).add_(mean)
+            encoded: str = speaker._encode(sample)
+            return encoded
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        """Speak several requests in shared ChatTTS calls; yield ``(request index, chunk)`` as chunks finish.
+
+        One ChatTTS call takes one speaker embedding and one set of sampling parameters, so the
+        requests must agree on everything but their text (:func:`batch_key`); the call's random
+        stream is seeded with the first request's seed, which is why a batched request's prosody
+        may depend on its neighbours (the voice never does). Two calls: every request's first
+        chunk, then all remaining chunks — time to first audio stays one (batched) sentence.
+        A request whose chunks all come back empty is the caller's to fail; the others stand.
+        """
+        if not reqs:
+            return
+        if len({batch_key(req, req.speaker) for req in reqs}) != 1:
+            raise PermanentError("a batch must share speaker, speed, sampling parameters and language")
+        first = reqs[0]
+        if not 0 <= first.speed <= 9:
+            raise PermanentError(f"speed must be between 0 and 9, got {first.speed}")
+        chat = self._loaded_chat()
+        lang = detect_language(first.text)
+        chunked = [self._split(req, lang) for req in reqs]
+        firsts = [(owner, 0, chunks[0]) for owner, chunks in enumerate(chunked)]
+        rests = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks) if index]
+        for rows in (firsts, rests):
+            if not rows:
+                continue
+            wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, first)
+            for position, (owner, index, _text) in enumerate(rows):
+                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
+                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
+                if samples.size == 0:
+                    log.warning("chunk %d of request %d produced no audio", index, owner)
+                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples)
+
+    def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
+        if not req.text.strip():
+            raise PermanentError("text is empty")
+        text = self._normalizer.normalize(req.text, lang) if self._normalizer is not None else req.text
+        chunks = split_sentences(text, self.config.max_chunk_chars)
+        if not chunks:
+            raise PermanentError("text is empty after normalization")
+        return chunks
+
+    def _infer_typed(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest) -> list[Any]:
+        """:meth:`_infer`, with torch's failures turned into the engine contract's types (:mod:`ttsq.inference.base`)."""
+        import torch
+
+        try:
+            return self._infer(chat, texts, lang, req, self.config.max_new_token)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(str(exc)) from exc
+        except Exception as exc:
+            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _infer(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest, max_new_token: int) -> list[Any]:
+        """One ChatTTS call for ``texts`` (one padded batch), with fresh parameter objects."""
+        import torch
+
+        min_new_token = min(max(self.config.min_new_token, 1), max_new_token)
+        with self._lock, torch.inference_mode():
+            torch.manual_seed(req.seed)
+            wavs: list[Any] = chat.infer(
+                texts,
+                lang=lang,
+                split_text=False,
+                skip_refine_text=not req.refine_text,
+                # With no normalizer registered inside ChatTTS this only maps ASCII punctuation in
+                # Chinese text to the full-width forms the model was trained on (and its
+                # homophone map fixes characters it mispronounces); numbers were handled above.
+                do_text_normalization=True,
+                do_homophone_replacement=True,
+                params_infer_code=chat.InferCodeParams(
+                    prompt=f"[speed_{req.speed}]",
+                    spk_emb=req.speaker,
+                    temperature=req.temperature,
+                    top_P=req.top_p,
+                    top_K=req.top_k,
+                    manual_seed=req.seed,
+                    max_new_token=max_new_token,
+                    min_new_token=min_new_token,
+                    show_tqdm=False,
+                ),
+                params_refine_text=chat.RefineTextParams(
+                    manual_seed=req.seed,
+                    max_new_token=self.config.refine_max_new_token,
+                    min_new_token=1,
+                    show_tqdm=False,
+                ),
+            )
+        return wavs
+
+    def release_memory(self) -> None:
+        """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).
+
+        A no-op on CPU: there is no device cache to return, and a full ``gc.collect()`` costs a
+        quarter of a second per call with ChatTTS loaded (measured) for nothing.
+        """
+        if self._device.startswith("cuda"):
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()

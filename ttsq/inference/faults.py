@@ -1,0 +1,67 @@
+"""Fault injection around a real engine, for failure and chaos tests of the worker (test use only).
+
+The failure tests run the genuine ChatTTS path (on the tiny checkpoint) and make chosen
+requests misbehave the way production inference does: hang, raise, or run out of GPU memory.
+Nothing is faked except the failure itself, so retries, timeouts, dead-lettering and memory
+release are exercised against real model state. The worker turns this on only when the
+``FAULT_MODE`` test setting is set, and says so loudly in its log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ttsq.inference.base import ChunkAudio, Engine, EngineWrapper, OutOfMemory, SynthesisRequest, TransientError
+
+__all__ = ["FaultConfig", "FaultInjectingEngine", "FaultMode"]
+
+FaultMode = Literal["none", "hang", "raise", "oom"]
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    mode: FaultMode
+    match: str
+    """Only requests whose text contains this substring fault; "" makes every request fault."""
+    oom_above_batch: int
+    """With "oom": only batches of more than this many requests run out of memory (0 = every call),
+    the way a real GPU fails on a batch too large for it but not on its halves."""
+    hang_s: float
+    """How long a "hang" lasts unless :meth:`FaultInjectingEngine.release` ends it first."""
+
+
+class FaultInjectingEngine(EngineWrapper):
+    """Delegates to a real engine, except that matching batches fail as configured.
+
+    Loading and warm-up are never faulted, so a faulty worker still starts and reports healthy
+    until it meets a matching job. A "hang" that ends (released or timed out) then completes the
+    request normally, like a stalled GPU that recovers.
+    """
+
+    def __init__(self, inner: Engine, config: FaultConfig) -> None:
+        if config.mode not in ("none", "hang", "raise", "oom"):
+            raise ValueError(f"unknown fault mode {config.mode!r}")
+        super().__init__(inner)
+        self.config = config
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        """End every current and future "hang" at once, so tests can finish a blocked inference."""
+        self._released.set()
+
+    def _inject(self, reqs: Sequence[SynthesisRequest]) -> None:
+        if self.config.mode == "none" or not any(self.config.match in req.text for req in reqs):
+            return
+        if self.config.mode == "hang":
+            self._released.wait(self.config.hang_s)
+        elif self.config.mode == "raise":
+            raise TransientError("injected fault")
+        elif self.config.mode == "oom" and len(reqs) > self.config.oom_above_batch:
+            raise OutOfMemory(f"CUDA out of memory (injected, batch of {len(reqs)})")
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        self._inject(reqs)
+        return self.inner.synthesize_batch(reqs)

@@ -1,0 +1,145 @@
+"""Health: the worker's liveness record and probe server, and the API's probes.
+
+Worker (its own small server on ``WORKER_HEALTH_PORT``):
+
+The record is updated by a timer task on the worker's event loop, so ``/healthz`` tells two
+different failures apart: a *stalled loop* stops answering at all (the probe times out), and a
+*hung inference* (the executor thread stuck past the job's deadline) answers 503. A Redis outage
+is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
+
+API (routes of the app): ``/healthz`` answers while the process serves requests; ``/readyz``
+answers 200 while Redis is reachable — never depending on workers, so an API in front of a pool
+scaled to zero still accepts and queues jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import APIRouter
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+@dataclass
+class CurrentJob:
+    id: str
+    started_at: float
+    deadline: float
+    batch_size: int = 1
+
+
+@dataclass
+class HeartbeatRecord:
+    """What the worker knows about itself; mirrored to Redis for the pool's view."""
+
+    worker_id: str
+    model_loaded: bool = False
+    model: str | None = None
+    speaks_noise: bool = False
+    ready: bool = False
+    stopping: bool = False
+    redis_ok: bool = True
+    last_tick: float = field(default_factory=time.time)
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    batches: int = 0
+    largest_batch: int = 0
+    current_job: CurrentJob | None = None
+
+    def tick(self) -> None:
+        self.last_tick = time.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def liveness(self, stall_after_s: float, now: float | None = None) -> tuple[bool, str]:
+        """(alive, reason). Not alive when the loop stopped ticking or the job is past its deadline."""
+        moment = time.time() if now is None else now
+        if moment - self.last_tick > stall_after_s:
+            return False, f"event loop has not ticked for {moment - self.last_tick:.1f}s"
+        job = self.current_job
+        if job is not None and moment > job.deadline:
+            return False, (
+                f"inference of job {job.id} has run {moment - job.started_at:.0f}s, "
+                f"past its deadline of {job.deadline - job.started_at:.0f}s: hung"
+            )
+        return True, "ok"
+
+
+def health_app(record: HeartbeatRecord, stall_after_s: float) -> Starlette:
+    async def healthz(_: Request) -> JSONResponse:
+        alive, reason = record.liveness(stall_after_s)
+        body = record.as_dict() | {
+            "status": "ok" if alive else "unhealthy",
+            "reason": reason,
+            "redis": "ok" if record.redis_ok else "unreachable",
+        }
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    async def readyz(_: Request) -> JSONResponse:
+        ready = record.ready and not record.stopping
+        body = {
+            "status": "ready" if ready else "not ready",
+            "model_loaded": record.model_loaded,
+            "model": record.model,
+            "speaks_noise": record.speaks_noise,
+        }
+        if record.speaks_noise:
+            body["notice"] = "random-weight test checkpoint: the audio is noise"
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn on the worker's own loop; the worker, not uvicorn, owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def health_server(record: HeartbeatRecord, host: str, port: int, stall_after_s: float) -> EmbeddedServer:
+    config = uvicorn.Config(
+        health_app(record, stall_after_s), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+    return EmbeddedServer(config)
+
+
+class HealthBody(BaseModel):
+    status: str
+    redis: str | None = None
+    workers: int | None = None
+    queue_depth: int | None = None
+    model: str | None = None
+    notice: str | None = None
+
+
+def api_probes(readiness: Callable[[], Awaitable[dict[str, Any]]], unavailable: dict[int | str, dict[str, Any]]) -> APIRouter:
+    """The API's ``/healthz`` and ``/readyz``. ``readiness`` raises while the API cannot accept jobs
+    (the app's error handlers turn a Redis outage into 503); ``unavailable`` documents that answer."""
+    router = APIRouter(tags=["health"])
+
+    @router.get("/healthz", response_model=HealthBody, summary="The API process is alive")
+    async def healthz() -> HealthBody:
+        return HealthBody(status="ok")
+
+    @router.get(
+        "/readyz",
+        response_model=HealthBody,
+        responses=unavailable,
+        summary="Ready to accept jobs (Redis reachable); also reports live workers and queue depth",
+    )
+    async def readyz() -> HealthBody:
+        return HealthBody(status="ready", **await readiness())
+
+    return router

@@ -1,0 +1,506 @@
+"""The worker loop: claim a batch → synthesise → store, with one upkeep task and graceful shutdown.
+
+One worker owns one model replica. Inference runs in a single dedicated executor thread because
+ChatTTS is not thread-safe; the event loop stays free to renew leases, beat the heartbeat and
+answer the liveness probe while the model works.
+
+A job's story is :meth:`Worker._process`: cached answers first, then one engine call per group
+of compatible jobs (split on failure so only the guilty job fails), then every outcome stored.
+Everything periodic — heartbeat, lease renewal, the queue sweep — is one upkeep task
+(:meth:`Worker._upkeep`) with one error policy: a Redis failure is reported once, marks the
+worker's record, and the chore runs again at its next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from redis.exceptions import RedisError
+
+from ttsq.domain.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
+from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
+from ttsq.domain.jobs import Job, TTSParams
+from ttsq.inference.base import Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
+from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
+from ttsq.store.cache import CachedAudio, ResultCache
+from ttsq.store.queue import JobQueue
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_SPEAKER_CACHE_SIZE = 512
+"""Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
+_REDIS_BACKOFF_MAX_S = 10.0
+Piece = tuple[int, int, bytes]
+"""(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The worker's timings and limits. Built from settings by ``worker.py``, which validates them."""
+
+    worker_id: str
+    heartbeat_interval_s: float
+    sweep_interval_s: float
+    job_timeout_s: float
+    shutdown_grace_s: float
+    health_host: str
+    health_port: int
+    max_batch: int
+    batch_wait_ms: float
+    oom_recover_s: float
+
+
+@dataclass(frozen=True)
+class Synthesised:
+    """A job's audio, ready to store; ``busy_s`` is its share of the batch's inference time."""
+
+    audio: CachedAudio
+    busy_s: float
+    batch: int = 1
+    from_cache: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    error: BaseException
+
+
+Outcome = Synthesised | Failure
+
+
+def failure_reason(error: BaseException) -> tuple[str, bool]:
+    """How a failure is recorded on the job, and whether another attempt may succeed."""
+    if isinstance(error, OutOfMemory):
+        return f"out of memory: {error}", True
+    if isinstance(error, InferenceError):
+        return f"{'inference failed' if error.retryable else 'invalid job'}: {error}", error.retryable
+    return f"inference failed: {type(error).__name__}: {error}", True
+
+
+@dataclass
+class _Chore:
+    name: str
+    interval_s: float
+    run: Callable[[], Awaitable[None]]
+    due: float = field(default=0.0)
+
+
+class Worker:
+    """Runs until :meth:`request_stop`; :meth:`run` returns False if it left an inference running."""
+
+    def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
+        self.queue = queue
+        self.engine = engine
+        self.cache = cache
+        self.config = config
+        self.record = HeartbeatRecord(worker_id=config.worker_id)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
+        self._stop = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._stop_deadline: float | None = None
+        self._abandoned = False
+        self._running: set[str] = set()
+        """Ids of claimed jobs whose outcome is not stored yet: upkeep renews their leases."""
+        self._speakers: OrderedDict[int, str] = OrderedDict()
+        self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
+        self._backoff_s = 0.5
+        """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
+
+    @property
+    def stall_after_s(self) -> float:
+        return max(5 * self.config.heartbeat_interval_s, 10.0)
+
+    def request_stop(self) -> None:
+        """Stop claiming; the current batch may finish within the grace period."""
+        if self._stop_deadline is None:
+            log.info("stop requested: finishing the current batch (grace %.0fs)", self.config.shutdown_grace_s)
+            self._stop_deadline = time.monotonic() + self.config.shutdown_grace_s
+            self.record.stopping = True
+            self._stop.set()
+
+    def _past_grace(self) -> bool:
+        return self._stop_deadline is not None and time.monotonic() > self._stop_deadline
+
+    async def run(self) -> bool:
+        loop = asyncio.get_running_loop()
+        server = health_server(self.record, self.config.health_host, self.config.health_port, self.stall_after_s)
+        serving = asyncio.create_task(server.serve())
+        upkeep = asyncio.create_task(self._upkeep())
+        try:
+            await loop.run_in_executor(self._executor, self._load_and_warm)
+            await self._serve()
+        finally:
+            self.record.stopping = True
+            await self._end_upkeep(upkeep)
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
+            server.should_exit = True
+            await serving
+            self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
+        return not self._abandoned
+
+    def _load_and_warm(self) -> None:
+        started = time.perf_counter()
+        info = self.engine.load()
+        self.record.model_loaded = True
+        self.record.model = info.name
+        self.record.speaks_noise = info.speaks_noise
+        self.engine.warm_up()
+        self.record.ready = True
+        log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, time.perf_counter() - started)
+        if info.speaks_noise:
+            log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        """Claim a batch, process it, repeat — until a stop is requested."""
+        while not self._stop.is_set():
+            jobs = await self._claim_batch()
+            if jobs:
+                await self._within_grace(self._process(jobs), len(jobs))
+
+    async def _claim_batch(self) -> list[Job]:
+        """One blocking claim, then up to the batch limit more, waiting at most ``batch_wait_ms``.
+
+        Every claimed job is leased to this worker at once, so a crash at any point leaves each
+        of them to the sweep individually. A Redis failure returns what was claimed so far.
+        """
+        jobs: list[Job] = []
+        try:
+            claim = await self.queue.claim(self.config.worker_id)
+            if claim is None:
+                self._redis_back()
+                return []
+            jobs += [claim.job] if claim.runnable else []
+            limit = self._limit.current()
+            deadline = time.monotonic() + self.config.batch_wait_ms / 1000
+            while len(jobs) < limit and not self._stop.is_set():
+                jobs += [
+                    more.job for more in await self.queue.claim_more(self.config.worker_id, limit - len(jobs)) if more.runnable
+                ]
+                remaining = deadline - time.monotonic()
+                if len(jobs) >= limit or remaining <= 0:
+                    break
+                await asyncio.sleep(min(0.005, remaining))
+        except (RedisError, OSError) as exc:
+            self._redis_lost("claim", exc)
+            if not jobs:
+                await self._sleep_unless(self._stop, self._backoff_s)
+                self._backoff_s = min(self._backoff_s * 2, _REDIS_BACKOFF_MAX_S)
+            return jobs
+        self._redis_back()
+        return jobs
+
+    async def _within_grace(self, work: Coroutine[Any, Any, None], size: int) -> None:
+        """Run ``work``; after a stop request, abandon it once the grace period is over."""
+        task = asyncio.create_task(work)
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.2)
+            if not task.done() and self._past_grace():
+                log.warning("grace period over: leaving %d job(s) to the sweep", size)
+                self._abandoned = True
+                task.cancel()
+                return
+
+    async def _process(self, jobs: list[Job]) -> None:
+        """A claimed batch's whole story.
+
+        Compatible jobs (one speaker, one set of sampling parameters) run together. In each
+        group, jobs whose audio is already cached are answered from the cache; the rest go to
+        the engine in one call (:meth:`_synthesise` splits it when it fails); then every job's
+        outcome is stored at once. Upkeep renews every lease until its job's outcome is stored.
+        """
+        self._running.update(job.id for job in jobs)
+        try:
+            for group in group_compatible(jobs):
+                started = time.time()
+                self.record.current_job = CurrentJob(group[0].id, started, started + self.config.job_timeout_s, len(group))
+                outcomes = await self._from_cache(group)
+                outcomes |= await self._synthesise([job for job in group if job.id not in outcomes])
+                await asyncio.gather(*(self._settle(job, outcomes[job.id]) for job in group))
+        finally:
+            self.record.current_job = None
+            self._running.difference_update(job.id for job in jobs)
+
+    async def _from_cache(self, jobs: list[Job]) -> dict[str, Outcome]:
+        """An identical job may have finished since these were queued (e.g. on another worker)."""
+        if self.cache is None:
+            return {}
+        keys = [job.params.cache_key for job in jobs]
+        hits = await asyncio.gather(*(self.cache.get(key) for key in keys if key is not None))
+        found = iter(hits)
+        outcomes: dict[str, Outcome] = {}
+        for job, key in zip(jobs, keys, strict=True):
+            hit = next(found) if key is not None else None
+            if hit is not None:
+                outcomes[job.id] = Synthesised(hit, busy_s=0.0, from_cache=True)
+        return outcomes
+
+    async def _synthesise(self, jobs: list[Job]) -> dict[str, Outcome]:
+        """Run ``jobs`` through the engine, splitting so that only a guilty job fails.
+
+        Batches above the current limit are sliced. Out of memory halves the batch (and lowers
+        the adaptive limit for a while); any other error re-runs each job alone.
+        """
+        if not jobs:
+            return {}
+        limit = self._limit.current()
+        if len(jobs) > limit:
+            return {job_id: outcome for part in slices(jobs, limit) for job_id, outcome in (await self._synthesise(part)).items()}
+        try:
+            return await self._run_batch(jobs)
+        except Exception as exc:  # noqa: BLE001 - one bad batch never stops the loop
+            if len(jobs) == 1:
+                return {jobs[0].id: Failure(exc)}
+            parts: list[list[Job]]
+            if isinstance(exc, OutOfMemory):
+                size = self._limit.shrink(len(jobs))
+                log.warning("out of memory on a batch of %d: splitting it; batches capped at %d for now", len(jobs), size)
+                parts = halves(jobs)
+            else:
+                log.warning("a batch of %d failed (%s); running each job alone", len(jobs), exc)
+                parts = [[job] for job in jobs]
+            return {job_id: outcome for part in parts for job_id, outcome in (await self._synthesise(part)).items()}
+
+    async def _run_batch(self, jobs: list[Job]) -> dict[str, Outcome]:
+        """One engine call in the inference thread, its audio streamed piece by piece as it comes."""
+        loop = asyncio.get_running_loop()
+        pieces: list[asyncio.Queue[Piece | None]] = [asyncio.Queue() for _ in jobs]
+        publishers = [asyncio.create_task(self._publish(job, queue)) for job, queue in zip(jobs, pieces, strict=True)]
+
+        def publish(owner: int, piece: Piece) -> None:
+            loop.call_soon_threadsafe(pieces[owner].put_nowait, piece)
+
+        started = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self._executor, self._infer, [job.params for job in jobs], publish)
+        finally:
+            for queue in pieces:
+                queue.put_nowait(None)
+            await asyncio.gather(*publishers)
+            await loop.run_in_executor(self._executor, self.engine.release_memory)
+        busy = (time.perf_counter() - started) / len(jobs)
+        self.record.batches += 1
+        self.record.largest_batch = max(self.record.largest_batch, len(jobs))
+        return {
+            job.id: Failure(result) if isinstance(result, Exception) else Synthesised(result, busy, batch=len(jobs))
+            for job, result in zip(jobs, results, strict=True)
+        }
+
+    async def _settle(self, job: Job, outcome: Outcome) -> None:
+        """Store one job's outcome: its result (and cache entry), or its failure."""
+        if isinstance(outcome, Failure):
+            await self._record_failure(job, outcome.error)
+            return
+        if self.cache is not None and job.params.cache_key is not None and not outcome.from_cache:
+            await self.cache.put(job.params.cache_key, outcome.audio)
+        result = outcome.audio
+        await self._persist(
+            lambda: self.queue.complete(
+                job.id, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
+            )
+        )
+        # After completion, so a reader that sees the end of the stream finds the job done (and a
+        # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
+        await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
+        self.record.jobs_done += 1
+        log.info(
+            "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
+            outcome.busy_s * outcome.batch,
+            job.id,
+            job.attempts,
+            job.params.format,
+            result.duration_s,
+            " from the cache" if outcome.from_cache else f", batch of {outcome.batch}" if outcome.batch > 1 else "",
+        )
+
+    async def _record_failure(self, job: Job, error: BaseException) -> None:
+        self.record.jobs_failed += 1
+        reason, retryable = failure_reason(error)
+        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
+        log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
+
+    async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
+        """Forward audio pieces from the inference thread to the job's Redis stream, in order.
+
+        Streaming is best effort: a piece that cannot be published is logged and skipped; the
+        stored result, written at the end, is what a job owes its client. A retried attempt
+        starts the stream afresh; a first attempt has nothing to clear.
+        """
+        fresh = job.attempts <= 1
+        while (piece := await pieces.get()) is not None:
+            if not fresh:
+                await self._best_effort(self.queue.reset_stream(job.id), "reset the audio stream")
+                fresh = True
+            await self._best_effort(self.queue.publish_piece(job.id, *piece), "publish audio")
+
+    # ---- the inference thread --------------------------------------------------------------
+
+    def _infer(self, batch: list[TTSParams], publish: Callable[[int, Piece], None]) -> list[CachedAudio | Exception]:
+        """Runs in the inference thread: speaker lookup, one batched engine call, encoding.
+
+        Each chunk's joined piece is published as PCM16 the moment it exists; the stored result
+        is the same pieces, so a streamed job sounds exactly like its download. A job whose
+        chunks all came back silent gets its own error; its neighbours still succeed.
+        """
+        speaker = self._speaker(batch[0])
+        requests = [
+            SynthesisRequest(
+                text=params.text,
+                speaker=speaker,
+                seed=params.seed,
+                speed=params.speed,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                refine_text=params.refine_text,
+            )
+            for params in batch
+        ]
+        joiners = [ChunkJoiner() for _ in batch]
+        pieces: list[list[np.ndarray]] = [[] for _ in batch]
+        for owner, chunk in self.engine.synthesize_batch(requests):
+            piece = joiners[owner].add(chunk.samples)
+            pieces[owner].append(piece)
+            if chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
+                publish(owner, (chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+        outcomes: list[CachedAudio | Exception] = []
+        for params, parts in zip(batch, pieces, strict=True):
+            samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+            if samples.size == 0:
+                outcomes.append(TransientError("model produced no audio"))
+            else:
+                audio = encode_audio(samples, params.format)
+                outcomes.append(CachedAudio(audio, CONTENT_TYPES[params.format], duration_s(samples)))
+        return outcomes
+
+    def _speaker(self, params: TTSParams) -> str:
+        """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""
+        if params.speaker_embedding is not None:
+            return params.speaker_embedding
+        if params.speaker_seed is None:
+            raise PermanentError("job carries no speaker seed")
+        seed = params.speaker_seed
+        speaker = self._speakers.get(seed)
+        if speaker is None:
+            speaker = self._speakers[seed] = self.engine.speaker_from_seed(seed)
+            if len(self._speakers) > _SPEAKER_CACHE_SIZE:
+                self._speakers.popitem(last=False)
+        else:
+            self._speakers.move_to_end(seed)
+        return speaker
+
+    # ---- writing outcomes through a Redis outage -------------------------------------------
+
+    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T | None:
+        """Retry a Redis write through an outage, so finished work is not thrown away.
+
+        Gives up only when stopping past the grace period; the lease then lapses and the
+        sweep requeues the job, so it is re-run rather than lost.
+        """
+        backoff = 0.2
+        while True:
+            try:
+                value = await write()
+            except (RedisError, OSError) as exc:
+                self._redis_lost("store a job outcome", exc)
+                if self._past_grace():
+                    log.error("could not store a job outcome before shutdown: %s", exc)
+                    return None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _REDIS_BACKOFF_MAX_S)
+            else:
+                self._redis_back()
+                return value
+
+    @staticmethod
+    async def _best_effort(write: Awaitable[None], what: str) -> None:
+        try:
+            await write
+        except (RedisError, OSError) as exc:
+            log.warning("could not %s: %s", what, exc)
+
+    def _redis_lost(self, what: str, exc: BaseException) -> None:
+        """The one Redis error policy: report the outage once, mark the record, carry on."""
+        if self.record.redis_ok:
+            log.warning("Redis unavailable (%s: %s); retrying until it is back", what, exc)
+        self.record.redis_ok = False
+
+    def _redis_back(self) -> None:
+        if not self.record.redis_ok:
+            log.info("Redis is reachable again")
+        self.record.redis_ok = True
+        self._backoff_s = 0.5
+
+    # ---- upkeep ----------------------------------------------------------------------------
+
+    async def _upkeep(self) -> None:
+        """Every periodic chore on its own interval, in one task, under one error policy.
+
+        Each pass ticks the liveness record (a stalled event loop stops ticking, and the probe
+        sees it), then runs the chores that are due: the heartbeat, lease renewal for the jobs
+        in hand (every third of a lease, so one missed renewal never loses a lease), and the
+        queue sweep (which takes a lock, so one worker of the pool sweeps per interval).
+        """
+        chores = [
+            _Chore("heartbeat", self.config.heartbeat_interval_s, self._beat),
+            _Chore("lease renewal", self.queue.config.lease_s / 3, self._renew_leases),
+            _Chore("sweep", self.config.sweep_interval_s, self._sweep),
+        ]
+        while not self._closing.is_set():
+            self.record.tick()
+            for chore in chores:
+                if time.monotonic() < chore.due:
+                    continue
+                chore.due = time.monotonic() + chore.interval_s
+                try:
+                    await chore.run()
+                except (RedisError, OSError) as exc:
+                    self._redis_lost(chore.name, exc)
+                except Exception:
+                    log.exception("%s failed; trying again in %.1fs", chore.name, chore.interval_s)
+                else:
+                    self._redis_back()
+            next_due = min(chore.due for chore in chores)
+            await self._sleep_unless(self._closing, max(0.0, next_due - time.monotonic()))
+
+    async def _beat(self) -> None:
+        await self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict())
+
+    async def _renew_leases(self) -> None:
+        lost = await self.queue.renew_leases(self.config.worker_id, list(self._running))
+        for job_id in lost & self._running:
+            log.warning("lease on %s was lost; another worker may run it too", job_id)
+
+    async def _sweep(self) -> None:
+        await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
+
+    async def _end_upkeep(self, upkeep: asyncio.Task[None]) -> None:
+        """End the upkeep task by signal, not by cancellation alone.
+
+        A cancellation that lands inside a redis-py command can be absorbed by the client, which
+        would leave the task running forever; it therefore watches ``_closing`` and exits on its
+        own, and cancellation is only the fallback.
+        """
+        self._closing.set()
+        _, pending = await asyncio.wait({upkeep}, timeout=self.config.heartbeat_interval_s + 5)
+        if pending:
+            upkeep.cancel()
+            await asyncio.wait(pending, timeout=2)
+
+    @staticmethod
+    async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
+        """Sleep, but wake at once when ``event`` is set."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)

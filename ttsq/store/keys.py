@@ -1,0 +1,92 @@
+"""Every Redis key name ttsq uses, in one place.
+
+All keys share the hash tag ``{namespace}`` so that they live in one Redis Cluster slot: the queue's
+multi-key operations (BLMOVE between two lists, the Lua scripts) require that.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    """Key builder for one namespace (``ttsq`` → keys look like ``{ttsq}:queue``)."""
+
+    def __init__(self, namespace: str) -> None:
+        if not namespace or any(c in namespace for c in "{}: "):
+            raise ValueError(f"invalid Redis namespace {namespace!r}")
+        self.prefix = f"{{{namespace}}}:"
+
+    @property
+    def queue(self) -> str:
+        """List of waiting job ids: LPUSH at the head, consumers pop from the tail (FIFO)."""
+        return self.prefix + "queue"
+
+    @property
+    def processing(self) -> str:
+        """List of claimed job ids (running, or moved by BLMOVE and about to start)."""
+        return self.prefix + "processing"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set of running job ids scored by their lease deadline (Unix seconds); the sweep requeues lapsed ones."""
+        return self.prefix + "leases"
+
+    @property
+    def sweep_lock(self) -> str:
+        """Held for one sweep interval by whichever worker sweeps, so that one worker sweeps per interval."""
+        return self.prefix + "sweep-lock"
+
+    @property
+    def delayed(self) -> str:
+        """Sorted set of job ids waiting out a retry backoff, scored by the time they may run."""
+        return self.prefix + "delayed"
+
+    @property
+    def dead(self) -> str:
+        """Dead-letter list: the final JSON record of every job that failed for good."""
+        return self.prefix + "dead"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker ids scored by their last heartbeat (Unix seconds)."""
+        return self.prefix + "workers"
+
+    @property
+    def stats(self) -> str:
+        """Hash of running totals (jobs done, busy seconds) used for wait estimates."""
+        return self.prefix + "stats"
+
+    @property
+    def job_prefix(self) -> str:
+        """What :meth:`job` puts before an id (Lua scripts that walk many jobs build their keys from it)."""
+        return f"{self.prefix}job:"
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    def result(self, job_id: str) -> str:
+        return f"{self.prefix}result:{job_id}"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}worker:{worker_id}"
+
+    def cache(self, cache_key: str) -> str:
+        """L2 result-cache entry (on the cache's Redis, which may be a separate LRU instance)."""
+        return f"{self.prefix}cache:{cache_key}"
+
+    def inflight(self, cache_key: str) -> str:
+        """Id of the queued or running job that is computing ``cache_key`` (single-flight)."""
+        return f"{self.prefix}inflight:{cache_key}"
+
+    @property
+    def task_id_secret(self) -> str:
+        """The HMAC secret for task ids when none is configured: created once, shared by replicas."""
+        return self.prefix + "task-id-secret"
+
+    def stream(self, job_id: str) -> str:
+        """Redis Stream of a job's audio pieces (PCM16), published as each sentence is ready."""
+        return f"{self.prefix}stream:{job_id}"
+
+    @property
+    def voices(self) -> str:
+        """Hash of registered voices: name → JSON record."""
+        return self.prefix + "voices"

@@ -1,0 +1,481 @@
+"""The reliable job queue: the only code that speaks Redis commands about jobs.
+
+Design (the "reliable queue" pattern):
+
+* **enqueue** records the job (``SET NX``) and ``LPUSH``-es its id in one script, so a retried
+  enqueue (a lost reply, a client retry) never creates a second job.
+* **claim** moves an id with ``BLMOVE`` from the queue into a processing list, then a script
+  counts the attempt, marks the job running and grants a *lease*: a deadline in the ``leases``
+  sorted set. The worker moves its deadlines forward while inference runs.
+* **sweep** (one worker per interval, under a short lock): a job whose lease deadline has passed
+  belonged to a dead worker and goes back to the front of the queue; so does an id that was
+  claimed but never started; retries whose backoff is over are released. Attempts are counted at
+  claim time, so a job that kills its worker every time is dead-lettered after ``max_attempts``.
+* **complete / fail** write the result and the final status with an expiry; a queued or running
+  job has no expiry and never vanishes while it waits. Failed jobs keep their final record in a
+  capped dead-letter list. Retryable failures retry after ``retry_base_s ** attempt`` seconds.
+
+Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash between two commands
+cannot leave a job half-moved; every script reply comes back as a named Python type. Time comes
+from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
+without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
+Blocking reads are kept short (``block_s`` < the socket timeout) and are never cancelled
+mid-flight, because a cancelled BLMOVE reply would leave an id in limbo until swept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib.resources import files
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.store.keys import Keys
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""Unix seconds; ``time.time`` in production, a settable value in tests."""
+
+DEFAULT_JOB_S = 5.0
+"""The wait estimate per job before any job has finished."""
+
+_PROMOTE_LIMIT = 1000
+"""Most retries released per sweep (the rest wait one interval)."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Queue limits and timings. Built from settings by ``settings.py``, which also validates them."""
+
+    namespace: str
+    lease_s: float
+    max_attempts: int
+    result_ttl_s: int
+    max_result_bytes: int
+    max_queue_depth: int
+    block_s: float
+    retry_base_s: float
+    heartbeat_ttl_s: int
+    dead_letter_max: int
+
+
+class QueueFullError(Exception):
+    """The queue holds ``max_queue_depth`` jobs or more; the client should come back later."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__(f"the queue is full ({depth} jobs waiting); try again later")
+        self.depth = depth
+
+
+# ---- what the scripts answer, as named types ------------------------------------------------
+
+
+class Enqueued(StrEnum):
+    CREATED = "created"
+    """A new job was recorded and queued."""
+    EXISTS = "exists"
+    """A job with this id already exists (a repeated enqueue): nothing changed."""
+    JOINED = "joined"
+    """An identical job is queued or running (single-flight): nothing new was queued."""
+    FULL = "full"
+    """The queue is at ``max_queue_depth``."""
+
+
+class Started(StrEnum):
+    RUN = "run"
+    """The attempt is counted and leased to this worker: run it."""
+    DEAD = "dead"
+    """The job had used up its attempts: it was failed for good and dead-lettered instead."""
+    GONE = "gone"
+    """The job had already finished or expired."""
+
+
+class Failed(StrEnum):
+    RETRY = "retry"
+    """The job waits out its backoff, then runs again."""
+    FAILED = "failed"
+    """The job failed for good and was dead-lettered."""
+    GONE = "gone"
+    """The job had already finished or expired; nothing changed."""
+
+
+class Completed(StrEnum):
+    DONE = "done"
+    GONE = "gone"
+    """The job had already finished (e.g. a requeued copy ran elsewhere) or expired."""
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    job: Job
+    outcome: Enqueued
+    position: int | None
+    estimate_s: float
+
+    @property
+    def joined(self) -> bool:
+        return self.outcome is Enqueued.JOINED
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed job: runnable, or dead-lettered by the claim itself (it had no attempts left)."""
+
+    job: Job
+    started: Started
+
+    @property
+    def runnable(self) -> bool:
+        return self.started is Started.RUN
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    swept: bool
+    """False when another worker holds this interval's sweep lock."""
+    requeued: int = 0
+    """Running jobs whose lease had lapsed."""
+    orphans: int = 0
+    """Ids claimed but never started."""
+    promoted: int = 0
+    """Retries whose backoff was over."""
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _script(redis: Redis, name: str) -> AsyncScript:
+    return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
+
+
+def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
+    return round((position + 1) * average_job_s / max(1, live_workers), 1)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+class JobQueue:
+    """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
+
+    def __init__(self, redis: Redis, config: QueueConfig, clock: Clock = time.time) -> None:
+        self.redis = redis
+        self.config = config
+        self.clock = clock
+        self.keys = Keys(config.namespace)
+        self._enqueue = _script(redis, "enqueue")
+        self._start = _script(redis, "start")
+        self._renew = _script(redis, "renew")
+        self._complete = _script(redis, "complete")
+        self._fail = _script(redis, "fail")
+        self._sweep = _script(redis, "sweep")
+        self._clear_inflight = _script(redis, "clear_inflight")
+
+    def _inflight_key(self, cache_key: str | None) -> str:
+        """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
+        return self.keys.inflight(cache_key or "-")
+
+    # ---- producer side -------------------------------------------------------------------
+
+    async def enqueue(self, job_id: str, params: TTSParams, *, single_flight: bool) -> EnqueueResult:
+        """Record and queue a job; calling it again with the same id changes nothing.
+
+        Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
+        that job is returned instead (outcome ``JOINED``) and nothing new is queued.
+        Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting.
+        """
+        now = self.clock()
+        job = Job(id=job_id, params=params, max_attempts=self.config.max_attempts, created_at=now)
+        joining = single_flight and params.cache_key is not None
+        keys = [self.keys.job(job_id), self.keys.queue, self.keys.stats, self.keys.workers, self._inflight_key(params.cache_key)]
+        stale = ""
+        for _ in range(3):
+            args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
+            args.append(now - self.config.heartbeat_ttl_s)
+            reply = await self._enqueue(keys=keys, args=args)
+            outcome = Enqueued(_text(reply[0]))
+            if outcome is not Enqueued.JOINED:
+                break
+            other = await self.get(_text(reply[1]))
+            if other is not None and not other.status.is_final:
+                position = await self.position(other.id)
+                estimate = await self.estimate_wait_s(position or 0)
+                return EnqueueResult(job=other, outcome=outcome, position=position, estimate_s=estimate)
+            stale = _text(reply[1])
+        else:
+            raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
+        depth = int(reply[1])
+        if outcome is Enqueued.FULL:
+            raise QueueFullError(depth)
+        if outcome is Enqueued.EXISTS:
+            job = await self.get(job_id) or job
+            return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=await self.estimate_wait_s(depth))
+        jobs_done, busy_s, workers = int(reply[2]), float(reply[3]), int(reply[4])
+        average = busy_s / jobs_done if jobs_done else DEFAULT_JOB_S
+        return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=_estimate(depth, average, workers))
+
+    async def record_done(self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float) -> Job:
+        """Record a task that is finished on arrival (a cache hit): status and result at once."""
+        now = self.clock()
+        job = Job(
+            id=job_id,
+            status=Status.DONE,
+            params=params,
+            max_attempts=self.config.max_attempts,
+            created_at=now,
+            finished_at=now,
+            duration_s=duration_s,
+            content_type=content_type,
+            result_bytes=len(audio),
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.result(job_id), audio, ex=self.config.result_ttl_s)
+            pipe.set(self.keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
+            await pipe.execute()
+        return job
+
+    async def shared_secret(self) -> bytes:
+        """A random secret stored once in Redis, so every API replica signs task ids alike."""
+        await self.redis.set(self.keys.task_id_secret, secrets.token_bytes(32), nx=True)
+        secret = await self.redis.get(self.keys.task_id_secret)
+        if not isinstance(secret, bytes):
+            raise RuntimeError("the shared task-id secret vanished from Redis")
+        return secret
+
+    async def get(self, job_id: str) -> Job | None:
+        raw = await self.redis.get(self.keys.job(job_id))
+        return None if raw is None else Job.model_validate_json(raw)
+
+    async def position(self, job_id: str) -> int | None:
+        """Jobs ahead of this one in the queue (0 = next), or None when it is not waiting in line."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lpos(self.keys.queue, job_id, rank=-1)
+            pipe.llen(self.keys.queue)
+            index, length = await pipe.execute()
+        if index is None:
+            return None
+        return int(length) - 1 - int(index)
+
+    async def ping(self) -> None:
+        """Raise when Redis is unreachable (readiness)."""
+        await self.redis.ping()
+
+    async def depth(self) -> int:
+        return int(await self.redis.llen(self.keys.queue))
+
+    async def result(self, job_id: str) -> bytes | None:
+        value = await self.redis.get(self.keys.result(job_id))
+        return value if isinstance(value, bytes) else None
+
+    async def estimate_wait_s(self, position: int) -> float:
+        """Rough seconds until a job at ``position`` is done: the average job time spread over live workers."""
+        jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
+        average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
+        return _estimate(position, average, await self.live_worker_count())
+
+    async def dead_letters(self, limit: int = 100) -> list[Job]:
+        """The newest dead-lettered jobs' final records, newest first."""
+        raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
+        return [Job.model_validate_json(item) for item in raw]
+
+    # ---- consumer side -------------------------------------------------------------------
+
+    async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
+        """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``."""
+        timeout = self.config.block_s if block_s is None else block_s
+        # Redis takes fractional block timeouts; redis-py's annotation says int.
+        raw_id = await self.redis.blmove(self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        if raw_id is None:
+            return None
+        job_id = _text(raw_id)
+        reply = await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id))
+        return await self._claim_from(job_id, reply)
+
+    async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
+        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count."""
+        if count <= 0:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _ in range(count):
+                pipe.lmove(self.keys.queue, self.keys.processing, "RIGHT", "LEFT")
+            job_ids = [_text(raw) for raw in await pipe.execute() if raw is not None]
+        if not job_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id), client=pipe)
+            replies = await pipe.execute()
+        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(job_ids, replies, strict=True)]
+        return [claim for claim in claims if claim is not None]
+
+    def _start_keys(self, job_id: str) -> list[str]:
+        return [self.keys.job(job_id), self.keys.leases, self.keys.processing, self.keys.dead]
+
+    def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
+        now = self.clock()
+        return [job_id, worker_id, now, now + self.config.lease_s, self.config.result_ttl_s, self.config.dead_letter_max]
+
+    async def _claim_from(self, job_id: str, reply: Any) -> Claim | None:
+        """The start script's reply as a claim; a job dead-lettered at claim frees its single-flight marker."""
+        started = Started(_text(reply[0]))
+        if started is Started.GONE:
+            return None
+        job = Job.model_validate_json(reply[1])
+        if started is Started.DEAD:
+            log.warning("job %s dead-lettered at claim: %s", job_id, job.error)
+            if job.params.cache_key is not None:
+                await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
+        return Claim(job=job, started=started)
+
+    async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> set[str]:
+        """Move the lease deadline of every job in ``job_ids`` forward; return those no longer held."""
+        ids = list(job_ids)
+        if not ids:
+            return set()
+        lost = await self._renew(
+            keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in ids)],
+            args=[worker_id, self.clock() + self.config.lease_s, *ids],
+        )
+        return {_text(job_id) for job_id in lost}
+
+    async def complete(
+        self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
+    ) -> Completed | Failed:
+        """Store the result and mark the job done (both expire after ``result_ttl_s``).
+
+        ``cache_key`` releases the job's single-flight marker, so later identical requests are
+        served from the cache instead of joining a finished job. A result over
+        ``max_result_bytes`` fails the job instead (the :class:`Failed` outcome is returned).
+        """
+        if len(audio) > self.config.max_result_bytes:
+            reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
+            return await self.fail(job_id, reason, retryable=False, cache_key=cache_key)
+        keys = [
+            self.keys.job(job_id),
+            self.keys.result(job_id),
+            self.keys.leases,
+            self.keys.processing,
+            self.keys.stats,
+            self._inflight_key(cache_key),
+        ]
+        args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
+        args.append(_flag(cache_key is not None))
+        return Completed(_text(await self._complete(keys=keys, args=args)))
+
+    async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
+        """Record a failed attempt: retry later with backoff, or fail for good and dead-letter."""
+        keys = [
+            self.keys.job(job_id),
+            self.keys.leases,
+            self.keys.processing,
+            self.keys.delayed,
+            self.keys.dead,
+            self._inflight_key(cache_key),
+        ]
+        args: list[Any] = [
+            job_id,
+            reason[:2000],
+            _flag(retryable),
+            self.clock(),
+            self.config.retry_base_s,
+            self.config.result_ttl_s,
+            self.config.dead_letter_max,
+            _flag(cache_key is not None),
+        ]
+        reply = await self._fail(keys=keys, args=args)
+        return Failed(_text(reply[0]))
+
+    async def sweep(self, interval_s: float, holder: str) -> SweepReport:
+        """Requeue lapsed leases and never-started claims, release due retries — unless another
+        worker already swept within ``interval_s`` (the lock lasts one interval)."""
+        keys = [self.keys.sweep_lock, self.keys.leases, self.keys.processing, self.keys.queue, self.keys.delayed]
+        args: list[Any] = [
+            self.clock(),
+            max(1, int(interval_s * 1000)),
+            self.config.lease_s,
+            self.keys.job_prefix,
+            _PROMOTE_LIMIT,
+            holder,
+        ]
+        reply = await self._sweep(keys=keys, args=args)
+        if _text(reply[0]) == "skipped":
+            return SweepReport(swept=False)
+        report = SweepReport(swept=True, requeued=int(reply[1]), orphans=int(reply[2]), promoted=int(reply[3]))
+        if report.requeued or report.orphans:
+            log.warning(
+                "sweep requeued %d job(s) whose worker stopped renewing its lease and %d claimed but never started",
+                report.requeued,
+                report.orphans,
+            )
+        if report.promoted:
+            log.info("released %d job(s) whose retry backoff is over", report.promoted)
+        return report
+
+    # ---- streaming audio -----------------------------------------------------------------
+
+    async def reset_stream(self, job_id: str) -> None:
+        """Start an attempt's audio stream afresh (a retry re-synthesises from the first piece)."""
+        await self.redis.delete(self.keys.stream(job_id))
+
+    async def publish_piece(self, job_id: str, index: int, total: int, pcm: bytes) -> None:
+        """Append one piece of PCM16 audio; readers see it at once. Expires with the result."""
+        await self._append_to_stream(job_id, {"index": index, "total": total, "pcm": pcm})
+
+    async def end_stream(self, job_id: str) -> None:
+        await self._append_to_stream(job_id, {"end": 1})
+
+    async def _append_to_stream(self, job_id: str, fields: dict[Any, Any]) -> None:
+        key = self.keys.stream(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, fields)
+            pipe.expire(key, self.config.result_ttl_s)
+            await pipe.execute()
+
+    async def read_stream(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
+        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
+        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
+        if not reply:
+            return []
+        return [(_text(entry_id), {_text(k): v for k, v in fields.items()}) for entry_id, fields in reply[0][1]]
+
+    async def progress(self, job_id: str) -> tuple[int, int] | None:
+        """(chunks done, chunks total) of the current attempt, or None before the first piece."""
+        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
+        for _entry_id, fields in last:
+            if b"total" in fields:
+                return int(fields[b"index"]) + 1, int(fields[b"total"])
+        return None
+
+    # ---- worker pool health --------------------------------------------------------------
+
+    async def write_heartbeat(self, worker_id: str, record: dict[str, Any]) -> None:
+        now = self.clock()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(self.keys.worker(worker_id), json.dumps(record), ex=self.config.heartbeat_ttl_s)
+            pipe.zadd(self.keys.workers, {worker_id: now})
+            pipe.zremrangebyscore(self.keys.workers, "-inf", now - 10 * self.config.heartbeat_ttl_s)
+            await pipe.execute()
+
+    async def remove_heartbeat(self, worker_id: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self.keys.worker(worker_id))
+            pipe.zrem(self.keys.workers, worker_id)
+            await pipe.execute()
+
+    async def live_worker_count(self) -> int:
+        return int(await self.redis.zcount(self.keys.workers, self.clock() - self.config.heartbeat_ttl_s, "+inf"))
