@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install chromium tiny-checkpoint loadtest bench bench-quick clean
+.PHONY: up test lint typecheck pytest install chromium prometheus tiny-checkpoint loadtest bench bench-quick clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -35,12 +35,16 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-pytest: install chromium
+pytest: install chromium prometheus
 	$(VENV)/bin/pytest
 
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
 chromium:
 	scripts/install_chromium.sh
+
+## Debian's prometheus and promtool, for the alert unit tests and the real-Prometheus end-to-end test.
+prometheus:
+	scripts/install_prometheus.sh
 
 ## Benchmark suite, side by side, reported as ratios (~20 min; results in bench/results/, see BENCHMARKS.md).
 bench: install

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deps import ServiceDep
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, openai_error
 from ttsq.api.schemas import SubmitRequest
-from ttsq.api.service import TTSService
+from ttsq.api.service import InvalidInput, TTSService
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.voices import OPENAI_VOICES
 from ttsq.store.streams import StreamFailed, open_ended_wav_header
@@ -64,11 +64,11 @@ def chattts_speed(speed: float) -> int:
 )
 async def speech(body: SpeechRequest, service: ServiceDep) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
-        return openai_error(400, _UNSUPPORTED_FORMATS[body.response_format], "response_format")
+        raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
     voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
     if voice is None:
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
-        return openai_error(400, f"voice {body.voice!r} is not supported; use one of: {known}", "voice")
+        raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
     native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
     task_id = (await service.submit(native, voice)).task_id
     media_type = CONTENT_TYPES[body.response_format]

@@ -266,7 +266,18 @@ class Settings(BaseSettings):
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="Log level of every process.", json_schema_extra=_group("Logs")
+        "INFO", description="Log level of every process.", json_schema_extra=_group("Logs and metrics")
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`text` (one readable line per event) or `json` (one JSON object per line, for a log pipeline).",
+        json_schema_extra=_group("Logs and metrics"),
+    )
+    metrics_scrape_timeout_s: float = Field(
+        0.5,
+        gt=0,
+        description="How long `/metrics` waits for Redis before answering with `ttsq_redis_up 0`.",
+        json_schema_extra=_group("Logs and metrics"),
     )
 
     # --- fault injection (tests only; off unless set explicitly) -----------------------------

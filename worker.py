@@ -24,7 +24,7 @@ log = logging.getLogger("ttsq.worker")
 
 
 def _configure_process(settings: Settings) -> None:
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     for warning in startup_warnings():
         log.warning(warning)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.cuda_alloc_conf)

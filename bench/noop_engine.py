@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.inference.base import ChunkAudio, ModelInfo, SynthesisRequest
+from ttsq.inference.base import ChunkAudio, DeviceMemory, ModelInfo, SynthesisRequest
 
 NOOP_LABEL = "no-op engine (benchmark stand-in)"
 
@@ -62,6 +62,10 @@ class SilentEngine:
 
     def release_memory(self) -> None:
         """Nothing is held."""
+
+    def memory(self) -> DeviceMemory | None:
+        """No device."""
+        return None
 
 
 class NoopEngine(SilentEngine):

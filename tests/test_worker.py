@@ -182,3 +182,34 @@ async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSE
 
 async def _count_is(queue: JobQueue, expected: int) -> bool:
     return await queue.live_worker_count() == expected
+
+
+async def test_metrics_on_the_health_port_follow_jobs_through_the_worker(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    from tests.api.test_metrics import samples, value
+
+    engine = FaultInjectingEngine(tiny_engine, fault_config("raise", "BOOM"))
+    port = free_port()
+    config = queue_config(block_s=0.2, max_attempts=2, retry_base_s=1.0)
+    async with (
+        running_worker(redis, engine, config, worker_health_port=port, max_batch=4, batch_wait_ms=50) as worker,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+    ):
+        good, bad = task_id(), task_id()
+        await worker.queue.enqueue(good, params("Measured sentence."), single_flight=False)
+        await worker.queue.enqueue(bad, params("BOOM measured."), single_flight=False)
+        assert (await wait_final(worker.queue, good)).status is Status.DONE
+        assert (await wait_final(worker.queue, bad)).status is Status.FAILED
+        response = await http.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    scrape = samples(response.text)
+    assert value(scrape, "ttsq_jobs_total", outcome="done", attempt="1") == 1
+    assert value(scrape, "ttsq_jobs_total", outcome="retried", attempt="1") == 1
+    assert value(scrape, "ttsq_jobs_total", outcome="failed", attempt="2") == 1
+    assert value(scrape, "ttsq_queue_wait_seconds_count") == 2, "first attempts only"
+    assert value(scrape, "ttsq_inference_seconds_count") >= 1, "engine calls that returned audio"
+    assert value(scrape, "ttsq_real_time_factor_count") == 1 and value(scrape, "ttsq_time_to_first_audio_seconds_count") == 1
+    assert value(scrape, "ttsq_audio_seconds_total") > 0
+    assert value(scrape, "ttsq_batch_limit") == 4 and value(scrape, "ttsq_model_load_seconds") > 0
+    assert value(scrape, "ttsq_worker_info", model="tiny-random", device="cpu") == 1
+    assert 0 <= value(scrape, "ttsq_worker_loop_tick_age_seconds") < 60
+    assert not any(name == "ttsq_gpu_memory_bytes" for name, _ in scrape), "a CPU worker exports no GPU memory"

@@ -15,6 +15,7 @@ never acknowledged, or it is safe in Redis); a full queue becomes ``429`` with `
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
 from ttsq.api.service import InvalidInput, TaskNotFound
 from ttsq.domain.voices import VoiceError
@@ -89,14 +91,21 @@ _OPENAI_FIELD_NAMES = {"text": "input", "format": "response_format"}
 """The native request's field names as an OpenAI client knows them."""
 
 
-def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
+def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit: Callable[[SubmitOutcome], None]) -> None:
+    """``on_rejected_submit`` counts the rejections of submit routes (native and OpenAI) by outcome."""
     retry = {"Retry-After": str(retry_after_s)}
+
+    def rejected(request: Request, outcome: SubmitOutcome) -> None:
+        if getattr(request.scope.get("route"), "path", None) in SUBMIT_ROUTES:
+            on_rejected_submit(outcome)
 
     async def redis_down(request: Request, exc: Exception) -> Response:
         log.warning("Redis unavailable: %s", exc)
+        rejected(request, "unavailable")
         return error_response(request, 503, "the job store (Redis) is unreachable; please retry shortly", headers=retry)
 
     async def queue_full(request: Request, exc: Exception) -> Response:
+        rejected(request, "queue_full")
         return error_response(request, 429, str(exc), headers=retry)
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -114,6 +123,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
 
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        rejected(request, "invalid")
         if not request.url.path.startswith(OPENAI_PREFIX):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}

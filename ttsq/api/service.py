@@ -10,11 +10,14 @@ import each other, and nothing here knows about HTTP. Failures are the service's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus
+from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.text import TextError, validate_text
@@ -24,6 +27,8 @@ from ttsq.store.queue import JobQueue
 from ttsq.store.streams import StreamFailed, StreamFormat, audio_stream, pcm_pieces
 from ttsq.store.task_ids import TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
+
+log = logging.getLogger("ttsq.api")
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""
@@ -109,12 +114,14 @@ class TTSService:
         voices: VoiceRegistry,
         config: ServiceConfig,
         signer: TaskIdSigner | None = None,
+        on_submit: Callable[[SubmitOutcome], None] | None = None,
     ) -> None:
         self.queue = queue
         self.cache = cache
         self.voices = voices
         self.config = config
         self._signer = signer
+        self._on_submit = on_submit or (lambda outcome: None)
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -134,9 +141,13 @@ class TTSService:
         params = self.build_params(body, voice)
         signer = await self.signer()
         if params.cache_key is not None:
-            hit = await self.cache.get(params.cache_key)
+            hit = await self.cache.find(params.cache_key)
             if hit is not None:
-                job = await self.queue.record_done(signer.new(), params, hit.audio, hit.content_type, hit.duration_s)
+                entry = hit.entry
+                job = await self.queue.record_done(signer.new(), params, entry.audio, entry.content_type, entry.duration_s)
+                self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
+                context.task_id.set(job.id)
+                log.info("task %s done from the cache (%s)", job.id, hit.level)
                 return SubmitResponse(
                     task_id=job.id,
                     status=Status.DONE,
@@ -148,6 +159,16 @@ class TTSService:
                     notice=self.config.notice,
                 )
         result = await self.queue.enqueue(signer.new(), params, single_flight=self.config.single_flight)
+        self._on_submit("joined" if result.joined else "queued")
+        context.task_id.set(result.job.id)
+        log.info(
+            "task %s %s at position %s (%d chars, %s)",
+            result.job.id,
+            "joined in flight" if result.joined else "queued",
+            result.position,
+            len(params.text),
+            params.format,
+        )
         return SubmitResponse(
             task_id=result.job.id,
             status=result.job.status,
@@ -175,6 +196,8 @@ class TTSService:
     async def job(self, task_id: str) -> Job:
         """The job, or :class:`TaskNotFound`. A forged, random or malformed id costs no Redis command."""
         job = await self.queue.get(task_id) if (await self.signer()).verify(task_id) else None
+        if job is not None:
+            context.task_id.set(job.id)
         if job is None:
             raise TaskNotFound(f"no task {task_id!r}: it never existed or its result has expired")
         return job

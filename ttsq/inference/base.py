@@ -28,6 +28,7 @@ from ttsq.domain.audio import join_chunks
 
 __all__ = [
     "ChunkAudio",
+    "DeviceMemory",
     "Engine",
     "EngineWrapper",
     "InferenceError",
@@ -73,6 +74,16 @@ class ChunkAudio:
     samples: npt.NDArray[np.float32]
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The accelerator's memory as torch's caching allocator sees it, in bytes."""
+
+    allocated: int
+    reserved: int
+    max_allocated: int
+    total: int
+
+
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message names the source and what is wrong."""
 
@@ -98,7 +109,7 @@ class OutOfMemory(TransientError):
 
 
 class Engine(Protocol):
-    """The five calls the worker makes, met by the ChatTTS engine and by every wrapper."""
+    """The calls the worker makes, met by the ChatTTS engine and by every wrapper."""
 
     def load(self) -> ModelInfo:
         """Load the model (blocking); calling it again returns the same info."""
@@ -118,6 +129,10 @@ class Engine(Protocol):
 
     def release_memory(self) -> None:
         """Give cached device memory back (after an out-of-memory error, or when idle)."""
+        ...
+
+    def memory(self) -> DeviceMemory | None:
+        """The device's memory now, or None on a CPU (cheap; called from the event loop for metrics)."""
         ...
 
 
@@ -141,6 +156,9 @@ class EngineWrapper:
 
     def release_memory(self) -> None:
         self.inner.release_memory()
+
+    def memory(self) -> DeviceMemory | None:
+        return self.inner.memory()
 
 
 def synthesize(engine: Engine, req: SynthesisRequest) -> npt.NDArray[np.float32]:

@@ -29,7 +29,16 @@ import numpy as np
 
 from ttsq.domain.batching import batch_key
 from ttsq.domain.text import detect_language, split_sentences
-from ttsq.inference.base import ChunkAudio, ModelInfo, ModelLoadError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
+from ttsq.inference.base import (
+    ChunkAudio,
+    DeviceMemory,
+    ModelInfo,
+    ModelLoadError,
+    OutOfMemory,
+    PermanentError,
+    SynthesisRequest,
+    TransientError,
+)
 from ttsq.inference.checkpoint import (
     ASSET_FILES,
     ManifestError,
@@ -322,6 +331,20 @@ class ChatTTSEngine:
                 ),
             )
         return wavs
+
+    def memory(self) -> DeviceMemory | None:
+        """torch's CUDA allocator statistics for this engine's device; None on a CPU."""
+        if not self._device.startswith("cuda"):
+            return None
+        import torch
+
+        device = torch.device(self._device)
+        return DeviceMemory(
+            allocated=torch.cuda.memory_allocated(device),
+            reserved=torch.cuda.memory_reserved(device),
+            max_allocated=torch.cuda.max_memory_allocated(device),
+            total=torch.cuda.get_device_properties(device).total_memory,
+        )
 
     def release_memory(self) -> None:
         """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).

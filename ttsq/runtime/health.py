@@ -22,10 +22,11 @@ from typing import Any
 
 import uvicorn
 from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 
@@ -49,6 +50,8 @@ class HeartbeatRecord:
     stopping: bool = False
     redis_ok: bool = True
     last_tick: float = field(default_factory=time.time)
+    last_heartbeat: float | None = None
+    """When the heartbeat was last written to Redis (None: not yet)."""
     jobs_done: int = 0
     jobs_failed: int = 0
     batches: int = 0
@@ -75,7 +78,7 @@ class HeartbeatRecord:
         return True, "ok"
 
 
-def health_app(record: HeartbeatRecord, stall_after_s: float) -> Starlette:
+def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[[], bytes] | None = None) -> Starlette:
     async def healthz(_: Request) -> JSONResponse:
         alive, reason = record.liveness(stall_after_s)
         body = record.as_dict() | {
@@ -97,7 +100,10 @@ def health_app(record: HeartbeatRecord, stall_after_s: float) -> Starlette:
             body["notice"] = "random-weight test checkpoint: the audio is noise"
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+    async def prometheus(_: Request) -> Response:
+        return Response(metrics() if metrics is not None else b"", media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", prometheus)])
 
 
 class EmbeddedServer(uvicorn.Server):
@@ -108,9 +114,12 @@ class EmbeddedServer(uvicorn.Server):
         yield
 
 
-def health_server(record: HeartbeatRecord, host: str, port: int, stall_after_s: float) -> EmbeddedServer:
+def health_server(
+    record: HeartbeatRecord, host: str, port: int, stall_after_s: float, metrics: Callable[[], bytes] | None = None
+) -> EmbeddedServer:
+    """The worker's probe and metrics server (``/healthz``, ``/readyz``, ``/metrics``)."""
     config = uvicorn.Config(
-        health_app(record, stall_after_s), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+        health_app(record, stall_after_s, metrics), host=host, port=port, log_level="warning", access_log=False, lifespan="off"
     )
     return EmbeddedServer(config)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections import OrderedDict
@@ -26,13 +27,15 @@ from typing import Any, TypeVar
 import numpy as np
 from redis.exceptions import RedisError
 
+from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
 from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
 from ttsq.domain.jobs import Job, TTSParams
 from ttsq.inference.base import Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
 from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
+from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.store.cache import CachedAudio, ResultCache
-from ttsq.store.queue import JobQueue
+from ttsq.store.queue import Claim, Completed, Failed, JobQueue
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,8 @@ class Synthesised:
     busy_s: float
     batch: int = 1
     from_cache: bool = False
+    first_audio_at: float | None = None
+    """``time.perf_counter()`` when the job's first chunk of audio existed."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class Worker:
         self.cache = cache
         self.config = config
         self.record = HeartbeatRecord(worker_id=config.worker_id)
+        self.metrics = WorkerMetrics()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
         self._stop = asyncio.Event()
         self._closing = asyncio.Event()
@@ -115,6 +121,7 @@ class Worker:
         self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
         self._backoff_s = 0.5
         """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
+        self.metrics.watch(self.record, lambda: len(self._running), cache, engine.memory)
 
     @property
     def stall_after_s(self) -> float:
@@ -133,7 +140,9 @@ class Worker:
 
     async def run(self) -> bool:
         loop = asyncio.get_running_loop()
-        server = health_server(self.record, self.config.health_host, self.config.health_port, self.stall_after_s)
+        server = health_server(
+            self.record, self.config.health_host, self.config.health_port, self.stall_after_s, self.metrics.exposition
+        )
         serving = asyncio.create_task(server.serve())
         upkeep = asyncio.create_task(self._upkeep())
         try:
@@ -157,7 +166,10 @@ class Worker:
         self.record.speaks_noise = info.speaks_noise
         self.engine.warm_up()
         self.record.ready = True
-        log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, time.perf_counter() - started)
+        load_s = time.perf_counter() - started
+        self.metrics.model_load.set(load_s)
+        self.metrics.info.labels(info.name, info.device).set(1)
+        log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, load_s)
         if info.speaks_noise:
             log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
 
@@ -182,13 +194,12 @@ class Worker:
             if claim is None:
                 self._redis_back()
                 return []
-            jobs += [claim.job] if claim.runnable else []
+            jobs += self._claimed([claim])
             limit = self._limit.current()
+            self.metrics.batch_limit.set(limit)
             deadline = time.monotonic() + self.config.batch_wait_ms / 1000
             while len(jobs) < limit and not self._stop.is_set():
-                jobs += [
-                    more.job for more in await self.queue.claim_more(self.config.worker_id, limit - len(jobs)) if more.runnable
-                ]
+                jobs += self._claimed(await self.queue.claim_more(self.config.worker_id, limit - len(jobs)))
                 remaining = deadline - time.monotonic()
                 if len(jobs) >= limit or remaining <= 0:
                     break
@@ -200,6 +211,18 @@ class Worker:
                 self._backoff_s = min(self._backoff_s * 2, _REDIS_BACKOFF_MAX_S)
             return jobs
         self._redis_back()
+        return jobs
+
+    def _claimed(self, claims: list[Claim]) -> list[Job]:
+        """The runnable jobs among ``claims``; counts those the claim dead-lettered, and first attempts' queue wait."""
+        jobs = []
+        for claim in claims:
+            if not claim.runnable:
+                self.metrics.ended("dead_lettered", claim.job.attempts)
+                continue
+            if claim.job.attempts == 1 and claim.job.started_at is not None:
+                self.metrics.queue_wait.observe(max(0.0, claim.job.started_at - claim.job.created_at))
+            jobs.append(claim.job)
         return jobs
 
     async def _within_grace(self, work: Coroutine[Any, Any, None], size: int) -> None:
@@ -222,13 +245,14 @@ class Worker:
         outcome is stored at once. Upkeep renews every lease until its job's outcome is stored.
         """
         self._running.update(job.id for job in jobs)
+        claimed_at = time.perf_counter()
         try:
             for group in group_compatible(jobs):
                 started = time.time()
                 self.record.current_job = CurrentJob(group[0].id, started, started + self.config.job_timeout_s, len(group))
                 outcomes = await self._from_cache(group)
                 outcomes |= await self._synthesise([job for job in group if job.id not in outcomes])
-                await asyncio.gather(*(self._settle(job, outcomes[job.id]) for job in group))
+                await asyncio.gather(*(self._settle(job, outcomes[job.id], claimed_at) for job in group))
         finally:
             self.record.current_job = None
             self._running.difference_update(job.id for job in jobs)
@@ -266,6 +290,8 @@ class Worker:
             parts: list[list[Job]]
             if isinstance(exc, OutOfMemory):
                 size = self._limit.shrink(len(jobs))
+                self.metrics.oom_splits.inc()
+                self.metrics.batch_limit.set(size)
                 log.warning("out of memory on a batch of %d: splitting it; batches capped at %d for now", len(jobs), size)
                 parts = halves(jobs)
             else:
@@ -283,34 +309,54 @@ class Worker:
             loop.call_soon_threadsafe(pieces[owner].put_nowait, piece)
 
         started = time.perf_counter()
+        first_audio: dict[int, float] = {}
         try:
-            results = await loop.run_in_executor(self._executor, self._infer, [job.params for job in jobs], publish)
+            results = await loop.run_in_executor(
+                self._executor, contextvars.copy_context().run, self._infer, [job.params for job in jobs], publish, first_audio
+            )
         finally:
             for queue in pieces:
                 queue.put_nowait(None)
             await asyncio.gather(*publishers)
             await loop.run_in_executor(self._executor, self.engine.release_memory)
-        busy = (time.perf_counter() - started) / len(jobs)
+        elapsed = time.perf_counter() - started
+        self.metrics.inference.observe(elapsed)
+        self.metrics.batch_size.observe(len(jobs))
         self.record.batches += 1
         self.record.largest_batch = max(self.record.largest_batch, len(jobs))
         return {
-            job.id: Failure(result) if isinstance(result, Exception) else Synthesised(result, busy, batch=len(jobs))
-            for job, result in zip(jobs, results, strict=True)
+            job.id: Failure(result)
+            if isinstance(result, Exception)
+            else Synthesised(result, elapsed / len(jobs), batch=len(jobs), first_audio_at=first_audio.get(owner))
+            for owner, (job, result) in enumerate(zip(jobs, results, strict=True))
         }
 
-    async def _settle(self, job: Job, outcome: Outcome) -> None:
+    async def _settle(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         """Store one job's outcome: its result (and cache entry), or its failure."""
+        with context.working_on(job.id):
+            await self._store(job, outcome, claimed_at)
+
+    async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
             await self._record_failure(job, outcome.error)
             return
         if self.cache is not None and job.params.cache_key is not None and not outcome.from_cache:
             await self.cache.put(job.params.cache_key, outcome.audio)
         result = outcome.audio
-        await self._persist(
+        stored = await self._persist(
             lambda: self.queue.complete(
                 job.id, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
             )
         )
+        if stored is Completed.DONE:
+            self.metrics.ended("done", job.attempts)
+            self.metrics.audio_seconds.inc(result.duration_s)
+            if not outcome.from_cache and result.duration_s > 0:
+                self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
+            if outcome.first_audio_at is not None:
+                self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
+        elif stored is Failed.FAILED:
+            self.metrics.ended("failed", job.attempts)
         # After completion, so a reader that sees the end of the stream finds the job done (and a
         # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
         await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
@@ -329,6 +375,10 @@ class Worker:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
         outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
+        if outcome is Failed.RETRY:
+            self.metrics.ended("retried", job.attempts)
+        elif outcome is Failed.FAILED:
+            self.metrics.ended("failed", job.attempts)
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
     async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
@@ -347,7 +397,9 @@ class Worker:
 
     # ---- the inference thread --------------------------------------------------------------
 
-    def _infer(self, batch: list[TTSParams], publish: Callable[[int, Piece], None]) -> list[CachedAudio | Exception]:
+    def _infer(
+        self, batch: list[TTSParams], publish: Callable[[int, Piece], None], first_audio: dict[int, float]
+    ) -> list[CachedAudio | Exception]:
         """Runs in the inference thread: speaker lookup, one batched engine call, encoding.
 
         Each chunk's joined piece is published as PCM16 the moment it exists; the stored result
@@ -371,6 +423,7 @@ class Worker:
         joiners = [ChunkJoiner() for _ in batch]
         pieces: list[list[np.ndarray]] = [[] for _ in batch]
         for owner, chunk in self.engine.synthesize_batch(requests):
+            first_audio.setdefault(owner, time.perf_counter())
             piece = joiners[owner].add(chunk.samples)
             pieces[owner].append(piece)
             if chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
@@ -477,6 +530,7 @@ class Worker:
 
     async def _beat(self) -> None:
         await self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict())
+        self.record.last_heartbeat = time.time()
 
     async def _renew_leases(self) -> None:
         lost = await self.queue.renew_leases(self.config.worker_id, list(self._running))

@@ -24,6 +24,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import aiofiles
 import aiofiles.os
@@ -34,7 +35,8 @@ from ttsq.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("l1", "l2", "l3")
+Level = Literal["l1", "l2", "l3"]
+LEVELS: tuple[Level, ...] = ("l1", "l2", "l3")
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,19 @@ class CachedAudio:
         return len(self.audio) + 64
 
 
+@dataclass(frozen=True)
+class CacheHit:
+    entry: CachedAudio
+    level: Level
+
+
 class CacheStats:
-    """Hit and miss counts per level."""
+    """Hits, misses and writes per level; ``ttsq.store.metrics`` exports them to Prometheus."""
 
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self.misses: Counter[str] = Counter()
+        self.puts: Counter[str] = Counter()
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         return {level: {"hits": self.hits[level], "misses": self.misses[level]} for level in LEVELS}
@@ -90,6 +99,7 @@ class MemoryLRU:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
+        self.evictions = 0
         self._entries: OrderedDict[str, CachedAudio] = OrderedDict()
 
     def __len__(self) -> int:
@@ -112,6 +122,7 @@ class MemoryLRU:
         while self.bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= evicted.size
+            self.evictions += 1
 
 
 _MAGIC = b"TTSQC1"
@@ -132,6 +143,7 @@ class DiskCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.writable = True
+        self.evictions = 0
         self._sizes: dict[Path, int] = {}
         self._lock = asyncio.Lock()
         try:
@@ -187,14 +199,15 @@ class DiskCache:
         except (ValueError, KeyError, struct.error):
             return None
 
-    async def put(self, key: str, entry: CachedAudio) -> None:
+    async def put(self, key: str, entry: CachedAudio) -> bool:
+        """Write an entry; False when it was not written (too large, or the disk failed)."""
         if not self.writable:
-            return
+            return False
         path = self.path_of(key)
         payload = entry.pack()
         blob = _HEADER.pack(_MAGIC, hashlib.sha256(payload).digest(), len(payload)) + payload
         if len(blob) > self.max_bytes:
-            return
+            return False
         temp = path.with_name(f"{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
             await aiofiles.os.makedirs(path.parent, exist_ok=True)
@@ -205,12 +218,13 @@ class DiskCache:
             self._degrade(exc)
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
-            return
+            return False
         async with self._lock:
             self.bytes += len(blob) - self._sizes.get(path, 0)
             self._sizes[path] = len(blob)
             if self.bytes > self.max_bytes:
                 await self._evict()
+        return True
 
     async def _evict(self) -> None:
         """Drop least-recently-used files (oldest mtime; reads touch it) until under the bound."""
@@ -219,6 +233,7 @@ class DiskCache:
             if self.bytes <= self.max_bytes * 0.9:
                 break
             await self._remove(path)
+            self.evictions += 1
 
     async def _remove(self, path: Path) -> None:
         with contextlib.suppress(OSError):
@@ -245,36 +260,45 @@ class ResultCache:
         self.l3 = DiskCache(config.l3_dir, config.l3_max_bytes) if config.l3_dir is not None else None
 
     async def get(self, key: str) -> CachedAudio | None:
+        hit = await self.find(key)
+        return hit.entry if hit is not None else None
+
+    async def find(self, key: str) -> CacheHit | None:
+        """The entry and the level that had it, or None."""
         if not self.config.enabled:
             return None
         entry = self.l1.get(key)
         if entry is not None:
             self.stats.hits["l1"] += 1
-            return entry
+            return CacheHit(entry, "l1")
         self.stats.misses["l1"] += 1
         entry = await self._get_l2(key)
         if entry is not None:
             self.stats.hits["l2"] += 1
-            self.l1.put(key, entry)
-            return entry
+            self._put_l1(key, entry)
+            return CacheHit(entry, "l2")
         self.stats.misses["l2"] += 1
         if self.l3 is not None:
             entry = await self.l3.get(key)
             if entry is not None:
                 self.stats.hits["l3"] += 1
-                self.l1.put(key, entry)
+                self._put_l1(key, entry)
                 await self._put_l2(key, entry)
-                return entry
+                return CacheHit(entry, "l3")
             self.stats.misses["l3"] += 1
         return None
 
     async def put(self, key: str, entry: CachedAudio) -> None:
         if not self.config.enabled:
             return
-        self.l1.put(key, entry)
+        self._put_l1(key, entry)
         await self._put_l2(key, entry)
-        if self.l3 is not None:
-            await self.l3.put(key, entry)
+        if self.l3 is not None and await self.l3.put(key, entry):
+            self.stats.puts["l3"] += 1
+
+    def _put_l1(self, key: str, entry: CachedAudio) -> None:
+        self.l1.put(key, entry)
+        self.stats.puts["l1"] += 1
 
     async def _get_l2(self, key: str) -> CachedAudio | None:
         try:
@@ -297,3 +321,5 @@ class ResultCache:
             await self.redis.set(self.keys.cache(key), blob, ex=self.config.l2_ttl_s)
         except (RedisError, OSError) as exc:
             log.warning("L2 cache write failed: %s", exc)
+            return
+        self.stats.puts["l2"] += 1

@@ -140,6 +140,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class QueueSnapshot:
+    """How the pool stands, in one round trip (for metrics)."""
+
+    queued: int
+    processing: int
+    delayed: int
+    dead_letters: int
+    live_workers: int
+
+
+@dataclass(frozen=True)
 class SweepReport:
     swept: bool
     """False when another worker holds this interval's sweep lock."""
@@ -287,6 +298,17 @@ class JobQueue:
         jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
         average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
         return _estimate(position, average, await self.live_worker_count())
+
+    async def snapshot(self) -> QueueSnapshot:
+        """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(self.keys.queue)
+            pipe.llen(self.keys.processing)
+            pipe.zcard(self.keys.delayed)
+            pipe.llen(self.keys.dead)
+            pipe.zcount(self.keys.workers, self.clock() - self.config.heartbeat_ttl_s, "+inf")
+            queued, processing, delayed, dead, workers = await pipe.execute()
+        return QueueSnapshot(int(queued), int(processing), int(delayed), int(dead), int(workers))
 
     async def dead_letters(self, limit: int = 100) -> list[Job]:
         """The newest dead-lettered jobs' final records, newest first."""

@@ -1,0 +1,137 @@
+"""The API's Prometheus metrics, its request ids and its access log: one middleware, one registry.
+
+Labels are bounded: the route *template* (``/v1/tts/tasks/{task_id}``, never a task id), the
+method, the status code, and fixed outcome names — never texts, ids or voice names from users.
+
+Each API process has its own registry, so run one uvicorn process per container (scale with
+replicas): the API refuses to start under ``uvicorn --workers N`` (see :func:`check_single_process`),
+because each scrape would then see one process at random.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from typing import Literal, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ttsq.domain import context
+from ttsq.store.cache import ResultCache
+from ttsq.store.metrics import CacheCollector, QueueGauges
+from ttsq.store.queue import JobQueue
+
+access_log = logging.getLogger("ttsq.access")
+
+SubmitOutcome = Literal["queued", "joined", "cache_hit_l1", "cache_hit_l2", "cache_hit_l3", "invalid", "queue_full", "unavailable"]
+SUBMIT_ROUTES = frozenset({"/v1/tts/submit", "/v1/audio/speech"})
+"""Routes whose rejections count as submit outcomes (422/400, 429, 503)."""
+
+API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Request durations: milliseconds for submits and probes, up to minutes for a waiting OpenAI speech call or a stream."""
+
+
+class ApiMetrics:
+    """The registry and metrics of one API process; :meth:`bind` adds the store's views once Redis is connected."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ttsq_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "ttsq_http_request_duration_seconds",
+            "HTTP request duration (to the end of the response body) by route template and method.",
+            ["route", "method"],
+            buckets=API_BUCKETS,
+            registry=self.registry,
+        )
+        self.submits = Counter(
+            "ttsq_submits",
+            "Submits (native and OpenAI) by outcome: queued, joined an identical job in flight, answered by a cache level, "
+            "or rejected (invalid 422/400, queue_full 429, unavailable 503). The seed's tts_requests_total.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in get_args(SubmitOutcome):
+            self.submits.labels(outcome)
+        self._queue: QueueGauges | None = None
+        self._cache: CacheCollector | None = None
+
+    def bind(self, queue: JobQueue, cache: ResultCache, scrape_timeout_s: float) -> None:
+        """Export the queue's state (read from Redis at each scrape) and the cache's counters."""
+        if self._queue is None:
+            self._queue = QueueGauges(self.registry, queue, scrape_timeout_s)
+        else:
+            self._queue.queue = queue
+        if self._cache is not None:
+            self.registry.unregister(self._cache)
+        self._cache = CacheCollector(cache)
+        self.registry.register(self._cache)
+
+    def submitted(self, outcome: SubmitOutcome) -> None:
+        self.submits.labels(outcome).inc()
+
+    async def exposition(self) -> bytes:
+        """The scrape: the queue read from Redis now (bounded), then every metric in the text format."""
+        if self._queue is not None:
+            await self._queue.refresh()
+        return generate_latest(self.registry)
+
+
+class ObservabilityMiddleware:
+    """Per request: take or make its id (``X-Request-ID``, echoed back), time it, count it, log one access line.
+
+    A plain ASGI middleware (not ``BaseHTTPMiddleware``): it adds no task or queue hop per request,
+    and the duration covers the whole response body, streams included.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"x-request-id"), None)
+        request_id = context.accept_request_id(offered)
+        token = context.request_id.set(request_id)
+        task_token = context.task_id.set(None)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope["method"]
+            self.metrics.requests.labels(template, method, str(status)).inc()
+            self.metrics.duration.labels(template, method).observe(elapsed)
+            access_log.info("%s %s %d %.1fms", method, template, status, elapsed * 1000)
+            context.request_id.reset(token)
+            context.task_id.reset(task_token)
+
+
+def check_single_process() -> None:
+    """Refuse to run as one of several uvicorn worker processes: each would keep its own metrics."""
+    if multiprocessing.parent_process() is not None:
+        raise RuntimeError(
+            "the API runs as a child of uvicorn's process manager (--workers N): each process would keep its own "
+            "metrics and /metrics would answer for one of them at random. Run one uvicorn process per container "
+            "or unit and scale with replicas."
+        )

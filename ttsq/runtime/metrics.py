@@ -1,0 +1,124 @@
+"""The worker's Prometheus metrics, served at ``/metrics`` on its health port.
+
+Labels are bounded: outcome names, the attempt number (at most MAX_ATTEMPTS), the cache level,
+the memory kind — never task ids, texts or voice names. Each worker process has its own registry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Literal, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ttsq.inference.base import DeviceMemory
+from ttsq.runtime.health import HeartbeatRecord
+from ttsq.store.cache import ResultCache
+from ttsq.store.metrics import CacheCollector
+
+JobOutcome = Literal["done", "retried", "failed", "dead_lettered"]
+
+INFERENCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+"""One engine call: a tenth of a second on a GPU for a short batch, minutes for long text on a CPU."""
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
+"""Real-time factor = seconds of inference per second of audio: below 1 is faster than real time."""
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class _DeviceMemoryCollector(Collector):
+    """``ttsq_gpu_memory_bytes{kind}`` when the engine runs on CUDA; nothing at all on a CPU."""
+
+    def __init__(self, memory: Callable[[], DeviceMemory | None]) -> None:
+        self.memory = memory
+
+    def collect(self) -> Iterator[Metric]:
+        memory = self.memory()
+        if memory is None:
+            return
+        family = GaugeMetricFamily(
+            "ttsq_gpu_memory_bytes",
+            "The GPU's memory per torch's caching allocator (total = the device's capacity).",
+            labels=["kind"],
+        )
+        for kind in ("allocated", "reserved", "max_allocated", "total"):
+            family.add_metric([kind], getattr(memory, kind))
+        yield family
+
+
+class WorkerMetrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.jobs = Counter(
+            "ttsq_jobs",
+            "Job attempts ended by this worker, by outcome (done; retried: failed, will run again; failed: for good, "
+            "dead-lettered; dead_lettered: no attempts left when claimed) and attempt number.",
+            ["outcome", "attempt"],
+            registry=registry,
+        )
+        for outcome in get_args(JobOutcome):
+            self.jobs.labels(outcome, "1")
+        self.queue_wait = Histogram(
+            "ttsq_queue_wait_seconds", "From submit to a worker's claim (first attempts).", buckets=WAIT_BUCKETS, registry=registry
+        )
+        self.inference = Histogram(
+            "ttsq_inference_seconds",
+            "One engine call (a batch): the seed's tts_inference_seconds.",
+            buckets=INFERENCE_BUCKETS,
+            registry=registry,
+        )
+        self.rtf = Histogram(
+            "ttsq_real_time_factor",
+            "Per job: its share of the batch's inference time divided by its audio's length (below 1: faster than real time).",
+            buckets=RTF_BUCKETS,
+            registry=registry,
+        )
+        self.first_audio = Histogram(
+            "ttsq_time_to_first_audio_seconds",
+            "Per job: from its claim to its first chunk of audio (what a streaming client waits once the job is picked up).",
+            buckets=INFERENCE_BUCKETS,
+            registry=registry,
+        )
+        self.batch_size = Histogram("ttsq_batch_size", "Jobs per engine call.", buckets=BATCH_BUCKETS, registry=registry)
+        self.audio_seconds = Counter("ttsq_audio_seconds", "Seconds of audio produced.", registry=registry)
+        self.oom_splits = Counter("ttsq_oom_splits", "Batches split after the device ran out of memory.", registry=registry)
+        self.batch_limit = Gauge(
+            "ttsq_batch_limit", "The largest batch the worker will run now (MAX_BATCH, or less after an OOM).", registry=registry
+        )
+        self.in_flight = Gauge("ttsq_jobs_in_flight", "Jobs this worker has claimed and not finished.", registry=registry)
+        self.model_load = Gauge("ttsq_model_load_seconds", "How long loading and warming the model took.", registry=registry)
+        self.tick_age = Gauge(
+            "ttsq_worker_loop_tick_age_seconds",
+            "Seconds since the event loop last ticked (liveness fails past a limit).",
+            registry=registry,
+        )
+        self.heartbeat_age = Gauge(
+            "ttsq_worker_heartbeat_age_seconds", "Seconds since the heartbeat was last written to Redis.", registry=registry
+        )
+        self.info = Gauge(
+            "ttsq_worker_info", "1, labelled with the model and device this worker runs.", ["model", "device"], registry=registry
+        )
+
+    def watch(
+        self,
+        record: HeartbeatRecord,
+        running: Callable[[], int],
+        cache: ResultCache | None,
+        memory: Callable[[], DeviceMemory | None],
+    ) -> None:
+        """Gauges read at scrape time from the worker's own state."""
+        self.tick_age.set_function(lambda: time.time() - record.last_tick)
+        self.heartbeat_age.set_function(lambda: time.time() - record.last_heartbeat if record.last_heartbeat else float("nan"))
+        self.in_flight.set_function(lambda: float(running()))
+        self.registry.register(_DeviceMemoryCollector(memory))
+        if cache is not None:
+            self.registry.register(CacheCollector(cache))
+
+    def ended(self, outcome: JobOutcome, attempt: int) -> None:
+        self.jobs.labels(outcome, str(attempt)).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
