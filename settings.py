@@ -41,6 +41,8 @@ ENV_FILE = ".env"
 C = TypeVar("C")
 
 NOT_SETTINGS = frozenset({"TTSQ_URL"})
+MAX_BATCH_CEILING = 256
+"""The most jobs one ChatTTS call ever takes (and the cap of ``MAX_BATCH=auto``)."""
 """``TTSQ_``-prefixed variables that belong to something else (the command line's service URL)."""
 
 
@@ -188,7 +190,19 @@ class Settings(BaseSettings):
         description="torch threads on CPU (1 is fastest on small machines; scale with processes).",
         json_schema_extra=_group("Model"),
     )
-    compile: bool = Field(False, description="`torch.compile` the model (CUDA only).", json_schema_extra=_group("Model"))
+    compile: bool = Field(
+        False,
+        description="`torch.compile` the GPT (CUDA only); batches are padded to powers of two and each is compiled before serving.",
+        json_schema_extra=_group("Model"),
+    )
+    gpt_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="Weights of the GPT (the decode loop); half precision needs CUDA for float16.",
+        json_schema_extra=_group("Model"),
+    )
+    decoder_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights of the decoder, DVAE and vocoder.", json_schema_extra=_group("Model")
+    )
     max_chunk_chars: int = Field(
         120,
         ge=8,
@@ -208,7 +222,7 @@ class Settings(BaseSettings):
     )
     cuda_alloc_conf: str = Field(
         "expandable_segments:True",
-        description="Set as `PYTORCH_CUDA_ALLOC_CONF` before torch loads.",
+        description="CUDA allocator settings, exported as `PYTORCH_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF` before torch 2.9).",
         json_schema_extra=_group("Model"),
     )
 
@@ -242,11 +256,39 @@ class Settings(BaseSettings):
         description="An inference running longer is hung: worker `/healthz` turns 503.",
         json_schema_extra=_group("Worker"),
     )
-    max_batch: int = Field(
-        8,
-        ge=1,
-        le=256,
-        description="Most jobs in one ChatTTS call; `1` turns cross-request batching off.",
+    max_batch: int | Literal["auto"] = Field(
+        "auto",
+        description=(
+            "Most jobs in one ChatTTS call (`1` turns cross-request batching off), or `auto`: on CUDA the worker measures "
+            "memory and decode speed at start and picks the largest batch that fits and keeps streams ahead of playback "
+            f"(at most {MAX_BATCH_CEILING}); on a CPU `auto` is 8."
+        ),
+        json_schema_extra=_group("Worker"),
+    )
+    batch_memory_headroom: float = Field(
+        0.15,
+        ge=0,
+        lt=1,
+        description="With `MAX_BATCH=auto`: the share of free GPU memory left unused.",
+        json_schema_extra=_group("Worker"),
+    )
+    stream_rtf_target: float = Field(
+        0.8,
+        gt=0,
+        description="With `MAX_BATCH=auto`: the highest real-time factor a stream in a batch may have (< 1: ahead of playback).",
+        json_schema_extra=_group("Worker"),
+    )
+    release_memory_above: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Return cached GPU memory after a batch when the allocator holds over this share of the GPU, or after OOM.",
+        json_schema_extra=_group("Worker"),
+    )
+    release_memory_idle_s: float = Field(
+        60.0,
+        gt=0,
+        description="Return cached GPU memory once the worker has been idle this long.",
         json_schema_extra=_group("Worker"),
     )
     batch_wait_ms: float = Field(
@@ -308,6 +350,13 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("max_batch")
+    @classmethod
+    def _batch_in_range(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_BATCH_CEILING:
+            raise ValueError(f"MAX_BATCH must be auto or between 1 and {MAX_BATCH_CEILING}, got {value}")
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -421,7 +470,14 @@ class Settings(BaseSettings):
     def worker_config(self) -> WorkerConfig:
         from ttsq.runtime.worker import WorkerConfig
 
-        return self._project(WorkerConfig, health_host=self.worker_health_host, health_port=self.worker_health_port)
+        auto = self.max_batch == "auto"
+        return self._project(
+            WorkerConfig,
+            health_host=self.worker_health_host,
+            health_port=self.worker_health_port,
+            max_batch=MAX_BATCH_CEILING if auto else self.max_batch,
+            auto_batch=auto,
+        )
 
     def fault_config(self) -> FaultConfig:
         from ttsq.inference.faults import FaultConfig

@@ -22,9 +22,11 @@ router = APIRouter(prefix="/v1/tts", tags=["tts"])
     },
     summary="Queue a text for synthesis and get a task id at once",
 )
-async def submit(body: SubmitRequest, response: Response, service: ServiceDep) -> SubmitResponse:
-    """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers."""
+async def submit(body: SubmitRequest, service: ServiceDep) -> Response:
+    """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers.
+
+    The answer is serialised once, here: returning the model would have FastAPI validate it again.
+    """
     answer = await service.submit(body)
-    if answer.cached:
-        response.status_code = status.HTTP_200_OK
-    return answer
+    code = status.HTTP_200_OK if answer.cached else status.HTTP_202_ACCEPTED
+    return Response(answer.model_dump_json(), status_code=code, media_type="application/json")

@@ -1,7 +1,8 @@
 """The worker process: ``python worker.py``. One per model replica (normally one per GPU).
 
-Order matters: the CUDA allocator setting must be in the environment before torch is imported,
-so this module sets it first and imports the engine (and torch) only afterwards.
+Order matters: the CUDA allocator setting (``CUDA_ALLOC_CONF``, exported as PYTORCH_ALLOC_CONF, or
+PYTORCH_CUDA_ALLOC_CONF before torch 2.9) must be in the environment before torch is imported, so
+this module sets it first and imports the engine (and torch) only afterwards.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from settings import Settings, get_settings, startup_warnings
 from ttsq.runtime.logs import configure_logging
 
-if TYPE_CHECKING:  # torch loads only after PYTORCH_CUDA_ALLOC_CONF is set (see _configure_process)
+if TYPE_CHECKING:  # torch loads only after the allocator setting is exported (see _configure_process)
     from ttsq.inference.base import Engine
 
 log = logging.getLogger("ttsq.worker")
@@ -27,8 +29,17 @@ def _configure_process(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     for warning in startup_warnings():
         log.warning(warning)
-    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.cuda_alloc_conf)
+    os.environ.setdefault(_alloc_conf_variable(), settings.cuda_alloc_conf)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _alloc_conf_variable() -> str:
+    """torch 2.9 renamed PYTORCH_CUDA_ALLOC_CONF to PYTORCH_ALLOC_CONF (and warns about the old name)."""
+    try:
+        major, minor = (int(part) for part in version("torch").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if (major, minor) >= (2, 9) else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def chattts_engine(settings: Settings) -> Engine:

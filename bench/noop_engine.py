@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.inference.base import ChunkAudio, DeviceMemory, ModelInfo, SynthesisRequest
+from ttsq.domain.batching import Probe
+from ttsq.inference.base import ChunkAudio, EngineStats, ModelInfo, SynthesisRequest
 
 NOOP_LABEL = "no-op engine (benchmark stand-in)"
 
@@ -63,9 +64,16 @@ class SilentEngine:
     def release_memory(self) -> None:
         """Nothing is held."""
 
-    def memory(self) -> DeviceMemory | None:
-        """No device."""
+    def stats(self) -> EngineStats:
+        """No device, nothing compiled."""
+        return EngineStats(memory=None, compiled_graphs=None)
+
+    def measure(self, batch: int, tokens: int) -> Probe | None:
+        """Nothing to size."""
         return None
+
+    def prepare(self, batch_sizes: Sequence[int]) -> None:
+        """Nothing to compile."""
 
 
 class NoopEngine(SilentEngine):

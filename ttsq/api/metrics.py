@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,8 +58,9 @@ class ApiMetrics:
             ["outcome"],
             registry=self.registry,
         )
-        for outcome in get_args(SubmitOutcome):
-            self.submits.labels(outcome)
+        self._submit_children = {outcome: self.submits.labels(outcome) for outcome in get_args(SubmitOutcome)}
+        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._duration_children: dict[tuple[str, str], Any] = {}
         self._queue: QueueGauges | None = None
         self._cache: CacheCollector | None = None
 
@@ -74,8 +75,20 @@ class ApiMetrics:
         self._cache = CacheCollector(cache)
         self.registry.register(self._cache)
 
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count and time one request; the labelled children are kept (route templates are few)."""
+        key = (route, method, status)
+        counter = self._request_children.get(key)
+        if counter is None:
+            counter = self._request_children[key] = self.requests.labels(route, method, str(status))
+        timer = self._duration_children.get((route, method))
+        if timer is None:
+            timer = self._duration_children[(route, method)] = self.duration.labels(route, method)
+        counter.inc()
+        timer.observe(seconds)
+
     def submitted(self, outcome: SubmitOutcome) -> None:
-        self.submits.labels(outcome).inc()
+        self._submit_children[outcome].inc()
 
     async def exposition(self) -> bytes:
         """The scrape: the queue read from Redis now (bounded), then every metric in the text format."""
@@ -120,8 +133,7 @@ class ObservabilityMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = scope["method"]
-            self.metrics.requests.labels(template, method, str(status)).inc()
-            self.metrics.duration.labels(template, method).observe(elapsed)
+            self.metrics.observe_request(template, method, status, elapsed)
             access_log.info("%s %s %d %.1fms", method, template, status, elapsed * 1000)
             context.request_id.reset(token)
             context.task_id.reset(task_token)

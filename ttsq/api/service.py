@@ -89,7 +89,8 @@ def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: in
     else:
         seed = draw_seed() if body.seed is None else body.seed
         speaker_seed = seed
-    params = TTSParams(
+    # Every value below is validated already (the request model, validate_text): construct without re-validating.
+    params = TTSParams.model_construct(
         text=text,
         voice=voice.name if voice is not None else None,
         speaker_seed=speaker_seed,
@@ -103,7 +104,8 @@ def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: in
         refine_text=body.refine_text,
         deterministic=deterministic,
     )
-    return params.model_copy(update={"cache_key": cache_key(params, model_identity)})
+    params.cache_key = cache_key(params, model_identity)
+    return params
 
 
 class TTSService:
@@ -148,7 +150,7 @@ class TTSService:
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
                 log.info("task %s done from the cache (%s)", job.id, hit.level)
-                return SubmitResponse(
+                return SubmitResponse.model_construct(
                     task_id=job.id,
                     status=Status.DONE,
                     queue_position=None,
@@ -169,7 +171,7 @@ class TTSService:
             len(params.text),
             params.format,
         )
-        return SubmitResponse(
+        return SubmitResponse.model_construct(
             task_id=result.job.id,
             status=result.job.status,
             queue_position=result.position,

@@ -164,6 +164,10 @@ CHATTTS_SIMPLIFIER: dict[str, str] = {
 
 _HALF_TO_FULL_TABLE = str.maketrans(CHATTTS_HALF_TO_FULL)
 _SIMPLIFIER_TABLE = str.maketrans(CHATTTS_SIMPLIFIER)
+_EN_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER)) + "]")
+_ZH_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER) + "".join(CHATTTS_HALF_TO_FULL)) + "]")
+_INNER_SPACE = re.compile(r"(.) (?=(.))", re.DOTALL)
+"""A space between two characters (whitespace is already collapsed to single spaces), and its neighbours."""
 _CHATTTS_TAG = re.compile(r"(\[[\w_]+\])")
 """What ChatTTS's normalizer leaves alone: bracketed tags such as ``[uv_break]``."""
 
@@ -205,17 +209,17 @@ def _space_after_is_ignored(char: str) -> bool:
 def _map_punctuation(text: str, chinese: bool) -> str:
     """Rewrite punctuation as ChatTTS does, except next to a digit: the number normalizer runs first
     in the worker and reads "3.5", "10:30", "1,000" or "-5" as numbers."""
-    out = []
-    for index, char in enumerate(text):
-        before = text[index - 1] if index else ""
-        after = text[index + 1] if index + 1 < len(text) else ""
-        if before.isdigit() or after.isdigit():
-            out.append(char)
-            continue
-        if chinese:
-            char = char.translate(_HALF_TO_FULL_TABLE)
-        out.append(char.translate(_SIMPLIFIER_TABLE))
-    return "".join(out)
+    mappable = _ZH_MAPPABLE if chinese else _EN_MAPPABLE
+    return mappable.sub(lambda match: _mapped(match, chinese), text)
+
+
+def _mapped(match: re.Match[str], chinese: bool) -> str:
+    text, index, char = match.string, match.start(), match.group()
+    if (index and text[index - 1].isdigit()) or text[index + 1 : index + 2].isdigit():
+        return char
+    if chinese:
+        char = char.translate(_HALF_TO_FULL_TABLE)
+    return char.translate(_SIMPLIFIER_TABLE)
 
 
 def _drop_ignored_spaces(text: str) -> str:
@@ -226,16 +230,16 @@ def _drop_ignored_spaces(text: str) -> str:
     spaces around symbols such as "$" or "&", which it may speak; and so does the space after a
     mark before a word, which the sentence splitter uses to tell "e.g." from the end of a sentence.
     """
-    out = []
-    for index, char in enumerate(text):
-        if char == " " and 0 < index < len(text) - 1:
-            before, after = text[index - 1], text[index + 1]
-            if not (before.isdigit() or after.isdigit()) and (
-                _is_bert_cjk(before) or _is_bert_cjk(after) or _space_before_is_ignored(after) or _space_after_is_ignored(before)
-            ):
-                continue
-        out.append(char)
-    return "".join(out)
+    return _INNER_SPACE.sub(_kept_space, text)
+
+
+def _kept_space(match: re.Match[str]) -> str:
+    before, after = match.group(1), match.group(2)
+    if not (before.isdigit() or after.isdigit()) and (
+        _is_bert_cjk(before) or _is_bert_cjk(after) or _space_before_is_ignored(after) or _space_after_is_ignored(before)
+    ):
+        return before
+    return before + " "
 
 
 def model_view(text: str) -> str:

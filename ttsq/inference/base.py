@@ -25,11 +25,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import join_chunks
+from ttsq.domain.batching import Probe
 
 __all__ = [
     "ChunkAudio",
     "DeviceMemory",
     "Engine",
+    "EngineStats",
     "EngineWrapper",
     "InferenceError",
     "ModelInfo",
@@ -82,6 +84,16 @@ class DeviceMemory:
     reserved: int
     max_allocated: int
     total: int
+    free: int
+    """Free on the device now (other processes' use subtracted), per ``torch.cuda.mem_get_info``."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    memory: DeviceMemory | None
+    """None on a CPU."""
+    compiled_graphs: int | None
+    """Graphs torch.compile has built so far; None when the model is not compiled."""
 
 
 class ModelLoadError(RuntimeError):
@@ -131,8 +143,16 @@ class Engine(Protocol):
         """Give cached device memory back (after an out-of-memory error, or when idle)."""
         ...
 
-    def memory(self) -> DeviceMemory | None:
-        """The device's memory now, or None on a CPU (cheap; called from the event loop for metrics)."""
+    def stats(self) -> EngineStats:
+        """The device's memory and compile statistics now (cheap; called from the event loop for metrics)."""
+        ...
+
+    def measure(self, batch: int, tokens: int) -> Probe | None:
+        """Time and peak memory of one forced-length call at the longest chunk (None on a CPU: nothing to size)."""
+        ...
+
+    def prepare(self, batch_sizes: Sequence[int]) -> None:
+        """Pad later calls to these batch sizes and run each once now (torch.compile builds its graphs here)."""
         ...
 
 
@@ -157,8 +177,14 @@ class EngineWrapper:
     def release_memory(self) -> None:
         self.inner.release_memory()
 
-    def memory(self) -> DeviceMemory | None:
-        return self.inner.memory()
+    def stats(self) -> EngineStats:
+        return self.inner.stats()
+
+    def measure(self, batch: int, tokens: int) -> Probe | None:
+        return self.inner.measure(batch, tokens)
+
+    def prepare(self, batch_sizes: Sequence[int]) -> None:
+        self.inner.prepare(batch_sizes)
 
 
 def synthesize(engine: Engine, req: SynthesisRequest) -> npt.NDArray[np.float32]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ttsq.domain.batching import batch_key
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.batching import Probe, batch_key, bucket_for
 from ttsq.domain.text import detect_language, split_sentences
 from ttsq.inference.base import (
     ChunkAudio,
     DeviceMemory,
+    EngineStats,
     ModelInfo,
     ModelLoadError,
     OutOfMemory,
@@ -62,6 +65,9 @@ _WARMUP_MAX_NEW_TOKEN = 64
 """Warm-up exists to pay one-off costs (numba JIT, CUDA context, kernel selection); length adds nothing."""
 
 
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How to load and run the model. Built from settings by ``settings.py``."""
@@ -77,6 +83,8 @@ class EngineConfig:
     min_new_token: int
     refine_max_new_token: int
     normalize_text: bool
+    gpt_dtype: Dtype
+    decoder_dtype: Dtype
     warmup_text: str = "warm up."
 
 
@@ -96,6 +104,22 @@ def _chattts_logger() -> logging.Logger:
     return logger
 
 
+def _cast_calls(module: Any, method: str, dtype: Any) -> None:
+    """Make ``module.method`` take its floating-point tensor arguments in ``dtype`` and return float32."""
+    import torch
+
+    original = getattr(module, method)
+
+    def cast(value: Any) -> Any:
+        return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = original(*(cast(a) for a in args), **{k: cast(v) for k, v in kwargs.items()})
+        return result.float() if isinstance(result, torch.Tensor) and result.is_floating_point() else result
+
+    setattr(module, method, call)
+
+
 class ChatTTSEngine:
     """One ChatTTS model replica. Blocking; meant to be driven from one inference thread."""
 
@@ -108,6 +132,7 @@ class ChatTTSEngine:
         self._normalizer = TextNormalizer() if config.normalize_text else None
         self._lock = threading.Lock()
         self._chat: Any = None
+        self._buckets: tuple[int, ...] = ()
         self._info: ModelInfo | None = None
         self._device = ""
 
@@ -128,9 +153,31 @@ class ChatTTSEngine:
                 chat, info = self._load_hub(torch_device)
             else:
                 chat, info = self._load_directory(Path(self.config.model_source), torch_device)
+            self._apply_dtypes(chat, torch_device)
             self._chat, self._info, self._device = chat, info, str(torch_device)
             log.info("model %s loaded from %s on %s", info.name, info.source, info.device)
             return info
+
+    def _apply_dtypes(self, chat: Any, device: torch.device) -> None:
+        """Half precision from the weights themselves (``GPT_DTYPE``, ``DECODER_DTYPE``), not autocast.
+
+        On an H200, ``torch.autocast(bfloat16)`` around a call made batch 1 six times slower: in a
+        decode loop bound by kernel launches the cast kernels cost more than the cheaper matmuls
+        save. ChatTTS casts the GPT's inputs to its weights' dtype itself; the decoder and the
+        vocoder are handed float32 tensors, so their calls cast inputs to their dtype and their
+        outputs back to float32 (numpy has no bfloat16).
+        """
+        import torch
+
+        gpt_dtype, decoder_dtype = getattr(torch, self.config.gpt_dtype), getattr(torch, self.config.decoder_dtype)
+        if torch.float16 in (gpt_dtype, decoder_dtype) and device.type != "cuda":
+            raise ModelLoadError("float16 needs a CUDA device; use bfloat16 or float32 on a CPU")
+        if gpt_dtype is not torch.float32:
+            chat.gpt.to(gpt_dtype)
+        if decoder_dtype is not torch.float32:
+            for module, method in ((chat.decoder, "forward"), (chat.dvae, "forward"), (chat.vocos, "decode")):
+                module.to(decoder_dtype)
+                _cast_calls(module, method, decoder_dtype)
 
     def _new_chat(self) -> Any:
         import ChatTTS
@@ -285,21 +332,31 @@ class ChatTTSEngine:
         return chunks
 
     def _infer_typed(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest) -> list[Any]:
-        """:meth:`_infer`, with torch's failures turned into the engine contract's types (:mod:`ttsq.inference.base`)."""
+        """:meth:`_infer`, with torch's failures turned into the engine contract's types (:mod:`ttsq.inference.base`).
+
+        When the model is prepared for a few batch sizes (:meth:`prepare`), the call is padded to the
+        smallest of them that holds ``texts`` (copies of the last text) and the padding rows' audio is
+        dropped here, so it never reaches a result: a compiled model then never meets a new shape.
+        """
         import torch
 
+        rows = len(texts)
+        padded = texts + [texts[-1]] * (bucket_for(rows, self._buckets) - rows) if self._buckets else texts
         try:
-            return self._infer(chat, texts, lang, req, self.config.max_new_token)
+            return self._infer(chat, padded, lang, req, self.config.max_new_token)[:rows]
         except torch.cuda.OutOfMemoryError as exc:
             raise OutOfMemory(str(exc)) from exc
         except Exception as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
 
-    def _infer(self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest, max_new_token: int) -> list[Any]:
+    def _infer(
+        self, chat: Any, texts: list[str], lang: str, req: SynthesisRequest, max_new_token: int, min_new_token: int | None = None
+    ) -> list[Any]:
         """One ChatTTS call for ``texts`` (one padded batch), with fresh parameter objects."""
         import torch
 
-        min_new_token = min(max(self.config.min_new_token, 1), max_new_token)
+        floor = self.config.min_new_token if min_new_token is None else min_new_token
+        min_new_token = min(max(floor, 1), max_new_token)
         with self._lock, torch.inference_mode():
             torch.manual_seed(req.seed)
             wavs: list[Any] = chat.infer(
@@ -332,19 +389,59 @@ class ChatTTSEngine:
             )
         return wavs
 
-    def memory(self) -> DeviceMemory | None:
-        """torch's CUDA allocator statistics for this engine's device; None on a CPU."""
+    def stats(self) -> EngineStats:
+        """torch's CUDA allocator statistics (None on a CPU) and how many graphs torch.compile has built."""
+        memory = None
+        if self._device.startswith("cuda"):
+            import torch
+
+            device = torch.device(self._device)
+            free, total = torch.cuda.mem_get_info(device)
+            memory = DeviceMemory(
+                allocated=torch.cuda.memory_allocated(device),
+                reserved=torch.cuda.memory_reserved(device),
+                max_allocated=torch.cuda.max_memory_allocated(device),
+                total=total,
+                free=free,
+            )
+        return EngineStats(memory=memory, compiled_graphs=self._compiled_graphs())
+
+    def _compiled_graphs(self) -> int | None:
+        if not (self.config.compile and self._device.startswith("cuda")):
+            return None
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    def measure(self, batch: int, tokens: int) -> Probe | None:
+        """On CUDA: one call of ``batch`` copies of the longest chunk, each forced to ``tokens`` audio tokens,
+        with its peak memory and duration (for sizing the batch); None on a CPU."""
         if not self._device.startswith("cuda"):
             return None
         import torch
 
-        device = torch.device(self._device)
-        return DeviceMemory(
-            allocated=torch.cuda.memory_allocated(device),
-            reserved=torch.cuda.memory_reserved(device),
-            max_allocated=torch.cuda.max_memory_allocated(device),
-            total=torch.cuda.get_device_properties(device).total_memory,
-        )
+        chat = self._loaded_chat()
+        text = ("你好世界" * self.config.max_chunk_chars)[: self.config.max_chunk_chars]
+        request = SynthesisRequest(text=text, speaker=self.speaker_from_seed(0), seed=0)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        wavs = self._infer(chat, [text] * batch, "zh", request, tokens, tokens)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        audio_s = float(np.asarray(wavs[0]).reshape(-1).size) / SAMPLE_RATE if wavs else 0.0
+        return Probe(batch=batch, tokens=tokens, peak_bytes=torch.cuda.max_memory_allocated(), seconds=seconds, audio_s=audio_s)
+
+    def prepare(self, batch_sizes: Sequence[int]) -> None:
+        """Pad every later call to one of ``batch_sizes`` and run each size once now, so a compiled model
+        builds all its graphs before the worker takes jobs (and never recompiles while serving)."""
+        self._buckets = tuple(sorted(batch_sizes))
+        chat = self._loaded_chat()
+        request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
+        lang = detect_language(request.text)
+        text = self._split(request, lang)[0]
+        for size in self._buckets:
+            self._infer(chat, [text] * size, lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
 
     def release_memory(self) -> None:
         """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).

@@ -306,12 +306,36 @@ def text_vocab_size(size: CheckpointSize) -> int:
     return len(vocab) + len({token for token in CHATTTS_CONTROL_TOKENS if token not in vocab})
 
 
+_SPECIAL_TOKENS: dict[str, str] = {
+    "cls_token": "[CLS]",
+    "mask_token": "[MASK]",
+    "pad_token": "[PAD]",
+    "sep_token": "[SEP]",
+    "unk_token": "[UNK]",
+}
+"""The BERT special tokens the generated tokenizer is built with (and ``special_tokens_map.json`` lists)."""
+
+_TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+"""What ``asset/tokenizer`` holds: the three files ChatTTS hash-checks (:data:`ASSET_FILES`), nothing else."""
+
+
+def _special_tokens_map_json() -> str:
+    """``special_tokens_map.json`` exactly as transformers 4.x's ``save_pretrained`` writes it for this tokenizer."""
+    return json.dumps(_SPECIAL_TOKENS, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def _write_tokenizer(target: Path, size: CheckpointSize) -> int:
     """Write a WordPiece ``BertTokenizerFast`` with ChatTTS's control tokens; return its length.
 
     The control tokens are added un-normalized, in ChatTTS's order, because ChatTTS looks up
     ``[spk_emb]``, ``[break_0]`` and ``[Ebreak]`` by name and the lower-casing normalizer must not
     touch ``[Stts]`` and friends.
+
+    transformers 5 no longer writes ``special_tokens_map.json`` (the special tokens live in
+    ``tokenizer_config.json`` alone), but ChatTTS 0.2.5's loader refuses a checkpoint without it:
+    ``check_all_assets`` hash-checks it with the other two tokenizer files. When the save did not
+    write it, it is written here, byte for byte as transformers 4.x writes it, so a checkpoint's
+    file set (and this file's hash) is the same whichever transformers built it.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import BertTokenizerFast
@@ -324,18 +348,17 @@ def _write_tokenizer(target: Path, size: CheckpointSize) -> int:
     tokenizer = BertTokenizerFast(
         tokenizer_object=backend,
         do_lower_case=True,
-        unk_token="[UNK]",
-        sep_token="[SEP]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        mask_token="[MASK]",
         tokenize_chinese_chars=True,
         strip_accents=False,
+        **_SPECIAL_TOKENS,
     )
     tokenizer.add_tokens([AddedToken(token, normalized=False) for token in CHATTTS_CONTROL_TOKENS])
     tokenizer.save_pretrained(str(target), legacy_format=False)
-    for extra in set(os.listdir(target)) - {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}:
+    for extra in set(os.listdir(target)) - _TOKENIZER_FILES:
         (target / extra).unlink()
+    special_tokens_map = target / "special_tokens_map.json"
+    if not special_tokens_map.is_file():
+        special_tokens_map.write_text(_special_tokens_map_json(), encoding="utf-8")
     return len(tokenizer)
 
 

@@ -29,24 +29,31 @@ RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-class _DeviceMemoryCollector(Collector):
-    """``ttsq_gpu_memory_bytes{kind}`` when the engine runs on CUDA; nothing at all on a CPU."""
+class _DeviceCollector(Collector):
+    """``ttsq_gpu_memory_bytes{kind}`` on CUDA and ``ttsq_compile_recompiles`` with torch.compile; nothing on a CPU."""
 
-    def __init__(self, memory: Callable[[], DeviceMemory | None]) -> None:
+    def __init__(self, memory: Callable[[], DeviceMemory | None], recompiles: Callable[[], float | None]) -> None:
         self.memory = memory
+        self.recompiles = recompiles
 
     def collect(self) -> Iterator[Metric]:
         memory = self.memory()
-        if memory is None:
-            return
-        family = GaugeMetricFamily(
-            "ttsq_gpu_memory_bytes",
-            "The GPU's memory per torch's caching allocator (total = the device's capacity).",
-            labels=["kind"],
-        )
-        for kind in ("allocated", "reserved", "max_allocated", "total"):
-            family.add_metric([kind], getattr(memory, kind))
-        yield family
+        if memory is not None:
+            family = GaugeMetricFamily(
+                "ttsq_gpu_memory_bytes",
+                "The GPU's memory per torch's caching allocator (total = the device's capacity, free = unused by anyone).",
+                labels=["kind"],
+            )
+            for kind in ("allocated", "reserved", "max_allocated", "total", "free"):
+                family.add_metric([kind], getattr(memory, kind))
+            yield family
+        recompiles = self.recompiles()
+        if recompiles is not None:
+            yield GaugeMetricFamily(
+                "ttsq_compile_recompiles",
+                "Graphs torch.compile built after start-up (every batch size is compiled before serving: this stays 0).",
+                value=recompiles,
+            )
 
 
 class WorkerMetrics:
@@ -108,12 +115,13 @@ class WorkerMetrics:
         running: Callable[[], int],
         cache: ResultCache | None,
         memory: Callable[[], DeviceMemory | None],
+        recompiles: Callable[[], float | None],
     ) -> None:
         """Gauges read at scrape time from the worker's own state."""
         self.tick_age.set_function(lambda: time.time() - record.last_tick)
         self.heartbeat_age.set_function(lambda: time.time() - record.last_heartbeat if record.last_heartbeat else float("nan"))
         self.in_flight.set_function(lambda: float(running()))
-        self.registry.register(_DeviceMemoryCollector(memory))
+        self.registry.register(_DeviceCollector(memory, recompiles))
         if cache is not None:
             self.registry.register(CacheCollector(cache))
 

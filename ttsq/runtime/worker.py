@@ -29,9 +29,17 @@ from redis.exceptions import RedisError
 
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
-from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
+from ttsq.domain.batching import (
+    AdaptiveBatchLimit,
+    MemoryHygiene,
+    bucket_sizes,
+    group_compatible,
+    halves,
+    plan_batch_limit,
+    slices,
+)
 from ttsq.domain.jobs import Job, TTSParams
-from ttsq.inference.base import Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
+from ttsq.inference.base import DeviceMemory, Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
 from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.store.cache import CachedAudio, ResultCache
@@ -43,6 +51,10 @@ T = TypeVar("T")
 _SPEAKER_CACHE_SIZE = 512
 """Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
 _REDIS_BACKOFF_MAX_S = 10.0
+CPU_AUTO_BATCH = 8
+"""The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
+_PROBE_TOKENS = (32, 96)
+"""Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
 Piece = tuple[int, int, bytes]
 """(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
 
@@ -59,8 +71,17 @@ class WorkerConfig:
     health_host: str
     health_port: int
     max_batch: int
+    """The largest batch ever run; with ``auto_batch`` the worker may choose less."""
+    auto_batch: bool
+    """Size the batch from the device at start (on CUDA); on a CPU run at most :data:`CPU_AUTO_BATCH`."""
+    batch_memory_headroom: float
+    stream_rtf_target: float
+    max_new_token: int
+    compile: bool
     batch_wait_ms: float
     oom_recover_s: float
+    release_memory_above: float
+    release_memory_idle_s: float
 
 
 @dataclass(frozen=True)
@@ -119,9 +140,12 @@ class Worker:
         """Ids of claimed jobs whose outcome is not stored yet: upkeep renews their leases."""
         self._speakers: OrderedDict[int, str] = OrderedDict()
         self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
+        self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
+        self._last_batch_at = time.monotonic()
+        self._compiled_graphs_at_start: int | None = None
         self._backoff_s = 0.5
         """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
-        self.metrics.watch(self.record, lambda: len(self._running), cache, engine.memory)
+        self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
 
     @property
     def stall_after_s(self) -> float:
@@ -165,6 +189,7 @@ class Worker:
         self.record.model = info.name
         self.record.speaks_noise = info.speaks_noise
         self.engine.warm_up()
+        self._size_batches()
         self.record.ready = True
         load_s = time.perf_counter() - started
         self.metrics.model_load.set(load_s)
@@ -172,6 +197,59 @@ class Worker:
         log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, load_s)
         if info.speaks_noise:
             log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
+
+    def _size_batches(self) -> None:
+        """Choose the batch limit (``MAX_BATCH=auto``) and, with ``COMPILE=true``, compile every batch size now.
+
+        On CUDA, three probes at the longest chunk measure memory per request and decode speed, and
+        :func:`ttsq.domain.batching.plan_batch_limit` picks the largest batch that fits and keeps each
+        stream ahead of playback. On a CPU the limit is :data:`CPU_AUTO_BATCH`, capped by MAX_BATCH.
+        """
+        cap = self.config.max_batch
+        limit = cap
+        if self.config.auto_batch:
+            limit = min(cap, CPU_AUTO_BATCH)
+            memory = self.engine.stats().memory
+            small_batch, large_batch = max(1, min(cap // 4, 16)), min(cap, 64)
+            if memory is not None and large_batch > small_batch:
+                small = self.engine.measure(small_batch, _PROBE_TOKENS[0])
+                large = self.engine.measure(large_batch, _PROBE_TOKENS[0])
+                longer = self.engine.measure(large_batch, _PROBE_TOKENS[1])
+                self.engine.release_memory()
+                now = self.engine.stats().memory
+                if small is not None and large is not None and longer is not None and now is not None:
+                    usable = now.allocated + int(now.free * (1 - self.config.batch_memory_headroom))
+                    plan = plan_batch_limit(
+                        small,
+                        large,
+                        longer,
+                        usable_bytes=usable,
+                        max_tokens=self.config.max_new_token,
+                        rtf_target=self.config.stream_rtf_target,
+                        cap=cap,
+                    )
+                    limit = plan.limit
+                    log.info("batch limit %d, set by %s", limit, plan.reason)
+            else:
+                log.info("batch limit %d (MAX_BATCH=auto on %s)", limit, "a CPU" if memory is None else "a GPU, capped")
+        self._limit = AdaptiveBatchLimit(limit, self.config.oom_recover_s)
+        self.metrics.batch_limit.set(limit)
+        if self.config.compile:
+            buckets = bucket_sizes(limit)
+            started = time.perf_counter()
+            self.engine.prepare(buckets)
+            log.info("compiled batch sizes %s in %.1fs", ", ".join(map(str, buckets)), time.perf_counter() - started)
+        self._compiled_graphs_at_start = self.engine.stats().compiled_graphs
+
+    def _device_memory(self) -> DeviceMemory | None:
+        return self.engine.stats().memory
+
+    def _recompiles(self) -> float | None:
+        """Graphs torch.compile built after start-up: while serving this must stay 0 (a new one stalls the worker)."""
+        graphs = self.engine.stats().compiled_graphs
+        if graphs is None or self._compiled_graphs_at_start is None:
+            return None
+        return float(graphs - self._compiled_graphs_at_start)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -310,15 +388,23 @@ class Worker:
 
         started = time.perf_counter()
         first_audio: dict[int, float] = {}
+        out_of_memory = False
         try:
             results = await loop.run_in_executor(
                 self._executor, contextvars.copy_context().run, self._infer, [job.params for job in jobs], publish, first_audio
             )
+        except OutOfMemory:
+            out_of_memory = True
+            raise
         finally:
             for queue in pieces:
                 queue.put_nowait(None)
             await asyncio.gather(*publishers)
-            await loop.run_in_executor(self._executor, self.engine.release_memory)
+            self._last_batch_at = time.monotonic()
+            memory = self.engine.stats().memory
+            reserved, total = (memory.reserved, memory.total) if memory is not None else (None, None)
+            if self._hygiene.after_batch(reserved, total, out_of_memory):
+                await loop.run_in_executor(self._executor, self.engine.release_memory)
         elapsed = time.perf_counter() - started
         self.metrics.inference.observe(elapsed)
         self.metrics.batch_size.observe(len(jobs))
@@ -508,6 +594,7 @@ class Worker:
         """
         chores = [
             _Chore("heartbeat", self.config.heartbeat_interval_s, self._beat),
+            _Chore("idle memory release", max(1.0, self.config.release_memory_idle_s / 4), self._release_when_idle),
             _Chore("lease renewal", self.queue.config.lease_s / 3, self._renew_leases),
             _Chore("sweep", self.config.sweep_interval_s, self._sweep),
         ]
@@ -527,6 +614,11 @@ class Worker:
                     self._redis_back()
             next_due = min(chore.due for chore in chores)
             await self._sleep_unless(self._closing, max(0.0, next_due - time.monotonic()))
+
+    async def _release_when_idle(self) -> None:
+        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free)."""
+        if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_batch_at):
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.release_memory)
 
     async def _beat(self) -> None:
         await self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict())

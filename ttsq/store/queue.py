@@ -211,7 +211,7 @@ class JobQueue:
         Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting.
         """
         now = self.clock()
-        job = Job(id=job_id, params=params, max_attempts=self.config.max_attempts, created_at=now)
+        job = Job.model_construct(id=job_id, params=params, max_attempts=self.config.max_attempts, created_at=now)
         joining = single_flight and params.cache_key is not None
         keys = [self.keys.job(job_id), self.keys.queue, self.keys.stats, self.keys.workers, self._inflight_key(params.cache_key)]
         stale = ""
