@@ -1,0 +1,204 @@
+"""Cross-checks between the deployment files and the code: probe paths and ports, environment
+variable names, the queue key, stop signals and grace periods. Each reads the truth from the code
+(settings.py, app.py, ttsq.runtime.health, ttsq.store.keys, ttsq.runtime.launch), never a copy."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from settings import Settings
+from tests.deploy.apps import API_PORT, api_app, serves, worker_app
+from tests.deploy.manifests import (
+    NON_SETTING_ENV,
+    OVERLAYS,
+    ROOT,
+    TTSQ_COMPONENTS,
+    Manifest,
+    config_map_settings,
+    dockerfile_stages,
+    effective_setting,
+    exec_form,
+    find,
+    setting_default,
+    setting_names,
+)
+from ttsq.runtime.launch import api_command, worker_command
+from ttsq.store.keys import Keys
+
+
+def ttsq_containers(objects: list[Manifest]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for component in TTSQ_COMPONENTS:
+        deployment = find(objects, "Deployment", f"ttsq-{component}")
+        for container in deployment.containers():
+            yield component, container
+
+
+def probe_targets(container: dict[str, Any]) -> Iterator[tuple[str, str, int]]:
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        http = container[probe]["httpGet"]
+        port = http["port"]
+        yield probe, http["path"], ports[port] if isinstance(port, str) else port
+
+
+# ---- environment variable names ------------------------------------------------------------------
+
+
+def test_non_setting_allowlist_holds_no_setting() -> None:
+    assert not set(NON_SETTING_ENV) & setting_names(), "a name that is a setting needs no excuse"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_env_var_in_the_manifests_is_a_setting(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    names = setting_names()
+    unknown = [key for key in config_map_settings(objects[overlay]) if key not in names]
+    assert not unknown, f"ConfigMap ttsq-settings: not settings: {unknown}"
+    for component, container in ttsq_containers(objects[overlay]):
+        for env in container.get("env", []):
+            assert env["name"] in names or env["name"] in NON_SETTING_ENV, f"{component}: {env['name']} is not a setting"
+        assert next(source["configMapRef"]["name"] for source in container["envFrom"]).startswith("ttsq-settings")
+    Settings.model_validate({key.lower(): value for key, value in config_map_settings(objects[overlay]).items()})  # values too
+
+
+def env_file_names(path: Path) -> dict[str, str]:
+    pairs = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            pairs[key] = value
+    return pairs
+
+
+def test_every_env_var_in_compose_and_the_units_is_a_setting() -> None:
+    names = setting_names() | set(NON_SETTING_ENV)
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    for service in ("api", "worker"):
+        unknown = set(compose["services"][service]["environment"]) - names
+        assert not unknown, f"compose {service}: {unknown}"
+    unknown_file = set(env_file_names(ROOT / "deploy" / "systemd" / "ttsq.env")) - names
+    assert not unknown_file, f"deploy/systemd/ttsq.env: {unknown_file}"
+    for unit in (ROOT / "deploy" / "systemd").glob("*.service"):
+        for key in re.findall(r"^Environment=(\w+)=", unit.read_text(), re.MULTILINE):
+            assert key in names, f"{unit.name}: {key} is not a setting"
+        for key in re.findall(r"\b([A-Z_]+)=\$\(\(", unit.read_text()):
+            assert key in names, f"{unit.name}: {key} is not a setting"
+
+
+def test_every_image_env_var_is_a_setting_or_excused() -> None:
+    names = setting_names() | set(NON_SETTING_ENV)
+    process_env = {"PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PIP_DISABLE_PIP_VERSION_CHECK",
+                   "PIP_NO_CACHE_DIR", "PIP_ROOT_USER_ACTION"}  # fmt: skip
+    for stage in dockerfile_stages(ROOT / "Dockerfile").values():
+        for args in stage.all("ENV"):
+            for key in re.findall(r"(\w+)=", args):
+                assert key in names or key in process_env, f"Dockerfile stage {stage.name}: ENV {key}"
+
+
+# ---- probes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes_hit_real_routes_on_real_ports(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    apps = {"api": api_app(), "worker": worker_app()}
+    assert not serves(apps["api"], "/no-such-probe"), "the route check itself tells routes apart"
+    expected_port = {"api": API_PORT, "worker": int(effective_setting(objects[overlay], "worker_health_port"))}
+    for component, container in ttsq_containers(objects[overlay]):
+        for probe, path, port in probe_targets(container):
+            assert serves(apps[component], path), f"{component} {probe}: {path} is not a route of the {component}"
+            assert port == expected_port[component], f"{component} {probe}: port {port}"
+    assert config_map_settings(objects[overlay])["WORKER_HEALTH_HOST"] == "0.0.0.0", "the kubelet probes from outside the pod"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probe_semantics(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    api = {probe: path for probe, path, _ in probe_targets(find(objects[overlay], "Deployment", "ttsq-api").containers()[0])}
+    assert api["readinessProbe"] == "/readyz", "API readiness: Redis reachable, never the workers"
+    assert api["livenessProbe"] == "/healthz"
+    container = find(objects[overlay], "Deployment", "ttsq-worker").containers()[0]
+    worker = {probe: path for probe, path, _ in probe_targets(container)}
+    assert worker == {"startupProbe": "/readyz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
+    startup = container["startupProbe"]
+    budget_s = startup["periodSeconds"] * startup["failureThreshold"]
+    minimum_s = 300 if overlay == "cpu-tiny" else 600
+    assert budget_s >= minimum_s, f"startupProbe allows {budget_s}s for the model load; at least {minimum_s}s"
+
+
+# ---- queue key, KEDA -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_keda_watches_the_real_queue_keys(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    keys = Keys(str(effective_setting(objects[overlay], "redis_namespace")))
+    scaled = find(objects[overlay], "ScaledObject", "ttsq-worker").doc["spec"]
+    assert scaled["scaleTargetRef"]["name"] == find(objects[overlay], "Deployment", "ttsq-worker").name
+    lists = [trigger["metadata"]["listName"] for trigger in scaled["triggers"] if trigger["type"] == "redis"]
+    assert lists == [keys.queue, keys.processing]
+    worker_env = {env["name"] for env in find(objects[overlay], "Deployment", "ttsq-worker").containers()[0]["env"]}
+    for trigger in scaled["triggers"]:
+        metadata = trigger["metadata"]
+        for key, value in metadata.items():
+            if key.endswith("FromEnv"):
+                assert value in worker_env, f"KEDA reads {value} from the worker's environment: it must be there"
+        if "address" in metadata:
+            host, _, port = metadata["address"].rpartition(":")
+            service = find(objects[overlay], "Service", "ttsq-redis")
+            assert host == f"{service.name}.{service.namespace}.svc.cluster.local", "KEDA connects from its own namespace"
+            assert int(port) == service.doc["spec"]["ports"][0]["port"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scale_down_waits_longer_than_a_job(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    job_timeout_s = float(effective_setting(objects[overlay], "job_timeout_s"))
+    spec = find(objects[overlay], "ScaledObject", "ttsq-worker").doc["spec"]
+    assert spec["cooldownPeriod"] > job_timeout_s
+    window = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
+    assert window > job_timeout_s
+
+
+# ---- stop signal and grace -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_termination_grace_exceeds_the_drain(objects: dict[str, list[Manifest]], overlay: str) -> None:
+    grace_s = float(effective_setting(objects[overlay], "shutdown_grace_s"))
+    pod = find(objects[overlay], "Deployment", "ttsq-worker").pod_spec
+    assert pod["terminationGracePeriodSeconds"] >= grace_s + 15, "the drain, then exit and the lease bookkeeping"
+    assert "lifecycle" not in pod["containers"][0], "no preStop delay eating into the drain"
+
+
+def test_image_commands_stop_signals_and_health_checks() -> None:
+    stages = dockerfile_stages(ROOT / "Dockerfile")
+    python = api_command(API_PORT, host="0.0.0.0")[0]
+    expected_api = ["python", *api_command(API_PORT, host="0.0.0.0")[1:]]
+    assert exec_form(stages["api"].last("CMD") or "") == expected_api, "the API image runs ttsq.runtime.launch.api_command"
+    assert exec_form(stages["worker"].last("CMD") or "") == ["python", *[arg for arg in worker_command() if arg != python]]
+    for name in ("api", "worker"):
+        assert stages[name].last("STOPSIGNAL") == "SIGTERM"
+        assert stages[name].last("HEALTHCHECK"), f"{name}: HEALTHCHECK"
+        assert "/healthz" in (stages[name].last("HEALTHCHECK") or "")
+    assert str(setting_default("worker_health_port")) in (stages["worker"].last("HEALTHCHECK") or "")
+    assert "WORKER_HEALTH_HOST=0.0.0.0" in " ".join(stages["worker"].all("ENV"))
+
+
+def duration_s(text: str) -> float:
+    match = re.fullmatch(r"(\d+)(s|m)", text)
+    assert match, text
+    return int(match.group(1)) * (60 if match.group(2) == "m" else 1)
+
+
+def test_compose_and_units_give_the_worker_longer_than_its_drain() -> None:
+    grace_s = float(setting_default("shutdown_grace_s"))
+    worker = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["worker"]
+    assert worker["stop_signal"] == "SIGTERM"
+    assert duration_s(worker["stop_grace_period"]) > float(worker["environment"].get("SHUTDOWN_GRACE_S", grace_s)) + 15
+    unit = (ROOT / "deploy" / "systemd" / "ttsq-worker@.service").read_text()
+    assert re.search(r"^KillSignal=SIGTERM$", unit, re.MULTILINE)
+    timeout = re.search(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
+    assert timeout and int(timeout.group(1)) > grace_s + 15

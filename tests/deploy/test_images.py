@@ -1,0 +1,88 @@
+"""The Dockerfile: lint (hadolint, zero findings), one stage per role, non-root, no build tools in the
+final stages, weights never baked in, and (``pytest -m image``, minutes) a real build and run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.manifests import ROOT, Tools, dockerfile_stages, exec_form, healthcheck_command
+
+sys.path.insert(0, str(ROOT / "deploy" / "image"))
+from requirements import requirements  # deploy/image/requirements.py: what the image build runs
+
+DOCKERFILE = ROOT / "Dockerfile"
+FINAL_STAGES = ("api", "worker")
+
+
+def project_name(requirement: str) -> str:
+    """The normalized project name of a requirement line (PEP 503: case and -_. folded)."""
+    name = re.split(r"[\[<>=!~;\s]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_hadolint_finds_nothing(tools: Tools) -> None:
+    result = subprocess.run([str(tools.hadolint), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tools: Tools, tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian\nRUN apt-get install -y curl\nCMD python app.py\n")
+    result = subprocess.run([str(tools.hadolint), "--no-color", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert {"DL3006", "DL3008", "DL3025"} <= {code for code in ("DL3006", "DL3008", "DL3025") if code in result.stdout}
+
+
+def test_one_final_stage_per_role_on_the_base_argument() -> None:
+    stages = dockerfile_stages(DOCKERFILE)
+    text = DOCKERFILE.read_text()
+    assert "ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm@sha256:" in text, "a pinned default: tag and digest"
+    assert all(stage.base in ("${BASE_IMAGE}", *stages) for stage in stages.values()), "every stage starts from BASE_IMAGE"
+    for name in FINAL_STAGES:
+        stage = stages[name]
+        assert stage.base == "runtime-base"
+        assert stage.last("USER") == "10001:10001", f"{name}: non-root"
+        assert exec_form(stage.last("CMD") or ""), f"{name}: exec-form CMD"
+        assert healthcheck_command(stage.last("HEALTHCHECK") or ""), f"{name}: exec-form HEALTHCHECK"
+        copies = stage.all("COPY")
+        assert all(copy.startswith("--from=") for copy in copies), f"{name}: only built artefacts, no build context"
+        assert not stage.all("RUN"), f"{name}: nothing is installed in a final stage"
+    assert not any("apt-get" in args or "gcc" in args for stage in stages.values() for _, args in stage.instructions)
+
+
+def test_weights_are_never_baked_in() -> None:
+    text = DOCKERFILE.read_text().lower()
+    for forbidden in ("snapshot_download", "huggingface-cli", "hf download", "chattts.chat().load", "chat.load("):
+        assert forbidden not in text
+    env = " ".join(args for stage in dockerfile_stages(DOCKERFILE).values() for args in stage.all("ENV"))
+    assert "MODEL=" not in env.replace("TINY_CHECKPOINT_DIR", ""), "the model is chosen at run time"
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    assert "*" in ignored, "an allow-list .dockerignore: var/, models/, .venv stay out"
+    assert not any(line.startswith("!") and ("var" in line or "models" in line or ".venv" in line) for line in ignored)
+
+
+def test_the_api_image_installs_no_torch_and_the_worker_image_does() -> None:
+    api = requirements(ROOT / "pyproject.toml", ["api"])
+    worker = requirements(ROOT / "pyproject.toml", ["worker"])
+    names = {"api": {project_name(r) for r in api}, "worker": {project_name(r) for r in worker}}
+    assert not names["api"] & {"torch", "torchaudio", "chattts", "transformers", "wetextprocessing"}
+    assert {"torch", "torchaudio", "chattts", "wetextprocessing"} <= names["worker"]
+    assert names["api"] <= names["worker"], "the worker extra includes the API's (ttsq[api] is expanded)"
+    constraints = (ROOT / "deploy" / "image" / "constraints.txt").read_text().splitlines()
+    pinned = {project_name(line) for line in constraints if "==" in line}
+    missing = names["worker"] - pinned
+    assert not missing, f"deploy/image/constraints.txt pins no version of {missing}: make image-constraints"
+
+
+@pytest.mark.image
+def test_api_image_builds_and_serves() -> None:
+    """The real thing, API only (~2 minutes; the worker image is ~8 GB: make image-check)."""
+    command = [sys.executable, str(ROOT / "deploy" / "image" / "check.py"), "--api-only"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert "image-check PASSED" in result.stdout
