@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install chromium prometheus tiny-checkpoint loadtest bench bench-quick clean
+.PHONY: up test lint typecheck pytest install chromium prometheus debian-redis tiny-checkpoint loadtest bench bench-quick clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -35,7 +35,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-pytest: install chromium prometheus
+pytest: install chromium prometheus debian-redis deploy-tools
 	$(VENV)/bin/pytest
 
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
@@ -45,6 +45,10 @@ chromium:
 ## Debian's prometheus and promtool, for the alert unit tests and the real-Prometheus end-to-end test.
 prometheus:
 	scripts/install_prometheus.sh
+
+## Debian's redis-server, built with TLS, for the Redis-over-TLS test (the bundled one has no TLS).
+debian-redis:
+	scripts/install_debian_redis.sh
 
 ## Benchmark suite, side by side, reported as ratios (~20 min; results in bench/results/, see BENCHMARKS.md).
 bench: install
@@ -65,3 +69,6 @@ tiny-checkpoint: install
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache test-artifacts
+
+include deploy/make.mk
+include bench/gpu.mk

@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
+import admin_api
 import openai_api
 import query_api
 import submit_api
 import voices_api
 from settings import Settings, get_settings, startup_warnings
+from ttsq.api.auth import Authenticator, KeyPolicy
 from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
+from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
-from ttsq.api.service import TTSService
+from ttsq.api.schemas import deployment_openapi
+from ttsq.api.service import TTSService, Webhooks
+from ttsq.api.webhooks import Deliverer, SsrfGuard, WebhookSigner
 from ttsq.runtime.health import api_probes
 from ttsq.runtime.logs import configure_logging
+from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import create_redis, verify_redis
+from ttsq.store.deliveries import DeliveryQueue
 from ttsq.store.queue import JobQueue
+from ttsq.store.rate_limit import RateLimiter
 from ttsq.store.task_ids import TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
 
@@ -49,6 +60,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache = ResultCache(cache_redis, config.cache_config())
         metrics.bind(queue, cache, config.metrics_scrape_timeout_s)
         secret = config.task_id_secret
+        webhook_config = config.webhook_config()
+        webhooks = deliverer = None
+        if webhook_config is not None and config.webhook_secret is not None:
+            deliveries = DeliveryQueue(redis, config.redis_namespace, result_ttl_s=config.result_ttl_s)
+            guard = SsrfGuard(config.webhook_allow_list())
+            webhooks = Webhooks(guard, deliveries)
+            signer = WebhookSigner(config.webhook_secret.get_secret_value())
+            deliverer = Deliverer(deliveries, queue, signer, guard, webhook_config)
         app.state.service = TTSService(
             queue,
             cache,
@@ -56,13 +75,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             config.service_config(),
             TaskIdSigner(secret.get_secret_value().encode()) if secret else None,
             on_submit=metrics.submitted,
+            webhooks=webhooks,
         )
+        app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
+        app.state.rate_limiter = RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst)
+        if config.auth == "off":
+            log.warning(
+                "AUTH=off: API keys are not checked. Anyone who can reach this API can submit, read any task whose id "
+                "they hold, and create or delete voices. Use it only behind something that authenticates."
+            )
         await verify_redis(redis, require_noeviction=config.require_noeviction, warn=log.warning)
         if config.model == "tiny":
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
+        stop = asyncio.Event()
+        delivering = asyncio.create_task(deliverer.run(stop), name="webhooks") if deliverer is not None else None
         try:
             yield
         finally:
+            stop.set()  # deliveries in flight get a moment to finish; the rest keep their lease for another replica
+            if delivering is not None:
+                await delivering
             await redis.aclose()
             if cache_redis is not redis:
                 await cache_redis.aclose()
@@ -74,23 +106,57 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="ChatTTS as a service: submit text, get a task id, fetch the audio.",
         lifespan=lifespan,
     )
+    origins = [origin.strip() for origin in config.cors_origins.split(",") if origin.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_credentials="*" not in origins,  # never credentials with a wildcard
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            expose_headers=[
+                "X-Request-ID",
+                "Retry-After",
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+                "X-TTSQ-Task-Id",
+            ],
+        )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     install_error_handlers(app, config.retry_after_s, metrics.submitted)
     app.include_router(submit_api.router)
     app.include_router(query_api.router)
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
+    app.include_router(admin_api.router)
     app.include_router(api_probes(lambda: app.state.service.readiness(), {503: ERROR_RESPONSES[503]}))
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
         """Prometheus text format; the queue's state is read from Redis now, within METRICS_SCRAPE_TIMEOUT_S."""
         return Response(await metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    webhooks_on = config.webhook_secret is not None and config.webhook_config() is not None
+
+    def openapi() -> dict[str, Any]:
+        """The schema generated from the routes (once), with what this deployment's settings decide: the text
+        limit, and whether a key is optional (known once the app is serving: ``AUTH=auto`` looks at the bind)."""
+        authenticator = getattr(app.state, "authenticator", None)
+        anonymous = authenticator is not None and not cast(Authenticator, authenticator).policy.keys_required()
+        return deployment_openapi(
+            FastAPI.openapi(app), max_text_chars=config.max_text_chars, anonymous_allowed=anonymous, webhooks=webhooks_on
+        )
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        """The web page: one static HTML file, no build step."""
+        """The web page: static HTML, script and styles, no build step."""
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
     return app

@@ -14,15 +14,15 @@ import base64
 import json
 import math
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import ServiceDep
-from ttsq.api.errors import OPENAI_ERROR_RESPONSES, openai_error
-from ttsq.api.schemas import SubmitRequest
+from deps import ServiceDep, Submitter, TTSCaller
+from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
+from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, sse_schema, task_links, text_too_long
 from ttsq.api.service import InvalidInput, TTSService
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.voices import OPENAI_VOICES
@@ -32,19 +32,32 @@ router = APIRouter(prefix="/v1/audio", tags=["openai"])
 
 OpenAIFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 _UNSUPPORTED_FORMATS = {"aac": "AAC cannot be encoded here (no AAC encoder in libsndfile); use mp3, opus, flac, wav or pcm"}
+_SUPPORTED_FORMATS = [f for f in get_args(OpenAIFormat) if f not in _UNSUPPORTED_FORMATS]
 
 
 class SpeechRequest(BaseModel):
     """OpenAI's ``audio.speech.create`` body. ``model`` and ``instructions`` are accepted and ignored:
     there is one model, and ChatTTS takes no style instructions (use prosody tokens in ``input``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore")  # strict like every request body; OpenAI adds parameters, so extras pass
 
     model: str = Field(min_length=1, examples=["tts-1"])
-    input: str = Field(examples=["Hello from ttsq."])
-    voice: str = Field(description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, or a ttsq voice.")
+    input: str = Field(
+        description="Text to speak, as `text` on /v1/tts/submit: at most MAX_TEXT_CHARS characters (`maxLength`).",
+        examples=["Hello from ttsq."],
+        json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
+    )
+    voice: str = Field(
+        min_length=1,
+        description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, marin, cedar, or a ttsq voice.",
+        examples=["alloy"],
+    )
     instructions: str | None = None
-    response_format: OpenAIFormat = "mp3"
+    response_format: OpenAIFormat = Field(
+        "mp3",
+        # aac is taken, and refused with a message that says why, but it is not a format this API serves
+        json_schema_extra={"enum": _SUPPORTED_FORMATS},
+    )
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4.0, mapped onto ChatTTS's speed 1-9 (1.0 → 5).")
     stream_format: Literal["audio", "sse"] = "audio"
 
@@ -54,23 +67,61 @@ def chattts_speed(speed: float) -> int:
     return max(1, min(9, round(5 + 2 * math.log2(speed))))
 
 
+_SPEECH_EVENT = {
+    "oneOf": [
+        sse_schema(
+            {
+                "type": "object",
+                "required": ["type", "audio"],
+                "properties": {"type": {"const": "speech.audio.delta"}, "audio": {"type": "string", "contentEncoding": "base64"}},
+            }
+        ),
+        sse_schema({"type": "object", "required": ["type"], "properties": {"type": {"const": "speech.audio.done"}}}),
+        sse_schema(
+            {
+                "type": "object",
+                "required": ["type", "error"],
+                "properties": {
+                    "type": {"const": "error"},
+                    "error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
+                },
+            },
+            event="error",
+        ),
+    ]
+}
+"""One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
+
+
 @router.post(
     "/speech",
+    operation_id="openai_speech",
     responses={
-        200: {"description": "The audio.", "content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))}},
-        **OPENAI_ERROR_RESPONSES,
+        200: {
+            "description": "The audio (pcm and wav stream as they are synthesised); with `stream_format: sse`, server-sent events.",
+            "content": {**{t: {} for t in sorted(set(CONTENT_TYPES.values()))}, "text/event-stream": {"schema": _SPEECH_EVENT}},
+            "headers": {
+                **RATE_LIMIT_HEADERS,
+                "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
+            },
+            "links": task_links("$response.header.X-TTSQ-Task-Id"),
+        },
+        **OPENAI_SPEECH_ERROR_RESPONSES,
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep) -> Response:
+async def speech(body: SpeechRequest, service: ServiceDep, caller: Submitter) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
+    too_long = text_too_long(body.input, service.config.max_text_chars)
+    if too_long is not None:
+        raise InvalidInput(TEXT_FIELD, too_long, body.input[:200])
     voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
     if voice is None:
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
         raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
     native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
-    task_id = (await service.submit(native, voice)).task_id
+    task_id = (await service.submit(native, caller, voice)).task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id}
 
@@ -114,8 +165,14 @@ class VoiceListing(BaseModel):
     voices: list[dict[str, Any]]
 
 
-@router.get("/voices", response_model=VoiceListing, responses=OPENAI_ERROR_RESPONSES, summary="Voices usable on /v1/audio/speech")
-async def openai_voices(service: ServiceDep) -> VoiceListing:
+@router.get(
+    "/voices",
+    operation_id="openai_voices",
+    response_model=VoiceListing,
+    responses=OPENAI_ERROR_RESPONSES,
+    summary="Voices usable on /v1/audio/speech",
+)
+async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
     """OpenAI's names (each mapped onto a built-in voice) and every ttsq voice."""
     mapped = [{"voice_id": name, "name": name, "maps_to": target} for name, target in OPENAI_VOICES.items()]
     native = [{"voice_id": v.name, "name": v.name, "kind": v.kind} for v in await service.list_voices()]

@@ -3,37 +3,73 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from redis.exceptions import RedisError
 
-from deps import ServiceDep
-from ttsq.api.errors import ERROR_RESPONSES
-from ttsq.api.schemas import ErrorBody, TaskStatus
+from deps import ServiceDep, TTSCaller
+from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
+from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.jobs import Job, Status
+from ttsq.store.queue import Cancelled
 from ttsq.store.streams import STREAM_CONTENT_TYPES, StreamFormat
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])
+log = logging.getLogger("ttsq.api")
 
 _NOT_FOUND = {"model": ErrorBody, "description": "Unknown task id, or its result has expired."}
-_FAILED = {"model": TaskStatus, "description": "The task failed; `error` says why."}
+_FAILED = {"model": TaskStatus, "description": "The task failed (`error` says why) or was cancelled."}
 
 
 @router.get(
     "/tasks/{task_id}",
+    operation_id="task_status",
     response_model=TaskStatus,
-    responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503]},
+    responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="Status of a task",
 )
-async def task_status(task_id: str, service: ServiceDep) -> TaskStatus:
-    return await service.status(await service.job(task_id))
+async def task_status(task_id: str, service: ServiceDep, caller: TTSCaller) -> TaskStatus:
+    return await service.status(await service.job(task_id, caller))
+
+
+@router.delete(
+    "/tasks/{task_id}",
+    operation_id="cancel_task",
+    response_model=CancelResponse,
+    status_code=202,
+    responses={
+        200: {"model": CancelResponse, "description": "Cancelled already, or not yours to cancel any more."},
+        404: _NOT_FOUND,
+        409: {"model": ErrorBody, "description": "The task had already finished (done or failed)."},
+        503: ERROR_RESPONSES[503],
+        **AUTH_RESPONSES,
+    },
+    summary="Cancel a task",
+)
+async def cancel_task(task_id: str, service: ServiceDep, caller: TTSCaller) -> Response:
+    """A waiting task leaves the queue at once (``cancelled``); a running one is marked and its result
+    dropped when its batch ends (``cancelling``). When others joined the same task (single-flight),
+    only the caller is detached and the task goes on for them. Cancelling again changes nothing."""
+    outcome = await service.cancel(task_id, caller)
+    if outcome is Cancelled.FINAL:
+        raise HTTPException(409, f"task {task_id!r} has already finished; nothing to cancel")
+    if outcome is Cancelled.GONE:
+        raise HTTPException(404, f"no task {task_id!r}: it never existed or its result has expired")
+    body = CancelResponse(task_id=task_id, status=_CANCEL_STATUS[outcome])
+    return JSONResponse(body.model_dump(mode="json"), status_code=202 if outcome is Cancelled.CANCELLING else 200)
+
+
+_CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cancelling", Cancelled.DETACHED: "cancelled"}
 
 
 @router.get(
     "/result/{task_id}",
+    operation_id="task_result",
     responses={
         200: {
             "description": "The audio, in the format that was asked for.",
@@ -42,16 +78,17 @@ async def task_status(task_id: str, service: ServiceDep) -> TaskStatus:
         202: {
             "model": TaskStatus,
             "description": "Not ready yet; poll again after `Retry-After` seconds.",
-            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True}},
         },
         404: _NOT_FOUND,
         409: _FAILED,
         503: ERROR_RESPONSES[503],
+        **AUTH_RESPONSES,
     },
     summary="Download the audio of a finished task",
 )
-async def task_result(task_id: str, service: ServiceDep) -> Response:
-    download = await service.download(task_id)
+async def task_result(task_id: str, service: ServiceDep, caller: TTSCaller) -> Response:
+    download = await service.download(task_id, caller)
     if download.audio is not None:
         return Response(
             content=download.audio,
@@ -59,7 +96,7 @@ async def task_result(task_id: str, service: ServiceDep) -> Response:
             headers={"Content-Disposition": f'attachment; filename="{task_id}.{download.job.params.format}"'},
         )
     body = download.status.model_dump(mode="json") if download.status is not None else {}
-    if download.job.status is Status.FAILED:
+    if download.job.status in (Status.FAILED, Status.CANCELLED):
         return JSONResponse(status_code=409, content=body)
     return JSONResponse(status_code=202, content=body, headers={"Retry-After": str(_poll_after_s(download.job))})
 
@@ -71,6 +108,7 @@ def _poll_after_s(job: Job) -> int:
 
 @router.get(
     "/stream/{task_id}",
+    operation_id="task_stream",
     responses={
         200: {
             "description": "The audio as it is produced: WAV with an open-ended header, or raw PCM16 LE mono 24 kHz.",
@@ -78,17 +116,19 @@ def _poll_after_s(job: Job) -> int:
         },
         404: _NOT_FOUND,
         409: _FAILED,
-        503: ERROR_RESPONSES[503],
+        **ERROR_RESPONSES,
+        **AUTH_RESPONSES,
     },
     summary="Stream a task's audio sentence by sentence (works while it is queued or running)",
 )
 async def task_stream(
     task_id: str,
     service: ServiceDep,
+    caller: TTSCaller,
     format: Annotated[StreamFormat, Query(description="wav (open-ended header) or pcm (raw PCM16)")] = "wav",
 ) -> Response:
-    job = await service.job(task_id)
-    if job.status is Status.FAILED:
+    job = await service.job(task_id, caller)
+    if job.status in (Status.FAILED, Status.CANCELLED):
         return JSONResponse(status_code=409, content=(await service.status(job)).model_dump(mode="json"))
     return StreamingResponse(
         service.audio(task_id, format),
@@ -99,23 +139,42 @@ async def task_stream(
 
 @router.get(
     "/events/{task_id}",
+    operation_id="task_events",
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "`event: status` with a JSON `data` line each time the task changes, until it ends.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "`event: status` with a JSON `data` line each time the task changes, until it ends; "
+            "`event: error` if the job store becomes unreachable meanwhile.",
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "oneOf": [
+                            sse_schema(component_schema(TaskEvent), event="status"),
+                            sse_schema(component_schema(ErrorBody), event="error"),
+                        ]
+                    }
+                }
+            },
         },
         404: _NOT_FOUND,
         503: ERROR_RESPONSES[503],
+        **AUTH_RESPONSES,
     },
     summary="Server-sent `status` events (queue position, chunks done/total) until the task ends",
 )
-async def task_events(task_id: str, service: ServiceDep) -> StreamingResponse:
-    """The task is looked up before the stream starts, so an unknown id is a plain 404."""
-    job = await service.job(task_id)
+async def task_events(task_id: str, service: ServiceDep, caller: TTSCaller) -> StreamingResponse:
+    """The task is looked up before the stream starts, so an unknown id is a plain 404 (not a 200 whose
+    stream then breaks). Once streaming, the status is already sent, so a Redis outage ends the stream
+    with an ``error`` event instead of a broken connection."""
+    job = await service.job(task_id, caller)
 
     async def events() -> AsyncIterator[str]:
-        async for event in service.events(job):
-            yield f"event: status\ndata: {json.dumps(event)}\n\n"
+        try:
+            async for event in service.events(job):
+                yield f"event: status\ndata: {json.dumps(event)}\n\n"
+        except RedisError:
+            log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
+            detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}
+            yield f"event: error\ndata: {json.dumps(detail)}\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -32,6 +32,7 @@ from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.api.service import ServiceConfig
+    from ttsq.api.webhooks import WebhookConfig
     from ttsq.inference.chattts import EngineConfig
     from ttsq.inference.faults import FaultConfig
     from ttsq.runtime.worker import WorkerConfig
@@ -51,7 +52,9 @@ def _group(name: str, **extra: Any) -> dict[str, Any]:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore", frozen=True)
+    # SECRETS_DIR: a directory of files named like settings (a Kubernetes secret volume, Docker secrets),
+    # read by pydantic-settings, so a secret need never sit in the process's environment.
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore", frozen=True, secrets_dir=os.environ.get("SECRETS_DIR"))
 
     # --- Redis -------------------------------------------------------------------------------
     redis_url: str = Field(
@@ -123,6 +126,72 @@ class Settings(BaseSettings):
             "HMAC secret (≥ 16 bytes) that signs task ids; unset = one random secret created in Redis and shared by every replica."
         ),
         json_schema_extra=_group("API", shown="unset"),
+    )
+
+    # --- security and fair use ---------------------------------------------------------------
+    auth: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=(
+            "API keys: `auto` requires them once the API listens on a non-loopback address, `on` always, "
+            "`off` never (a loud start-up warning)."
+        ),
+        json_schema_extra=_group("Security and fair use"),
+    )
+    rate_limit_per_s: float = Field(
+        10.0,
+        gt=0,
+        description="Submits per second each key (or anonymous client address) may sustain.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    rate_limit_burst: int = Field(
+        50,
+        ge=1,
+        description="Submits a key may make at once before the rate applies (the bucket's size).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    max_queued_per_key: int = Field(
+        1_000,
+        ge=1,
+        description="Jobs one key (or anonymous client) may have queued or running at once, so no one fills the shared queue.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    max_body_bytes: int = Field(
+        65_536,
+        ge=1024,
+        description="Largest request body; a larger one is refused with 413 before it is read (Content-Length or streamed).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins allowed by CORS (`*` for any, then without credentials); empty = CORS off.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="HMAC secret (≥ 16 bytes) that signs completion webhooks; unset = `callback_url` is refused.",
+        json_schema_extra=_group("Security and fair use", shown="unset"),
+    )
+    webhook_allow: str = Field(
+        "",
+        description="Comma-separated networks (CIDR) or host names webhooks may reach although private or loopback.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Bound on one whole webhook attempt: resolving, connecting, sending, the answer.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_max_age_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="How long after the task ends a webhook is retried (exponential backoff, jitter) before it is given up.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    public_url: str | None = Field(
+        None,
+        description="The API's external base URL (`https://tts.example.com`), for webhooks' `result_url`; needed by them.",
+        json_schema_extra=_group("Security and fair use", shown="unset"),
     )
 
     # --- result cache ------------------------------------------------------------------------
@@ -291,6 +360,12 @@ class Settings(BaseSettings):
         description="Return cached GPU memory once the worker has been idle this long.",
         json_schema_extra=_group("Worker"),
     )
+    notify_socket: str | None = Field(
+        None,
+        description="Set by systemd in a `Type=notify` unit (never by hand): the worker reports ready and pings "
+        "`WatchdogSec` while live.",
+        json_schema_extra=_group("Worker", shown="unset"),
+    )
     batch_wait_ms: float = Field(
         20.0, ge=0, le=5000, description="How long a claim waits for more jobs to fill a batch.", json_schema_extra=_group("Worker")
     )
@@ -323,7 +398,7 @@ class Settings(BaseSettings):
     )
 
     # --- fault injection (tests only; off unless set explicitly) -----------------------------
-    fault_mode: Literal["none", "hang", "raise", "oom"] = Field(
+    fault_mode: Literal["none", "hang", "raise", "oom", "crash"] = Field(
         "none",
         description="Test only: make matching inferences `hang`, `raise` or run out of memory (`oom`).",
         json_schema_extra=_group("Fault injection (tests only)"),
@@ -363,15 +438,20 @@ class Settings(BaseSettings):
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("task_id_secret")
+    @field_validator("task_id_secret", "webhook_secret")
     @classmethod
     def _secret_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value().encode()) < 16:
-            raise ValueError("TASK_ID_SECRET must be at least 16 bytes")
+            raise ValueError("secrets (TASK_ID_SECRET, WEBHOOK_SECRET) must be at least 16 bytes")
         return value
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
+        if self.webhook_secret is not None and not (self.public_url or "").startswith(("http://", "https://")):
+            raise ValueError(
+                "WEBHOOK_SECRET is set but PUBLIC_URL is not an http(s) URL: a webhook carries the result's URL, "
+                "and the deliverer has no request to take the API's address from (e.g. PUBLIC_URL=https://tts.example.com)"
+            )
         if self.block_s >= self.redis_socket_timeout_s:
             raise ValueError(
                 f"BLOCK_S ({self.block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
@@ -460,7 +540,27 @@ class Settings(BaseSettings):
     def service_config(self) -> ServiceConfig:
         from ttsq.api.service import ServiceConfig
 
-        return self._project(ServiceConfig, model_identity=self.model_identity(), notice=self.model_notice())
+        return self._project(
+            ServiceConfig,
+            model_identity=self.model_identity(),
+            notice=self.model_notice(),
+        )
+
+    def webhook_config(self) -> WebhookConfig | None:
+        """The deliverer's config, or None when webhooks are off (no ``WEBHOOK_SECRET``)."""
+        from ttsq.api.webhooks import WebhookConfig
+
+        if self.webhook_secret is None or self.public_url is None:
+            return None
+        return WebhookConfig(
+            public_url=self.public_url,
+            timeout_s=self.webhook_timeout_s,
+            max_age_s=self.webhook_max_age_s,
+            block_s=self.block_s,  # a blocking claim must stay under the Redis socket timeout, as the worker's does
+        )
+
+    def webhook_allow_list(self) -> list[str]:
+        return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]
 
     def engine_config(self) -> EngineConfig:
         from ttsq.inference.chattts import EngineConfig

@@ -4,29 +4,44 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from deps import ServiceDep
-from ttsq.api.errors import ERROR_RESPONSES, QUEUE_FULL_RESPONSE
-from ttsq.api.schemas import SubmitRequest, SubmitResponse
+from deps import ServiceDep, Submitter
+from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, QUEUE_FULL_RESPONSE, RATE_LIMIT_HEADERS
+from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, SubmitResponse, task_links, text_too_long
+from ttsq.api.service import InvalidInput
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
+
+TASK_LINKS = task_links("$response.body#/task_id")
 
 
 @router.post(
     "/submit",
+    operation_id="submit",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SubmitResponse,
     responses={
-        200: {"model": SubmitResponse, "description": "Served from the cache: the task is already done."},
+        200: {
+            "model": SubmitResponse,
+            "description": "Served from the cache: the task is already done.",
+            "headers": RATE_LIMIT_HEADERS,
+            "links": TASK_LINKS,
+        },
+        202: {"description": "Queued, or joined an identical task in flight.", "headers": RATE_LIMIT_HEADERS, "links": TASK_LINKS},
+        413: BODY_TOO_LARGE_RESPONSE,
         **ERROR_RESPONSES,
+        **AUTH_RESPONSES,
         429: QUEUE_FULL_RESPONSE,
     },
     summary="Queue a text for synthesis and get a task id at once",
 )
-async def submit(body: SubmitRequest, service: ServiceDep) -> Response:
+async def submit(body: SubmitRequest, service: ServiceDep, caller: Submitter) -> Response:
     """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers.
 
     The answer is serialised once, here: returning the model would have FastAPI validate it again.
     """
-    answer = await service.submit(body)
+    too_long = text_too_long(body.text, service.config.max_text_chars)
+    if too_long is not None:
+        raise InvalidInput(TEXT_FIELD, too_long, body.text[:200])
+    answer = await service.submit(body, caller)
     code = status.HTTP_200_OK if answer.cached else status.HTTP_202_ACCEPTED
     return Response(answer.model_dump_json(), status_code=code, media_type="application/json")

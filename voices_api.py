@@ -6,32 +6,51 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from deps import ServiceDep
-from ttsq.api.errors import ERROR_RESPONSES, invalid_field
-from ttsq.api.schemas import ErrorBody
+from deps import AdminCaller, ServiceDep, TTSCaller
+from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, invalid_field
+from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
 from ttsq.domain.jobs import MAX_SEED
-from ttsq.domain.voices import Voice, validate_voice_name
+from ttsq.domain.voices import VOICE_NAME, Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
 
 VoiceName = Annotated[str, Path(description="The voice's name.")]
 
+_NAME_SCHEMA: dict[str, JsonValue] = {"pattern": VOICE_NAME.pattern, "minLength": 1, "maxLength": 64}
+"""What :func:`validate_voice_name` accepts, for the schema (the validator keeps its own plain message)."""
+
+_ONE_SPEAKER: list[JsonValue] = [
+    {"title": "from a seed", "required": ["seed"], "properties": {"seed": {"type": "integer"}}},
+    {"title": "from an embedding", "required": ["embedding"], "properties": {"embedding": {"type": "string"}}},
+]
+"""Exactly one of ``seed`` or ``embedding`` (the other absent or null), as JSON Schema says it."""
+
 
 class VoiceCreate(BaseModel):
     """Exactly one of ``seed`` (keep a voice you drew at random) or ``embedding``."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"name": "narrator", "seed": 1234}]})
+    model_config = ConfigDict(
+        **REQUEST_MODEL, json_schema_extra={"examples": [{"name": "narrator", "seed": 1234}], "oneOf": _ONE_SPEAKER}
+    )
 
-    name: str = Field(description="1-64 letters, digits, '_' or '-'.")
-    seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    embedding: str | None = Field(None, min_length=1, max_length=20_000, description="A ChatTTS speaker-embedding string.")
+    name: str = Field(description="1-64 letters, digits, '_' or '-'.", json_schema_extra=_NAME_SCHEMA)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="A speaker seed; give it or `embedding`, not both.")
+    embedding: str | None = Field(
+        None, min_length=1, max_length=20_000, description="A ChatTTS speaker-embedding string; give it or `seed`, not both."
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return validate_voice_name(value)
+
+
+_VOICE_LINKS = {
+    "get": {"operationId": "get_voice", "parameters": {"name": "$response.body#/name"}, "description": "Fetch it."},
+    "delete": {"operationId": "delete_voice", "parameters": {"name": "$response.body#/name"}, "description": "Delete it."},
+}
 
 
 class VoiceList(BaseModel):
@@ -43,19 +62,32 @@ def _summary(voice: Voice) -> Voice:
     return voice.model_copy(update={"embedding": None})
 
 
-@router.get("", response_model=VoiceList, responses={503: ERROR_RESPONSES[503]}, summary="List voices")
-async def list_voices(service: ServiceDep) -> VoiceList:
+@router.get(
+    "",
+    operation_id="list_voices",
+    response_model=VoiceList,
+    responses={503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
+    summary="List voices",
+)
+async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
     return VoiceList(voices=[_summary(v) for v in await service.list_voices()])
 
 
 @router.post(
     "",
+    operation_id="create_voice",
     status_code=status.HTTP_201_CREATED,
     response_model=Voice,
-    responses={409: {"model": ErrorBody, "description": "The name is taken."}, **ERROR_RESPONSES},
-    summary="Create a named voice",
+    responses={
+        201: {"description": "The voice, usable by name at once.", "links": _VOICE_LINKS},
+        409: {"model": ErrorBody, "description": "The name is taken, or a built-in voice's."},
+        413: BODY_TOO_LARGE_RESPONSE,
+        **ERROR_RESPONSES,
+        **AUTH_RESPONSES,
+    },
+    summary="Create a named voice (scope admin)",
 )
-async def create_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
+async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
     if (body.seed is None) == (body.embedding is None):
         raise invalid_field("seed", "give exactly one of seed or embedding", body.seed)
     return await service.create_voice(body.name, seed=body.seed, embedding=body.embedding)
@@ -63,11 +95,12 @@ async def create_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
 
 @router.get(
     "/{name}",
+    operation_id="get_voice",
     response_model=Voice,
-    responses={404: {"model": ErrorBody, "description": "No such voice."}, 503: ERROR_RESPONSES[503]},
+    responses={404: {"model": ErrorBody, "description": "No such voice."}, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="Fetch a voice",
 )
-async def get_voice(name: VoiceName, service: ServiceDep) -> Voice:
+async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller) -> Voice:
     voice = await service.get_voice(name)
     if voice is None:
         raise HTTPException(404, f"no voice named {name!r}")
@@ -76,15 +109,17 @@ async def get_voice(name: VoiceName, service: ServiceDep) -> Voice:
 
 @router.delete(
     "/{name}",
+    operation_id="delete_voice",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={
         404: {"model": ErrorBody, "description": "No such voice."},
         409: {"model": ErrorBody, "description": "Built-in voices cannot be deleted."},
         503: ERROR_RESPONSES[503],
+        **AUTH_RESPONSES,
     },
-    summary="Delete a voice",
+    summary="Delete a voice (scope admin)",
 )
-async def delete_voice(name: VoiceName, service: ServiceDep) -> Response:
+async def delete_voice(name: VoiceName, service: ServiceDep, caller: AdminCaller) -> Response:
     if not await service.delete_voice(name):
         raise HTTPException(404, f"no voice named {name!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

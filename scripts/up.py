@@ -1,6 +1,8 @@
 """``make up``: run ttsq on this machine — Redis (embedded when REDIS_URL is unset), workers, API.
 
-It supervises the processes in the foreground and stops them all on Ctrl-C. The model is an
+It supervises the processes in the foreground as systemd's ``Restart=always`` would (a process
+that exits, or whose ``/healthz`` stays failing, is restarted with backoff while the rest keeps
+running; :mod:`ttsq.runtime.supervise`) and stops them all on Ctrl-C. The model is an
 explicit choice and there is no silent fallback: when the weights cannot be reached it stops
 and names the choices.
 """
@@ -8,6 +10,7 @@ and names the choices.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import signal
@@ -15,13 +18,15 @@ import socket
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ttsq.runtime.launch import ProcessExited, api_command, spawn, wait_until_ok, worker_command
-from ttsq.store.local_redis import start_redis_server
+from ttsq.runtime.supervise import Child, Supervisor
+from ttsq.store.local_redis import RedisServer, start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_CHOICES = """Choose a model explicitly:
@@ -61,12 +66,13 @@ def port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """An embedded redis-server that keeps its data in var/redis (voices and queued jobs survive restarts)."""
+def start_redis(workdir: Path) -> RedisServer:
+    """An embedded redis-server that keeps its data in var/redis (append-only file: queued jobs and
+    voices survive its restarts)."""
     port = 6379 if port_free(6379) else None
     server = start_redis_server(workdir, binary=shutil.which("redis-server"), port=port, persist=True)
     print(f"ttsq: embedded redis-server ({server.binary}) on 127.0.0.1:{server.port}, data in {workdir}")
-    return server.process, server.url
+    return server
 
 
 def wait_ready(url: str, what: str, timeout_s: float, processes: list[subprocess.Popen[bytes]]) -> None:
@@ -85,43 +91,49 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--worker-base-port", type=int, default=8001)
+    parser.add_argument("--redis-dir", type=Path, default=ROOT / "var" / "redis", help="the embedded Redis's data")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     check_model(args.model)
-    processes: list[subprocess.Popen[bytes]] = []
     env = dict(os.environ, MODEL=args.model, PYTHONUNBUFFERED="1")
-    redis_first = not env.get("REDIS_URL")
-    if redis_first:
-        redis_process, env["REDIS_URL"] = start_redis(ROOT / "var" / "redis")
-        processes.append(redis_process)
+    redis_children: list[Child] = []
+    if not env.get("REDIS_URL"):
+        server = start_redis(args.redis_dir)
+        env["REDIS_URL"] = server.url
+
+        def restart_redis() -> subprocess.Popen[bytes]:
+            server.restart()
+            return server.process
+
+        redis_children.append(Child("redis-server", restart_redis, process=server.process, started_at=time.monotonic()))
+    workers = []
+    for index in range(args.workers):
+        port = args.worker_base_port + index
+        worker_env = dict(env, WORKER_HEALTH_PORT=str(port), WORKER_ID=f"{socket.gethostname()}-w{index}")
+        workers.append(
+            Child(f"worker {index}", partial(spawn, worker_command(), cwd=ROOT, env=worker_env), f"http://127.0.0.1:{port}/healthz")
+        )
+    base = f"http://{args.host}:{args.port}"
+    api = Child("api", partial(spawn, api_command(args.port, host=args.host), cwd=ROOT, env=env), f"{base}/healthz")
+    supervisor = Supervisor([*redis_children, *workers, api])
 
     def stop(*_: object) -> None:
         """API and workers first (workers finish their job within the grace period), Redis last."""
-        for group in (processes[1:] if redis_first else processes, processes[:1] if redis_first else []):
-            for process in group:
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-            for process in group:
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        supervisor.stop(order=[[api, *workers], redis_children])
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
+        for child in (*workers, api):
+            supervisor.launch(child)
+        started = [child.process for child in supervisor.children if child.process is not None]
+        wait_ready(f"{base}/readyz", "the API", 60, started)
         for index in range(args.workers):
-            port = args.worker_base_port + index
-            worker_env = dict(env, WORKER_HEALTH_PORT=str(port), WORKER_ID=f"{socket.gethostname()}-w{index}")
-            processes.append(spawn(worker_command(), cwd=ROOT, env=worker_env))
-        processes.append(spawn(api_command(args.port, host=args.host), cwd=ROOT, env=env))
-        base = f"http://{args.host}:{args.port}"
-        wait_ready(f"{base}/readyz", "the API", 60, processes)
-        for index in range(args.workers):
-            wait_ready(f"http://127.0.0.1:{args.worker_base_port + index}/readyz", f"worker {index}", 900, processes)
+            wait_ready(f"http://127.0.0.1:{args.worker_base_port + index}/readyz", f"worker {index}", 900, started)
     except BaseException:
-        stop()
+        supervisor.stop(order=[[api, *workers], redis_children])
         raise
     noise = "  (MODEL=tiny: random weights, the audio is NOISE)\n" if args.model == "tiny" else ""
     print(
@@ -130,13 +142,12 @@ def main() -> None:
         '-d \'{"text": "你好，欢迎使用 ttsq。", "voice": "zh_female"}\'\n'
         f"  curl -s {base}/v1/tts/tasks/TASK_ID\n"
         f"  curl -s -o hello.wav {base}/v1/tts/result/TASK_ID\n"
-        f"  API docs: {base}/docs · Ctrl-C stops everything\n",
+        f"  API docs: {base}/docs · Ctrl-C stops everything · a process that exits or stops being live is restarted\n",
         flush=True,
     )
-    while all(p.poll() is None for p in processes):
-        time.sleep(0.5)
-    print("ttsq: a process exited; stopping the rest", file=sys.stderr)
-    stop()
+    while True:  # as systemd's Restart=always: whatever exits is started again, the rest keeps running
+        supervisor.tick()
+        time.sleep(1.0)
 
 
 if __name__ == "__main__":

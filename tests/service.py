@@ -47,11 +47,12 @@ class Service:
         self.processes.append(process)
         return process
 
-    def start_api(self, name: str = "api", **env: str) -> str:
-        """An API process on this deployment's Redis (another replica when called again); returns its URL."""
+    def start_api(self, name: str = "api", host: str = "127.0.0.1", **env: str) -> str:
+        """An API process on this deployment's Redis (another replica when called again); returns its URL
+        (on loopback, whatever ``host`` it listens on)."""
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        process = self.spawn(name, api_command(port), **env)
+        process = self.spawn(name, api_command(port, host=host), **env)
         wait_until_ok(f"{url}/readyz", 60, [process])
         if not self.api_url:
             self.api_url = url

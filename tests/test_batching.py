@@ -29,7 +29,7 @@ class RecordingEngine(EngineWrapper):
 
 
 def job(text: str, **overrides: Any) -> Job:
-    return Job(id=task_id(), params=params(text, **overrides), created_at=0.0)
+    return Job(id=task_id(), params=params(text, **overrides), created_at=0.0, max_attempts=3)
 
 
 def test_jobs_are_grouped_by_speaker_and_sampling_parameters() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.checkpoint import (
     ASSET_FILES,
@@ -25,6 +26,7 @@ from ttsq.inference.checkpoint import (
     build_tiny_checkpoint,
     config_overrides,
     gpt_llama_config,
+    sha256_key,
     text_vocab_size,
 )
 
@@ -130,3 +132,43 @@ def test_unknown_size_is_refused_before_anything_is_written(tmp_path: Path) -> N
         build_random_checkpoint(tmp_path / "ckpt", "huge")  # type: ignore[arg-type]
     assert not (tmp_path / "ckpt").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_builder_writes_special_tokens_map_when_the_tokenizer_save_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_checkpoint_dir: Path
+) -> None:
+    """transformers 5 (5.17 on the GPU image) no longer writes ``special_tokens_map.json``, which
+    ChatTTS 0.2.5's loader hash-checks: the builder writes it itself, byte for byte as transformers
+    4.x does, and ChatTTS's own asset check then accepts the checkpoint. Everything else is the real
+    code path; only the tokenizer's save is made to behave like transformers 5's."""
+    from transformers import BertTokenizerFast
+
+    original = BertTokenizerFast.save_pretrained
+    dropped: list[Path] = []
+
+    def save_like_transformers_5(self: Any, save_directory: str, *args: Any, **kwargs: Any) -> Any:
+        written = original(self, save_directory, *args, **kwargs)
+        special = Path(save_directory) / "special_tokens_map.json"
+        if special.exists():
+            special.unlink()
+            dropped.append(special)
+        return tuple(name for name in written if Path(name).name != special.name)
+
+    monkeypatch.setattr(BertTokenizerFast, "save_pretrained", save_like_transformers_5)
+    built = build_random_checkpoint(tmp_path / "ckpt", "tiny")
+    assert dropped, "the patched save never ran"
+    tokenizer_dir = built / "asset" / "tokenizer"
+    assert sorted(path.name for path in tokenizer_dir.iterdir()) == [
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    reference = tiny_checkpoint_dir / "asset" / "tokenizer" / "special_tokens_map.json"
+    assert (tokenizer_dir / "special_tokens_map.json").read_bytes() == reference.read_bytes()
+    manifest = json.loads((built / MANIFEST_NAME).read_text())
+    assert set(manifest["sha256_map"]) == {sha256_key(rel) for rel in ASSET_FILES}
+
+    engine = ChatTTSEngine(dataclasses.replace(TINY_ENGINE_CONFIG, model_source=str(built)))
+    info = engine.load()  # Chat.load(source="custom") runs ChatTTS's check_all_assets over all three tokenizer files
+    assert info.name == "tiny-random"
+    engine.release_memory()

@@ -110,7 +110,7 @@ def test_padding_to_a_compiled_size_is_batching_with_copies_whose_audio_is_dropp
         calls.append(len(texts))
         return infer(chat, texts, *args)
 
-    engine._infer = counting  # type: ignore[method-assign]
+    engine._infer = counting  # type: ignore[method-assign,assignment]
     padded = batch_audio(engine, reqs)
     assert calls == [4], "three rows ran as a prepared batch of four"
     assert len(padded) == 3, "pad rows never reach a result"

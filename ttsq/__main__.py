@@ -1,7 +1,18 @@
-"""``python -m ttsq``: the command line (:mod:`ttsq.client.cli`)."""
+"""``python -m ttsq``: the client's command line (:mod:`ttsq.client.cli`), and the operator's commands
+that talk to Redis directly (``keys``, ``dead-letters``: :mod:`ttsq.runtime.admin`), which read the
+process settings."""
 
 import sys
 
-from ttsq.client.cli import main
+ADMIN_COMMANDS = ("keys", "dead-letters")
+
+if len(sys.argv) > 1 and sys.argv[1] in ADMIN_COMMANDS:
+    from settings import get_settings
+    from ttsq.runtime import admin
+
+    settings = get_settings()
+    sys.exit(admin.main(sys.argv[1:], settings.redis_config(), settings.queue_config()))
+
+from ttsq.client.cli import main  # noqa: E402 - the client needs none of the above
 
 sys.exit(main())

@@ -1,120 +1,37 @@
-"""The web page (``static/index.html`` served at ``/``) driven in Debian's Chromium.
+"""The web page (``static/index.html``, ``static/app.js``, ``static/app.css``) driven in Debian's Chromium.
 
 Everything is real: the ``service`` deployment (redis-server, ``uvicorn app:app``, ``python
 worker.py`` on the tiny random-weight checkpoint) and a headless Chromium driven through the
 ``playwright`` package. The browser is the system one (``scripts/install_chromium.sh``); the
 tests never run ``playwright install``. Screenshots land in ``test-artifacts/`` for review.
+
+Every page a test opens fails the test at teardown on an uncaught JavaScript error or on any
+Content-Security-Policy violation (a ``securitypolicyviolation`` event, or the console's
+"Refused to ..." message). The policy itself, and the API-key flow, are tested in
+``tests/web/test_security.py``.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Request, sync_playwright
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import Request
 
-from tests.service import ROOT, Service
+from tests.service import Service
+from tests.web.pages import (
+    NO_HORIZONTAL_OVERFLOW,
+    WAIT_MS,
+    OpenPage,
+    assert_download_link,
+    screenshot,
+    wait_for_audio,
+    wait_for_voices,
+)
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--mute-audio",
-]
-WAIT_MS = 120_000
-"""Generous bound for anything that waits on the worker (tiny model on 2 CPU cores)."""
-
-AUDIO_READY = """() => {
-    const audio = document.querySelector('#player');
-    return audio !== null && !audio.hidden && audio.src !== '' && audio.readyState >= 1;
-}"""
-NO_HORIZONTAL_OVERFLOW = "() => document.documentElement.scrollWidth <= window.innerWidth"
-
-
-class OpenPage(Protocol):
-    def __call__(self, width: int = 1280, height: int = 900, api_url: str | None = None) -> Page: ...
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: the web tests need Debian's Chromium; run scripts/install_chromium.sh",
-            pytrace=False,
-        )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def open_page(browser: Browser, service: Service) -> Iterator[OpenPage]:
-    """Factory: the page at ``/`` in a fresh browser context, its voice list loaded.
-
-    Uncaught JavaScript errors fail the test at teardown (HTTP error statuses that the page
-    handles are expected and ignored).
-    """
-    js_errors: list[str] = []
-
-    def open_(width: int = 1280, height: int = 900, api_url: str | None = None) -> Page:
-        context = browser.new_context(viewport={"width": width, "height": height})
-        page = context.new_page()
-        page.on("pageerror", lambda error: js_errors.append(str(error)))
-        page.goto(f"{api_url or service.api_url}/")
-        wait_for_voices(page)
-        return page
-
-    yield open_
-    assert not js_errors, f"uncaught JavaScript errors: {js_errors}"
-
-
-def wait_for_voices(page: Page) -> None:
-    """The picker is filled from GET /v1/voices once the built-in voices are listed."""
-    page.wait_for_selector('#voice option[value="zh_female"]', state="attached")
-
-
-def screenshot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
-
-
-def wait_for_audio(page: Page, service: Service) -> dict[str, Any]:
-    """Wait until the final result is playable in ``<audio controls>``; return the task's status."""
-    try:
-        page.wait_for_function(AUDIO_READY, timeout=WAIT_MS)
-    except PlaywrightTimeout as exc:
-        raise AssertionError(
-            f"no playable audio; #status={page.text_content('#status')!r} #error={page.text_content('#error')!r}\n" + service.logs()
-        ) from exc
-    task_id = page.evaluate("document.body.dataset.taskId")
-    return service.status(str(task_id))
-
-
-def assert_download_link(page: Page, status: dict[str, Any]) -> None:
-    link = page.locator("#download")
-    assert link.is_visible()
-    assert (link.get_attribute("href") or "").startswith("blob:")
-    text = link.inner_text()
-    assert re.search(r"\d+(\.\d+)? (B|KB|MB)", text), text
-    assert status["format"].upper() in text
-    assert link.get_attribute("download") is not None
-    assert int(link.get_attribute("data-bytes") or 0) == status["result_bytes"] > 0
 
 
 def submitted_body(request: Request) -> dict[str, Any]:
@@ -146,6 +63,10 @@ def test_generate_with_the_mouse_streams_then_plays_and_offers_a_download(servic
     assert int(page.evaluate("document.body.dataset.streamedBytes")) % 2 == 0, "whole PCM16 samples only"
     assert page.locator("#seed-panel").is_hidden(), "a named voice is not a random draw"
     assert page.inner_text("#error") == ""
+    assert page.evaluate("window.__cspViolations") == [], "generating and playing broke no rule of the policy"
+    assert page.evaluate("document.querySelector('#key-panel').open") is False, "no key asked for where none is needed"
+    sent = [r.url for r in open_page.requests if "/v1/" in r.url and "authorization" in r.all_headers()]
+    assert sent == [], f"without a key no request sends an Authorization header: {sent}"
     screenshot(page, "page-done.png")
 
 

@@ -24,10 +24,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
+from ttsq.api.auth import Forbidden, RateLimited, Unauthorized
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
 from ttsq.api.service import InvalidInput, TaskNotFound
+from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
 from ttsq.store.queue import QueueFullError
 
@@ -35,7 +38,18 @@ log = logging.getLogger(__name__)
 
 OPENAI_PREFIX = "/v1/audio"
 
-_RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}}
+_RETRY_AFTER = {
+    "Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}
+}
+RATE_LIMIT_HEADERS: dict[str, Any] = {
+    "RateLimit-Limit": {"schema": {"type": "integer", "minimum": 0}, "description": "Submits this caller may make at once."},
+    "RateLimit-Remaining": {"schema": {"type": "integer", "minimum": 0}, "description": "Submits left before the limit applies."},
+    "RateLimit-Reset": {"schema": {"type": "integer", "minimum": 0}, "description": "Seconds until the bucket is full again."},
+}
+"""What every answer of a submit route says about the caller's rate limit (absent when the answer came before it
+was looked at, e.g. a body over the size limit)."""
+
+_WWW_AUTHENTICATE = {"WWW-Authenticate": {"schema": {"type": "string"}, "required": True, "description": "`Bearer`."}}
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorBody, "description": "Invalid input; `detail` names the field and the problem."},
@@ -43,28 +57,60 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """The errors every native route can answer, for the OpenAPI schema."""
 
+BODY_TOO_LARGE_RESPONSE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The request body is larger than `MAX_BODY_BYTES`; nothing was read or queued.",
+}
+"""413, on every route that takes a body."""
+
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "An API key is needed, or the one sent is not valid.", "headers": _WWW_AUTHENTICATE},
+    403: {"model": ErrorBody, "description": "The API key lacks the scope this route needs."},
+}
+
 QUEUE_FULL_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
-    "description": "The queue is full; retry after `Retry-After` seconds.",
-    "headers": _RETRY_AFTER,
+    "description": "The queue is full, this key has its cap of queued jobs, or it submits too fast; retry after "
+    "`Retry-After` seconds (`RateLimit-*` headers say how many submits remain).",
+    "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
 }
 
 OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": OpenAIErrorBody, "description": "Invalid request."},
+    401: {
+        "model": OpenAIErrorBody,
+        "description": "An API key is needed, or the one sent is not valid.",
+        "headers": _WWW_AUTHENTICATE,
+    },
+    403: {"model": OpenAIErrorBody, "description": "The API key lacks the scope this route needs."},
     429: {
         "model": OpenAIErrorBody,
-        "description": "The queue is full; retry after `Retry-After` seconds.",
-        "headers": _RETRY_AFTER,
+        "description": "The queue is full, this key has its cap of queued jobs, or it submits too fast; retry after "
+        "`Retry-After` seconds.",
+        "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
     },
-    500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
     503: {
         "model": OpenAIErrorBody,
         "description": "Redis is unreachable; retry after `Retry-After` seconds.",
         "headers": _RETRY_AFTER,
     },
 }
+"""The errors every OpenAI-compatible route can answer."""
 
-_OPENAI_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}
+OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **OPENAI_ERROR_RESPONSES,
+    413: {"model": OpenAIErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
+    500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
+}
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 def openai_error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -90,6 +136,68 @@ def invalid_field(field: str, message: str, value: Any = None) -> RequestValidat
 _OPENAI_FIELD_NAMES = {"text": "input", "format": "response_format"}
 """The native request's field names as an OpenAI client knows them."""
 
+_UNREADABLE_BODY = "There was an error parsing the body"
+"""FastAPI's 400 detail for a body that cannot be decoded at all."""
+
+
+def _unreadable_body_error() -> dict[str, Any]:
+    return {"type": "json_invalid", "loc": ("body",), "msg": "the request body is not JSON in UTF-8", "input": None}
+
+
+_EXPECTED = {
+    "int_type": "an integer (a JSON number without a fraction, not a string)",
+    "float_type": "a number (not a string or a boolean)",
+    "bool_type": "true or false (not 0, 1 or a string)",
+    "string_type": "a string",
+}
+"""Strict types, said plainly: what a field of each type takes."""
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "the boolean " + ("true" if value else "false")
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _explained(error: Any) -> Any:
+    """A strict type error that names what the field takes and what it got, e.g. ``refine_text`` given ``0``."""
+    expected = _EXPECTED.get(error.get("type", ""))
+    if expected is None:
+        return error
+    return {**error, "msg": f"expected {expected}, got {_json_kind(error.get('input'))}"}
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the requested path answers to, across all the routes on that path (the ``Allow`` of a 405).
+
+    The router names only the first route whose path matches, so a path served by two routes (``GET`` and
+    ``DELETE /v1/tts/tasks/{id}``) would advertise one of its methods. Each method is asked of the router
+    as a request of its own would be, through the routes' public ``matches``.
+    """
+    scope = request.scope
+    root_path = scope.get("app_root_path", scope.get("root_path", ""))  # a mount (the static files) moves root_path
+    allowed = []
+    for method in _METHODS:
+        probe = {"type": "http", "method": method, "path": scope["path"], "root_path": root_path, "headers": []}
+        for route in request.app.router.routes:
+            if isinstance(route, Mount):  # the static files: GET and HEAD, whatever the path below
+                full = method in ("GET", "HEAD") and route.matches(probe)[0] is Match.FULL
+            else:
+                full = route.matches(probe)[0] is Match.FULL
+            if full:
+                allowed.append(method)
+                break
+    return allowed
+
 
 def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit: Callable[[SubmitOutcome], None]) -> None:
     """``on_rejected_submit`` counts the rejections of submit routes (native and OpenAI) by outcome."""
@@ -111,6 +219,23 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
 
+    async def unauthorized(request: Request, exc: Exception) -> Response:
+        return error_response(request, 401, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ttsq"'})
+
+    async def forbidden(request: Request, exc: Exception) -> Response:
+        return error_response(request, 403, str(exc))
+
+    async def rate_limited(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RateLimited)
+        rejected(request, "rate_limited")
+        return error_response(request, 429, str(exc), headers=exc.decision.headers())
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        """A bug: the log gets the traceback (with the request id), the client a sentence and the id, never the trace."""
+        log.exception("unhandled error")
+        request_id = getattr(request.state, "request_id", None) or context.request_id.get() or "unknown"
+        return error_response(request, 500, f"internal error; quote request id {request_id} when reporting it")
+
     async def voice_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, VoiceError)
         if exc.status == 422:
@@ -124,6 +249,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         rejected(request, "invalid")
+        exc = RequestValidationError([_explained(error) for error in exc.errors()], body=exc.body)
         if not request.url.path.startswith(OPENAI_PREFIX):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -133,9 +259,18 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        headers = dict(exc.headers) if exc.headers else None
-        return error_response(request, exc.status_code, str(exc.detail), headers=headers)
+        if exc.status_code == 400 and exc.detail == _UNREADABLE_BODY:
+            # FastAPI's answer to a body it cannot even decode (not UTF-8): the same 422 as malformed JSON.
+            return await invalid(request, RequestValidationError([_unreadable_body_error()]))
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error_response(request, exc.status_code, str(exc.detail), headers=headers or None)
 
+    app.add_exception_handler(Unauthorized, unauthorized)
+    app.add_exception_handler(Forbidden, forbidden)
+    app.add_exception_handler(RateLimited, rate_limited)
+    app.add_exception_handler(Exception, unexpected)
     app.add_exception_handler(RedisError, redis_down)
     app.add_exception_handler(QueueFullError, queue_full)
     app.add_exception_handler(TaskNotFound, not_found)

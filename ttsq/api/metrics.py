@@ -25,7 +25,9 @@ from ttsq.store.queue import JobQueue
 
 access_log = logging.getLogger("ttsq.access")
 
-SubmitOutcome = Literal["queued", "joined", "cache_hit_l1", "cache_hit_l2", "cache_hit_l3", "invalid", "queue_full", "unavailable"]
+SubmitOutcome = Literal[
+    "queued", "joined", "cache_hit_l1", "cache_hit_l2", "cache_hit_l3", "invalid", "queue_full", "rate_limited", "unavailable"
+]
 SUBMIT_ROUTES = frozenset({"/v1/tts/submit", "/v1/audio/speech"})
 """Routes whose rejections count as submit outcomes (422/400, 429, 503)."""
 
@@ -54,7 +56,7 @@ class ApiMetrics:
         self.submits = Counter(
             "ttsq_submits",
             "Submits (native and OpenAI) by outcome: queued, joined an identical job in flight, answered by a cache level, "
-            "or rejected (invalid 422/400, queue_full 429, unavailable 503). The seed's tts_requests_total.",
+            "or rejected (invalid 422/400, queue_full 429, rate_limited 429, unavailable 503). The seed's tts_requests_total.",
             ["outcome"],
             registry=self.registry,
         )
@@ -114,6 +116,7 @@ class ObservabilityMiddleware:
             return
         offered = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"x-request-id"), None)
         request_id = context.accept_request_id(offered)
+        scope.setdefault("state", {})["request_id"] = request_id  # for the 500 handler, which runs outside this
         token = context.request_id.set(request_id)
         task_token = context.task_id.set(None)
         status = 500
@@ -123,7 +126,11 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                extra = [(b"x-request-id", request_id.encode())]
+                limits = scope.get("state", {}).get("rate_limit_headers")
+                if limits and status != 429:  # a 429 carries them already, from its handler
+                    extra += [(name.lower().encode(), value.encode()) for name, value in limits.items()]
+                message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
         try:

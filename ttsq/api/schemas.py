@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
 
+REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
+"""Request bodies: unknown fields are refused so that a typo is not silently ignored, and types are
+strict (an integer is a JSON integer, never ``"5"`` or ``5.0``; a boolean is ``true`` or ``false``,
+never ``0``), so what the schema declares is exactly what is accepted."""
+
+TEXT_FIELD = "text"
+"""The submit body's text field; its ``maxLength`` is a setting, put in each deployment's schema by
+:func:`deployment_openapi`."""
+
 
 class SubmitRequest(BaseModel):
-    """A text to speak. Unknown fields are refused so that a typo is not silently ignored."""
+    """A text to speak."""
 
     model_config = ConfigDict(
-        extra="forbid",
+        **REQUEST_MODEL,
         json_schema_extra={"examples": [{"text": "你好，欢迎使用 ttsq。[uv_break]", "voice": "zh_female", "format": "mp3"}]},
     )
 
     text: str = Field(
-        description="Text to speak. Prosody tokens [uv_break], [laugh], [lbreak], [break_N], [laugh_N], [oral_N] are allowed.",
+        description="Text to speak, at most MAX_TEXT_CHARS characters (`maxLength`) as sent and after removing invisible and "
+        "control characters; it must keep something to speak once they are removed. Prosody tokens [uv_break], [laugh], "
+        "[lbreak], [break_N], [laugh_N], [oral_N] are allowed; any other ChatTTS control token is refused.",
         examples=["Hello from ttsq."],
+        json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
     )
     voice: str | None = Field(None, description="A registered voice name; fixes the speaker.")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker.")
@@ -29,6 +42,12 @@ class SubmitRequest(BaseModel):
     top_k: int = Field(20, ge=1, le=100)
     format: AudioFormat = "wav"
     refine_text: bool = Field(False, description="Let ChatTTS add oral prosody tokens first (slower).")
+    callback_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="An http(s) URL to POST the outcome to when the task ends (a signed webhook; see README). "
+        "Private, loopback and link-local addresses are refused unless allow-listed.",
+    )
 
 
 class SubmitResponse(BaseModel):
@@ -41,6 +60,20 @@ class SubmitResponse(BaseModel):
     cached: bool = Field(False, description="Served from the result cache: the audio is ready now.")
     joined: bool = Field(False, description="An identical request was already queued or running; this is its task.")
     notice: str | None = Field(None, description="A warning about the model, e.g. random weights.")
+
+
+class WebhookStatus(BaseModel):
+    """Where a task's completion webhook stands (tasks submitted with a ``callback_url``)."""
+
+    state: Literal["pending", "retrying", "delivered", "gave_up"] = Field(
+        description="pending: due or being sent; retrying: an attempt failed, another is scheduled; "
+        "delivered: the receiver answered 2xx; gave_up: retried for WEBHOOK_MAX_AGE_S, or refused by the SSRF guard."
+    )
+    attempts: int
+    last_status_code: int | None = None
+    last_error: str | None = None
+    last_attempt_at: float | None = None
+    next_attempt_at: float | None = None
 
 
 class TaskStatus(BaseModel):
@@ -62,6 +95,7 @@ class TaskStatus(BaseModel):
     voice: str | None = None
     chunks_done: int | None = Field(None, description="Sentence chunks synthesised so far (current attempt).")
     chunks_total: int | None = None
+    webhook: WebhookStatus | None = Field(None, description="The completion webhook's deliveries, when one was asked for.")
 
     @classmethod
     def of(cls, job: Job, position: int | None, progress: tuple[int, int] | None = None) -> TaskStatus:
@@ -87,6 +121,13 @@ class TaskStatus(BaseModel):
         )
 
 
+class CancelResponse(BaseModel):
+    task_id: str
+    status: Literal["cancelled", "cancelling"] = Field(
+        description="`cancelled`: it will not run (or not for you); `cancelling`: it is running, its result will be dropped."
+    )
+
+
 class ErrorBody(BaseModel):
     """Every non-422 error: a sentence a person can act on."""
 
@@ -108,3 +149,135 @@ class OpenAIErrorBody(BaseModel):
     """Errors on the OpenAI-compatible routes, in OpenAI's shape."""
 
     error: OpenAIError
+
+
+class DeadLetter(BaseModel):
+    """A job that failed for good: why, after how many attempts, and what it was asked to say."""
+
+    task_id: str
+    error: str | None
+    attempts: int
+    max_attempts: int
+    created_at: float
+    finished_at: float | None
+    owner: str | None = Field(None, description="Who submitted it: `key:<id>` or `addr:<client address>`.")
+    text: str = Field(description="The text to synthesise (shortened to 200 characters in lists).")
+    voice: str | None
+    seed: int
+    format: AudioFormat
+    requeues: int = Field(description="Times it was requeued from the dead letters before.")
+
+    @classmethod
+    def of(cls, job: Job, *, preview: bool) -> DeadLetter:
+        text = job.params.text
+        return cls(
+            task_id=job.id,
+            error=job.error,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            created_at=job.created_at,
+            finished_at=job.finished_at,
+            owner=job.owner,
+            text=text[:199] + "…" if preview and len(text) > 200 else text,
+            voice=job.params.voice,
+            seed=job.params.seed,
+            format=job.params.format,
+            requeues=job.requeues,
+        )
+
+
+class DeadLetterList(BaseModel):
+    total: int = Field(description="Dead letters held (the list is capped at DEAD_LETTER_MAX).")
+    dead_letters: list[DeadLetter]
+
+
+class RequeueResponse(BaseModel):
+    task_id: str
+    status: Literal["queued"]
+    queue_position: int
+
+
+class TaskEvent(BaseModel):
+    """The JSON ``data`` of one ``status`` event on ``GET /v1/tts/events/{id}``."""
+
+    task_id: str
+    status: Status
+    queue_position: int | None
+    error: str | None
+    chunks_done: int | None
+    chunks_total: int | None
+
+
+def sse_schema(data: dict[str, Any], event: str | None = None) -> dict[str, Any]:
+    """The OpenAPI schema of one server-sent event whose ``data`` is JSON matching ``data`` (``event``: its name)."""
+    properties: dict[str, Any] = {"data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data}}
+    if event is not None:
+        properties["event"] = {"const": event}
+    return {"type": "object", "required": sorted(properties), "properties": properties}
+
+
+def component_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its references pointing into the OpenAPI document's components
+    (every model it refers to must be in them through some route)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
+def text_too_long(text: str, max_chars: int) -> str | None:
+    """Why ``text`` is refused before cleaning, or None. The schema's ``maxLength`` counts the text as sent,
+    so the API refuses exactly what the schema does; cleaning only ever removes characters, so whatever
+    passes here also fits after cleaning."""
+    if len(text) > max_chars:
+        return f"text is {len(text)} characters long as sent; the limit is {max_chars}"
+    return None
+
+
+def task_links(task_id: str) -> dict[str, Any]:
+    """OpenAPI links from an answer that names a task (``task_id``: where, e.g. ``$response.body#/task_id``) to what a
+    client does next with it; fuzzers follow them from a submit to the task's routes."""
+    return {
+        name: {"operationId": operation, "parameters": {"task_id": task_id}, "description": description}
+        for name, operation, description in (
+            ("status", "task_status", "Where the task stands."),
+            ("result", "task_result", "Its audio, once done."),
+            ("stream", "task_stream", "Its audio as it is synthesised."),
+            ("events", "task_events", "Its status changes as server-sent events."),
+            ("cancel", "cancel_task", "Cancel it."),
+        )
+    }
+
+
+LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD), ("SpeechRequest", "input"))
+"""The request fields whose ``maxLength`` is ``MAX_TEXT_CHARS`` (native submit, OpenAI speech)."""
+
+
+WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)
+"""The request fields that exist only where completion webhooks are configured."""
+
+
+def deployment_openapi(base: dict[str, Any], *, max_text_chars: int, anonymous_allowed: bool, webhooks: bool) -> dict[str, Any]:
+    """The OpenAPI document of this deployment: ``base`` (generated from the routes) with what settings decide.
+
+    * ``maxLength`` of the texts is ``MAX_TEXT_CHARS``;
+    * where callers may come without a key (``AUTH=off``, or ``auto`` on loopback), every operation's
+      security lists the empty requirement ``{}`` as well: the key is optional, as OpenAPI says it;
+    * without webhooks (no ``WEBHOOK_SECRET`` or ``PUBLIC_URL``) there is no ``callback_url``: it is refused,
+      so the schema does not offer it.
+    """
+    schema = copy.deepcopy(base)
+    components = schema.get("components", {}).get("schemas", {})
+    for model, field in LIMITED_TEXT_FIELDS:
+        prop = components.get(model, {}).get("properties", {}).get(field)
+        if prop is not None:
+            prop["maxLength"] = max_text_chars
+    if not webhooks:
+        for model, field in WEBHOOK_FIELDS:
+            components.get(model, {}).get("properties", {}).pop(field, None)
+    if anonymous_allowed:
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                security = operation.get("security") if isinstance(operation, dict) else None
+                if security and {} not in security:
+                    security.append({})
+    return schema

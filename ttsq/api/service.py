@@ -15,15 +15,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
-from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus
+from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
+from ttsq.api.webhooks import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
 from ttsq.store.cache import ResultCache
-from ttsq.store.queue import JobQueue
+from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
+from ttsq.store.queue import Cancelled, JobQueue, Requeued
 from ttsq.store.streams import StreamFailed, StreamFormat, audio_stream, pcm_pieces
 from ttsq.store.task_ids import TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
@@ -45,6 +48,7 @@ class ServiceConfig:
     model: str
     notice: str | None
     """A warning about the model that every submit answer carries (random weights)."""
+    max_queued_per_key: int
 
 
 class InvalidInput(Exception):
@@ -108,6 +112,20 @@ def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: in
     return params
 
 
+def readable(job: Job, caller: Principal) -> bool:
+    """Tasks submitted with a key are its (and admins'); tasks submitted without one, anyone holding the id's."""
+    return job.readers is None or caller.is_admin or (caller.reader is not None and caller.reader in job.readers)
+
+
+@dataclass(frozen=True)
+class Webhooks:
+    """Completion webhooks, when configured: the SSRF guard a submit checks ``callback_url`` with, and
+    the delivery log a task's status reports from. The deliverer itself runs beside the routes (``app.py``)."""
+
+    guard: SsrfGuard
+    deliveries: DeliveryQueue
+
+
 class TTSService:
     def __init__(
         self,
@@ -117,6 +135,7 @@ class TTSService:
         config: ServiceConfig,
         signer: TaskIdSigner | None = None,
         on_submit: Callable[[SubmitOutcome], None] | None = None,
+        webhooks: Webhooks | None = None,
     ) -> None:
         self.queue = queue
         self.cache = cache
@@ -124,6 +143,7 @@ class TTSService:
         self.config = config
         self._signer = signer
         self._on_submit = on_submit or (lambda outcome: None)
+        self.webhooks = webhooks
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -133,20 +153,27 @@ class TTSService:
 
     # ---- submit ----------------------------------------------------------------------------
 
-    async def submit(self, body: SubmitRequest, voice: Voice | None = None) -> SubmitResponse:
+    async def submit(self, body: SubmitRequest, caller: Principal, voice: Voice | None = None) -> SubmitResponse:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
         ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
+        The task is readable by ``caller``'s key (and admins); cache hits share audio across keys,
+        never task records.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
         params = self.build_params(body, voice)
+        callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
+        if callback_url is not None:
+            params.callback_url = await self.check_callback_url(callback_url)
         signer = await self.signer()
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
                 entry = hit.entry
-                job = await self.queue.record_done(signer.new(), params, entry.audio, entry.content_type, entry.duration_s)
+                job = await self.queue.record_done(
+                    signer.new(), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
+                )
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
                 log.info("task %s done from the cache (%s)", job.id, hit.level)
@@ -160,7 +187,15 @@ class TTSService:
                     cached=True,
                     notice=self.config.notice,
                 )
-        result = await self.queue.enqueue(signer.new(), params, single_flight=self.config.single_flight)
+        result = await self.queue.enqueue(
+            signer.new(),
+            params,
+            # A joiner would never be called back: the job in flight carries the first submitter's callback.
+            single_flight=self.config.single_flight and params.callback_url is None,
+            owner=caller.subject,
+            reader=caller.reader,
+            max_per_owner=self.config.max_queued_per_key,
+        )
         self._on_submit("joined" if result.joined else "queued")
         context.task_id.set(result.job.id)
         log.info(
@@ -182,6 +217,22 @@ class TTSService:
             notice=self.config.notice,
         )
 
+    async def check_callback_url(self, url: str) -> str:
+        """Refuse a webhook target the SSRF guard would refuse, at submit rather than at delivery.
+
+        A name that does not resolve now is accepted (the receiver may not be up yet); every
+        delivery resolves and checks again, and connects only to the addresses it approved.
+        """
+        if self.webhooks is None:
+            raise InvalidInput("callback_url", "webhooks are not configured on this service (WEBHOOK_SECRET)", url)
+        try:
+            await self.webhooks.guard.check(url)
+        except RefusedUrl as exc:
+            raise InvalidInput("callback_url", str(exc), url[:200]) from exc
+        except UnresolvableUrl:
+            pass
+        return url
+
     async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
         """The named voice, or :class:`InvalidInput` naming the field and the voices that exist."""
         voice = await self.voices.get(name)
@@ -195,23 +246,56 @@ class TTSService:
 
     # ---- look up ---------------------------------------------------------------------------
 
-    async def job(self, task_id: str) -> Job:
-        """The job, or :class:`TaskNotFound`. A forged, random or malformed id costs no Redis command."""
+    async def job(self, task_id: str, caller: Principal) -> Job:
+        """The job, or :class:`TaskNotFound`. A forged, random or malformed id costs no Redis command.
+
+        Another key's task is "not found" too, exactly like a task that never existed: the answer
+        never tells a caller that an id it guessed or saw belongs to someone else.
+        """
         job = await self.queue.get(task_id) if (await self.signer()).verify(task_id) else None
-        if job is not None:
-            context.task_id.set(job.id)
-        if job is None:
+        if job is None or not readable(job, caller):
             raise TaskNotFound(f"no task {task_id!r}: it never existed or its result has expired")
+        context.task_id.set(job.id)
         return job
+
+    async def cancel(self, task_id: str, caller: Principal) -> Cancelled:
+        """Cancel the caller's interest in a task (see :class:`ttsq.store.queue.Cancelled`); idempotent."""
+        job = await self.job(task_id, caller)
+        outcome = await self.queue.cancel(job, caller.reader, caller.subject)
+        log.info("task %s cancel by %s: %s", job.id, caller.subject, outcome)
+        return outcome
+
+    # ---- operators ------------------------------------------------------------------------
+
+    async def dead_letters(self, limit: int) -> tuple[list[Job], int]:
+        """The newest ``limit`` dead letters and how many there are."""
+        return await self.queue.dead_letters(limit), int(await self.queue.redis.llen(self.queue.keys.dead))
+
+    async def requeue_dead(self, task_id: str) -> tuple[Requeued, int]:
+        """Requeue a dead letter under its id; its outcome and (when requeued) its queue position."""
+        outcome = await self.queue.requeue_dead(task_id)
+        position = await self.queue.position(task_id) if outcome is Requeued.REQUEUED else None
+        return outcome, position or 0
 
     async def status(self, job: Job) -> TaskStatus:
         position = await self.queue.position(job.id) if job.status is Status.QUEUED else None
         progress = await self.queue.progress(job.id) if job.status is not Status.QUEUED else None
-        return TaskStatus.of(job, position, progress)
+        status = TaskStatus.of(job, position, progress)
+        if job.params.callback_url is not None and self.webhooks is not None:
+            summary = DeliverySummary.of(await self.webhooks.deliveries.log(job.id))
+            status.webhook = WebhookStatus(
+                state=summary.state.value,
+                attempts=summary.attempts,
+                last_status_code=summary.last_status_code,
+                last_error=summary.last_error,
+                last_attempt_at=summary.last_attempt_at,
+                next_attempt_at=summary.next_attempt_at,
+            )
+        return status
 
-    async def download(self, task_id: str) -> Download:
-        """The audio of a finished task; otherwise its status (pending or failed)."""
-        job = await self.job(task_id)
+    async def download(self, task_id: str, caller: Principal) -> Download:
+        """The audio of a finished task; otherwise its status (pending, failed or cancelled)."""
+        job = await self.job(task_id, caller)
         if job.status is Status.DONE:
             audio = await self.queue.result(task_id)
             if audio is None:

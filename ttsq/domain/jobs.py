@@ -21,16 +21,17 @@ MAX_SEED = 2**31 - 1
 
 
 class Status(StrEnum):
-    """Lifecycle of a job: queued → running → done | failed (running → queued on retry)."""
+    """Lifecycle of a job: queued → running → done | failed | cancelled (running → queued on retry)."""
 
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
     @property
     def is_final(self) -> bool:
-        return self in (Status.DONE, Status.FAILED)
+        return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
 
 
 class TTSParams(BaseModel):
@@ -49,6 +50,7 @@ class TTSParams(BaseModel):
     refine_text: bool = False
     deterministic: bool = True
     cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")
+    callback_url: str | None = Field(default=None, description="Where to POST the outcome (a signed webhook), if anywhere.")
 
 
 class Job(BaseModel):
@@ -58,7 +60,7 @@ class Job(BaseModel):
     status: Status = Status.QUEUED
     params: TTSParams
     attempts: int = 0
-    max_attempts: int = 3
+    max_attempts: int
     error: str | None = None
     created_at: float
     started_at: float | None = None
@@ -68,6 +70,23 @@ class Job(BaseModel):
     content_type: str | None = None
     result_bytes: int | None = None
     not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")
+    owner: str | None = Field(default=None, description="Who submitted it (an API key id or a client address): counted per owner.")
+    readers: list[str] | None = Field(
+        default=None, description="API key ids that may read or cancel it (None: anyone holding its id)."
+    )
+    isolate: bool = Field(
+        default=False,
+        description="Its worker was lost during an attempt: it runs alone until it succeeds, so a job that "
+        "crashes its process cannot take batch-mates down with it.",
+    )
+    requeues: int = Field(default=0, description="Times an operator put it back from the dead letters.")
+    holders: list[str] | None = Field(
+        default=None,
+        description="Owners who asked for it (submitter, single-flight joiners): a cancel by one of several only detaches it.",
+    )
+    cancel_requested: bool = Field(
+        default=False, description="Cancelled while running: its result is discarded when its batch ends."
+    )
 
 
 def draw_seed() -> int:

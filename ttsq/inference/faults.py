@@ -1,7 +1,10 @@
 """Fault injection around a real engine, for failure and chaos tests of the worker (test use only).
 
 The failure tests run the genuine ChatTTS path (on the tiny checkpoint) and make chosen
-requests misbehave the way production inference does: hang, raise, or run out of GPU memory.
+requests misbehave the way production inference does: hang, raise, run out of GPU memory, or
+take the whole process down ("crash": a segfaulting CUDA kernel or the kernel's OOM killer, which
+no ``except`` can catch; the chaos suite uses it to prove such a job is dead-lettered, not retried
+forever, and that its batch-mates survive it).
 Nothing is faked except the failure itself, so retries, timeouts, dead-lettering and memory
 release are exercised against real model state. The worker turns this on only when the
 ``FAULT_MODE`` test setting is set, and says so loudly in its log.
@@ -9,16 +12,21 @@ release are exercised against real model state. The worker turns this on only wh
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from ttsq.inference.base import ChunkAudio, Engine, EngineWrapper, OutOfMemory, SynthesisRequest, TransientError
 
 __all__ = ["FaultConfig", "FaultInjectingEngine", "FaultMode"]
 
-FaultMode = Literal["none", "hang", "raise", "oom"]
+log = logging.getLogger(__name__)
+
+FaultMode = Literal["none", "hang", "raise", "oom", "crash"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class FaultInjectingEngine(EngineWrapper):
     """
 
     def __init__(self, inner: Engine, config: FaultConfig) -> None:
-        if config.mode not in ("none", "hang", "raise", "oom"):
+        if config.mode not in get_args(FaultMode):
             raise ValueError(f"unknown fault mode {config.mode!r}")
         super().__init__(inner)
         self.config = config
@@ -61,6 +69,11 @@ class FaultInjectingEngine(EngineWrapper):
             raise TransientError("injected fault")
         elif self.config.mode == "oom" and len(reqs) > self.config.oom_above_batch:
             raise OutOfMemory(f"CUDA out of memory (injected, batch of {len(reqs)})")
+        elif self.config.mode == "crash":
+            # SIGKILL, not an exception or sys.exit: nothing in the worker may run after it (no
+            # ``finally``, no failure record), exactly as when a real crash takes the process down.
+            log.error("FAULT INJECTION: crashing this process (SIGKILL) on a matching batch of %d", len(reqs))
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         self._inject(reqs)

@@ -19,7 +19,7 @@ from ttsq.runtime.health import HeartbeatRecord
 from ttsq.store.cache import ResultCache
 from ttsq.store.metrics import CacheCollector
 
-JobOutcome = Literal["done", "retried", "failed", "dead_lettered"]
+JobOutcome = Literal["done", "retried", "failed", "dead_lettered", "cancelled"]
 
 INFERENCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 """One engine call: a tenth of a second on a GPU for a short batch, minutes for long text on a CPU."""
@@ -62,7 +62,7 @@ class WorkerMetrics:
         self.jobs = Counter(
             "ttsq_jobs",
             "Job attempts ended by this worker, by outcome (done; retried: failed, will run again; failed: for good, "
-            "dead-lettered; dead_lettered: no attempts left when claimed) and attempt number.",
+            "dead-lettered; dead_lettered: no attempts left when claimed; cancelled: while it ran) and attempt number.",
             ["outcome", "attempt"],
             registry=registry,
         )
@@ -92,6 +92,11 @@ class WorkerMetrics:
         self.batch_size = Histogram("ttsq_batch_size", "Jobs per engine call.", buckets=BATCH_BUCKETS, registry=registry)
         self.audio_seconds = Counter("ttsq_audio_seconds", "Seconds of audio produced.", registry=registry)
         self.oom_splits = Counter("ttsq_oom_splits", "Batches split after the device ran out of memory.", registry=registry)
+        self.isolated = Counter(
+            "ttsq_isolated_runs",
+            "Jobs run alone because their worker was lost during their last attempt (poison isolation).",
+            registry=registry,
+        )
         self.batch_limit = Gauge(
             "ttsq_batch_limit", "The largest batch the worker will run now (MAX_BATCH, or less after an OOM).", registry=registry
         )

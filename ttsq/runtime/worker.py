@@ -42,6 +42,7 @@ from ttsq.domain.jobs import Job, TTSParams
 from ttsq.inference.base import DeviceMemory, Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
 from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
 from ttsq.runtime.metrics import WorkerMetrics
+from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.queue import Claim, Completed, Failed, JobQueue
 
@@ -82,6 +83,8 @@ class WorkerConfig:
     oom_recover_s: float
     release_memory_above: float
     release_memory_idle_s: float
+    notify_socket: str | None
+    """systemd's ``NOTIFY_SOCKET`` (a ``Type=notify`` unit): ready and watchdog pings (:mod:`ttsq.runtime.sdnotify`)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class Worker:
         self._compiled_graphs_at_start: int | None = None
         self._backoff_s = 0.5
         """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
+        self._systemd = SystemdNotifier(config.notify_socket)
+        self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
 
     @property
@@ -171,8 +176,10 @@ class Worker:
         upkeep = asyncio.create_task(self._upkeep())
         try:
             await loop.run_in_executor(self._executor, self._load_and_warm)
+            self._systemd.notify("READY=1", "STATUS=serving")
             await self._serve()
         finally:
+            self._systemd.notify("STOPPING=1")
             self.record.stopping = True
             await self._end_upkeep(upkeep)
             with contextlib.suppress(RedisError, OSError, TimeoutError):
@@ -261,7 +268,8 @@ class Worker:
                 await self._within_grace(self._process(jobs), len(jobs))
 
     async def _claim_batch(self) -> list[Job]:
-        """One blocking claim, then up to the batch limit more, waiting at most ``batch_wait_ms``.
+        """One blocking claim, then up to the batch limit more, waiting at most ``batch_wait_ms``;
+        a job whose last worker was lost runs alone.
 
         Every claimed job is leased to this worker at once, so a crash at any point leaves each
         of them to the sweep individually. A Redis failure returns what was claimed so far.
@@ -273,6 +281,12 @@ class Worker:
                 self._redis_back()
                 return []
             jobs += self._claimed([claim])
+            if claim.job.isolate and jobs:
+                # Its last worker was lost mid-attempt: it may be what killed it, so it runs alone
+                # (claim_more never hands out such a job either) until it succeeds once.
+                log.info("%s runs alone: its worker was lost during its last attempt", claim.job.id)
+                self.metrics.isolated.inc()
+                return jobs
             limit = self._limit.current()
             self.metrics.batch_limit.set(limit)
             deadline = time.monotonic() + self.config.batch_wait_ms / 1000
@@ -443,6 +457,12 @@ class Worker:
                 self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
         elif stored is Failed.FAILED:
             self.metrics.ended("failed", job.attempts)
+        elif stored is Completed.CANCELLED:
+            self.metrics.ended("cancelled", job.attempts)
+            # The audio stays in the result cache (put above): the work is done, and an identical
+            # request later is answered from it; the cancelled task itself never gets it.
+            log.info("  ⊘ %s cancelled while it ran: its audio is dropped", job.id)
+            return
         # After completion, so a reader that sees the end of the stream finds the job done (and a
         # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
         await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
@@ -465,6 +485,8 @@ class Worker:
             self.metrics.ended("retried", job.attempts)
         elif outcome is Failed.FAILED:
             self.metrics.ended("failed", job.attempts)
+        elif outcome is Failed.CANCELLED:
+            self.metrics.ended("cancelled", job.attempts)
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
     async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
@@ -600,6 +622,7 @@ class Worker:
         ]
         while not self._closing.is_set():
             self.record.tick()
+            self._watchdog()
             for chore in chores:
                 if time.monotonic() < chore.due:
                     continue
@@ -614,6 +637,18 @@ class Worker:
                     self._redis_back()
             next_due = min(chore.due for chore in chores)
             await self._sleep_unless(self._closing, max(0.0, next_due - time.monotonic()))
+
+    def _watchdog(self) -> None:
+        """Ping systemd's watchdog while liveness holds (the same judgement as ``/healthz``); a hung
+        inference stops the pings, and systemd restarts the worker after ``WatchdogSec``."""
+        if not self._systemd.enabled:
+            return
+        alive, reason = self.record.liveness(self.stall_after_s)
+        if alive:
+            self._systemd.notify("WATCHDOG=1", *([] if self._was_alive else ["STATUS=serving"]))
+        elif self._was_alive:
+            self._systemd.notify(f"STATUS=unhealthy: {reason}")
+        self._was_alive = alive
 
     async def _release_when_idle(self) -> None:
         """Give the allocator's cache back once the worker has been idle a while (the inference thread is free)."""

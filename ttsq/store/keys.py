@@ -86,6 +86,47 @@ class Keys:
         """Redis Stream of a job's audio pieces (PCM16), published as each sentence is ready."""
         return f"{self.prefix}stream:{job_id}"
 
+    def owner_jobs(self, owner: str) -> str:
+        """How many of an owner's jobs are queued or running (the per-key cap); kept by the job scripts."""
+        return f"{self.prefix}owner-jobs:{owner}"
+
+    @property
+    def owner_jobs_prefix(self) -> str:
+        return f"{self.prefix}owner-jobs:"
+
+    @property
+    def api_keys(self) -> str:
+        """Hash of API keys: key id → JSON record with the key's SHA-256, never the key itself."""
+        return self.prefix + "api-keys"
+
+    def rate_limit(self, subject: str) -> str:
+        """Token bucket of one API key or anonymous client address."""
+        return f"{self.prefix}rate:{subject}"
+
+    @property
+    def deliveries(self) -> str:
+        """List of job ids whose completion webhook is due (pushed by the completing script itself)."""
+        return self.prefix + "deliveries"
+
+    @property
+    def deliveries_processing(self) -> str:
+        """Job ids a deliverer has claimed (BLMOVE from :attr:`deliveries`), leased in :attr:`delivery_leases`."""
+        return self.prefix + "deliveries:processing"
+
+    @property
+    def delivery_leases(self) -> str:
+        """Sorted set of claimed delivery ids scored by their lease deadline."""
+        return self.prefix + "deliveries:leases"
+
+    @property
+    def deliveries_delayed(self) -> str:
+        """Sorted set of delivery ids waiting out a retry backoff, scored by when they may run."""
+        return self.prefix + "deliveries:delayed"
+
+    def delivery_log(self, job_id: str) -> str:
+        """List of a job's delivery attempts (JSON), shown on its status; expires with the result."""
+        return f"{self.prefix}delivery-log:{job_id}"
+
     @property
     def voices(self) -> str:
         """Hash of registered voices: name → JSON record."""

@@ -77,6 +77,17 @@ class QueueFullError(Exception):
         self.depth = depth
 
 
+class OwnerQueueFullError(QueueFullError):
+    """One API key (or client) has its own cap of jobs queued or running, so it cannot fill the shared queue."""
+
+    def __init__(self, owned: int, cap: int) -> None:
+        Exception.__init__(
+            self, f"this key already has {owned} jobs queued or running, its limit (MAX_QUEUED_PER_KEY={cap}); try again later"
+        )
+        self.depth = owned
+        self.cap = cap
+
+
 # ---- what the scripts answer, as named types ------------------------------------------------
 
 
@@ -89,6 +100,8 @@ class Enqueued(StrEnum):
     """An identical job is queued or running (single-flight): nothing new was queued."""
     FULL = "full"
     """The queue is at ``max_queue_depth``."""
+    OWNER_FULL = "owner_full"
+    """The submitting owner already has ``max_queued_per_owner`` jobs queued or running."""
 
 
 class Started(StrEnum):
@@ -105,14 +118,38 @@ class Failed(StrEnum):
     """The job waits out its backoff, then runs again."""
     FAILED = "failed"
     """The job failed for good and was dead-lettered."""
+    CANCELLED = "cancelled"
+    """The job had been cancelled while it ran: it ends cancelled, not retried."""
     GONE = "gone"
     """The job had already finished or expired; nothing changed."""
 
 
 class Completed(StrEnum):
     DONE = "done"
+    CANCELLED = "cancelled"
+    """The job had been cancelled while it ran: its audio was dropped."""
     GONE = "gone"
     """The job had already finished (e.g. a requeued copy ran elsewhere) or expired."""
+
+
+class Cancelled(StrEnum):
+    CANCELLED = "cancelled"
+    """It was waiting and left the queue (or was cancelled already)."""
+    CANCELLING = "cancelling"
+    """It is running: its result will be dropped when its batch ends."""
+    DETACHED = "detached"
+    """Other readers still want it (single-flight): it goes on for them, without this reader."""
+    FINAL = "final"
+    """It had already finished (done or failed): nothing to cancel."""
+    GONE = "gone"
+
+
+class Requeued(StrEnum):
+    REQUEUED = "requeued"
+    MISSING = "missing"
+    """No dead letter with that id (never, already requeued, purged, or trimmed off the capped list)."""
+    ACTIVE = "active"
+    """Its task is queued, running or done again: nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +202,13 @@ class SweepReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def _script(redis: Redis, name: str) -> AsyncScript:
-    return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
+def _lua(name: str) -> str:
+    return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
+
+
+def _script(redis: Redis, name: str, *, ends_jobs: bool = False) -> AsyncScript:
+    """A script from ``lua/``; one that can end a job gets ``finish.lua`` (owner count, webhook) in front."""
+    return redis.register_script((_lua("finish") + "\n" if ends_jobs else "") + _lua(name))
 
 
 def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
@@ -190,11 +232,14 @@ class JobQueue:
         self.clock = clock
         self.keys = Keys(config.namespace)
         self._enqueue = _script(redis, "enqueue")
-        self._start = _script(redis, "start")
+        self._start = _script(redis, "start", ends_jobs=True)
         self._renew = _script(redis, "renew")
-        self._complete = _script(redis, "complete")
-        self._fail = _script(redis, "fail")
+        self._complete = _script(redis, "complete", ends_jobs=True)
+        self._fail = _script(redis, "fail", ends_jobs=True)
+        self._cancel = _script(redis, "cancel", ends_jobs=True)
         self._sweep = _script(redis, "sweep")
+        self._take = _script(redis, "take")
+        self._requeue_dead = _script(redis, "requeue_dead")
         self._clear_inflight = _script(redis, "clear_inflight")
 
     def _inflight_key(self, cache_key: str | None) -> str:
@@ -203,21 +248,48 @@ class JobQueue:
 
     # ---- producer side -------------------------------------------------------------------
 
-    async def enqueue(self, job_id: str, params: TTSParams, *, single_flight: bool) -> EnqueueResult:
+    async def enqueue(
+        self,
+        job_id: str,
+        params: TTSParams,
+        *,
+        single_flight: bool,
+        owner: str | None = None,
+        reader: str | None = None,
+        max_per_owner: int = 0,
+    ) -> EnqueueResult:
         """Record and queue a job; calling it again with the same id changes nothing.
 
         Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
         that job is returned instead (outcome ``JOINED``) and nothing new is queued.
-        Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting.
+        Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting, and
+        :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has
+        ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
+        the job — also when it joins an identical one.
         """
         now = self.clock()
-        job = Job.model_construct(id=job_id, params=params, max_attempts=self.config.max_attempts, created_at=now)
+        job = Job.model_construct(
+            id=job_id,
+            params=params,
+            max_attempts=self.config.max_attempts,
+            created_at=now,
+            owner=owner,
+            readers=[reader] if reader else None,
+            holders=[owner] if owner else None,
+        )
         joining = single_flight and params.cache_key is not None
-        keys = [self.keys.job(job_id), self.keys.queue, self.keys.stats, self.keys.workers, self._inflight_key(params.cache_key)]
+        keys = [
+            self.keys.job(job_id),
+            self.keys.queue,
+            self.keys.stats,
+            self.keys.workers,
+            self._inflight_key(params.cache_key),
+            self.keys.owner_jobs(owner or "-"),
+        ]
         stale = ""
         for _ in range(3):
             args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
-            args.append(now - self.config.heartbeat_ttl_s)
+            args += [now - self.config.heartbeat_ttl_s, self.keys.job_prefix, reader or "", owner or "", max_per_owner]
             reply = await self._enqueue(keys=keys, args=args)
             outcome = Enqueued(_text(reply[0]))
             if outcome is not Enqueued.JOINED:
@@ -233,6 +305,8 @@ class JobQueue:
         depth = int(reply[1])
         if outcome is Enqueued.FULL:
             raise QueueFullError(depth)
+        if outcome is Enqueued.OWNER_FULL:
+            raise OwnerQueueFullError(depth, max_per_owner)
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
             return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=await self.estimate_wait_s(depth))
@@ -240,7 +314,9 @@ class JobQueue:
         average = busy_s / jobs_done if jobs_done else DEFAULT_JOB_S
         return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=_estimate(depth, average, workers))
 
-    async def record_done(self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float) -> Job:
+    async def record_done(
+        self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
+    ) -> Job:
         """Record a task that is finished on arrival (a cache hit): status and result at once."""
         now = self.clock()
         job = Job(
@@ -253,10 +329,13 @@ class JobQueue:
             duration_s=duration_s,
             content_type=content_type,
             result_bytes=len(audio),
+            readers=[reader] if reader else None,
         )
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.result(job_id), audio, ex=self.config.result_ttl_s)
             pipe.set(self.keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
+            if params.callback_url is not None:  # finished on arrival: its webhook is due at once
+                pipe.lpush(self.keys.deliveries, job_id)
             await pipe.execute()
         return job
 
@@ -315,6 +394,41 @@ class JobQueue:
         raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
         return [Job.model_validate_json(item) for item in raw]
 
+    async def dead_letter(self, job_id: str) -> Job | None:
+        """One dead letter's final record (its reason and attempts), or None."""
+        return next((job for job in await self.dead_letters(self.config.dead_letter_max) if job.id == job_id), None)
+
+    async def requeue_dead(self, job_id: str) -> Requeued:
+        """Put a dead letter back in the queue under its own id (see ``lua/requeue_dead.lua``)."""
+        job = await self.dead_letter(job_id)
+        owner = job.owner if job is not None and job.owner else "-"
+        keys = [
+            self.keys.dead,
+            self.keys.queue,
+            self.keys.job(job_id),
+            self.keys.stream(job_id),
+            self.keys.delivery_log(job_id),
+            self.keys.owner_jobs(owner),
+        ]
+        reply = await self._requeue_dead(keys=keys, args=[job_id, self.clock()])
+        outcome = _text(reply[0])
+        if outcome == "requeued":
+            log.warning("dead letter %s requeued (position %s)", job_id, int(reply[1]))
+        return Requeued(outcome)
+
+    async def purge_dead(self, job_id: str | None = None) -> int:
+        """Drop one dead letter (or, with None, all of them); return how many went. Their task
+        records still answer "failed" until they expire."""
+        if job_id is None:
+            count = int(await self.redis.llen(self.keys.dead))
+            await self.redis.delete(self.keys.dead)
+            return count
+        removed = 0
+        for raw in await self.redis.lrange(self.keys.dead, 0, -1):
+            if Job.model_validate_json(raw).id == job_id:
+                removed += int(await self.redis.lrem(self.keys.dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
+        return removed
+
     # ---- consumer side -------------------------------------------------------------------
 
     async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
@@ -329,13 +443,15 @@ class JobQueue:
         return await self._claim_from(job_id, reply)
 
     async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
-        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count."""
+        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count.
+
+        Stops before a job marked ``isolate`` (its last worker was lost): that one is left for a
+        blocking :meth:`claim`, and the worker runs it alone.
+        """
         if count <= 0:
             return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _ in range(count):
-                pipe.lmove(self.keys.queue, self.keys.processing, "RIGHT", "LEFT")
-            job_ids = [_text(raw) for raw in await pipe.execute() if raw is not None]
+        taken = await self._take(keys=[self.keys.queue, self.keys.processing], args=[count, self.keys.job_prefix])
+        job_ids = [_text(raw) for raw in taken]
         if not job_ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -350,7 +466,15 @@ class JobQueue:
 
     def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
         now = self.clock()
-        return [job_id, worker_id, now, now + self.config.lease_s, self.config.result_ttl_s, self.config.dead_letter_max]
+        return [
+            job_id,
+            worker_id,
+            now,
+            now + self.config.lease_s,
+            self.config.result_ttl_s,
+            self.config.dead_letter_max,
+            self.keys.prefix,
+        ]
 
     async def _claim_from(self, job_id: str, reply: Any) -> Claim | None:
         """The start script's reply as a claim; a job dead-lettered at claim frees its single-flight marker."""
@@ -396,7 +520,7 @@ class JobQueue:
             self._inflight_key(cache_key),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
-        args.append(_flag(cache_key is not None))
+        args += [_flag(cache_key is not None), self.keys.prefix]
         return Completed(_text(await self._complete(keys=keys, args=args)))
 
     async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
@@ -418,9 +542,25 @@ class JobQueue:
             self.config.result_ttl_s,
             self.config.dead_letter_max,
             _flag(cache_key is not None),
+            self.keys.prefix,
         ]
         reply = await self._fail(keys=keys, args=args)
         return Failed(_text(reply[0]))
+
+    async def cancel(self, job: Job, reader: str | None, holder: str | None = None) -> Cancelled:
+        """Cancel ``job`` for the caller — ``reader`` its key id, ``holder`` its owner name (see
+        :class:`Cancelled`); calling it again changes nothing."""
+        keys = [
+            self.keys.job(job.id),
+            self.keys.queue,
+            self.keys.processing,
+            self.keys.delayed,
+            self._inflight_key(job.params.cache_key),
+            self.keys.stream(job.id),
+        ]
+        args: list[Any] = [job.id, reader or "", self.clock(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
+        reply = await self._cancel(keys=keys, args=args)
+        return Cancelled(_text(reply[0]))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
         """Requeue lapsed leases and never-started claims, release due retries — unless another

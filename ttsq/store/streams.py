@@ -77,6 +77,8 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
             return
         if job.status is Status.FAILED:
             raise StreamFailed(job.error or "the job failed")
+        if job.status is Status.CANCELLED:
+            raise StreamFailed("the task was cancelled")
         if job.status is Status.DONE:
             if not streamed:
                 audio = await queue.result(job_id)

@@ -1,15 +1,45 @@
 -- Record a job and queue its id in one step; a second call with the same id changes nothing.
 -- With single-flight on, an identical job already in flight is joined instead (its id is the
--- value of the inflight key); ARGV[5] names an id the caller found finished, which may be replaced.
--- KEYS: job, queue, stats, workers, inflight
--- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, live_since
--- Reply: {'joined', other_id} | {'exists', depth} | {'full', depth}
+-- value of the inflight key): the joining API key becomes one of its readers and the joining owner
+-- one of its holders (whose cancels only detach them while others hold it); ARGV[5] names an
+-- id the caller found finished, which may be replaced. An owner (API key or client address) may
+-- have at most max_per_owner jobs queued or running.
+-- KEYS: job, queue, stats, workers, inflight, owner_jobs
+-- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, live_since,
+--       job_key_prefix, reader ('' = none), owner ('' = none), max_per_owner
+-- Reply: {'joined', other_id} | {'exists', depth} | {'full', depth} | {'owner_full', owned}
 --      | {'created', depth, jobs_done, busy_s, live_workers}  (what the wait estimate needs)
+local function contains(list, value)
+  for _, item in ipairs(list) do
+    if item == value then return true end
+  end
+  return false
+end
 local single_flight = ARGV[4] == '1'
 if single_flight then
   local current = redis.call('GET', KEYS[5])
   if current and current ~= ARGV[5] then
-    return {'joined', current}
+    local key = ARGV[7] .. current
+    local raw = redis.call('GET', key)
+    if not raw then return {'joined', current} end  -- a stale marker: the caller retries naming it
+    local other = cjson.decode(raw)
+    -- An anonymous caller never joins a keyed job (it could not read it); it gets a job of its own.
+    if not (ARGV[8] == '' and type(other.readers) == 'table') then
+      local changed = false
+      if ARGV[8] ~= '' and type(other.readers) == 'table' and not contains(other.readers, ARGV[8]) then
+        table.insert(other.readers, ARGV[8])
+        changed = true
+      end
+      if ARGV[9] ~= '' then  -- every submitter holds a share: one's cancel only detaches it
+        if type(other.holders) ~= 'table' then other.holders = {} end
+        if not contains(other.holders, ARGV[9]) then
+          table.insert(other.holders, ARGV[9])
+          changed = true
+        end
+      end
+      if changed then redis.call('SET', key, cjson.encode(other), 'KEEPTTL') end
+      return {'joined', current}
+    end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -18,6 +48,13 @@ end
 local depth = redis.call('LLEN', KEYS[2])
 if depth >= tonumber(ARGV[3]) then
   return {'full', depth}
+end
+if ARGV[9] ~= '' then
+  local owned = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if owned >= tonumber(ARGV[10]) then
+    return {'owner_full', owned}
+  end
+  redis.call('INCR', KEYS[6])
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('LPUSH', KEYS[2], ARGV[2])

@@ -1,17 +1,31 @@
 -- Record a failed attempt: retry after retry_base_s ^ attempts, or fail for good (expiring
--- after ttl_s) and keep the final record in the capped dead-letter list.
+-- after ttl_s) and keep the final record in the capped dead-letter list. A job cancelled while it
+-- ran is marked cancelled instead of retried.
 -- KEYS: job, leases, processing, delayed, dead, inflight
--- ARGV: id, reason, retryable ('1' | '0'), now, retry_base_s, ttl_s, dead_max, single_flight ('1' | '0')
--- Reply: {'retry', delay_s} | {'failed'} | {'gone'}
+-- ARGV: id, reason, retryable ('1' | '0'), now, retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix
+-- Reply: {'retry', delay_s} | {'failed'} | {'cancelled'} | {'gone'}
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {'gone'} end
 local job = cjson.decode(raw)
-if job.status == 'done' or job.status == 'failed' then return {'gone'} end
+if job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then return {'gone'} end
 job.error = ARGV[2]
 job.worker = cjson.null
 local now = tonumber(ARGV[4])
+local function release_inflight()
+  if ARGV[8] == '1' and redis.call('GET', KEYS[6]) == ARGV[1] then
+    redis.call('DEL', KEYS[6])
+  end
+end
+if job.cancel_requested == true then
+  job.status = 'cancelled'
+  job.finished_at = now
+  redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[6])
+  release_inflight()
+  ended(job, ARGV[9], ARGV[1])
+  return {'cancelled'}
+end
 if ARGV[3] == '1' and job.attempts < job.max_attempts then
   local delay = tonumber(ARGV[5]) ^ job.attempts
   job.status = 'queued'
@@ -26,7 +40,6 @@ local out = cjson.encode(job)
 redis.call('SET', KEYS[1], out, 'EX', ARGV[6])
 redis.call('LPUSH', KEYS[5], out)
 redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[7]) - 1)
-if ARGV[8] == '1' and redis.call('GET', KEYS[6]) == ARGV[1] then
-  redis.call('DEL', KEYS[6])
-end
+release_inflight()
+ended(job, ARGV[9], ARGV[1])
 return {'failed'}

@@ -2,7 +2,7 @@
 -- attempt, mark it running and lease it to the worker until the deadline; or, past
 -- max_attempts, fail it for good and dead-letter it.
 -- KEYS: job, leases, processing, dead
--- ARGV: id, worker, now, lease_deadline, ttl_s, dead_max
+-- ARGV: id, worker, now, lease_deadline, ttl_s, dead_max, prefix
 -- Reply: {'run', job_json} | {'dead', job_json} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
 if not raw then
@@ -10,7 +10,7 @@ if not raw then
   return {'gone'}
 end
 local job = cjson.decode(raw)
-if job.status == 'done' or job.status == 'failed' then
+if job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
   redis.call('LREM', KEYS[3], 0, ARGV[1])
   return {'gone'}
 end
@@ -26,6 +26,7 @@ if job.attempts > job.max_attempts then
   redis.call('LREM', KEYS[3], 0, ARGV[1])
   redis.call('LPUSH', KEYS[4], out)
   redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+  ended(job, ARGV[7], ARGV[1])
   return {'dead', out}
 end
 job.status = 'running'

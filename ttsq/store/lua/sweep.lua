@@ -1,5 +1,6 @@
 -- The queue's upkeep, done by one worker per interval (whoever takes the lock):
---  1. requeue, at the front, every running job whose lease deadline has passed (its worker is gone);
+--  1. requeue, at the front, every running job whose lease deadline has passed (its worker is gone),
+--     marked to run alone until it succeeds (it may be what killed the worker: see take.lua);
 --  2. requeue ids claimed but never started (a worker died between BLMOVE and start.lua), on the
 --     second sighting at least orphan_grace_s apart, so a start a moment away is never raced;
 --  3. release retries whose backoff is over (to the back of the queue).
@@ -37,6 +38,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   local job = load(id)
   if job and job.status == 'running' then
     job.error = 'worker lost during attempt ' .. job.attempts .. ' (lease expired)'
+    job.isolate = true
     requeued = requeued + back_to_queue(id, job)
   else
     redis.call('LREM', KEYS[3], 0, id)
@@ -47,7 +49,7 @@ local orphans = 0
 for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   if not redis.call('ZSCORE', KEYS[2], id) then
     local job = load(id)
-    if not job or job.status == 'done' or job.status == 'failed' then
+    if not job or job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
       redis.call('LREM', KEYS[3], 0, id)
     elseif type(job.orphan_seen_at) ~= 'number' then
       job.orphan_seen_at = now

@@ -1,0 +1,95 @@
+"""Poison isolation: a job whose worker was lost mid-attempt runs alone until it succeeds, so a text
+that crashes its process dead-letters itself and never its batch-mates (real redis-server, injected clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from tests.conftest import FakeClock, params, task_id
+from ttsq.domain.jobs import Status
+from ttsq.store.queue import Failed, JobQueue
+
+SWEEP = 5.0
+LEASE = 30.0
+
+
+async def lapse(queue: JobQueue, redis: Redis, clock: FakeClock) -> int:
+    """Let every lease lapse (the worker holding them died) and sweep; return how many were requeued."""
+    clock.advance(LEASE + 1)
+    await redis.delete(queue.keys.sweep_lock)
+    return (await queue.sweep(SWEEP, "sweeper")).requeued
+
+
+async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itself(
+    make_queue: Any, redis: Redis, clock: FakeClock
+) -> None:
+    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=3)
+    ids = [task_id() for _ in range(8)]
+    poison = ids[3]
+    for job_id in ids:
+        await queue.enqueue(job_id, params(f"sentence {job_id}"), single_flight=False)
+
+    first = await queue.claim("w1", block_s=0.1)
+    assert first is not None
+    batch = [first.job.id] + [claim.job.id for claim in await queue.claim_more("w1", 7)]
+    assert sorted(batch) == sorted(ids), "a fresh batch of eight is claimed together"
+    assert await lapse(queue, redis, clock) == 8, "the process died with the whole batch"
+
+    crashes = 1
+    while True:
+        claim = await queue.claim(f"w{crashes + 1}", block_s=0.1)
+        if claim is None:
+            break
+        assert claim.job.isolate, "every job that was in the lost batch comes back marked"
+        assert await queue.claim_more("w", 7) == [], "a marked job runs alone: nothing joins its batch"
+        if not claim.runnable:
+            continue  # dead-lettered at claim: no attempts left
+        if claim.job.id == poison:  # it kills this worker too
+            crashes += 1
+            await lapse(queue, redis, clock)
+        else:
+            done = await queue.complete(claim.job.id, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
+            assert str(done) == "done"
+
+    finals = {job_id: await queue.get(job_id) for job_id in ids}
+    assert all(job is not None for job in finals.values())
+    assert {job_id for job_id, job in finals.items() if job and job.status is Status.FAILED} == {poison}
+    assert all(job.attempts == 2 for job_id, job in finals.items() if job and job_id != poison), (
+        "each innocent job lost one attempt to the first crash, then ran alone and succeeded"
+    )
+    dead = await queue.dead_letters()
+    assert [job.id for job in dead] == [poison], "the dead-letter list holds only the poison job"
+    assert dead[0].error is not None and "lease expired" in dead[0].error
+
+
+async def test_a_fresh_batch_stops_at_a_marked_job_and_exceptions_mark_nothing(
+    make_queue: Any, redis: Redis, clock: FakeClock
+) -> None:
+    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=5)
+    lost, failing, fresh = task_id(), task_id(), task_id()
+    await queue.enqueue(lost, params("lost"), single_flight=False)
+    assert await queue.claim("gone", block_s=0.1) is not None
+    await lapse(queue, redis, clock)  # lost is back at the front, marked
+    await queue.enqueue(failing, params("failing"), single_flight=False)
+    await queue.enqueue(fresh, params("fresh"), single_flight=False)
+
+    # Filling a batch stops at the marked job at the front; a blocking claim takes it (the worker then
+    # runs it alone), and the next batch holds the two unmarked jobs.
+    assert await queue.claim_more("w", 4) == []
+    alone = await queue.claim("w", block_s=0.1)
+    assert alone is not None and alone.job.id == lost and alone.job.isolate
+    head = await queue.claim("w", block_s=0.1)
+    assert head is not None and head.job.id == failing and not head.job.isolate
+    assert [c.job.id for c in await queue.claim_more("w", 4)] == [fresh]
+    for job_id in (lost, fresh):
+        assert str(await queue.complete(job_id, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
+
+    # A Python exception is recorded by the worker: the job is retried, but not isolated.
+    assert await queue.fail(failing, "boom", retryable=True, cache_key=None) is Failed.RETRY
+    clock.advance(3600)
+    await redis.delete(queue.keys.sweep_lock)
+    await queue.sweep(SWEEP, "sweeper")
+    retried = await queue.claim("w", block_s=0.1)
+    assert retried is not None and retried.job.id == failing and not retried.job.isolate

@@ -1,0 +1,153 @@
+"""The supervisor of ``make up``: real child processes (a small HTTP server whose /healthz a file
+controls), real probes over HTTP, and the test's clock — so backoff and liveness deadlines are
+exact, with no sleeps to race."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FakeClock
+from tests.service import wait_for
+from ttsq.runtime.launch import free_port, spawn
+from ttsq.runtime.supervise import Child, Policy, Supervisor, http_probe
+
+SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+flag = Path(sys.argv[2])
+class Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503 if flag.exists() else 200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+class Fleet:
+    """Children under one supervisor on a fake clock; every process is reaped at the end."""
+
+    def __init__(self, tmp: Path, clock: FakeClock) -> None:
+        self.tmp = tmp
+        self.clock = clock
+        self.children: list[Child] = []
+
+    def child(self, name: str) -> Child:
+        port = free_port()
+        flag = self.tmp / f"{name}.unhealthy"
+        script = self.tmp / "health_server.py"
+        script.write_text(SERVER)
+        args = [sys.executable, str(script), str(port), str(flag)]
+        child = Child(name, lambda: spawn(args, cwd=self.tmp, env=dict(os.environ)), f"http://127.0.0.1:{port}/healthz")
+        self.children.append(child)
+        return child
+
+    def live(self, child: Child) -> None:
+        assert child.health_url is not None
+        url = child.health_url
+        wait_for(lambda: http_probe(url), 30, f"{child.name} to answer")
+
+    def unhealthy(self, child: Child, on: bool = True) -> None:
+        flag = self.tmp / f"{child.name}.unhealthy"
+        flag.touch() if on else flag.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, clock: FakeClock) -> Iterator[Fleet]:
+    f = Fleet(tmp_path, clock)
+    yield f
+    f.close()
+
+
+def kill9(child: Child) -> int:
+    assert child.process is not None
+    pid = child.process.pid
+    os.kill(pid, signal.SIGKILL)
+    child.process.wait()
+    return pid
+
+
+def test_a_killed_process_is_restarted_after_a_backoff_and_the_rest_keeps_running(fleet: Fleet, clock: FakeClock) -> None:
+    worker, api = fleet.child("worker"), fleet.child("api")
+    supervisor = Supervisor(fleet.children, Policy(backoff_initial_s=1, backoff_max_s=8, reset_after_s=60), clock=clock)
+    supervisor.start_all()
+    api_pid = api.process.pid  # type: ignore[union-attr]
+
+    delays = []
+    for _ in range(5):  # it keeps dying at once: 1, 2, 4, 8, 8 s
+        old = kill9(worker)
+        supervisor.tick()
+        assert worker.process is None and worker.next_start_at is not None
+        delays.append(worker.next_start_at - clock.now)
+        clock.advance(delays[-1] - 0.1)
+        supervisor.tick()
+        assert worker.process is None, "not before its backoff is over"
+        clock.advance(0.1)
+        supervisor.tick()
+        assert worker.process is not None and worker.process.pid != old, "started again"
+    assert delays == [1, 2, 4, 8, 8]
+    assert api.process is not None and api.process.pid == api_pid and api.process.poll() is None, "the API never stopped"
+
+    clock.advance(60)  # it stays up a minute: the next crash starts the backoff over
+    kill9(worker)
+    supervisor.tick()
+    assert worker.next_start_at == clock.now + 1
+    assert worker.history[:2] == ["exited with code -9", "restart 1"]
+
+
+def test_a_process_that_stops_being_live_is_killed_and_restarted_but_not_one_still_starting(
+    fleet: Fleet, clock: FakeClock
+) -> None:
+    hung, starting = fleet.child("hung"), fleet.child("starting")
+    fleet.unhealthy(starting)  # a worker loading its model: never live yet
+    supervisor = Supervisor(fleet.children, Policy(unhealthy_after_s=15), clock=clock)
+    supervisor.start_all()
+    fleet.live(hung)
+    supervisor.tick()
+    assert hung.live_once
+
+    fleet.unhealthy(hung)  # an inference hangs: /healthz answers 503 from now on
+    first_pid = hung.process.pid  # type: ignore[union-attr]
+    for _ in range(3):
+        supervisor.tick()
+        clock.advance(7)
+    assert hung.process is not None and hung.process.pid == first_pid, "14 s of failures: not yet"
+    supervisor.tick()  # 21 s since the first failure seen: past the deadline
+    assert hung.process is None and hung.history == ["killed: not live for 21 s"]
+
+    fleet.unhealthy(hung, on=False)
+    clock.advance(1)
+    supervisor.tick()
+    assert hung.process is not None and hung.process.pid != first_pid
+    fleet.live(hung)
+
+    clock.advance(600)
+    supervisor.tick()
+    assert starting.process is not None and starting.process.poll() is None and starting.history == [], (
+        "a process that never answered 200 is still starting, however long it takes"
+    )
+
+
+def test_stop_terminates_every_child_and_restarts_nothing(fleet: Fleet, clock: FakeClock) -> None:
+    first, second = fleet.child("first"), fleet.child("second")
+    supervisor = Supervisor(fleet.children, clock=clock)
+    supervisor.start_all()
+    supervisor.stop(order=[[first], [second]])
+    assert first.process is not None and first.process.returncode == -signal.SIGTERM
+    assert second.process is not None and second.process.returncode == -signal.SIGTERM
+    supervisor.tick()
+    assert first.history == [] and first.process.poll() is not None, "a stopping supervisor restarts nothing"

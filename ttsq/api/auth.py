@@ -1,0 +1,135 @@
+"""Who is calling: API keys, scopes, and the per-caller rate limit.
+
+A request presents its key as ``Authorization: Bearer <key>`` (what the OpenAI SDK sends) or
+``X-API-Key: <key>``. A key that is not genuine, revoked or expired is refused with 401 whatever
+the mode. Without a key, the caller is anonymous, which is allowed only when keys are not
+required: ``AUTH=auto`` (the default) requires them as soon as the API listens on any
+non-loopback address, ``AUTH=on`` always, ``AUTH=off`` never (the app warns loudly at start).
+
+Each caller — its key, or an anonymous client's address — has a token bucket in Redis shared by
+every replica (:mod:`ttsq.store.rate_limit`); submits spend from it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
+from ttsq.store.rate_limit import RateDecision
+
+AuthMode = Literal["auto", "on", "off"]
+
+
+class Unauthorized(Exception):
+    """401: no key where one is needed, or a key that is not valid."""
+
+
+class Forbidden(Exception):
+    """403: a valid key without the scope the route needs."""
+
+    def __init__(self, scope: Scope) -> None:
+        super().__init__(f"this API key lacks the {scope!r} scope needed here")
+        self.scope = scope
+
+
+class RateLimited(Exception):
+    """429: the caller's token bucket is empty."""
+
+    def __init__(self, decision: RateDecision) -> None:
+        super().__init__(f"too many requests: {decision.limit} may burst, then {decision.rate_per_s:g} per second; retry shortly")
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: a key, or an anonymous client (allowed only where keys are optional)."""
+
+    key: ApiKey | None
+    address: str
+
+    @property
+    def subject(self) -> str:
+        """Whose quota and rate limit apply: the key, else the client's address."""
+        return f"key:{self.key.id}" if self.key is not None else f"addr:{self.address}"
+
+    @property
+    def reader(self) -> str | None:
+        """The key id that may read and cancel what this caller submits (None: anyone with the task id)."""
+        return self.key.id if self.key is not None else None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.key is not None and self.key.allows("admin")
+
+    def allows(self, scope: Scope) -> bool:
+        return self.key is None or self.key.allows(scope)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def listening_addresses(pid: int | None = None) -> list[str]:
+    """The addresses this process accepts connections on (its listening TCP sockets)."""
+    import psutil
+
+    process = psutil.Process(pid or os.getpid())
+    return [conn.laddr.ip for conn in process.net_connections(kind="inet") if conn.status == psutil.CONN_LISTEN and conn.laddr]
+
+
+class KeyPolicy:
+    """Whether a request without a key may pass. ``AUTH=auto`` looks at what the process listens on,
+    once its sockets are open (the app starts before uvicorn binds them)."""
+
+    def __init__(self, mode: AuthMode) -> None:
+        self.mode = mode
+        self._required: bool | None = {"on": True, "off": False}.get(mode)
+
+    def keys_required(self) -> bool:
+        if self._required is None:
+            addresses = listening_addresses()
+            if not addresses:  # served in-process (tests) or not bound yet: decide on a later request
+                return False
+            self._required = not all(_is_loopback(address) for address in addresses)
+        return self._required
+
+
+class Authenticator:
+    def __init__(self, store: ApiKeyStore, policy: KeyPolicy) -> None:
+        self.store = store
+        self.policy = policy
+
+    async def principal(self, presented: str | None, address: str) -> Principal:
+        """The caller behind ``presented`` (a key, or None); :class:`Unauthorized` when it cannot pass.
+
+        Where keys are optional, a value that is not shaped like a ttsq key at all (the OpenAI SDK
+        insists on sending *some* key, e.g. ``"unused"``) counts as no key; a ttsq key that is
+        revoked or expired is refused everywhere.
+        """
+        if presented and not self.policy.keys_required() and not looks_like_key(presented):
+            presented = None
+        if presented:
+            record = await self.store.authenticate(presented)
+            if record is None:
+                raise Unauthorized("the API key is not valid (unknown, revoked or expired)")
+            return Principal(record, address)
+        if self.policy.keys_required():
+            raise Unauthorized("this service needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+        return Principal(None, address)
+
+
+def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
+    """The key a request carries, from ``Authorization: Bearer`` or ``X-API-Key``."""
+    if x_api_key:
+        return x_api_key.strip()
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return None

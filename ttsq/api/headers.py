@@ -1,0 +1,87 @@
+"""Browser-facing hardening: the web page may run no inline script, be framed by no one, leak no referrer.
+
+Every answer gets ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer`` and
+``X-Frame-Options: DENY``; the page and its static files also get a Content-Security-Policy that
+allows only the page's own script, styles and connections (the OpenAPI docs at ``/docs`` load
+their script from a CDN and are left without it).
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_ALWAYS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+_PAGE = [(b"content-security-policy", CONTENT_SECURITY_POLICY.encode())]
+
+
+def _is_page(path: str) -> bool:
+    return path == "/" or path.startswith("/static/")
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = _ALWAYS + (_PAGE if _is_page(scope["path"]) else [])
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class BodyTooLarge(HTTPException):
+    """A request body over ``MAX_BODY_BYTES``: answered 413 before it is parsed. An HTTP exception, so
+    FastAPI's body parsing passes it through instead of calling it a malformed body (400)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes (MAX_BODY_BYTES); nothing was read or queued")
+        self.limit = limit
+
+
+class BodyLimitMiddleware:
+    """Refuse a body over ``max_bytes`` before anything reads it.
+
+    A declared ``Content-Length`` over the limit is refused at once, without reading a byte of the
+    body; a body without one (chunked) is counted as it streams in and refused the moment it passes
+    the limit. Either way :class:`BodyTooLarge` reaches the app's error handlers, which answer 413 in
+    the route's own error shape (native or OpenAI). Starlette's own limiter answers in plain text
+    and replaces the app's answer, so it is not used.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((value for name, value in scope["headers"] if name == b"content-length"), None)
+        too_large = declared is not None and declared.isdigit() and int(declared) > self.max_bytes
+        received = 0
+
+        async def counting() -> Message:
+            nonlocal received
+            if too_large:  # refused before a byte of the body is read
+                raise BodyTooLarge(self.max_bytes)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, counting, send)
+

@@ -1,0 +1,129 @@
+"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|revoke`` and
+``python -m ttsq dead-letters list|show|requeue|purge``.
+
+Run them where the queue's Redis is reachable (a shell in an API pod, the GPU host); they read the
+same settings as the processes (``REDIS_URL`` and friends). A key is printed once, on the first
+line of standard output, and never stored: only its SHA-256 is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
+from ttsq.store.connection import RedisConfig, create_redis
+from ttsq.store.keys import Keys
+from ttsq.store.queue import JobQueue, QueueConfig, Requeued
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ttsq", description="Manage ttsq (talks to its Redis directly).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    keys = commands.add_parser("keys", help="API keys: create, list, revoke")
+    actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a key and print it (once)")
+    create.add_argument("--name", required=True, help="who or what the key is for")
+    create.add_argument("--scopes", default="tts", help=f"comma-separated, of {', '.join(SCOPES)} (default: tts)")
+    create.add_argument("--expires-in-days", type=float, help="the key stops working after this many days")
+    create.add_argument("--callback-url", help="default completion webhook for this key's submits")
+    actions.add_parser("list", help="list keys (never the keys themselves)")
+    revoke = actions.add_parser("revoke", help="revoke a key at once, on every API replica")
+    revoke.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
+
+    dead = commands.add_parser("dead-letters", help="jobs that failed for good: list, show, requeue, purge")
+    dead_actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = dead_actions.add_parser("list", help="newest first: id, when, attempts, reason")
+    listing.add_argument("--limit", type=int, default=50)
+    show = dead_actions.add_parser("show", help="one dead letter's whole record (JSON)")
+    show.add_argument("task_id")
+    requeue = dead_actions.add_parser("requeue", help="queue it again under the same id (waiting clients get it)")
+    requeue.add_argument("task_ids", nargs="+", metavar="task_id")
+    purge = dead_actions.add_parser("purge", help="drop dead letters (their tasks still read 'failed' until they expire)")
+    which = purge.add_mutually_exclusive_group(required=True)
+    which.add_argument("task_ids", nargs="*", metavar="task_id", default=[])
+    which.add_argument("--all", action="store_true", help="drop every dead letter")
+    return parser
+
+
+def _when(stamp: float | None) -> str:
+    return "never" if stamp is None else datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config: QueueConfig) -> int:
+    redis = create_redis(redis_config)
+    try:
+        if args.command == "dead-letters":
+            return await dead_letters(args, JobQueue(redis, queue_config))
+        store = ApiKeyStore(redis, Keys(queue_config.namespace))
+        if args.action == "create":
+            scopes: list[Scope] = [scope for scope in SCOPES if scope in {s.strip() for s in args.scopes.split(",")}]
+            unknown = {s.strip() for s in args.scopes.split(",")} - set(SCOPES)
+            if unknown:
+                print(f"ttsq: unknown scope(s) {', '.join(sorted(unknown))}; use {', '.join(SCOPES)}", file=sys.stderr)
+                return 2
+            expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days else None
+            key, record = await store.create(args.name, scopes, expires_at=expires, callback_url=args.callback_url)
+            print(key)
+            print(
+                f"created key {record.id} ({record.name}; scopes {', '.join(record.scopes)}; expires {_when(record.expires_at)}). "
+                "It is shown only now: store it.",
+                file=sys.stderr,
+            )
+            return 0
+        if args.action == "list":
+            records = await store.list()
+            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'CREATED':<20}  EXPIRES")
+            for record in records:
+                print(
+                    f"{record.id:<12}  {record.name[:24]:<24}  {','.join(record.scopes):<10}  "
+                    f"{_when(record.created_at):<20}  {_when(record.expires_at)}"
+                )
+            return 0
+        if await store.revoke(args.key_id):
+            print(f"revoked key {args.key_id}: every API replica refuses it from its next request on")
+            return 0
+        print(f"ttsq: no key with id {args.key_id!r}", file=sys.stderr)
+        return 1
+    finally:
+        await redis.aclose()
+
+
+async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
+    if args.action == "list":
+        jobs = await queue.dead_letters(args.limit)
+        print(f"{'TASK ID':<52}  {'FAILED':<20}  {'TRIES':>5}  REASON")
+        for job in jobs:
+            reason = (job.error or "unknown").replace("\n", " ")
+            print(f"{job.id:<52}  {_when(job.finished_at):<20}  {job.attempts:>5}  {reason[:100]}")
+        print(f"{len(jobs)} dead letter(s) shown", file=sys.stderr)
+        return 0
+    if args.action == "show":
+        found = await queue.dead_letter(args.task_id)
+        if found is None:
+            print(f"ttsq: no dead letter {args.task_id!r}", file=sys.stderr)
+            return 1
+        print(found.model_dump_json(indent=2, exclude={"params": {"speaker_embedding"}}))
+        return 0
+    if args.action == "requeue":
+        status = 0
+        for task_id in args.task_ids:
+            outcome = await queue.requeue_dead(task_id)
+            if outcome is Requeued.REQUEUED:
+                print(f"requeued {task_id}: same id, attempts start again, it runs alone")
+            else:
+                why = "no such dead letter" if outcome is Requeued.MISSING else "its task is active again"
+                print(f"ttsq: {task_id}: {why}; nothing changed", file=sys.stderr)
+                status = 1
+        return status
+    removed = await queue.purge_dead(None) if args.all else sum([await queue.purge_dead(t) for t in args.task_ids])
+    print(f"purged {removed} dead letter(s)")
+    return 0 if removed or args.all else 1
+
+
+def main(argv: Sequence[str], redis_config: RedisConfig, queue_config: QueueConfig) -> int:
+    return asyncio.run(run(build_parser().parse_args(argv), redis_config, queue_config))

@@ -1,0 +1,105 @@
+"""API keys: random, shown once, stored as a SHA-256 digest, revocable at once on every replica.
+
+A key looks like ``ttsq_<id>_<secret>``: the id (public, 12 hex characters) names the record in
+Redis, the secret (32 random bytes) is what proves possession. Only the SHA-256 of the whole key is
+stored — keys are long random strings, so a fast hash is as good as a slow one and a leaked Redis
+dump reveals no usable key. Every request looks its key up, so a revocation (deleting the record)
+holds on every API replica from the next request on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from ttsq.store.keys import Keys
+
+Scope = Literal["tts", "admin"]
+SCOPES: tuple[Scope, ...] = ("tts", "admin")
+"""``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters."""
+
+_KEY = re.compile(r"ttsq_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
+
+
+class ApiKey(BaseModel):
+    """What the store keeps about a key (never the key itself)."""
+
+    id: str
+    name: str
+    scopes: list[Scope]
+    created_at: float
+    expires_at: float | None = None
+    callback_url: str | None = Field(default=None, description="Default completion webhook for this key's submits.")
+    digest: str = Field(description="SHA-256 of the whole key, hex.")
+
+    def allows(self, scope: Scope) -> bool:
+        return scope in self.scopes or "admin" in self.scopes
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+def looks_like_key(value: str) -> bool:
+    """Shaped like a ttsq key (``ttsq_<12 hex>_<43 url-safe>``), valid or not."""
+    return _KEY.fullmatch(value) is not None
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeyStore:
+    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], float] = time.time) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.clock = clock
+
+    async def create(
+        self, name: str, scopes: list[Scope], *, expires_at: float | None = None, callback_url: str | None = None
+    ) -> tuple[str, ApiKey]:
+        """A new key and its record; the key is returned once and never stored."""
+        unknown = set(scopes) - set(SCOPES)
+        if unknown or not scopes:
+            raise ValueError(f"scopes must be a non-empty subset of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
+        key_id = secrets.token_hex(6)
+        key = f"ttsq_{key_id}_{secrets.token_urlsafe(32)}"
+        record = ApiKey(
+            id=key_id,
+            name=name,
+            scopes=sorted(set(scopes)),
+            created_at=self.clock(),
+            expires_at=expires_at,
+            callback_url=callback_url,
+            digest=_digest(key),
+        )
+        await self.redis.hset(self.keys.api_keys, key_id, record.model_dump_json())
+        return key, record
+
+    async def authenticate(self, key: str) -> ApiKey | None:
+        """The key's record when the key is genuine, not revoked and not expired; else None."""
+        match = _KEY.fullmatch(key)
+        if match is None:
+            return None
+        raw = await self.redis.hget(self.keys.api_keys, match.group(1))
+        if raw is None:
+            return None
+        record = ApiKey.model_validate_json(raw)
+        if not hmac.compare_digest(record.digest, _digest(key)) or record.expired(self.clock()):
+            return None
+        return record
+
+    async def list(self) -> list[ApiKey]:
+        stored = await self.redis.hgetall(self.keys.api_keys)
+        return sorted((ApiKey.model_validate_json(raw) for raw in stored.values()), key=lambda k: k.created_at)
+
+    async def revoke(self, key_id: str) -> bool:
+        """Delete the record: every replica refuses the key from its next request on."""
+        return bool(await self.redis.hdel(self.keys.api_keys, key_id))

@@ -1,0 +1,301 @@
+"""The completion-webhook delivery queue: the only code that speaks Redis about webhook deliveries.
+
+It is the job queue's reliable-queue pattern again, for a job's completion notice:
+
+* the script that makes a job final (done, failed, cancelled) ``LPUSH``-es its id onto
+  :attr:`Keys.deliveries` in the same atomic step, so a crash can never lose the fact that a
+  delivery is due;
+* **claim** moves an id with ``BLMOVE`` into :attr:`Keys.deliveries_processing`, then a script
+  grants a *lease*: a deadline in :attr:`Keys.delivery_leases`. The deadline doubles as the claim's
+  fencing token: :meth:`DeliveryQueue.renew` and the acknowledgements act only while the lease still
+  carries the deadline this holder set, so a deliverer that stalled past its lease cannot release,
+  or reschedule, a delivery another deliverer now holds;
+* **succeeded / retry / give_up** append the attempt to the job's delivery log and release the
+  lease in one script; a retry waits in :attr:`Keys.deliveries_delayed`;
+* **sweep** requeues lapsed leases and ids claimed but never leased, and releases due retries. It
+  is one idempotent script, cheap enough for every deliverer to run each interval, so it takes
+  no lock.
+
+Deliveries are at least once: a deliverer that dies after the receiver answered but before the
+acknowledgement causes a second POST with the same ``ttsq-event-id``. Once the log ends in a final
+record (delivered or given up), any further claim of that id is dropped without a POST.
+Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from importlib.resources import files
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from ttsq.store.keys import Keys
+
+Clock = Callable[[], float]
+"""Unix seconds; ``time.time`` in production, a settable value in tests."""
+
+DEFAULT_LEASE_S = 60.0
+"""How long a claimed delivery stays with its deliverer without a renewal."""
+
+LOG_MAX = 100
+"""Most attempt records kept per job (the newest); a day of capped backoff is far fewer."""
+
+_PROMOTE_LIMIT = 1000
+"""Most retries released per sweep (the rest wait one interval)."""
+
+
+class AttemptOutcome(StrEnum):
+    """What one delivery attempt led to."""
+
+    DELIVERED = "delivered"
+    """The receiver answered 2xx: done."""
+    RETRYING = "retrying"
+    """It failed; another attempt is scheduled at ``next_attempt_at``."""
+    GAVE_UP = "gave_up"
+    """It failed and no attempt follows (refused URL, out of time, task gone)."""
+
+    @property
+    def is_final(self) -> bool:
+        return self is not AttemptOutcome.RETRYING
+
+
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    """One attempt, as kept in the job's delivery log and shown on its status."""
+
+    attempt: int
+    """1 for the first attempt."""
+    at: float
+    """When the attempt started (Unix seconds)."""
+    outcome: AttemptOutcome
+    status_code: int | None = None
+    """The receiver's HTTP status; None when no answer came (refused, unreachable, timed out)."""
+    error: str | None = None
+    """Why the attempt failed, for a person to read; None when delivered."""
+    elapsed_s: float = 0.0
+    next_attempt_at: float | None = None
+    """Set when ``outcome`` is ``retrying``."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> DeliveryAttempt:
+        data: dict[str, Any] = json.loads(raw)
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        known["outcome"] = AttemptOutcome(known["outcome"])
+        return cls(**known)
+
+
+class DeliveryState(StrEnum):
+    """Where a task's webhook stands, for its status."""
+
+    PENDING = "pending"
+    """Due, or in flight: no attempt has finished yet."""
+    RETRYING = "retrying"
+    DELIVERED = "delivered"
+    GAVE_UP = "gave_up"
+
+
+@dataclass(frozen=True)
+class DeliverySummary:
+    """The delivery log boiled down for a task's status (see :meth:`of`)."""
+
+    state: DeliveryState
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    last_attempt_at: float | None
+    next_attempt_at: float | None
+
+    @classmethod
+    def of(cls, log: Sequence[DeliveryAttempt]) -> DeliverySummary:
+        """Summarise a log (oldest first). An empty log means the webhook is due or in flight."""
+        if not log:
+            return cls(DeliveryState.PENDING, 0, None, None, None, None)
+        last = log[-1]
+        state = {
+            AttemptOutcome.DELIVERED: DeliveryState.DELIVERED,
+            AttemptOutcome.RETRYING: DeliveryState.RETRYING,
+            AttemptOutcome.GAVE_UP: DeliveryState.GAVE_UP,
+        }[last.outcome]
+        return cls(state, last.attempt, last.status_code, last.error, last.at, last.next_attempt_at)
+
+
+class Leased(StrEnum):
+    """What the lease script said about a claimed id."""
+
+    LEASED = "leased"
+    FINISHED = "finished"
+    """Already delivered or given up (a duplicate id): dropped."""
+    GONE = "gone"
+    """The task expired: nothing to deliver; dropped."""
+    LOST = "lost"
+    """The sweep took the id back before it was leased; whoever claims it next delivers it."""
+
+
+class Settled(StrEnum):
+    SETTLED = "settled"
+    """Recorded, and the lease released (a retry is scheduled)."""
+    LOST = "lost"
+    """The attempt was logged, but the lease had lapsed or passed to another deliverer: nothing else changed."""
+
+
+@dataclass(frozen=True)
+class DeliveryLease:
+    """A claimed delivery. ``deadline`` is its fencing token: renewals hand back a new lease."""
+
+    job_id: str
+    holder: str
+    deadline: float
+    attempts: int
+    """Attempts already logged for this job; the next one is ``attempts + 1``."""
+
+
+@dataclass(frozen=True)
+class DeliverySweep:
+    requeued: int = 0
+    """Claimed deliveries whose lease had lapsed (their deliverer stopped renewing)."""
+    orphans: int = 0
+    """Ids claimed but never leased, given a grace lease (requeued when it lapses)."""
+    promoted: int = 0
+    """Retries whose backoff was over."""
+
+
+@dataclass(frozen=True)
+class DeliveryDepths:
+    """How the delivery queue stands, in one round trip (for metrics)."""
+
+    due: int
+    in_flight: int
+    delayed: int
+
+
+def _script(redis: Redis, name: str) -> AsyncScript:
+    return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class DeliveryQueue:
+    """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``).
+
+    ``result_ttl_s`` is the fallback expiry of a delivery log whose job has no TTL left to copy.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        namespace: str,
+        clock: Clock = time.time,
+        lease_s: float = DEFAULT_LEASE_S,
+        result_ttl_s: int = 86_400,
+    ) -> None:
+        if lease_s <= 0 or result_ttl_s <= 0:
+            raise ValueError("lease_s and result_ttl_s must be positive")
+        self.redis = redis
+        self.keys = Keys(namespace)
+        self.clock = clock
+        self.lease_s = lease_s
+        self.result_ttl_s = result_ttl_s
+        self._lease = _script(redis, "deliveries_lease")
+        self._renew = _script(redis, "deliveries_renew")
+        self._settle = _script(redis, "deliveries_settle")
+        self._sweep = _script(redis, "deliveries_sweep")
+
+    async def claim(self, holder: str, block_s: float) -> DeliveryLease | None:
+        """Wait up to ``block_s`` (0: do not wait) for a due delivery and lease it to ``holder``.
+
+        Ids with nothing left to deliver (already delivered, given up, task expired) are dropped
+        here and the claim answers None, as when nothing is due.
+        """
+        if block_s > 0:
+            # Redis takes fractional block timeouts; redis-py's annotation says int.
+            raw = await self.redis.blmove(self.keys.deliveries, self.keys.deliveries_processing, block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        else:
+            raw = await self.redis.lmove(self.keys.deliveries, self.keys.deliveries_processing, "RIGHT", "LEFT")
+        if raw is None:
+            return None
+        job_id = _text(raw)
+        deadline = self.clock() + self.lease_s
+        reply = await self._lease(
+            keys=[
+                self.keys.deliveries_processing,
+                self.keys.delivery_leases,
+                self.keys.deliveries_delayed,
+                self.keys.delivery_log(job_id),
+                self.keys.job(job_id),
+            ],
+            args=[job_id, deadline],
+        )
+        if Leased(_text(reply[0])) is not Leased.LEASED:
+            return None
+        return DeliveryLease(job_id=job_id, holder=holder, deadline=deadline, attempts=int(reply[1]))
+
+    async def renew(self, lease: DeliveryLease) -> DeliveryLease | None:
+        """Move the lease forward; the new lease (new token) is returned, None if it was lost."""
+        deadline = self.clock() + self.lease_s
+        renewed = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
+        if not int(renewed):
+            return None
+        return DeliveryLease(job_id=lease.job_id, holder=lease.holder, deadline=deadline, attempts=lease.attempts)
+
+    async def succeeded(self, lease: DeliveryLease, record: DeliveryAttempt) -> Settled:
+        """The receiver took it: log the attempt and forget the delivery."""
+        if record.outcome is not AttemptOutcome.DELIVERED:
+            raise ValueError(f"succeeded() takes a delivered attempt, not {record.outcome}")
+        return await self._settled(lease, record, retry_at=None)
+
+    async def retry(self, lease: DeliveryLease, record: DeliveryAttempt, at: float) -> Settled:
+        """Log the failed attempt and try again at ``at`` (released by a sweep from then on)."""
+        if record.outcome is not AttemptOutcome.RETRYING or record.next_attempt_at != at:
+            raise ValueError("retry() takes a retrying attempt whose next_attempt_at is the retry time")
+        return await self._settled(lease, record, retry_at=at)
+
+    async def give_up(self, lease: DeliveryLease, record: DeliveryAttempt) -> Settled:
+        """Log the last attempt and forget the delivery for good."""
+        if record.outcome is not AttemptOutcome.GAVE_UP:
+            raise ValueError(f"give_up() takes a given-up attempt, not {record.outcome}")
+        return await self._settled(lease, record, retry_at=None)
+
+    async def _settled(self, lease: DeliveryLease, record: DeliveryAttempt, retry_at: float | None) -> Settled:
+        reply = await self._settle(
+            keys=[
+                self.keys.deliveries_processing,
+                self.keys.delivery_leases,
+                self.keys.deliveries_delayed,
+                self.keys.delivery_log(lease.job_id),
+                self.keys.job(lease.job_id),
+            ],
+            args=[lease.job_id, lease.deadline, record.to_json(), "" if retry_at is None else retry_at, LOG_MAX, self.result_ttl_s],
+        )
+        return Settled(_text(reply))
+
+    async def sweep(self, now: float | None = None) -> DeliverySweep:
+        """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries."""
+        reply = await self._sweep(
+            keys=[self.keys.delivery_leases, self.keys.deliveries_processing, self.keys.deliveries, self.keys.deliveries_delayed],
+            args=[self.clock() if now is None else now, self.lease_s, _PROMOTE_LIMIT],
+        )
+        return DeliverySweep(requeued=int(reply[0]), orphans=int(reply[1]), promoted=int(reply[2]))
+
+    async def log(self, job_id: str) -> list[DeliveryAttempt]:
+        """The job's delivery attempts, oldest first (empty: none finished yet, or it has no webhook)."""
+        raw = await self.redis.lrange(self.keys.delivery_log(job_id), 0, -1)
+        return [DeliveryAttempt.from_json(item) for item in raw]
+
+    async def depths(self) -> DeliveryDepths:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(self.keys.deliveries)
+            pipe.llen(self.keys.deliveries_processing)
+            pipe.zcard(self.keys.deliveries_delayed)
+            due, in_flight, delayed = await pipe.execute()
+        return DeliveryDepths(int(due), int(in_flight), int(delayed))

@@ -1,0 +1,51 @@
+-- Cancel a job for one caller. A holder other than the last (a single-flight joiner, or the first
+-- submitter once others joined) is detached: the job goes on for the others, and its key stops
+-- being a reader. Otherwise a job still
+-- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
+-- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
+-- KEYS: job, queue, processing, delayed, inflight, stream
+-- ARGV: id, reader ('' = anonymous), now, ttl_s, prefix, holder (the caller's owner name)
+-- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
+local raw = redis.call('GET', KEYS[1])
+if not raw then return {'gone'} end
+local job = cjson.decode(raw)
+if job.status == 'cancelled' then return {'cancelled'} end
+if job.status == 'done' or job.status == 'failed' then return {'final', job.status} end
+local function without(list, value)
+  local kept = {}
+  for _, item in ipairs(list) do
+    if item ~= value then table.insert(kept, item) end
+  end
+  return kept
+end
+if ARGV[6] ~= '' and type(job.holders) == 'table' and #job.holders > 1 then
+  local holders = without(job.holders, ARGV[6])
+  if #holders < #job.holders then
+    job.holders = holders
+    if ARGV[2] ~= '' and type(job.readers) == 'table' then
+      local readers = without(job.readers, ARGV[2])
+      if #readers > 0 then job.readers = readers end
+    end
+    redis.call('SET', KEYS[1], cjson.encode(job))
+    return {'detached'}
+  end
+end
+if job.status == 'running' then
+  if job.cancel_requested ~= true then
+    job.cancel_requested = true
+    redis.call('SET', KEYS[1], cjson.encode(job))
+  end
+  return {'cancelling'}
+end
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('LREM', KEYS[3], 0, ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
+job.status = 'cancelled'
+job.finished_at = tonumber(ARGV[3])
+job.not_before = cjson.null
+redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[4])
+redis.call('XADD', KEYS[6], '*', 'end', '1')
+redis.call('EXPIRE', KEYS[6], ARGV[4])
+ended(job, ARGV[5], ARGV[1])
+return {'cancelled'}
