@@ -26,9 +26,13 @@ class Ratio:
     value: float
     aim: float | None
     detail: str
+    invalid: str | None = None
+    """Why the figure does not count (e.g. refused requests were counted as served)."""
 
     @property
     def verdict(self) -> str:
+        if self.invalid:
+            return f"**invalid**: {self.invalid}"
         if self.aim is None:
             return "reported as measured"
         return "**met**" if self.value >= self.aim else "**not met**"
@@ -38,7 +42,9 @@ def ratios(results: dict[str, Any]) -> list[Ratio]:
     """Every ratio the run produced, in report order."""
     out: list[Ratio] = []
     if submit := results.get("submit"):
-        out.append(Ratio("submit req/s: ttsq / bare LPUSH", submit["ratio_rps"], submit["aim"], "wrk -c64"))
+        refused = sum(variant["non_2xx"] for variant in submit["variants"].values())
+        invalid = f"{refused} answers were not 2xx" if refused else None
+        out.append(Ratio("submit req/s: ttsq / bare LPUSH", submit["ratio_rps"], submit["aim"], "wrk -c64", invalid))
     if queue := results.get("queue"):
         for batch in (8, 1):
             out.append(Ratio(f"queue: ttsq MAX_BATCH={batch} / arq tuned (best arq)", queue[f"ratio_b{batch}"], queue["aim"], ""))

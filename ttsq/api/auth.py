@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -85,16 +87,25 @@ def listening_addresses(pid: int | None = None) -> list[str]:
 
 class KeyPolicy:
     """Whether a request without a key may pass. ``AUTH=auto`` looks at what the process listens on,
-    once its sockets are open (the app starts before uvicorn binds them)."""
+    once its sockets are open (the app starts before uvicorn binds them): decided once, at the first
+    request that finds a listening socket. Reading the sockets scans ``/proc/net`` (milliseconds), so
+    while none is found (served in-process) it looks again at most every ``recheck_s``."""
 
-    def __init__(self, mode: AuthMode) -> None:
+    def __init__(self, mode: AuthMode, clock: Callable[[], float] = time.monotonic, recheck_s: float = 1.0) -> None:
         self.mode = mode
         self._required: bool | None = {"on": True, "off": False}.get(mode)
+        self._clock = clock
+        self._recheck_s = recheck_s
+        self._next_check = float("-inf")
 
     def keys_required(self) -> bool:
         if self._required is None:
+            now = self._clock()
+            if now < self._next_check:
+                return False
             addresses = listening_addresses()
             if not addresses:  # served in-process (tests) or not bound yet: decide on a later request
+                self._next_check = now + self._recheck_s
                 return False
             self._required = not all(_is_loopback(address) for address in addresses)
         return self._required
