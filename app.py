@@ -76,9 +76,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             TaskIdSigner(secret.get_secret_value().encode()) if secret else None,
             on_submit=metrics.submitted,
             webhooks=webhooks,
+            rate_limiter=RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst),
         )
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
-        app.state.rate_limiter = RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst)
         if config.auth == "off":
             log.warning(
                 "AUTH=off: API keys are not checked. Anyone who can reach this API can submit, read any task whose id "

@@ -1,13 +1,13 @@
 """FastAPI dependencies shared by the routers, as ``Annotated`` aliases.
 
-The app's lifespan (``app.py``) builds the service, the authenticator and the rate limiter once
-and keeps them on ``app.state``; routes receive them through these aliases. Providers are
+The app's lifespan (``app.py``) builds the service (which owns the rate limiter) and the
+authenticator once and keeps them on ``app.state``; routes receive them through these aliases. Providers are
 ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool, a hop that cost
 about a sixth of a submit's time (profiled).
 
 Who may call what: ``TTSCaller`` (scope ``tts``: submit, read and cancel one's own tasks, list
-voices), ``AdminCaller`` (scope ``admin``: voices, dead letters, everyone's tasks), and
-``Submitter`` — a ``TTSCaller`` whose token bucket pays for the submit.
+voices) and ``AdminCaller`` (scope ``admin``: voices, dead letters, everyone's tasks). A submit's
+token is not taken here but by the service, inside the script that queues the job (one round trip).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from ttsq.api.auth import Authenticator, Forbidden, Principal, RateLimited
+from ttsq.api.auth import Authenticator, Forbidden, Principal
 from ttsq.api.service import TTSService
 from ttsq.store.api_keys import Scope
-from ttsq.store.rate_limit import RateLimiter
 
 _bearer = HTTPBearer(auto_error=False, description="An API key as a bearer token (what the OpenAI SDK sends).")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key.")
@@ -54,14 +53,3 @@ def _caller(scope: Scope) -> Callable[..., Awaitable[Principal]]:
 TTSCaller = Annotated[Principal, Depends(_caller("tts"))]
 AdminCaller = Annotated[Principal, Depends(_caller("admin"))]
 
-
-async def _submitter(request: Request, caller: TTSCaller) -> Principal:
-    """Spend one token of the caller's bucket; the ``RateLimit-*`` headers go on the answer either way."""
-    decision = await cast(RateLimiter, request.app.state.rate_limiter).take(caller.subject)
-    request.state.rate_limit_headers = decision.headers()
-    if not decision.allowed:
-        raise RateLimited(decision)
-    return caller
-
-
-Submitter = Annotated[Principal, Depends(_submitter)]

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import ServiceDep, Submitter, TTSCaller
+from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, sse_schema, task_links, text_too_long
 from ttsq.api.service import InvalidInput, TTSService
@@ -110,7 +110,7 @@ _SPEECH_EVENT = {
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep, caller: Submitter) -> Response:
+async def speech(body: SpeechRequest, service: ServiceDep, caller: TTSCaller) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
     too_long = text_too_long(body.input, service.config.max_text_chars)
@@ -121,9 +121,10 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: Submitter) ->
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
         raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
     native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
-    task_id = (await service.submit(native, caller, voice)).task_id
+    submitted = await service.submit(native, caller, voice)
+    task_id = submitted.answer.task_id
     media_type = CONTENT_TYPES[body.response_format]
-    headers = {"X-TTSQ-Task-Id": task_id}
+    headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
 
     if body.stream_format == "sse":
         return StreamingResponse(_sse(service, task_id, body.response_format), media_type="text/event-stream", headers=headers)

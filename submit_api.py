@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from deps import ServiceDep, Submitter
+from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, QUEUE_FULL_RESPONSE, RATE_LIMIT_HEADERS
 from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, SubmitResponse, task_links, text_too_long
 from ttsq.api.service import InvalidInput
@@ -34,7 +34,7 @@ TASK_LINKS = task_links("$response.body#/task_id")
     },
     summary="Queue a text for synthesis and get a task id at once",
 )
-async def submit(body: SubmitRequest, service: ServiceDep, caller: Submitter) -> Response:
+async def submit(body: SubmitRequest, service: ServiceDep, caller: TTSCaller) -> Response:
     """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers.
 
     The answer is serialised once, here: returning the model would have FastAPI validate it again.
@@ -42,6 +42,7 @@ async def submit(body: SubmitRequest, service: ServiceDep, caller: Submitter) ->
     too_long = text_too_long(body.text, service.config.max_text_chars)
     if too_long is not None:
         raise InvalidInput(TEXT_FIELD, too_long, body.text[:200])
-    answer = await service.submit(body, caller)
-    code = status.HTTP_200_OK if answer.cached else status.HTTP_202_ACCEPTED
-    return Response(answer.model_dump_json(), status_code=code, media_type="application/json")
+    submitted = await service.submit(body, caller)
+    code = status.HTTP_200_OK if submitted.answer.cached else status.HTTP_202_ACCEPTED
+    headers = submitted.rate.headers() if submitted.rate is not None else None
+    return Response(submitted.answer.model_dump_json(), status_code=code, media_type="application/json", headers=headers)

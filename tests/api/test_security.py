@@ -17,7 +17,10 @@ from redis.asyncio import Redis
 
 from tests.conftest import api_client, queue_config
 from ttsq.api.headers import CONTENT_SECURITY_POLICY
+from ttsq.api.schemas import SubmitRequest
+from ttsq.domain.voices import builtin
 from ttsq.store.api_keys import ApiKeyStore, Scope
+from ttsq.store.cache import CachedAudio
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue
 
@@ -124,6 +127,48 @@ async def test_anonymous_clients_are_limited_by_address(redis: Redis, make_setti
         codes = [(await submit(client, None, seed=n)).status_code for n in range(3)]
         assert codes == [202, 202, 429]
         assert await redis.exists(Keys("ttsq").rate_limit("addr:127.0.0.1"))
+
+
+async def test_every_valid_submit_pays_once_and_a_refused_one_records_nothing(redis: Redis, make_settings: Any) -> None:
+    """The token is taken inside the script that queues the job: a join and a cache hit pay too, an
+    invalid request does not, a retry past a stale single-flight marker pays once, and a refusal leaves
+    no job behind."""
+    async with api_client(make_settings(rate_limit_burst=5, rate_limit_per_s=0.001)) as (client, app):
+        service = app.state.service
+        queue = JobQueue(redis, queue_config())
+
+        def remaining(answer: httpx.Response) -> int:
+            assert answer.status_code in (200, 202), answer.text
+            return int(answer.headers["ratelimit-remaining"])
+
+        first = await submit(client, None, text="Queued once.", voice="zh_female")
+        assert remaining(first) == 4
+        joined = await submit(client, None, text="Queued once.", voice="zh_female")
+        assert joined.json()["joined"] is True and remaining(joined) == 3
+        assert (await submit(client, None, text="")).status_code == 422
+        assert (await submit(client, None, voice="no-such-voice")).status_code == 422
+
+        # A stale single-flight marker: the job ended without clearing it, so the script is run twice.
+        await queue.claim("w", block_s=0.1)
+        await queue.complete(first.json()["task_id"], b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
+        again = await submit(client, None, text="Queued once.", voice="zh_female")
+        assert again.json()["joined"] is False and remaining(again) == 2, "paid once, not once per attempt"
+
+        body = {"text": "From the cache.", "voice": "zh_female", "seed": 1}  # submit() sends seed 1 unless told
+        params = service.build_params(SubmitRequest(**body), builtin("zh_female"))
+        await service.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
+        hit = await submit(client, None, **body)
+        assert hit.status_code == 200 and hit.json()["cached"] is True and remaining(hit) == 1
+
+        assert remaining(await submit(client, None, seed=11)) == 0
+        depth = await redis.llen(queue.keys.queue)
+        jobs = len([key async for key in redis.scan_iter(match=queue.keys.job("*"))])
+        refused = await submit(client, None, seed=12)
+        assert refused.status_code == 429 and refused.headers["ratelimit-remaining"] == "0"
+        assert int(refused.headers["retry-after"]) >= 1
+        assert await redis.llen(queue.keys.queue) == depth, "a refused submit queues nothing"
+        assert len([key async for key in redis.scan_iter(match=queue.keys.job("*"))]) == jobs, "and records nothing"
+        assert (await submit(client, None, **body)).status_code == 429, "a cache hit is refused too"
 
 
 async def test_a_key_cannot_fill_the_shared_queue_and_others_still_get_in_fifo(redis: Redis, make_settings: Any) -> None:

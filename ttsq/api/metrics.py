@@ -126,11 +126,7 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                extra = [(b"x-request-id", request_id.encode())]
-                limits = scope.get("state", {}).get("rate_limit_headers")
-                if limits and status != 429:  # a 429 carries them already, from its handler
-                    extra += [(name.lower().encode(), value.encode()) for name, value in limits.items()]
-                message["headers"] = [*message.get("headers", []), *extra]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ttsq.api.auth import Principal
+from ttsq.api.auth import Principal, RateLimited
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.api.webhooks import RefusedUrl, SsrfGuard, UnresolvableUrl
@@ -27,6 +27,7 @@ from ttsq.domain.voices import Voice
 from ttsq.store.cache import ResultCache
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.queue import Cancelled, JobQueue, Requeued
+from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.streams import StreamFailed, StreamFormat, audio_stream, pcm_pieces
 from ttsq.store.task_ids import TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
@@ -126,6 +127,14 @@ class Webhooks:
     deliveries: DeliveryQueue
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """A submit's answer, and the caller's token bucket after paying for it (``RateLimit-*`` headers)."""
+
+    answer: SubmitResponse
+    rate: RateDecision | None
+
+
 class TTSService:
     def __init__(
         self,
@@ -136,8 +145,10 @@ class TTSService:
         signer: TaskIdSigner | None = None,
         on_submit: Callable[[SubmitOutcome], None] | None = None,
         webhooks: Webhooks | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.queue = queue
+        self.rate_limiter = rate_limiter
         self.cache = cache
         self.voices = voices
         self.config = config
@@ -153,12 +164,14 @@ class TTSService:
 
     # ---- submit ----------------------------------------------------------------------------
 
-    async def submit(self, body: SubmitRequest, caller: Principal, voice: Voice | None = None) -> SubmitResponse:
+    async def submit(self, body: SubmitRequest, caller: Principal, voice: Voice | None = None) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
         ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
         The task is readable by ``caller``'s key (and admins); cache hits share audio across keys,
-        never task records.
+        never task records. A valid submit pays one token of ``caller``'s bucket — inside the script
+        that queues the job, so paying costs no round trip of its own (a cache hit pays on its own) —
+        and raises :class:`~ttsq.api.auth.RateLimited` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
@@ -170,6 +183,7 @@ class TTSService:
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
+                rate = await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
                     signer.new(), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
@@ -177,7 +191,7 @@ class TTSService:
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
                 log.info("task %s done from the cache (%s)", job.id, hit.level)
-                return SubmitResponse.model_construct(
+                answer = SubmitResponse.model_construct(
                     task_id=job.id,
                     status=Status.DONE,
                     queue_position=None,
@@ -187,15 +201,20 @@ class TTSService:
                     cached=True,
                     notice=self.config.notice,
                 )
-        result = await self.queue.enqueue(
-            signer.new(),
-            params,
-            # A joiner would never be called back: the job in flight carries the first submitter's callback.
-            single_flight=self.config.single_flight and params.callback_url is None,
-            owner=caller.subject,
-            reader=caller.reader,
-            max_per_owner=self.config.max_queued_per_key,
-        )
+                return Submitted(answer, rate)
+        try:
+            result = await self.queue.enqueue(
+                signer.new(),
+                params,
+                # A joiner would never be called back: the job in flight carries the first submitter's callback.
+                single_flight=self.config.single_flight and params.callback_url is None,
+                owner=caller.subject,
+                reader=caller.reader,
+                max_per_owner=self.config.max_queued_per_key,
+                charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+            )
+        except RateLimitExceeded as exc:
+            raise RateLimited(exc.decision) from None
         self._on_submit("joined" if result.joined else "queued")
         context.task_id.set(result.job.id)
         log.info(
@@ -206,7 +225,7 @@ class TTSService:
             len(params.text),
             params.format,
         )
-        return SubmitResponse.model_construct(
+        answer = SubmitResponse.model_construct(
             task_id=result.job.id,
             status=result.job.status,
             queue_position=result.position,
@@ -216,6 +235,16 @@ class TTSService:
             joined=result.joined,
             notice=self.config.notice,
         )
+        return Submitted(answer, result.rate)
+
+    async def _pay(self, caller: Principal) -> RateDecision | None:
+        """One token of ``caller``'s bucket for a submit that queues nothing."""
+        if self.rate_limiter is None:
+            return None
+        decision = await self.rate_limiter.take(caller.subject)
+        if not decision.allowed:
+            raise RateLimited(decision)
+        return decision
 
     async def check_callback_url(self, url: str) -> str:
         """Refuse a webhook target the SSRF guard would refuse, at submit rather than at delivery.

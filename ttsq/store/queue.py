@@ -40,6 +40,7 @@ from redis.commands.core import AsyncScript
 
 from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.store.keys import Keys
+from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class Enqueued(StrEnum):
     """The queue is at ``max_queue_depth``."""
     OWNER_FULL = "owner_full"
     """The submitting owner already has ``max_queued_per_owner`` jobs queued or running."""
+    LIMITED = "limited"
+    """The caller's token bucket was empty (a charged enqueue): nothing was recorded."""
 
 
 class Started(StrEnum):
@@ -158,6 +161,8 @@ class EnqueueResult:
     outcome: Enqueued
     position: int | None
     estimate_s: float
+    rate: RateDecision | None = None
+    """The caller's token bucket after paying for this submit (when a charge was given)."""
 
     @property
     def joined(self) -> bool:
@@ -231,7 +236,7 @@ class JobQueue:
         self.config = config
         self.clock = clock
         self.keys = Keys(config.namespace)
-        self._enqueue = _script(redis, "enqueue")
+        self._enqueue = redis.register_script(token_bucket_lua() + "\n" + _lua("enqueue"))
         self._start = _script(redis, "start", ends_jobs=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
@@ -257,8 +262,12 @@ class JobQueue:
         owner: str | None = None,
         reader: str | None = None,
         max_per_owner: int = 0,
+        charge: Charge | None = None,
     ) -> EnqueueResult:
         """Record and queue a job; calling it again with the same id changes nothing.
+
+        With a ``charge`` the caller's token bucket pays first, in the same script; an empty bucket
+        raises :class:`~ttsq.store.rate_limit.RateLimitExceeded` and records nothing.
 
         Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
         that job is returned instead (outcome ``JOINED``) and nothing new is queued.
@@ -285,20 +294,29 @@ class JobQueue:
             self.keys.workers,
             self._inflight_key(params.cache_key),
             self.keys.owner_jobs(owner or "-"),
+            charge.key if charge is not None else self.keys.rate_limit("-"),
         ]
         stale = ""
+        rate: RateDecision | None = None
         for _ in range(3):
             args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
             args += [now - self.config.heartbeat_ttl_s, self.keys.job_prefix, reader or "", owner or "", max_per_owner]
+            # Pay once: a retry after a stale single-flight marker has paid already.
+            paying = charge is not None and rate is None
+            args += [charge.now, charge.rate_per_s, charge.burst] if paying and charge is not None else [0, "", 0]
             reply = await self._enqueue(keys=keys, args=args)
             outcome = Enqueued(_text(reply[0]))
+            if outcome is Enqueued.LIMITED and charge is not None:
+                raise RateLimitExceeded(charge.decision(False, int(reply[1]), int(reply[2]), int(reply[3])))
+            if paying and charge is not None:
+                rate = charge.decision(True, int(reply[-2]), 0, int(reply[-1]))
             if outcome is not Enqueued.JOINED:
                 break
             other = await self.get(_text(reply[1]))
             if other is not None and not other.status.is_final:
                 position = await self.position(other.id)
                 estimate = await self.estimate_wait_s(position or 0)
-                return EnqueueResult(job=other, outcome=outcome, position=position, estimate_s=estimate)
+                return EnqueueResult(job=other, outcome=outcome, position=position, estimate_s=estimate, rate=rate)
             stale = _text(reply[1])
         else:
             raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
@@ -309,10 +327,11 @@ class JobQueue:
             raise OwnerQueueFullError(depth, max_per_owner)
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
-            return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=await self.estimate_wait_s(depth))
+            estimate = await self.estimate_wait_s(depth)
+            return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
         jobs_done, busy_s, workers = int(reply[2]), float(reply[3]), int(reply[4])
         average = busy_s / jobs_done if jobs_done else DEFAULT_JOB_S
-        return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=_estimate(depth, average, workers))
+        return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=_estimate(depth, average, workers), rate=rate)
 
     async def record_done(
         self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None

@@ -1,4 +1,9 @@
-"""A token bucket per caller in Redis, shared by every API replica (one Lua script per decision)."""
+"""A token bucket per caller in Redis, shared by every API replica.
+
+A submit that queues a job pays inside the enqueue script itself (:meth:`RateLimiter.charge` gives
+the queue what it needs), so paying costs no round trip of its own; one that does not queue (a cache
+hit) pays with :meth:`RateLimiter.take`. Both run ``lua/token_bucket.lua``.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,32 @@ class RateDecision:
         return headers
 
 
+class RateLimitExceeded(Exception):
+    """The caller's bucket is empty; nothing was recorded or queued."""
+
+    def __init__(self, decision: RateDecision) -> None:
+        super().__init__(f"rate limit: retry in {decision.retry_after_s} s")
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One submit's payment, made by the script that queues the job: the bucket and its arguments."""
+
+    key: str
+    now: float
+    rate_per_s: float
+    burst: int
+
+    def decision(self, allowed: bool, remaining: int, retry_after_s: int, reset_s: int) -> RateDecision:
+        return RateDecision(allowed, self.burst, remaining, retry_after_s, reset_s, self.rate_per_s)
+
+
+def token_bucket_lua() -> str:
+    """The Lua function ``take_token`` that every charging script starts with."""
+    return files("ttsq.store").joinpath("lua", "token_bucket.lua").read_text()
+
+
 class RateLimiter:
     """``rate_per_s`` tokens a second, at most ``burst`` saved up, per subject (an API key or a client address)."""
 
@@ -44,10 +75,17 @@ class RateLimiter:
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.clock = clock
-        self._script = redis.register_script(files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text())
+        lua = token_bucket_lua() + "\n" + files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()
+        self._script = redis.register_script(lua)
+
+    def charge(self, subject: str) -> Charge:
+        """What the enqueue script needs to take ``subject``'s token in the same step."""
+        return Charge(self.keys.rate_limit(subject), self.clock(), self.rate_per_s, self.burst)
 
     async def take(self, subject: str) -> RateDecision:
+        """Take a token now, on its own (for a submit that queues nothing)."""
+        charge = self.charge(subject)
         allowed, remaining, retry_after, reset = await self._script(
-            keys=[self.keys.rate_limit(subject)], args=[self.clock(), self.rate_per_s, self.burst]
+            keys=[charge.key], args=[charge.now, charge.rate_per_s, charge.burst]
         )
-        return RateDecision(bool(allowed), self.burst, int(remaining), int(retry_after), int(reset), self.rate_per_s)
+        return charge.decision(bool(allowed), int(remaining), int(retry_after), int(reset))

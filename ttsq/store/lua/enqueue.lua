@@ -3,17 +3,31 @@
 -- value of the inflight key): the joining API key becomes one of its readers and the joining owner
 -- one of its holders (whose cancels only detach them while others hold it); ARGV[5] names an
 -- id the caller found finished, which may be replaced. An owner (API key or client address) may
--- have at most max_per_owner jobs queued or running.
--- KEYS: job, queue, stats, workers, inflight, owner_jobs
+-- have at most max_per_owner jobs queued or running. With a rate (ARGV[12]) the submit first takes a
+-- token from the caller's bucket (token_bucket.lua is put in front): one round trip pays and queues.
+-- KEYS: job, queue, stats, workers, inflight, owner_jobs, bucket
 -- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, live_since,
---       job_key_prefix, reader ('' = none), owner ('' = none), max_per_owner
--- Reply: {'joined', other_id} | {'exists', depth} | {'full', depth} | {'owner_full', owned}
+--       job_key_prefix, reader ('' = none), owner ('' = none), max_per_owner,
+--       now (wall clock), rate ('' = do not charge), burst
+-- Reply: {'limited', tokens_left, seconds_until_a_token, seconds_until_full}
+--      | {'joined', other_id} | {'exists', depth} | {'full', depth} | {'owner_full', owned}
 --      | {'created', depth, jobs_done, busy_s, live_workers}  (what the wait estimate needs)
+--      each but 'limited' followed, when charged, by tokens_left and seconds_until_full
 local function contains(list, value)
   for _, item in ipairs(list) do
     if item == value then return true end
   end
   return false
+end
+local charged = {}
+if ARGV[12] ~= '' then
+  local allowed, left, wait, full = take_token(KEYS[7], tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]))
+  if allowed == 0 then return {'limited', left, wait, full} end
+  charged = {left, full}
+end
+local function reply(values)
+  for _, value in ipairs(charged) do table.insert(values, value) end
+  return values
 end
 local single_flight = ARGV[4] == '1'
 if single_flight then
@@ -21,7 +35,7 @@ if single_flight then
   if current and current ~= ARGV[5] then
     local key = ARGV[7] .. current
     local raw = redis.call('GET', key)
-    if not raw then return {'joined', current} end  -- a stale marker: the caller retries naming it
+    if not raw then return reply({'joined', current}) end  -- a stale marker: the caller retries naming it
     local other = cjson.decode(raw)
     -- An anonymous caller never joins a keyed job (it could not read it); it gets a job of its own.
     if not (ARGV[8] == '' and type(other.readers) == 'table') then
@@ -38,21 +52,21 @@ if single_flight then
         end
       end
       if changed then redis.call('SET', key, cjson.encode(other), 'KEEPTTL') end
-      return {'joined', current}
+      return reply({'joined', current})
     end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {'exists', redis.call('LLEN', KEYS[2])}
+  return reply({'exists', redis.call('LLEN', KEYS[2])})
 end
 local depth = redis.call('LLEN', KEYS[2])
 if depth >= tonumber(ARGV[3]) then
-  return {'full', depth}
+  return reply({'full', depth})
 end
 if ARGV[9] ~= '' then
   local owned = tonumber(redis.call('GET', KEYS[6]) or '0')
   if owned >= tonumber(ARGV[10]) then
-    return {'owner_full', owned}
+    return reply({'owner_full', owned})
   end
   redis.call('INCR', KEYS[6])
 end
@@ -62,4 +76,4 @@ if single_flight then
   redis.call('SET', KEYS[5], ARGV[2])
 end
 local stats = redis.call('HMGET', KEYS[3], 'jobs', 'busy_s')
-return {'created', depth, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], ARGV[6], '+inf')}
+return reply({'created', depth, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], ARGV[6], '+inf')})

@@ -1,19 +1,4 @@
--- A token bucket per API key (or anonymous client address), shared by every API replica.
--- The bucket holds at most `burst` tokens and refills at `rate` per second; a request takes one.
+-- Charge one submit that does not queue a job (a cache hit); token_bucket.lua is put in front.
 -- KEYS: bucket   ARGV: now, rate, burst
--- Reply: {allowed (1 | 0), tokens_left (floor), seconds_until_a_token (ceil, 0 when allowed), seconds_until_full (ceil)}
-local now, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens = tonumber(state[1]) or burst
-local at = tonumber(state[2]) or now
-tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
-local allowed = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  allowed = 1
-end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate) * 1000) + 1000)
-local wait = 0
-if allowed == 0 then wait = math.ceil((1 - tokens) / rate) end
-return {allowed, math.floor(tokens), wait, math.ceil((burst - tokens) / rate)}
+-- Reply: {allowed (1 | 0), tokens_left, seconds_until_a_token, seconds_until_full}
+return {take_token(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))}
