@@ -54,7 +54,8 @@ async def task_status(task_id: str, service: ServiceDep, caller: TTSCaller) -> T
 async def cancel_task(task_id: str, service: ServiceDep, caller: TTSCaller) -> Response:
     """A waiting task leaves the queue at once (``cancelled``); a running one is marked and its result
     dropped when its batch ends (``cancelling``). When others joined the same task (single-flight),
-    only the caller is detached and the task goes on for them. Cancelling again changes nothing."""
+    only the caller is detached and the task goes on for them. Cancelling again changes nothing. A cancel
+    deletes nothing: the task's status stays readable (``cancelled``) until its record expires."""
     outcome = await service.cancel(task_id, caller)
     if outcome is Cancelled.FINAL:
         raise HTTPException(409, f"task {task_id!r} has already finished; nothing to cancel")

@@ -1,0 +1,142 @@
+"""The project's own schemathesis checks, loaded by the fuzzing CLI through ``SCHEMATHESIS_HOOKS``.
+
+* :func:`no_internal_details`: no answer may carry a stack trace or a path inside this machine
+  (the README's promise: an unexpected error is a sentence and a request id, the trace goes to the log).
+* :func:`schema_valid_requests_are_served`: schemathesis's ``positive_data_acceptance`` (a request
+  the schema calls valid must not be refused as invalid), except for the refusals no schema can
+  state because they depend on the deployment's state or on what a text says once cleaned: a voice
+  name that is not registered, a speaker embedding that does not decode, a text with nothing left to
+  speak or with a forbidden control token; and an integer written ``6.0``, which JSON Schema cannot tell
+  from ``6`` but the API's strict types refuse. Every other 400/422 to a schema-valid request still fails.
+* :func:`deleted_resources_are_gone`: schemathesis's ``use_after_free`` (after a successful DELETE, reading
+  the resource must answer 404), except for a task's status: ``DELETE /v1/tts/tasks/{id}`` cancels the task
+  and keeps its record readable ("cancelled", or "running" until the worker notices) until ``RESULT_TTL_S``,
+  as documented. A deleted voice must still be gone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import schemathesis
+from schemathesis.openapi.checks import RejectedPositiveData
+from schemathesis.specs.openapi.checks import positive_data_acceptance, use_after_free
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_TRACE_MARKERS = [
+    re.compile(r"Traceback \(most recent call last\)"),
+    re.compile(r'File \\?"[^"]+?\\?", line \d+'),  # also as a JSON string, its quotes escaped
+    re.compile(r"\b\w+(Error|Exception): .*\n\s+at "),
+]
+_PATH_MARKERS = sorted({str(ROOT), sys.prefix, sys.base_prefix, "site-packages", "/usr/lib/python3"}, key=len, reverse=True)
+
+_TEXTUAL = ("application/json", "text/", "application/problem+json")
+
+
+def _sent(case: Any) -> str:
+    """Everything the request carried, to tell an echo of the input from a leak."""
+    return json.dumps([case.body, case.path_parameters, case.query, case.headers], default=str, ensure_ascii=False)
+
+
+def internal_details(text: str, sent: str) -> str | None:
+    """What in ``text`` shows a stack trace or an internal path (None: nothing), unless ``sent`` (the request) holds it too."""
+    for pattern in _TRACE_MARKERS:
+        found = pattern.search(text)
+        if found and found.group(0) not in sent:
+            return f"a stack trace ({found.group(0)!r}); it belongs in the log"
+    for marker in _PATH_MARKERS:
+        if marker and marker in text and marker not in sent:
+            return f"an internal path ({marker!r})"
+    return None
+
+
+@schemathesis.check
+def no_internal_details(ctx: Any, response: Any, case: Any) -> bool | None:
+    """No body or header may show a stack trace or an internal file path (unless the request itself sent that text)."""
+    content_type = ",".join(response.headers.get("content-type", []))
+    parts = [f"{name}: {value}" for name, values in response.headers.items() for value in values]
+    if any(kind in content_type for kind in _TEXTUAL) or "event-stream" in content_type:
+        parts.append(response.content.decode("utf-8", errors="replace"))
+    found = internal_details("\n".join(parts), _sent(case))
+    if found is not None:
+        raise AssertionError(f"the answer shows {found}")
+    return None
+
+
+INTEGRAL_FLOAT = "integral float"
+"""JSON Schema calls ``6.0`` an integer and cannot say otherwise; the API takes integers only as ``6`` (strict types)."""
+
+
+SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
+    "voice": ("unknown voice", "is not supported"),
+    "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
+    "text": ("text is empty", "nothing", "control token"),
+    "input": ("text is empty", "nothing", "control token"),
+    INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
+}
+"""Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned."""
+
+
+def _reasons(body: Any) -> list[tuple[str, str]] | None:
+    """(field, message) of each problem named by a native 422 or an OpenAI-shaped 400, or None if it is neither."""
+    if isinstance(body, dict) and isinstance(body.get("detail"), list):
+        reasons = []
+        for error in body["detail"]:
+            if not isinstance(error, dict) or not error.get("loc"):
+                return None
+            value = error.get("input")
+            if error.get("type") == "int_type" and isinstance(value, float) and value.is_integer():
+                reasons.append((INTEGRAL_FLOAT, INTEGRAL_FLOAT))
+                continue
+            reasons.append((str(error["loc"][-1]), str(error.get("msg", ""))))
+        return reasons
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return [(str(body["error"].get("param")), str(body["error"].get("message", "")))]
+    return None
+
+
+def is_semantic_refusal(status: int, body: Any) -> bool:
+    """Whether an answer refuses a request only for reasons the schema cannot state (see :data:`SEMANTIC_REFUSALS`)."""
+    if status not in (400, 422):
+        return False
+    reasons = _reasons(body)
+    return bool(reasons) and all(
+        any(words in message for words in SEMANTIC_REFUSALS.get(field, ())) for field, message in reasons or ()
+    )
+
+
+@schemathesis.check
+def schema_valid_requests_are_served(ctx: Any, response: Any, case: Any) -> bool | None:
+    """``positive_data_acceptance``, less the refusals listed in :data:`SEMANTIC_REFUSALS`."""
+    try:
+        return positive_data_acceptance(ctx, response, case)
+    except RejectedPositiveData:
+        try:
+            body = json.loads(response.content)
+        except ValueError:
+            raise
+        if is_semantic_refusal(response.status_code, body):
+            return None
+        raise
+
+
+CANCELLED_NOT_DELETED = frozenset({"GET /v1/tts/tasks/{task_id}"})
+"""Reads that still answer 200 after a successful DELETE of the same path, by design: that DELETE is a cancel."""
+
+
+def is_cancel_read(label: str) -> bool:
+    """Whether an operation reads what a DELETE cancels rather than deletes (see :data:`CANCELLED_NOT_DELETED`)."""
+    return label in CANCELLED_NOT_DELETED
+
+
+@schemathesis.check
+def deleted_resources_are_gone(ctx: Any, response: Any, case: Any) -> bool | None:
+    """``use_after_free``, less the status of a cancelled task (see :data:`CANCELLED_NOT_DELETED`)."""
+    if is_cancel_read(case.operation.label):
+        return None
+    return use_after_free(ctx, response, case)
