@@ -72,3 +72,6 @@ clean:
 
 include deploy/make.mk
 include bench/gpu.mk
+include tests/chaos/chaos.mk
+include tests/fuzz/fuzz.mk
+include loadtest/soak.mk

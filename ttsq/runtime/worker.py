@@ -148,6 +148,10 @@ class Worker:
         self._compiled_graphs_at_start: int | None = None
         self._backoff_s = 0.5
         """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
+        self._redis_up = asyncio.Event()
+        """Set while Redis answers: a backoff pause ends as soon as any Redis call (the upkeep's heartbeat
+        every ``heartbeat_interval_s``) succeeds again, so the loop resumes within one heartbeat of Redis's
+        return however long the outage grew the backoff (found by the chaos suite's Redis restart)."""
         self._systemd = SystemdNotifier(config.notify_socket)
         self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
@@ -299,7 +303,7 @@ class Worker:
         except (RedisError, OSError) as exc:
             self._redis_lost("claim", exc)
             if not jobs:
-                await self._sleep_unless(self._stop, self._backoff_s)
+                await self._pause_for_redis(self._backoff_s, self._stop)
                 self._backoff_s = min(self._backoff_s * 2, _REDIS_BACKOFF_MAX_S)
             return jobs
         self._redis_back()
@@ -435,6 +439,8 @@ class Worker:
         """Store one job's outcome: its result (and cache entry), or its failure."""
         with context.working_on(job.id):
             await self._store(job, outcome, claimed_at)
+        # Its lease is released with its outcome: renewing it while batch-mates settle would report it lost.
+        self._running.discard(job.id)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
@@ -579,7 +585,7 @@ class Worker:
                 if self._past_grace():
                     log.error("could not store a job outcome before shutdown: %s", exc)
                     return None
-                await asyncio.sleep(backoff)
+                await self._pause_for_redis(backoff)
                 backoff = min(backoff * 2, _REDIS_BACKOFF_MAX_S)
             else:
                 self._redis_back()
@@ -597,12 +603,30 @@ class Worker:
         if self.record.redis_ok:
             log.warning("Redis unavailable (%s: %s); retrying until it is back", what, exc)
         self.record.redis_ok = False
+        self._redis_up.clear()
 
     def _redis_back(self) -> None:
         if not self.record.redis_ok:
             log.info("Redis is reachable again")
         self.record.redis_ok = True
         self._backoff_s = 0.5
+        self._redis_up.set()
+
+    async def _pause_for_redis(self, seconds: float, stop: asyncio.Event | None = None) -> None:
+        """Back off after a Redis failure for up to ``seconds``, ending early when Redis is seen back (or ``stop``).
+
+        The backoff doubles up to ``_REDIS_BACKOFF_MAX_S`` so a long outage costs Redis few connection
+        attempts; without the early end, a worker that entered a 10 s pause just before Redis came back
+        would sit idle (and a finished result stay unstored) for up to 10 s after it.
+        """
+        waits = [asyncio.ensure_future(self._redis_up.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
 
     # ---- upkeep ----------------------------------------------------------------------------
 

@@ -246,6 +246,8 @@ class JobQueue:
         self._take = _script(redis, "take")
         self._requeue_dead = _script(redis, "requeue_dead")
         self._clear_inflight = _script(redis, "clear_inflight")
+        self._task_id_secret: bytes | None = None
+        self._secret_kept_at = float("-inf")
 
     def _inflight_key(self, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
@@ -276,6 +278,7 @@ class JobQueue:
         ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
         """
+        await self._keep_shared_secret()
         now = self.clock()
         job = Job.model_construct(
             id=job_id,
@@ -359,12 +362,39 @@ class JobQueue:
         return job
 
     async def shared_secret(self) -> bytes:
-        """A random secret stored once in Redis, so every API replica signs task ids alike."""
+        """A random secret stored once in Redis, so every API replica signs task ids alike.
+
+        The secret handed out is remembered: a replica keeps signing with it for its whole life, so
+        if Redis loses it (restarted without persistence), :meth:`_keep_shared_secret` puts it back,
+        and a replica started after the loss adopts it instead of drawing a new one that would make
+        the two replicas answer 404 for each other's task ids.
+        """
         await self.redis.set(self.keys.task_id_secret, secrets.token_bytes(32), nx=True)
         secret = await self.redis.get(self.keys.task_id_secret)
         if not isinstance(secret, bytes):
             raise RuntimeError("the shared task-id secret vanished from Redis")
+        self._task_id_secret = secret
+        self._secret_kept_at = self.clock()
         return secret
+
+    async def _keep_shared_secret(self) -> None:
+        """Store the secret this replica signs with again if Redis has lost it (at most once a second).
+
+        Runs before every enqueue and readiness check, so after a data loss the replicas that were
+        already running restore their common secret as soon as they serve anything. A replica that
+        started after the loss and signed ids before any older one came back still disagrees with
+        them (its SET NX came first): only a configured ``TASK_ID_SECRET`` rules that out, and the
+        log line says so.
+        """
+        secret, now = self._task_id_secret, self.clock()
+        if secret is None or now - self._secret_kept_at < 1.0:
+            return
+        self._secret_kept_at = now
+        if await self.redis.set(self.keys.task_id_secret, secret, nx=True):
+            log.warning(
+                "Redis had lost the shared task-id secret (restarted without persistence?); stored this replica's again "
+                "so that replicas keep accepting each other's task ids (set TASK_ID_SECRET to rule this out)"
+            )
 
     async def get(self, job_id: str) -> Job | None:
         raw = await self.redis.get(self.keys.job(job_id))
@@ -381,8 +411,9 @@ class JobQueue:
         return int(length) - 1 - int(index)
 
     async def ping(self) -> None:
-        """Raise when Redis is unreachable (readiness)."""
+        """Raise when Redis is unreachable (readiness); also restores a lost task-id secret (see :meth:`shared_secret`)."""
         await self.redis.ping()
+        await self._keep_shared_secret()
 
     async def depth(self) -> int:
         return int(await self.redis.llen(self.keys.queue))
