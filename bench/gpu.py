@@ -49,10 +49,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bench import gpu_report
+from bench.interrupt import Interrupted, on_stop_signals, restore
+from bench.machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "var" / "bench-gpu"
@@ -158,14 +159,6 @@ def unregister(run_id: str) -> None:
             RUNS_FILE.write_text("".join(f"{r}\n" for r in RUNS_FILE.read_text().split() if r != run_id))
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT to this driver: stop the phase, write what was measured, leave nothing running."""
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def run_limited(name: str, cmd: list[str], limit_s: float, marker: str) -> dict[str, Any]:
     """Run ``cmd`` in its own process group for at most ``limit_s``: then SIGTERM (it writes what it has and
     stops what it started), and ``STOP_GRACE_S`` later SIGKILL for every process carrying its ``marker``.
@@ -188,7 +181,7 @@ def run_limited(name: str, cmd: list[str], limit_s: float, marker: str) -> dict[
         status = f"interrupted ({exc})"
         log(f"{name}: {status}, stopping it")
     finally:
-        handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+        handlers = on_stop_signals(signal.SIG_IGN)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -199,8 +192,7 @@ def run_limited(name: str, cmd: list[str], limit_s: float, marker: str) -> dict[
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        restore(handlers)
     record: dict[str, Any] = {
         "status": status,
         "rc": proc.returncode,
@@ -312,10 +304,8 @@ def detect_device() -> str:
 
 
 def machine_info(device: str) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
-        cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
-    machine: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "gpu": None, "driver": None}
+    machine: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform()}
+    machine.update(gpu=None, driver=None)
     if device.startswith("cuda"):
         rows = _nvidia_smi("name,driver_version,memory.total")
         if rows:
@@ -419,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         f"run {run_id}: {'DRY RUN ON CPU' if dry_run else results['machine'].get('gpu')}, budget {args.budget_s:.0f}s, "
         f"phases {args.phase_list}, GPU sampling {sampler.source or 'off'}; results in {out}"
     )
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = on_stop_signals()
     ok = True
 
     def write(after: str) -> None:
@@ -461,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler.stop()
         unregister(run_id)
         shutil.rmtree(_tmp(run_id), ignore_errors=True)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore(previous)
         write("the run")
     log(f"done in {time.monotonic() - T0:.0f}s of {args.budget_s:.0f}s")
     print((out / "results.md").read_text(), flush=True)

@@ -43,13 +43,13 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 
 from bench.closed_loop import JobError, percentile, ttsq_job
 from bench.gpu_engine import VOICE, Recorder
+from bench.interrupt import Interrupted, on_stop_signals, restore
 from bench.raw_batch import TEXTS
 from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.local_redis import RedisServer, start_redis_server
@@ -265,14 +265,6 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float) -> None:
 # ---- the phase -----------------------------------------------------------------------------------
 
 
-class Interrupted(Exception):
-    """SIGTERM (the caller's time limit) or SIGINT: unwind through every ``finally``."""
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def groups(max_batches: Sequence[str], device: str) -> list[list[str]]:
     """Stacks started together, in order: on CUDA an ``auto`` one alone (it measures the GPU while it starts)."""
     cuda = device.startswith("cuda")
@@ -420,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             "complete": False,
         },
     )
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = on_stop_signals()
     shards_max = max(1, math.ceil(max(clients_list) / CLIENTS_PER_PROCESS))
     pool = ProcessPoolExecutor(max_workers=shards_max, mp_context=multiprocessing.get_context("spawn"))
     stacks: list[Stack] = []
@@ -448,14 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"FAILED: {rec.data['error']}")
         raise
     finally:
-        for sig in previous:  # the cleanup must not be interrupted in turn
-            signal.signal(sig, signal.SIG_IGN)
+        on_stop_signals(signal.SIG_IGN)  # the cleanup must not be interrupted in turn
         rec.data["total_s"] = round(time.monotonic() - started, 1)
         rec.save()  # first: a caller out of patience SIGKILLs while the stacks stop
         stop_all(stacks)
         pool.shutdown(wait=bool(rec.data["complete"]), cancel_futures=True)  # interrupted: the caller ends them
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore(previous)
     return 0
 
 

@@ -33,18 +33,15 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -53,6 +50,8 @@ import redis as redis_sync
 
 from bench.closed_loop import LoopResult, baseline_job, closed_loop, merge, ttsq_job, worker_counters
 from bench.fixed_cost_engine import DEFAULT_CALL_MS, DEFAULT_ITEM_MS, FIXED_COST_LABEL
+from bench.interrupt import interruptible
+from bench.machine import machine
 from bench.noop_engine import NOOP_LABEL
 from bench.raw_batch import TEXTS
 from bench.throughput_report import write_outputs
@@ -166,14 +165,6 @@ def engine_specs() -> dict[str, EngineSpec]:
 
 
 # ---- processes -------------------------------------------------------------------------------
-
-
-class BenchInterrupted(Exception):
-    """SIGTERM/SIGINT: unwind through every ``finally`` so no server is left running."""
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise BenchInterrupted(signal.Signals(signum).name)
 
 
 @dataclass
@@ -765,30 +756,7 @@ def _versions(redis_url: str) -> dict[str, str]:
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "gpu": "none",
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-@contextmanager
-def _signals_unwind() -> Iterator[None]:
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return {**machine(), "gpu": "none", "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -818,7 +786,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     started = time.monotonic()
     failed = False
-    with _signals_unwind():
+    with interruptible():
         redis = start_redis_server(tmp / "redis")
         bench = Bench(profile=profile, tmp=tmp, redis=redis, stack=Stack(tmp))
         try:

@@ -45,7 +45,6 @@ import heapq
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -56,16 +55,17 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 import psutil
 import redis as redis_sync
+
+from bench.interrupt import Interrupted, interruptible
+from bench.machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
@@ -185,24 +185,6 @@ if __name__ != "__main__" and "locust" in sys.modules and os.environ.get(BUCKETS
 
 
 # ---- the harness -------------------------------------------------------------------------------
-
-
-class SoakInterrupted(Exception):
-    """SIGTERM/SIGINT: unwind through every ``finally`` so that no process is left running."""
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise SoakInterrupted(signal.Signals(signum).name)
-
-
-@contextmanager
-def _signals_unwind() -> Iterator[None]:
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def progress(message: str) -> None:
@@ -733,7 +715,7 @@ def run_engine(spec: EngineSpec, plan: Plan, raw: Path) -> dict[str, Any]:
         result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         result["server"] = _server_side(deployment)
         result |= summarise(spec, plan, sampler.rows, tmp, (launched, stopped), raw, users / spawn_rate)
-    except SoakInterrupted:
+    except Interrupted:
         raise
     except Exception as exc:  # noqa: BLE001 - the report says what failed, with the logs' place; the next engine still runs
         result["error"] = f"{exc} (process logs kept in {tmp})"[-3000:]
@@ -1381,19 +1363,7 @@ def _has(result: Mapping[str, Any], key: str) -> bool:
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-    }
+    return {**machine(), "load_average_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _command(argv: Sequence[str]) -> str:
@@ -1472,7 +1442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(raw)  # a run replaces the last one's raw files
     raw.mkdir(parents=True)
     progress(f"{plan.command}; results in {raw}/ (summary.md, summary.json, raw files)")
-    with _signals_unwind():
+    with interruptible():
         for key in plan.engines:
             result = run_engine(specs[key], plan, raw)
             result["criteria"] = criteria(result)
