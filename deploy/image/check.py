@@ -301,8 +301,9 @@ def main(argv: list[str]) -> None:
         log_file.append(args.log)
 
     say(f"image-check {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {socket.gethostname()}")
-    say("   " + run(["podman", "--version"], quiet=True).stdout.strip() + "; disk free on /var/lib/containers: "
-        + f"{shutil.disk_usage('/var/lib/containers').free / 1e9:.0f} GB")
+    storage = next(p for p in (Path("/var/lib/containers"), *Path("/var/lib/containers").parents) if p.exists())
+    say("   " + run(["podman", "--version"], quiet=True).stdout.strip() + f"; disk free on {storage} (podman's storage): "
+        + f"{shutil.disk_usage(storage).free / 1e9:.0f} GB")
     workdir = ROOT / "var" / "image-check"
     workdir.mkdir(parents=True, exist_ok=True)
     make_base(args.rebuild_base)
