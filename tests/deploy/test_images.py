@@ -3,9 +3,11 @@ final stages, weights never baked in, and (``pytest -m image``, minutes) a real 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,42 @@ def test_api_image_builds_and_serves() -> None:
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "image-check PASSED" in result.stdout
+
+
+def _admitted(path: str, patterns: list[str]) -> bool:
+    """Whether ``.dockerignore`` (``patterns``, in order) lets ``path`` into the build context: the last
+    pattern that matches the path or one of its parent directories decides, ``!`` re-admits (Docker's rule)."""
+    admitted = True
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        glob = pattern.lstrip("!").rstrip("/")
+        if any(fnmatch.fnmatchcase(prefix, glob) for prefix in prefixes):
+            admitted = negated
+    return admitted
+
+
+def test_every_file_the_dockerfile_copies_is_in_the_build_context() -> None:
+    """A file the Dockerfile COPYs but ``.dockerignore`` keeps out breaks the build ("no items matching"); a
+    top-level module (``pyproject.toml``'s ``py-modules``) missing from the image breaks the app at import."""
+    lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    patterns = [line for line in lines if line and not line.startswith("#")]
+    copied: list[str] = []
+    for stage in dockerfile_stages(DOCKERFILE).values():
+        for args in stage.all("COPY"):
+            if not args.startswith("--from="):
+                copied += [source.rstrip("/") for source in args.split()[:-1] if not source.startswith("--")]
+    assert copied, "the Dockerfile copies nothing from the build context"
+    for source in copied:
+        assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
+        assert _admitted(source, patterns), f"the Dockerfile copies {source}, but .dockerignore keeps it out of the build context"
+    modules = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"]
+    missing = [f"{module}.py" for module in modules if f"{module}.py" not in copied]
+    assert not missing, f"the images lack the top-level modules {missing} (pyproject.toml py-modules)"
+
+
+def test_the_build_context_check_would_catch_an_ignored_file() -> None:
+    assert not _admitted("admin_api.py", ["*", "!app.py"])
+    assert _admitted("ttsq/api/service.py", ["*", "!ttsq/"])
+    assert not _admitted("ttsq/__pycache__/x.pyc", ["*", "!ttsq/", "**/__pycache__"])
