@@ -20,6 +20,7 @@ import openai_api
 import query_api
 import submit_api
 import voices_api
+from deps import document_security
 from settings import Settings, get_settings, startup_warnings
 from ttsq.api.auth import Authenticator, KeyPolicy
 from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
@@ -149,7 +150,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         authenticator = getattr(app.state, "authenticator", None)
         anonymous = authenticator is not None and not cast(Authenticator, authenticator).policy.keys_required()
         return deployment_openapi(
-            FastAPI.openapi(app), max_text_chars=config.max_text_chars, anonymous_allowed=anonymous, webhooks=webhooks_on
+            document_security(FastAPI.openapi(app)),
+            max_text_chars=config.max_text_chars,
+            anonymous_allowed=anonymous,
+            webhooks=webhooks_on,
         )
 
     app.openapi = openapi  # type: ignore[method-assign]
