@@ -268,6 +268,25 @@ async def test_the_schema_says_when_a_key_is_optional(redis: Redis, make_setting
         assert {} not in submit["security"] and {"HTTPBearer": []} in submit["security"]
 
 
+async def test_every_operation_but_the_probes_offers_both_ways_of_presenting_a_key(redis: Redis, make_settings: Any) -> None:
+    """The caller reads ``Authorization: Bearer`` and ``X-API-Key``; the schema must offer both, on every route that takes a
+    caller (a fuzzer or a generated client sends only what the schema declares)."""
+    async with api_client(make_settings(auth="on")) as (client, _):
+        document = await spec(client)
+        for header in ({"X-API-Key": "not-a-key"}, {"Authorization": "Bearer not-a-key"}):  # both are read, both refuse
+            answer = await client.get("/v1/voices", headers=header)
+            assert answer.status_code == 401, (header, answer.text)
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["HTTPBearer"] == {"type": "http", "scheme": "bearer", "description": schemes["HTTPBearer"]["description"]}
+    assert schemes["APIKeyHeader"] == {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "An API key."}
+    unsecured = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if operation.get("security") != [{"HTTPBearer": []}, {"APIKeyHeader": []}]:
+                unsecured.append((path, method))
+    assert sorted(unsecured) == [("/healthz", "get"), ("/readyz", "get")]
+
+
 async def test_callback_url_is_offered_only_where_webhooks_are_configured(redis: Redis, make_settings: Any) -> None:
     async with api_client(make_settings()) as (client, _):
         assert "callback_url" not in (await spec(client))["components"]["schemas"]["SubmitRequest"]["properties"]
