@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -10,11 +12,17 @@ from hypothesis import strategies as st
 
 from ttsq.domain.text import (
     ALLOWED_TOKEN_DESCRIPTION,
+    WIDTH_FORM_CODE_POINTS,
     TextError,
+    _drop_ignored_spaces,  # the private helpers: the fast path against its definition
+    _is_bert_cjk,
+    _space_after_is_ignored,
+    _space_before_is_ignored,
     canonical_text,
     clean_text,
     detect_language,
     find_forbidden_tokens,
+    fold_width,
     split_sentences,
     validate_text,
 )
@@ -369,3 +377,66 @@ def test_split_property_tokens_never_cut(text: str, max_chars: int) -> None:
 )
 def test_detect_language(text: str, expected: str) -> None:
     assert detect_language(text) == expected
+
+
+# ---- the fast paths equal the definitions ---------------------------------------------------------
+
+_INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+def _clean_text_by_definition(raw: str) -> str:
+    """clean_text as its docstring defines it, one character at a time (the code takes a shortcut for printable text)."""
+    kept = [" " if char.isspace() else char for char in raw if char.isspace() or unicodedata.category(char) not in _INVISIBLE]
+    return re.sub(r"\s+", " ", "".join(kept)).strip()
+
+
+def _drop_ignored_spaces_by_definition(text: str) -> str:
+    """Every space between two characters looked at, one call each, by the rule in _drop_ignored_spaces' docstring (the
+    code finds the spaces differently and skips those between two ASCII letters, which always stay)."""
+
+    def kept(match: re.Match[str]) -> str:
+        before, after = match.group(1), match.group(2)
+        ignored = _is_bert_cjk(before) or _is_bert_cjk(after) or _space_before_is_ignored(after) or _space_after_is_ignored(before)
+        return before if ignored and not (before.isdigit() or after.isdigit()) else before + " "
+
+    return re.sub(r"(.) (?=(.))", kept, text, flags=re.DOTALL)
+
+
+def _fold_width_by_definition(text: str) -> str:
+    return "".join(
+        unicodedata.normalize("NFKC", char) if unicodedata.decomposition(char).startswith(("<wide>", "<narrow>")) else char
+        for char in text
+    )
+
+
+_ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=60) | st.text(
+    alphabet=st.sampled_from(" \t\n\u3000\u00a0\u200b\ufeffａ，。 Hi你好!?\ue000"), max_size=30
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_ANY_TEXT)
+def test_clean_text_is_its_definition(raw: str) -> None:
+    assert clean_text(raw) == _clean_text_by_definition(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_ANY_TEXT)
+def test_fold_width_is_its_definition(raw: str) -> None:
+    assert fold_width(raw) == _fold_width_by_definition(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_ANY_TEXT | st.text(alphabet=st.sampled_from("ab Z9,.([ )]，你"), max_size=40))
+def test_dropping_ignored_spaces_is_its_definition(raw: str) -> None:
+    text = clean_text(raw)
+    assert _drop_ignored_spaces(text) == _drop_ignored_spaces_by_definition(text)
+
+
+def test_every_wide_and_narrow_form_is_where_fold_width_looks() -> None:
+    """fold_width's table covers the ideographic space and the Halfwidth and Fullwidth Forms block; a Unicode that put such
+    a form elsewhere would slip past it."""
+    forms = [code for code in range(sys.maxunicode + 1) if unicodedata.decomposition(chr(code)).startswith(("<wide>", "<narrow>"))]
+    assert len(forms) > 200
+    assert set(forms) <= set(WIDTH_FORM_CODE_POINTS)
+    assert all(fold_width(chr(code)) == unicodedata.normalize("NFKC", chr(code)) for code in forms)

@@ -113,6 +113,8 @@ def clean_text(raw: str) -> str:
     NFKC folding, because it would turn full-width punctuation that ChatTTS handles itself
     into ASCII and change how numbers like "²" are read.
     """
+    if raw.isprintable():  # the usual case: no C* character, and no whitespace but " " (str.isprintable's definition)
+        return " ".join(raw.split())
     kept = []
     for char in raw:
         if char.isspace():
@@ -132,12 +134,17 @@ def fold_width(text: str) -> str:
     Everything else NFKC would touch (``²``, ``①``, ligatures) is left alone, since it may be
     read differently.
     """
-    if text.isascii():
-        return text
-    return "".join(
-        unicodedata.normalize("NFKC", char) if unicodedata.decomposition(char).startswith(("<wide>", "<narrow>")) else char
-        for char in text
-    )
+    return text if text.isascii() else text.translate(_WIDTH_TABLE)
+
+
+WIDTH_FORM_CODE_POINTS = (0x3000, *range(0xFF00, 0x10000))
+"""Where Unicode keeps every character whose decomposition is ``<wide>`` or ``<narrow>``: the ideographic
+space and the Halfwidth and Fullwidth Forms block (a test checks every code point of the running Unicode)."""
+_WIDTH_TABLE = {
+    code: unicodedata.normalize("NFKC", chr(code))
+    for code in WIDTH_FORM_CODE_POINTS
+    if unicodedata.decomposition(chr(code)).startswith(("<wide>", "<narrow>"))
+}
 
 
 # ---- the model's view of a text ----------------------------------------------------------------
@@ -166,8 +173,9 @@ _HALF_TO_FULL_TABLE = str.maketrans(CHATTTS_HALF_TO_FULL)
 _SIMPLIFIER_TABLE = str.maketrans(CHATTTS_SIMPLIFIER)
 _EN_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER)) + "]")
 _ZH_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER) + "".join(CHATTTS_HALF_TO_FULL)) + "]")
-_INNER_SPACE = re.compile(r"(.) (?=(.))", re.DOTALL)
-"""A space between two characters (whitespace is already collapsed to single spaces), and its neighbours."""
+_INNER_SPACE = re.compile(r"(?<![A-Za-z]) (?=(.))|(?<=[A-Za-z]) (?=([^A-Za-z]))", re.DOTALL)
+"""A space between two characters (whitespace is already collapsed to single spaces) and the character after it —
+except between two ASCII letters, the commonest case, which always stays (so it costs no Python call)."""
 _CHATTTS_TAG = re.compile(r"(\[[\w_]+\])")
 """What ChatTTS's normalizer leaves alone: bracketed tags such as ``[uv_break]``."""
 
@@ -234,12 +242,16 @@ def _drop_ignored_spaces(text: str) -> str:
 
 
 def _kept_space(match: re.Match[str]) -> str:
-    before, after = match.group(1), match.group(2)
+    """The space ``match`` found, or nothing where the tokenizer ignores it."""
+    start = match.start()
+    before, after = match.string[start - 1 : start], match.string[start + 1 : start + 2]
+    if not before or not after:  # at an end (clean text has no space there)
+        return " "
     if not (before.isdigit() or after.isdigit()) and (
         _is_bert_cjk(before) or _is_bert_cjk(after) or _space_before_is_ignored(after) or _space_after_is_ignored(before)
     ):
-        return before
-    return before + " "
+        return ""
+    return " "
 
 
 def model_view(text: str) -> str:
