@@ -48,14 +48,17 @@ VARIANTS = {
     "bare FastAPI + one LPUSH": ("bench.lpush_app", "/submit"),
 }
 PARTS = {
-    "dependency solving (FastAPI)": "fastapi/dependencies/utils.py:*(solve_dependencies)",
-    "the enqueue script call (redis-py: packing 23 arguments, the round trip, the reply)": "ttsq/store/queue.py:*(enqueue)",
+    "FastAPI solving the route's parameters (the body's validation, the service, the caller)": (
+        "fastapi/dependencies/utils.py:*(solve_dependencies)"
+    ),
+    "the enqueue script call (redis-py packing 23 arguments, the wait for Redis, the reply)": "ttsq/store/queue.py:*(enqueue)",
     "building the job's parameters (text validation and canonicalisation, the cache key)": "ttsq/api/service.py:*(build_params)",
     "the task id (uuid4 + HMAC)": "ttsq/store/task_ids.py:*(new)",
     "the caller (key lookup where one is sent, the key policy)": "deps.py:*(__call__)",
     "pydantic models built without validation (the job, its parameters, the answer)": "pydantic/main.py:*(model_construct)",
 }
-"""Where a submit's time goes, as cProfile names the functions (file suffix : line (function)); cumulative times."""
+"""Where a submit's time goes, as cProfile names the functions (file suffix : line (function)); cumulative wall
+time, so the enqueue includes the wait for the Redis server, which the instruction counts leave out."""
 
 
 def ensure_valgrind() -> str:
