@@ -1,10 +1,13 @@
-"""What every benchmark, soak and chaos report says about the machine it ran on (one place, so the reports agree)."""
+"""The machine a benchmark runs on: what every benchmark, soak and chaos report says about it (one place, so the
+reports agree), and the Debian tools a benchmark needs on it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import platform
+import shutil
+import subprocess
 from typing import Any
 
 
@@ -26,3 +29,22 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
     }
+
+
+def ensure_debian_tool(binary: str, package: str | None = None) -> str:
+    """The path of ``binary``; installs Debian's ``package`` (default: the binary's name) when it is missing and we
+    are root, else stops with the command to run."""
+    found = shutil.which(binary)
+    if found:
+        return found
+    package = package or binary
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"{binary} is missing: installing Debian's package (apt-get install -y {package})", flush=True)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "timeout": 900}
+        if subprocess.run(["apt-get", "install", "-y", package], check=False, **quiet).returncode != 0:  # type: ignore[call-overload]
+            subprocess.run(["apt-get", "update"], check=False, **quiet)  # type: ignore[call-overload]
+            subprocess.run(["apt-get", "install", "-y", package], check=False, **quiet)  # type: ignore[call-overload]
+        found = shutil.which(binary)
+        if found:
+            return found
+    raise SystemExit(f"this benchmark needs {binary}: install it with `apt-get install -y {package}` (Debian/Ubuntu)")

@@ -12,8 +12,9 @@ handler and the Redis client, not the Redis server (another process). Both runs 
 once, one per core. Then one cProfile of ttsq's requests says where its instructions go (shares of
 profiled time, by the parts named in :data:`PARTS`).
 
-Same settings as ``bench.throughput``: result cache and single-flight off, fair-use limits lifted,
-a fixed ``TASK_ID_SECRET``; ``PYTHONHASHSEED=0`` so that both runs of a variant hash alike.
+The settings of ``bench.throughput`` (:func:`bench.throughput.service_env`: result cache and
+single-flight off, fair-use limits lifted, a fixed ``TASK_ID_SECRET``), and ``PYTHONHASHSEED=0`` so
+that both runs of a variant hash alike.
 Needs valgrind (Debian's package; installed when missing and running as root).
 """
 
@@ -23,7 +24,6 @@ import argparse
 import datetime as dt
 import functools
 import json
-import os
 import pstats
 import re
 import shlex
@@ -38,7 +38,8 @@ from typing import Any
 
 from bench.asgi_driver import SUBMIT_BODY
 from bench.interrupt import interruptible
-from bench.machine import machine
+from bench.machine import ensure_debian_tool, machine
+from bench.throughput import service_env
 from ttsq.store.local_redis import start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,37 +60,6 @@ PARTS = {
 }
 """Where a submit's time goes, as cProfile names the functions (file suffix : line (function)); cumulative wall
 time, so the enqueue includes the wait for the Redis server, which the instruction counts leave out."""
-
-
-def ensure_valgrind() -> str:
-    found = shutil.which("valgrind")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("valgrind is missing: installing Debian's package (apt-get install -y valgrind)", flush=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "valgrind"], check=False, capture_output=True, timeout=900)
-        found = shutil.which("valgrind")
-        if found:
-            return found
-    raise SystemExit("this benchmark needs valgrind: install it with `apt-get install -y valgrind` (Debian/Ubuntu)")
-
-
-def environment(redis_url: str) -> dict[str, str]:
-    return dict(
-        os.environ,
-        REDIS_URL=redis_url,
-        CACHE_ENABLED="false",
-        SINGLE_FLIGHT="false",
-        CACHE_DIR="",
-        CACHE_L1_MAX_BYTES="0",
-        MAX_QUEUE_DEPTH="100000000",
-        RATE_LIMIT_PER_S="1000000",
-        RATE_LIMIT_BURST="1000000",
-        MAX_QUEUED_PER_KEY="100000000",
-        TASK_ID_SECRET="bench-throughput-secret-0123456789",
-        LOG_LEVEL="WARNING",
-        PYTHONHASHSEED="0",
-    )
 
 
 def instructions(valgrind: str, module: str, path: str, count: int, env: dict[str, str]) -> int:
@@ -163,14 +133,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=300, help="counted requests per variant (default 300)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="PREFIX: writes PREFIX.md and PREFIX.json")
     args = parser.parse_args(argv)
-    valgrind = ensure_valgrind()
+    valgrind = ensure_debian_tool("valgrind")
     command = "python -m bench.submit_cost " + shlex.join(argv if argv is not None else sys.argv[1:])
     tmp = Path(tempfile.mkdtemp(prefix="ttsq-submit-cost-"))
     started = time.monotonic()
     with interruptible():
         redis = start_redis_server(tmp / "redis")
         try:
-            env = environment(redis.url)
+            env = service_env(redis.url, PYTHONHASHSEED="0")
             variants: dict[str, dict[str, Any]] = {}
             with ThreadPoolExecutor(max_workers=2) as pool:
                 for name, (module, path) in VARIANTS.items():

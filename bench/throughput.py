@@ -212,6 +212,31 @@ class Stack:
         self.stop(*list(self.processes))
 
 
+def service_env(redis_url: str, **extra: str) -> dict[str, str]:
+    """Every benchmarked ttsq process's environment: cache and single-flight off, a deep queue, quiet logs."""
+    return dict(
+        os.environ,
+        REDIS_URL=redis_url,
+        CACHE_ENABLED="false",
+        SINGLE_FLIGHT="false",
+        CACHE_DIR="",
+        CACHE_L1_MAX_BYTES="0",
+        MAX_QUEUE_DEPTH="100000000",
+        # Every client is one loopback address: the fair-use limits (meant for the public) would
+        # throttle the load itself. They are lifted, not turned off: each submit still runs them.
+        RATE_LIMIT_PER_S="1000000",
+        RATE_LIMIT_BURST="1000000",
+        MAX_QUEUED_PER_KEY="100000000",
+        TASK_ID_SECRET="bench-throughput-secret-0123456789",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        DEVICE="cpu",
+        CPU_THREADS="1",
+        SHUTDOWN_GRACE_S="10",
+        **extra,
+    )
+
+
 @dataclass
 class Bench:
     profile: Profile
@@ -220,28 +245,7 @@ class Bench:
     stack: Stack
 
     def env(self, **extra: str) -> dict[str, str]:
-        """Every ttsq process's environment: cache and single-flight off, a deep queue, quiet logs."""
-        return dict(
-            os.environ,
-            REDIS_URL=self.redis.url,
-            CACHE_ENABLED="false",
-            SINGLE_FLIGHT="false",
-            CACHE_DIR="",
-            CACHE_L1_MAX_BYTES="0",
-            MAX_QUEUE_DEPTH="100000000",
-            # Every client is one loopback address: the fair-use limits (meant for the public) would
-            # throttle the load itself. They are lifted, not turned off: each submit still runs them.
-            RATE_LIMIT_PER_S="1000000",
-            RATE_LIMIT_BURST="1000000",
-            MAX_QUEUED_PER_KEY="100000000",
-            TASK_ID_SECRET="bench-throughput-secret-0123456789",
-            LOG_LEVEL="WARNING",
-            PYTHONUNBUFFERED="1",
-            DEVICE="cpu",
-            CPU_THREADS="1",
-            SHUTDOWN_GRACE_S="10",
-            **extra,
-        )
+        return service_env(self.redis.url, **extra)
 
     def flush(self) -> None:
         client = redis_sync.Redis.from_url(self.redis.url)

@@ -9,13 +9,13 @@ prints, requests/s from its ``Requests/sec`` line, and any failure from its erro
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.machine import ensure_debian_tool
 
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
@@ -37,20 +37,7 @@ class WrkResult:
 
 
 def ensure_wrk() -> str:
-    """The wrk binary; installs Debian's package when missing and we are root, else explains."""
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("wrk is missing: installing Debian's package (apt-get install -y wrk)", flush=True)
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "timeout": 600}
-        if subprocess.run(["apt-get", "install", "-y", "wrk"], check=False, **quiet).returncode != 0:  # type: ignore[call-overload]
-            subprocess.run(["apt-get", "update"], check=False, **quiet)  # type: ignore[call-overload]
-            subprocess.run(["apt-get", "install", "-y", "wrk"], check=False, **quiet)  # type: ignore[call-overload]
-        found = shutil.which("wrk")
-        if found:
-            return found
-    raise SystemExit("this benchmark needs wrk: install it with `apt-get install -y wrk` (Debian/Ubuntu)")
+    return ensure_debian_tool("wrk")
 
 
 def wrk_version(binary: str) -> str:
