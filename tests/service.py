@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,30 @@ class Service:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.tmp.glob("*.log"))
 
+    def create_key(self, name: str, scopes: str) -> str:
+        """A key from the operator's command (``python -m ttsq keys create``, which talks to Redis directly, as on a
+        server), run against this deployment's Redis; the key is the first line of its output."""
+        result = subprocess.run(
+            [sys.executable, "-m", "ttsq", "keys", "create", "--name", name, "--scopes", scopes],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"`python -m ttsq keys create` failed ({result.returncode}): {result.stderr}"
+        key = result.stdout.splitlines()[0].strip() if result.stdout.strip() else ""
+        assert key and " " not in key, f"no key on the first line of stdout: {result.stdout!r}"
+        return key
+
+    def kill_all(self) -> None:
+        """SIGKILL every process this deployment started (each in its own process group), and reap it."""
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
 
 @dataclass
 class Worker:
@@ -118,8 +143,5 @@ def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
     svc = Service(redis=redis, tmp=tmp_path, env=env)
     svc.start_api()
     yield svc
-    for process in svc.processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    svc.kill_all()
     redis.stop()

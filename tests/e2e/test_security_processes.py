@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -157,10 +155,7 @@ def test_redis_over_tls_with_a_password_from_a_secret_file_and_no_secret_in_any_
         for text in [tls_service.logs(), *probes]:
             assert password not in text, "the Redis password never reaches a log, a probe or the metrics"
     finally:
-        for process in tls_service.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        tls_service.kill_all()
         redis_process.kill()
         redis_process.wait()
 

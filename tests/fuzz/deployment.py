@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +21,7 @@ from pathlib import Path
 
 from settings import Settings
 from tests.redis_server import start_redis_server
-from tests.service import ROOT, Service
+from tests.service import Service
 from ttsq.domain.jobs import TTSParams
 from ttsq.store.connection import create_redis
 from ttsq.store.queue import JobQueue
@@ -67,20 +64,6 @@ class Deployment:
         return self.service.logs()
 
 
-def _create_key(service: Service) -> str:
-    """An admin key, made by the operator's command (it talks to Redis directly, like on a server)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ttsq", "keys", "create", "--name", "fuzz", "--scopes", "admin"],
-        cwd=ROOT,
-        env=service.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return result.stdout.strip().splitlines()[0]
-
-
 DEAD_LETTERS = 30
 """How many dead letters the admin routes find at the start: enough that the fuzzer's requeues and drops on the first
 replica do not use them all up (each requeued one is a short job for the worker)."""
@@ -115,15 +98,12 @@ def deployment(tmp: Path, checkpoint_dir: Path) -> Iterator[Deployment]:
     env.update(FUZZ_SETTINGS, REDIS_URL=redis.url, CACHE_DIR=str(tmp / "cache"), TINY_CHECKPOINT_DIR=str(checkpoint_dir))
     service = Service(redis=redis, tmp=tmp, env=env)
     try:
-        key = _create_key(service)
+        key = service.create_key("fuzz", "admin")
         open_url = service.start_api("api-open", AUTH="auto")
         keyed_url = service.start_api("api-keyed", AUTH="on")
         asyncio.run(_make_dead_letters(redis.url, DEAD_LETTERS))
         service.start_worker("worker")
         yield Deployment(service, Target(open_url, None, "keys optional"), Target(keyed_url, key, "AUTH=on, admin key"))
     finally:
-        for process in service.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        service.kill_all()
         redis.stop()

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
@@ -24,7 +22,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request
 
-from tests.service import ROOT, Service
+from tests.service import Service
 from tests.web.pages import OpenPage, assert_download_link, screenshot, wait_for_audio, wait_for_voices
 
 pytestmark = pytest.mark.e2e
@@ -172,23 +170,6 @@ class Phase:
     key: str | None
 
 
-def create_key(service: Service, name: str, scopes: str) -> str:
-    """A key from the operator's command, run against this deployment's Redis; printed on the first line."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ttsq", "keys", "create", "--name", name, "--scopes", scopes],
-        cwd=ROOT,
-        env=service.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"`python -m ttsq keys create` failed ({result.returncode}): {result.stderr}"
-    key = result.stdout.splitlines()[0].strip() if result.stdout.strip() else ""
-    assert key and " " not in key, f"no key on the first line of stdout: {result.stdout!r}"
-    return key
-
-
 def enter_key(page: Page, key: str) -> None:
     """Type the key in the (open) key panel and press Enter, as a keyboard user would."""
     page.fill("#api-key", key)
@@ -206,8 +187,8 @@ def api_requests(requests: list[Request], api_url: str) -> list[Request]:
 
 def test_api_key_is_asked_for_kept_in_the_session_and_sent_on_every_request(service: Service, open_page: OpenPage) -> None:
     api_url = service.start_api("api-keys", AUTH="on")
-    key = create_key(service, "page-test", "tts,admin")
-    tts_only = create_key(service, "page-test-tts", "tts")
+    key = service.create_key("page-test", "tts,admin")
+    tts_only = service.create_key("page-test-tts", "tts")
     service.start_worker("keys-web")
 
     # Without a key the voice list is refused (401): the page opens the key panel, says why, focuses the field.
