@@ -149,12 +149,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         limit, and whether a key is optional (known once the app is serving: ``AUTH=auto`` looks at the bind)."""
         authenticator = getattr(app.state, "authenticator", None)
         anonymous = authenticator is not None and not cast(Authenticator, authenticator).policy.keys_required()
-        return deployment_openapi(
-            document_security(FastAPI.openapi(app)),
-            max_text_chars=config.max_text_chars,
-            anonymous_allowed=anonymous,
-            webhooks=webhooks_on,
+        deployment = deployment_openapi(
+            FastAPI.openapi(app), max_text_chars=config.max_text_chars, anonymous_allowed=anonymous, webhooks=webhooks_on
         )
+        return document_security(deployment)  # on deployment_openapi's copy: FastAPI's cached schema stays as generated
 
     app.openapi = openapi  # type: ignore[method-assign]
 

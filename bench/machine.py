@@ -40,10 +40,14 @@ def ensure_debian_tool(binary: str, package: str | None = None) -> str:
     package = package or binary
     if os.geteuid() == 0 and shutil.which("apt-get"):
         print(f"{binary} is missing: installing Debian's package (apt-get install -y {package})", flush=True)
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "timeout": 900}
-        if subprocess.run(["apt-get", "install", "-y", package], check=False, **quiet).returncode != 0:  # type: ignore[call-overload]
-            subprocess.run(["apt-get", "update"], check=False, **quiet)  # type: ignore[call-overload]
-            subprocess.run(["apt-get", "install", "-y", package], check=False, **quiet)  # type: ignore[call-overload]
+
+        def apt_get(*args: str) -> bool:
+            done = subprocess.run(["apt-get", *args], check=False, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            return done.returncode == 0
+
+        if not apt_get("install", "-y", package):  # a stale package list: refresh it once
+            apt_get("update")
+            apt_get("install", "-y", package)
         found = shutil.which(binary)
         if found:
             return found
