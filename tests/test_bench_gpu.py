@@ -43,6 +43,13 @@ def _poll_results(proc: subprocess.Popen[str], path: Path, timeout_s: float) -> 
     return seen
 
 
+def _why(window: dict[str, Any], out: Path, output: str) -> str:
+    """What a failed window assertion shows: the window, the run's log and its processes' last lines."""
+    logs = out / "process_logs.txt"
+    tails = logs.read_text(errors="replace")[-6000:] if logs.exists() else "(no process_logs.txt)"
+    return f"window {json.dumps(window)}\n--- bench.gpu output (end)\n{output[-4000:]}\n--- process logs (end)\n{tails}"
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(420)
 def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_checkpoint_dir: Path) -> None:
@@ -90,7 +97,7 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
     windows = {(w["max_batch"], w["clients"]): w for w in e2e["windows"]}
     assert set(windows) == {("auto", 4), ("auto", 8), ("1", 4), ("1", 8)}
     for w in windows.values():
-        assert w["completed"] > 0 and w["errors"] == 0 and w["jobs_per_s"] > 0
+        assert w["completed"] > 0 and w["errors"] == 0 and w["jobs_per_s"] > 0, _why(w, out, output)
         assert w["p50_s"] > 0 and w["p99_s"] >= w["p50_s"] and w["mean_batch"] >= 1
         assert w["gpu_util_mean"] is None
     assert windows[("1", 8)]["batch_limit"] == 1 and windows[("1", 8)]["mean_batch"] == 1
@@ -99,6 +106,8 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
     compile_ = results["phases"]["compile"]["data"]
     assert compile_["compile"] is True and compile_["stacks"][0]["ready_s"] > 0
     assert {w["clients"] for w in compile_["windows"]} == {4, 8}
+    for w in compile_["windows"]:
+        assert w["completed"] > 0 and w["errors"] == 0 and w["jobs_per_s"] > 0, _why(w, out, output)
     assert all(w["recompiles_during"] is None for w in compile_["windows"])  # torch.compile is CUDA-only
 
     criteria = {row["criterion"]: row for row in results["criteria"]}
