@@ -24,7 +24,7 @@ TEXTS = (
     "请在听到提示音之后留言。",
     "这是一段用于测试吞吐量的文字。",
 )
-"""The end-to-end benchmark's texts (kept equal to ``bench.throughput.TEXTS``)."""
+"""The benchmarks' texts: this one, `bench.throughput` (its end-to-end and submit sections) and the GPU benchmark post them."""
 
 
 def measure(model_source: str, tokens: int, batch: int = 8) -> dict[str, float]:

@@ -36,14 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.asgi_driver import SUBMIT_BODY
 from bench.interrupt import interruptible
 from bench.machine import ensure_debian_tool, machine
-from bench.throughput import service_env
+from bench.throughput import SUBMIT_BODY, service_env
 from ttsq.store.local_redis import start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "submit_cost"
+BODY = json.dumps(SUBMIT_BODY, ensure_ascii=False)
 VARIANTS = {
     "ttsq POST /v1/tts/submit": ("app", "/v1/tts/submit"),
     "bare FastAPI + one LPUSH": ("bench.lpush_app", "/submit"),
@@ -65,7 +65,8 @@ time, so the enqueue includes the wait for the Redis server, which the instructi
 def instructions(valgrind: str, module: str, path: str, count: int, env: dict[str, str]) -> int:
     """Instructions of a whole driver run (start-up, 20 warm-up requests, ``count`` requests)."""
     command = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "bench.asgi_driver"]
-    result = subprocess.run([*command, module, path, str(count)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    command += [module, path, str(count), BODY]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"{module} {path} x{count} failed under valgrind:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
     found = re.findall(r"Collected : (\d+)", result.stderr)
@@ -78,7 +79,7 @@ def breakdown(env: dict[str, str], count: int, tmp: Path) -> dict[str, Any]:
     """cProfile of ttsq's ``count`` submits: each part's share of the profiled time."""
     profile = tmp / "submit.prof"
     module, path = VARIANTS["ttsq POST /v1/tts/submit"]
-    command = [sys.executable, "-m", "bench.asgi_driver", module, path, str(count), "--profile", str(profile)]
+    command = [sys.executable, "-m", "bench.asgi_driver", module, path, str(count), BODY, "--profile", str(profile)]
     subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     stats: dict[tuple[str, int, str], Any] = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
     total = max(cumulative for (file, _, function), (_, _, _, cumulative, _) in stats.items() if function == "post")
@@ -87,11 +88,10 @@ def breakdown(env: dict[str, str], count: int, tmp: Path) -> dict[str, Any]:
         file_glob, function = pattern.rsplit(":*(", 1)
         function = function.rstrip(")")
         regex = re.compile(re.escape(file_glob).replace(r"\*", "[^/]*") + "$")
-        shares[name] = sum(
-            cumulative
-            for (file, _, fn), (_, _, _, cumulative, _) in stats.items()
-            if fn == function and regex.search(file)
-        ) / total
+        shares[name] = (
+            sum(cumulative for (file, _, fn), (_, _, _, cumulative, _) in stats.items() if fn == function and regex.search(file))
+            / total
+        )
     return {"requests": count, "profiled_s": round(total, 3), "shares": shares}
 
 

@@ -48,7 +48,6 @@ import httpx
 import psutil
 import redis as redis_sync
 
-from bench.asgi_driver import SUBMIT_BODY
 from bench.closed_loop import LoopResult, baseline_job, closed_loop, merge, ttsq_job, worker_counters
 from bench.fixed_cost_engine import DEFAULT_CALL_MS, DEFAULT_ITEM_MS, FIXED_COST_LABEL
 from bench.interrupt import interruptible
@@ -73,6 +72,8 @@ ARQ_VERSION = "0.28.0"
 FULL_CHECKPOINT = ROOT / "var" / "full-random-checkpoint"
 SECTIONS = ("submit", "queue", "e2e", "scaling", "memory")
 ENGINES = ("fixed", "full", "tiny")
+SUBMIT_BODY = {"text": TEXTS[0], "seed": 1}
+"""What the submit section posts (and ``bench.submit_cost``): one deterministic request."""
 
 
 @dataclass(frozen=True)
