@@ -173,9 +173,9 @@ _HALF_TO_FULL_TABLE = str.maketrans(CHATTTS_HALF_TO_FULL)
 _SIMPLIFIER_TABLE = str.maketrans(CHATTTS_SIMPLIFIER)
 _EN_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER)) + "]")
 _ZH_MAPPABLE = re.compile("[" + re.escape("".join(CHATTTS_SIMPLIFIER) + "".join(CHATTTS_HALF_TO_FULL)) + "]")
-_INNER_SPACE = re.compile(r"(?<![A-Za-z]) (?=(.))|(?<=[A-Za-z]) (?=([^A-Za-z]))", re.DOTALL)
-"""A space between two characters (whitespace is already collapsed to single spaces) and the character after it —
-except between two ASCII letters, the commonest case, which always stays (so it costs no Python call)."""
+_INNER_SPACE = re.compile(r"(?<![A-Za-z]) (?=.)|(?<=[A-Za-z]) (?=[^A-Za-z])", re.DOTALL)
+"""A space with a character after it (whitespace is already collapsed to single spaces) — except between two ASCII
+letters, the commonest case, which always stays (so it costs no Python call)."""
 _CHATTTS_TAG = re.compile(r"(\[[\w_]+\])")
 """What ChatTTS's normalizer leaves alone: bracketed tags such as ``[uv_break]``."""
 
