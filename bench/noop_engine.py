@@ -16,7 +16,8 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
-from ttsq.inference.base import ChunkAudio, EngineStats, ModelInfo, SynthesisRequest
+from ttsq.inference.base import Batcher, ChunkAudio, EngineStats, ModelInfo, SynthesisRequest
+from ttsq.inference.grouped import GroupedBatcher
 
 NOOP_LABEL = "no-op engine (benchmark stand-in)"
 
@@ -74,6 +75,10 @@ class SilentEngine:
 
     def prepare(self, batch_sizes: Sequence[int]) -> None:
         """Nothing to compile."""
+
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        """One call per batch, as a batched model call is one launch sequence whatever its size."""
+        return GroupedBatcher(self, slots, oom_recover_s=oom_recover_s)
 
 
 class NoopEngine(SilentEngine):

@@ -17,7 +17,7 @@ Any other exception escaping an engine is treated as transient.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -28,7 +28,11 @@ from ttsq.domain.audio import join_chunks
 from ttsq.domain.batching import Probe
 
 __all__ = [
+    "BatchEvent",
+    "Batcher",
+    "BatcherStats",
     "ChunkAudio",
+    "ChunkReady",
     "DeviceMemory",
     "Engine",
     "EngineStats",
@@ -38,6 +42,8 @@ __all__ = [
     "ModelLoadError",
     "OutOfMemory",
     "PermanentError",
+    "RequestFailed",
+    "StepHook",
     "SynthesisRequest",
     "TransientError",
     "synthesize",
@@ -120,6 +126,96 @@ class OutOfMemory(TransientError):
     """The device ran out of memory for this batch: a smaller batch may fit."""
 
 
+@dataclass(frozen=True)
+class ChunkReady:
+    """One chunk of a request is synthesised (chunks may end out of order)."""
+
+    key: str
+    chunk: ChunkAudio
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    """A request failed; none of its remaining chunks will come."""
+
+    key: str
+    error: BaseException
+
+
+BatchEvent = ChunkReady | RequestFailed
+
+StepHook = Callable[[Sequence[SynthesisRequest]], None]
+"""Called with the requests about to run together (one step, one admission, one grouped call);
+whatever it raises is that step's failure. Fault injection uses it."""
+
+
+@dataclass
+class BatcherStats:
+    """How full the batcher's steps ran, since it started."""
+
+    steps: int = 0
+    row_steps: int = 0
+    """Rows (chunks) advanced, summed over steps: the useful work."""
+    slot_steps: int = 0
+    """Rows computed, summed over steps: useful rows plus padding and finished rows still computed."""
+    rows_admitted: int = 0
+    rows_finished: int = 0
+    suspects: int = 0
+    """Rows re-run alone because a step they shared failed."""
+    out_of_memory: int = 0
+
+    @property
+    def mean_occupied(self) -> float:
+        """Rows in flight per step, on average."""
+        return self.row_steps / self.steps if self.steps else 0.0
+
+    @property
+    def wasted_fraction(self) -> float:
+        return 1 - self.row_steps / self.slot_steps if self.slot_steps else 0.0
+
+
+class Batcher(Protocol):
+    """Requests in, chunks of audio out, one step at a time: how the worker drives an engine.
+
+    Blocking and single-threaded (the worker's inference thread makes every call). ``add`` queues
+    a request's chunks; ``step`` runs one step (a decode step of every row in flight, or one whole
+    grouped call) and returns what ended. A request's chunks all come as :class:`ChunkReady` events,
+    or it ends with one :class:`RequestFailed`.
+    """
+
+    hook: StepHook | None
+    stats: BatcherStats
+
+    @property
+    def slots(self) -> int:
+        """How many rows may run at once."""
+        ...
+
+    @property
+    def slot_limit(self) -> int:
+        """How many may run at once now (fewer for a while after running out of memory)."""
+        ...
+
+    @property
+    def waiting_rows(self) -> int: ...
+
+    @property
+    def active_rows(self) -> int: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    def add(self, key: str, request: SynthesisRequest, *, alone: bool = False) -> list[BatchEvent]:
+        """Queue ``request`` under ``key``; ``alone``: it never shares a step with another request."""
+        ...
+
+    def cancel(self, key: str) -> None:
+        """Forget a request: its waiting and running chunks are dropped, no event follows."""
+        ...
+
+    def step(self) -> list[BatchEvent]: ...
+
+
 class Engine(Protocol):
     """The calls the worker makes, met by the ChatTTS engine and by every wrapper."""
 
@@ -155,6 +251,11 @@ class Engine(Protocol):
         """Pad later calls to these batch sizes and run each once now (torch.compile builds its graphs here)."""
         ...
 
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        """A batcher of ``slots`` rows over this engine (the worker makes one, after :meth:`warm_up`);
+        after running out of memory it uses fewer slots for ``oom_recover_s``."""
+        ...
+
 
 class EngineWrapper:
     """An engine that delegates every call to ``inner``; subclasses override what they change."""
@@ -185,6 +286,9 @@ class EngineWrapper:
 
     def prepare(self, batch_sizes: Sequence[int]) -> None:
         self.inner.prepare(batch_sizes)
+
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        return self.inner.batcher(slots, oom_recover_s=oom_recover_s)
 
 
 def synthesize(engine: Engine, req: SynthesisRequest) -> npt.NDArray[np.float32]:

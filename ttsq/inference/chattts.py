@@ -32,6 +32,7 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe, batch_key, bucket_for
 from ttsq.domain.text import detect_language, split_sentences
 from ttsq.inference.base import (
+    Batcher,
     ChunkAudio,
     DeviceMemory,
     EngineStats,
@@ -388,6 +389,13 @@ class ChatTTSEngine:
                 ),
             )
         return wavs
+
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        """ChatTTS's own loop batches only requests that share a speaker and parameters: one
+        compatible group per call (:class:`~ttsq.inference.grouped.GroupedBatcher`)."""
+        from ttsq.inference.grouped import GroupedBatcher
+
+        return GroupedBatcher(self, slots, oom_recover_s=oom_recover_s)
 
     def stats(self) -> EngineStats:
         """torch's CUDA allocator statistics (None on a CPU) and how many graphs torch.compile has built."""

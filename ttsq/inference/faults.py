@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ttsq.inference.base import ChunkAudio, Engine, EngineWrapper, OutOfMemory, SynthesisRequest, TransientError
+from ttsq.inference.base import Batcher, ChunkAudio, Engine, EngineWrapper, OutOfMemory, SynthesisRequest, TransientError
 
 __all__ = ["FaultConfig", "FaultInjectingEngine", "FaultMode"]
 
@@ -78,3 +78,10 @@ class FaultInjectingEngine(EngineWrapper):
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         self._inject(reqs)
         return self.inner.synthesize_batch(reqs)
+
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        """The inner engine's batcher, faulting inside its steps: a grouped call, a decode step or a
+        row's admission with a matching request fails the way the batcher's own failures do."""
+        batcher = self.inner.batcher(slots, oom_recover_s=oom_recover_s)
+        batcher.hook = self._inject
+        return batcher

@@ -1,0 +1,676 @@
+"""ttsq's own ChatTTS decode loop: a fixed set of slots, each row with its own everything.
+
+ChatTTS's ``GPT.generate`` decodes one padded batch that shares one temperature, one set of
+sampling warpers and one random stream, grows its KV cache by concatenation and runs until its
+longest row ends. This module decodes the same LLaMA weights differently:
+
+* **Slots.** The KV cache is preallocated: ``slots x layers x max_len`` keys and values, written in
+  place at each row's own position. A row is admitted into a free slot (its prompt prefilled
+  alone), steps with whatever else is in flight, and leaves the moment it ends; the slot is free at
+  the next step boundary. No tensor is concatenated while decoding.
+* **Rows.** Temperature, top-p, top-k, repetition penalty, min/max new tokens, the end token and
+  the random stream are per-row tensors, so any mix of voices and parameters shares one step.
+* **Random stream.** ChatTTS, given ``manual_seed``, re-seeds its generator before *every* step's
+  ``torch.multinomial``; for one token per row that call is ``argmax(p / q)`` with ``q ~ Exp(1)``
+  drawn from the freshly seeded generator, so ``q`` is the same at every step. Each row here draws
+  its own ``q`` once, from a generator seeded with the row's seed and with the shape ChatTTS uses
+  at batch 1, and samples ``argmax(p / q)`` every step: a row's tokens are exactly what ChatTTS
+  gives that row alone, and never depend on batch-mates (ChatTTS draws one ``q`` for the whole
+  batch, so a row's tokens there depend on its position and neighbours).
+* **Fixed shapes.** A decode step reads and writes only preallocated buffers, with no host
+  synchronisation inside; on CUDA one step per batch bucket (the lowest ``n`` slots) is captured
+  as a CUDA graph and replayed. On a CPU it runs eagerly, attending to a window just long enough
+  for the longest row.
+
+The per-step arithmetic mirrors ChatTTS 0.2.5 operation by operation (temperature, repetition
+penalty over the last 16 tokens, top-p then top-k with at least 3 tokens kept, the end token
+masked until ``min_new_token``, float32 logits), which is what lets the tests hold its output equal
+to ChatTTS's own. One upstream quirk is deliberately not copied: its repetition penalty is skipped
+for batch rows past ``num_audio_tokens`` (a slicing of the wrong axis), which only matters for
+batches above 156 and would make a row's audio depend on its slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "MIN_TOKENS_TO_KEEP",
+    "PENALTY_WINDOW",
+    "DecoderShape",
+    "Finished",
+    "RowParams",
+    "SlotDecoder",
+    "stream_seed",
+]
+
+MIN_TOKENS_TO_KEEP = 3
+"""ChatTTS builds its top-p and top-k warpers with ``min_tokens_to_keep=3``: a top_k of 1 keeps 3."""
+PENALTY_WINDOW = 16
+"""ChatTTS's repetition penalty counts the last 16 generated tokens."""
+_CUMULATIVE_ERROR_BOUND = 1e-4
+"""How far ChatTTS's float32 top-p sums may be from the exact ones: each of up to 626 sequential
+float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and the softmax's
+own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
+
+Mode = Literal["code", "text"]
+
+
+def stream_seed(seed: int, chunk_index: int) -> int:
+    """The seed of one chunk's random stream: the request's seed for its first chunk (so a
+    one-chunk request samples exactly as ChatTTS does with ``manual_seed=seed``), and a stable
+    hash of (seed, chunk) for the others, so that no two chunks of a request share noise."""
+    if chunk_index == 0:
+        return seed
+    digest = hashlib.blake2b(f"ttsq-stream:{seed}:{chunk_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@dataclass(frozen=True)
+class RowParams:
+    """How one row samples; every field may differ between the rows of one step."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    min_new_token: int
+    max_new_token: int
+    seed: int
+    """The row's stream seed (:func:`stream_seed`)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
+        if not 0 <= self.top_p <= 1:
+            raise ValueError(f"top_p must be within [0, 1], got {self.top_p}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be a positive number, got {self.repetition_penalty}")
+        if not 0 <= self.min_new_token <= self.max_new_token or self.max_new_token < 1:
+            raise ValueError(
+                f"need 0 <= min_new_token <= max_new_token and max_new_token >= 1, got {self.min_new_token}, {self.max_new_token}"
+            )
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """The static dimensions of one decoder's buffers."""
+
+    slots: int
+    max_prompt: int
+    """The longest prompt (in positions) a row may bring."""
+    max_new: int
+    """The most tokens any row may generate (a row's own ``max_new_token`` may be lower)."""
+
+    @property
+    def max_len(self) -> int:
+        """Positions a row may fill. The cache keeps one more: a row that ended at its limit still
+        sits in a step's span until its slot is taken, and writes (garbage) one past its end."""
+        return self.max_prompt + self.max_new
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A row that ended: its slot is free again."""
+
+    slot: int
+    tokens: torch.Tensor
+    """(n, num_vq) for code rows, (n,) for text rows: the generated tokens without the end token."""
+    hiddens: torch.Tensor | None
+    """(n, hidden) float32: the GPT state that produced each token (what ChatTTS decodes audio from);
+    None for text rows."""
+    hit_limit: bool
+    """True when the row ran to its ``max_new_token`` without producing the end token."""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One LLaMA block's weights, fused where that saves a kernel: q/k/v in one matrix, gate/up in one."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    out: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    eps: float
+    scale: float
+
+
+class SlotDecoder:
+    """Decodes up to ``shape.slots`` rows at once over one ChatTTS GPT. Blocking; one thread.
+
+    ``mode="code"`` generates audio codes (four heads, ChatTTS's ``infer_code``); ``mode="text"``
+    generates text tokens (``refine_text``). Both modes can share one GPT: each has its own cache.
+
+    Args:
+        gpt: ChatTTS's ``LlamaModel`` (``chat.gpt.gpt``).
+        embed: ChatTTS's ``Embed`` module (``chat.embed``): code and text embeddings and heads.
+        mode: what the rows generate.
+        eos: the end token (``num_audio_tokens - 1`` for codes, ``[Ebreak]`` for text).
+        shape: slots and lengths.
+        dtype: the GPT's compute dtype (its weights' dtype; float64 in the equality tests).
+        head_dtype: the heads' and embeddings' dtype (ChatTTS: float32, on the float32-cast state).
+        cuda_graphs: capture each batch bucket's step as a CUDA graph (CUDA devices only).
+    """
+
+    def __init__(
+        self,
+        gpt: Any,
+        embed: Any,
+        *,
+        mode: Mode,
+        eos: int,
+        shape: DecoderShape,
+        dtype: torch.dtype,
+        head_dtype: torch.dtype,
+        cuda_graphs: bool = False,
+    ) -> None:
+        import torch
+
+        config = gpt.config
+        self.mode: Mode = mode
+        self.eos = eos
+        self.shape = shape
+        self.dtype = dtype
+        self.head_dtype = head_dtype
+        self.device = next(gpt.parameters()).device
+        self.num_heads = int(config.num_attention_heads)
+        self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
+        self.hidden = int(config.hidden_size)
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self._graphs: dict[int, Any] = {}
+        self._graph_pool: Any = None
+        self._act = _activation(gpt.layers[0].mlp)
+        all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
+        self._norm = _fused_rms_norm if all_float32 else _rms_norm
+        num_vq = int(embed.num_vq)
+        self.streams = num_vq if mode == "code" else 1
+        """Tokens per row per step: four codebooks for audio, one token for text."""
+        with torch.no_grad():
+            self._layers = [_fuse(layer, dtype) for layer in gpt.layers]
+            self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
+            if mode == "code":
+                # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
+                # (``P.cached()``): materialise it once, the same values every step.
+                heads = [embed.head_code[q].weight.detach() for q in range(num_vq)]
+                tables = [embed.emb_code[q].weight.detach() for q in range(num_vq)]
+            else:
+                heads, tables = [embed.head_text.weight.detach()], [embed.emb_text.weight.detach()]
+            self.vocab = int(heads[0].shape[0])
+            self._heads = torch.cat(heads, 0).to(head_dtype).contiguous()
+            self._table = torch.cat(tables, 0).to(head_dtype).contiguous()
+            self._offsets = torch.arange(self.streams, device=self.device) * int(tables[0].shape[0])
+            # RoPE for every position at once: the same products and cos/sin as per step (each
+            # angle is one multiplication), so a lookup replaces ten kernels per step.
+            positions = torch.arange(shape.max_len + 1, device=self.device).unsqueeze(0)
+            probe = torch.zeros(1, 1, self.hidden, dtype=dtype, device=self.device)
+            cos, sin = gpt.rotary_emb(probe, positions)
+            # One table per q/k/v head, values' entries the identity (cos 1, sin 0: v * 1 + r * 0 == v
+            # exactly), so one multiply-add rotates queries and keys and leaves values as they are.
+            rotated = self.num_heads + self.num_kv_heads
+            identity = torch.ones_like(cos[0]), torch.zeros_like(sin[0])
+            self._cos = _per_head(cos[0], identity[0], rotated, self.num_kv_heads)
+            # rotate_half(x) * sin == roll(x, d/2) * (sign * sin), sign -1 on the first half:
+            # (-a) * b and a * (-b) are the same float, so this stays bit-equal to transformers.
+            half = self.head_dim // 2
+            sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
+            sign[:half] = -1
+            self._sin = _per_head(sin[0] * sign, identity[1], rotated, self.num_kv_heads)
+        self._allocate()
+
+    # ---- buffers ----------------------------------------------------------------------------
+
+    def _allocate(self) -> None:
+        import torch
+
+        s, n, dev = self.shape.slots, self.shape.max_new, self.device
+        cache = (s, 2 * self.num_kv_heads, self.shape.max_len + 1, self.head_dim)
+        self.kv_cache = [torch.zeros(cache, dtype=self.dtype, device=dev) for _ in self._layers]
+        """Per layer: every slot's keys (the first ``num_kv_heads`` heads) then values, by position."""
+        self.positions = torch.zeros(s, dtype=torch.long, device=dev)
+        """Where each slot's next key/value goes (= positions filled so far)."""
+        self.generated = torch.zeros(s, dtype=torch.long, device=dev)
+        self.last = torch.zeros(s, self.streams, dtype=torch.long, device=dev)
+        self.finished = torch.ones(s, dtype=torch.bool, device=dev)
+        self.temperature = torch.ones(s, 1, 1, dtype=torch.float32, device=dev)
+        self.top_p_floor = torch.zeros(s, 1, 1, dtype=torch.float32, device=dev)
+        """``1 - top_p``, computed in Python floats as ChatTTS's warper does, then compared in float32."""
+        self.kth = torch.zeros(s, self.streams, 1, dtype=torch.long, device=dev)
+        """Where the k-th largest logit sits in ascending order: ``vocab - max(top_k, 3)``."""
+        self.penalty = torch.ones(s, 1, 1, dtype=torch.float32, device=dev)
+        self.min_new = torch.zeros(s, 1, dtype=torch.long, device=dev)
+        self.max_new = torch.ones(s, dtype=torch.long, device=dev)
+        self.last_index = torch.zeros(s, dtype=torch.long, device=dev)
+        """``max_new - 1``: the row ends after sampling at this index, whatever it sampled."""
+        self.noise = torch.ones(s, self.streams, self.vocab, dtype=torch.float32, device=dev)
+        self.window = torch.zeros(s, self.streams, PENALTY_WINDOW, dtype=torch.long, device=dev)
+        """The row's last :data:`PENALTY_WINDOW` tokens, a ring indexed by ``generated % 16``."""
+        self.recent = torch.zeros(s, self.streams, PENALTY_WINDOW, dtype=torch.float32, device=dev)
+        """1.0 where ``window`` holds one of this row's tokens (its first 16 steps fill it)."""
+        self.tokens = torch.zeros(s, n, self.streams, dtype=torch.long, device=dev)
+        self.hiddens = torch.zeros(s, n, self.hidden, dtype=torch.float32, device=dev) if self.mode == "code" else None
+        self._slot_ids = torch.arange(s, device=dev)
+        self._key_positions = torch.arange(self.shape.max_len + 1, device=dev)
+        self._counts = torch.zeros(s, self.streams, self.vocab, dtype=torch.float32, device=dev)
+        ranks = torch.arange(self.vocab, device=dev)
+        self._always_kept = ranks < MIN_TOKENS_TO_KEEP
+        self.top_p_floor64 = torch.zeros(s, 1, 1, dtype=torch.float64, device=dev)
+        self.within_top_k = torch.zeros(s, 1, self.vocab, dtype=torch.bool, device=dev)
+        """By rank: whether top-k keeps it (rank < max(top_k, 3))."""
+        self.decided = torch.zeros(s, 1, self.vocab, dtype=torch.bool, device=dev)
+        """By rank: whether the row's top-p decision there can change the result (3 <= rank < top-k)."""
+        self._top_k = [MIN_TOKENS_TO_KEEP] * s
+        """Host copy of each slot's effective top-k (sizes the CPU's top-k selection)."""
+        self._free = list(range(s))
+        self._lengths = [0] * s
+        """Host copy of ``positions`` (no device read is needed to size the attention window)."""
+        self.active = [False] * s
+        self.computed = 0
+        """Slots the last step computed (its span, or its CUDA graph's bucket)."""
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    @property
+    def occupied(self) -> int:
+        return self.shape.slots - len(self._free)
+
+    def span(self) -> int:
+        """How many leading slots a step must cover: one past the highest occupied slot."""
+        return max((slot + 1 for slot, on in enumerate(self.active) if on), default=0)
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def admit(self, prompt: torch.Tensor, params: RowParams) -> tuple[int, Finished | None]:
+        """Prefill ``prompt`` ((positions, hidden) embeddings) into the lowest free slot and sample
+        the row's first token. Returns the slot, and the row itself if it already ended."""
+        import torch
+
+        if not self._free:
+            raise RuntimeError("no free slot")
+        length = int(prompt.shape[0])
+        if not 0 < length <= self.shape.max_prompt:
+            raise ValueError(f"a prompt of {length} positions does not fit (at most {self.shape.max_prompt})")
+        if params.max_new_token > self.shape.max_new:
+            raise ValueError(f"max_new_token {params.max_new_token} exceeds this decoder's {self.shape.max_new}")
+        slot = self._free.pop(0)
+        with torch.inference_mode():
+            self._reset(slot, params)
+            hidden = self._prefill(slot, prompt)
+            self._lengths[slot] = length
+            self.active[slot] = True
+            self._sample(slice(slot, slot + 1), hidden)
+        ended = self._collect([slot])
+        return slot, (ended[0] if ended else None)
+
+    def _reset(self, slot: int, params: RowParams) -> None:
+        import torch
+
+        self.positions[slot] = 0
+        self.generated[slot] = 0
+        self.finished[slot] = False
+        self.temperature[slot] = params.temperature
+        self.top_p_floor[slot] = 1 - float(params.top_p)
+        top_k = min(max(params.top_k, MIN_TOKENS_TO_KEEP), self.vocab)
+        self.kth[slot] = self.vocab - top_k
+        self._top_k[slot] = top_k
+        self.top_p_floor64[slot] = float(self.top_p_floor[slot])
+        self.within_top_k[slot] = self._ranks_host_mask(0, top_k)
+        self.decided[slot] = self._ranks_host_mask(MIN_TOKENS_TO_KEEP, top_k)
+        self.penalty[slot] = params.repetition_penalty
+        self.min_new[slot] = params.min_new_token
+        self.max_new[slot] = params.max_new_token
+        self.last_index[slot] = params.max_new_token - 1
+        self.recent[slot] = 0
+        generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        # Exactly the draw ChatTTS makes for one row: ``torch.multinomial`` on (streams, vocab)
+        # float32 probabilities samples ``argmax(p / q)`` with ``q = empty_like(p).exponential_()``.
+        noise = torch.empty(self.streams, self.vocab, dtype=torch.float32, device=self.device)
+        self.noise[slot] = noise.exponential_(1, generator=generator)
+
+    def _ranks_host_mask(self, start: int, stop: int) -> torch.Tensor:
+        import torch
+
+        mask = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
+        mask[start:stop] = True
+        return mask
+
+    def _prefill(self, slot: int, prompt: torch.Tensor) -> torch.Tensor:
+        """Run the prompt through the GPT into ``slot``'s cache; the last position's state, float32."""
+        import torch
+        import torch.nn.functional as F
+
+        length = int(prompt.shape[0])
+        x = prompt.to(self.device, self.dtype).unsqueeze(0)
+        cos, sin = self._cos[:length].transpose(0, 1).unsqueeze(0), self._sin[:length].transpose(0, 1).unsqueeze(0)
+        kv_heads = self.num_kv_heads
+        for layer, cache in zip(self._layers, self.kv_cache, strict=True):
+            q, kv = self._qkv(layer, x, cos, sin)
+            cache[slot, :, :length] = kv[0]
+            keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
+            x = self._block_rest(layer, x, out)
+        self.positions[slot] = length
+        return self._norm(x[:, -1], *self._final_norm).to(torch.float32)
+
+    def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
+        (rows, heads, positions, dim) and (rows, 2 x kv heads, positions, dim)."""
+        import torch.nn.functional as F
+
+        rows, length = x.shape[0], x.shape[1]
+        heads = self.num_heads + 2 * self.num_kv_heads
+        qkv = F.linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
+        if length == 1:  # a decode step: moving the length-1 axis is only a view
+            qkv = qkv.view(rows, heads, 1, self.head_dim)
+        else:
+            qkv = qkv.view(rows, length, heads, self.head_dim).transpose(1, 2)
+        qkv = qkv * cos + qkv.roll(self.head_dim // 2, -1) * sin
+        return qkv[:, : self.num_heads], qkv[:, self.num_heads :]
+
+    def _block_rest(self, layer: _Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Everything after attention: output projection, residual, MLP, residual."""
+        import torch.nn.functional as F
+
+        rows, length = x.shape[0], x.shape[1]
+        flat = attended.view(rows, 1, -1) if length == 1 else attended.transpose(1, 2).reshape(rows, length, -1)
+        x = x + F.linear(flat, layer.out)
+        gate, up = F.linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
+        return x + F.linear(self._act(gate) * up, layer.down)
+
+    def _expand(self, kv: torch.Tensor) -> torch.Tensor:
+        """Repeat grouped key/value heads to the query heads (a no-op for ChatTTS, which has none)."""
+        groups = self.num_heads // self.num_kv_heads
+        return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
+
+    # ---- one step ----------------------------------------------------------------------------
+
+    def step(self) -> list[Finished]:
+        """Advance every occupied slot by one token; the rows that ended (their slots are free now)."""
+        import torch
+
+        span = self.span()
+        self.computed = 0
+        if span == 0:
+            return []
+        with torch.inference_mode():
+            if self.cuda_graphs:
+                self.computed = self._replay(span)
+            else:
+                # Eagerly, shapes cost nothing: attend to exactly the longest row, and when every
+                # slot of the span holds a row at the same position, skip the mask and the gathers.
+                self.computed = span
+                lengths = self._lengths[:span]
+                uniform = lengths[0] if all(self.active[:span]) and lengths.count(lengths[0]) == span else None
+                self._decode(span, max(lengths) + 1, uniform)
+        occupied = [slot for slot in range(span) if self.active[slot]]
+        for slot in occupied:
+            self._lengths[slot] += 1
+        return self._collect(occupied)
+
+    def _decode(self, n: int, window: int, at: int | None = None) -> None:
+        """One token for slots ``[0, n)``, attending to the first ``window`` cache positions
+        (``at``: every one of them is a row at this position, known on the host).
+
+        Reads and writes only preallocated buffers and never synchronises with the host, so it
+        can be captured as a CUDA graph. Free slots inside the span compute garbage that nothing
+        reads (their outputs are never collected, and admission resets a slot's state)."""
+        import torch.nn.functional as F
+
+        rows = self._slot_ids[:n]
+        positions = self.positions[:n]
+        x = self._embed_last(n).unsqueeze(1)
+        mask = None
+        if at is None:
+            cos, sin = self._cos[positions].unsqueeze(2), self._sin[positions].unsqueeze(2)
+            mask = (self._key_positions[:window] <= positions.unsqueeze(1)).view(n, 1, 1, window)
+        else:
+            cos, sin = self._cos[at : at + 1].unsqueeze(2), self._sin[at : at + 1].unsqueeze(2)
+        kv_heads = self.num_kv_heads
+        for layer, cache in zip(self._layers, self.kv_cache, strict=True):
+            q, kv = self._qkv(layer, x, cos, sin)
+            if at is None:
+                cache[rows, :, positions] = kv[:, :, 0]
+            else:
+                cache[:n, :, at] = kv[:, :, 0]
+            keys, values = self._expand(cache[:n, :kv_heads, :window]), self._expand(cache[:n, kv_heads:, :window])
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scale)
+            x = self._block_rest(layer, x, out)
+        hidden = self._norm(x[:, 0], *self._final_norm).float()
+        self.positions[:n] += ~self.finished[:n]
+        self._sample(slice(0, n), hidden)
+
+    def _embed_last(self, n: int) -> torch.Tensor:
+        """The next input: the sum of the four code embeddings (in ChatTTS's order), or the text embedding."""
+        import torch.nn.functional as F
+
+        embedded = F.embedding(self.last[:n] + self._offsets, self._table)
+        return (embedded[:, 0] if self.streams == 1 else embedded.sum(1)).to(self.dtype)
+
+    def _sample(self, rows: slice, hidden: torch.Tensor) -> None:
+        """Pick each row's next token(s) from ``hidden`` ((rows, hidden) float32) and record them.
+
+        Operation by operation ChatTTS's sampling: logits in float32; divided by the temperature;
+        the repetition penalty; top-p (sorted ascending, softmax, cumulative sum, at least 3 kept);
+        top-k (at least 3); the end token barred before ``min_new_token``; softmax; ``argmax(p / q)``.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        n = hidden.shape[0]
+        logits = F.linear(hidden.to(self.head_dtype), self._heads).view(n, self.streams, self.vocab)
+        logits = logits.float() / self.temperature[rows]
+        counts = self._counts[rows].zero_().scatter_add_(-1, self.window[rows], self.recent[rows])
+        alpha = torch.pow(self.penalty[rows], counts)
+        logits = torch.where(logits < 0, logits * alpha, logits / alpha)
+        on_cpu = self.device.type == "cpu"
+        removed = self._filtered_by_selection(logits, rows) if on_cpu else self._filtered_by_sort(logits, rows)
+        logits = logits.masked_fill(removed, -math.inf)
+        generated = self.generated[rows]
+        logits[..., self.eos].masked_fill_(generated.unsqueeze(1) < self.min_new[rows], -math.inf)
+        token = (logits.softmax(dim=-1) / self.noise[rows]).argmax(dim=-1)
+        keep = (token != self.eos).all(dim=-1) & ~self.finished[rows]
+        # A free slot inside the step's span computes garbage; clamping keeps its writes in bounds.
+        index = self._slot_ids[rows]
+        at = generated.clamp(max=self.shape.max_new - 1)
+        self.tokens[index, at] = token
+        if self.hiddens is not None:
+            self.hiddens[index, at] = hidden
+        ring = generated % PENALTY_WINDOW
+        self.window[index, :, ring] = token
+        self.recent[index, :, ring] = 1.0
+        self.last[rows] = token
+        self.finished[rows] = ~keep | (generated >= self.last_index[rows])
+        self.generated[rows] += keep
+
+    def _filtered_by_sort(self, logits: torch.Tensor, rows: slice) -> torch.Tensor:
+        """Which tokens top-p then top-k remove, computed exactly as ChatTTS's warpers do (a full sort)."""
+        import torch
+
+        ascending, order = torch.sort(logits, dim=-1)
+        dropped = ascending.softmax(dim=-1).cumsum(dim=-1) <= self.top_p_floor[rows]
+        dropped[..., -MIN_TOKENS_TO_KEEP:] = False
+        # Top-k on what top-p kept: top-p drops a prefix of the ascending order, so the k-th
+        # largest survivor is ascending[vocab - k] unless top-p dropped that one too (then top-k drops nothing).
+        kth = self.kth[rows]
+        floor = torch.where(dropped.gather(-1, kth), -math.inf, ascending.gather(-1, kth))
+        removed: torch.Tensor = dropped.scatter(-1, order, dropped) | (logits < floor)
+        return removed
+
+    def _filtered_by_selection(self, logits: torch.Tensor, rows: slice) -> torch.Tensor:
+        """The same tokens as :meth:`_filtered_by_sort`, from a top-k selection instead of a full sort.
+
+        A full sort of 626 logits costs ~30 us per row and stream on a CPU (4x a top-21 selection,
+        and more than the rest of a tiny model's step). Only the ``k`` best tokens can survive
+        top-k, so only their top-p fate matters: token of rank ``r`` is dropped when the
+        probability of everything ranked below it and itself, ``1 - P(ranks < r)``, is at most
+        ``1 - top_p``. That sum is computed here in float64; ChatTTS's float32 softmax and
+        sequential cumulative sum differ from it by less than :data:`_CUMULATIVE_ERROR_BOUND`, so a
+        decision further than that from the threshold is ChatTTS's decision. Rows with a decision
+        closer than that, or with equal logits at the cut (where the sort's tie order decides), are
+        computed by the full sort instead: the result is always the sort's, bit for bit.
+        """
+        import torch
+
+        keep_most = min(self.vocab, max(self._top_k[rows]) + 1)
+        best, where = torch.topk(logits, keep_most, dim=-1)
+        weights = torch.exp((logits - best[..., :1]).double())
+        ranked = weights.gather(-1, where)
+        total = weights.sum(-1, keepdim=True)
+        # For rank r: 1 - P(ranks < r), the share of the sorted cumulative sum ChatTTS compares.
+        remainder = (total - (ranked.cumsum(-1) - ranked)) / total
+        floor = self.top_p_floor64[rows]
+        kept = ~(remainder <= floor) | self._always_kept[:keep_most]
+        kept &= self.within_top_k[rows, :, :keep_most]
+        removed = torch.ones_like(logits, dtype=torch.bool).scatter_(-1, where, ~kept)
+        close = ((remainder - floor).abs() < _CUMULATIVE_ERROR_BOUND) & self.decided[rows, :, :keep_most]
+        if bool(close.any()) or bool((best[..., 1:] == best[..., :-1]).any()):
+            unsure = close.any(dim=-1).any(dim=-1) | (best[..., 1:] == best[..., :-1]).any(dim=-1).any(dim=-1)
+            for row in unsure.nonzero().view(-1).tolist():
+                one = slice(rows.start + row, rows.start + row + 1)
+                removed[row : row + 1] = self._filtered_by_sort(logits[row : row + 1], one)
+        return removed
+
+    # ---- finishing ----------------------------------------------------------------------------
+
+    def _collect(self, slots: Sequence[int]) -> list[Finished]:
+        """Read which of ``slots`` ended (one small device-to-host copy) and free them."""
+        if not slots:
+            return []
+        flags = self.finished[: max(slots) + 1].tolist()
+        ended = [slot for slot in slots if flags[slot]]
+        if not ended:
+            return []
+        counts = self.generated[ended].tolist()
+        limits = self.max_new[ended].tolist()
+        out = []
+        for slot, count, limit in zip(ended, counts, limits, strict=True):
+            tokens = self.tokens[slot, :count].clone()
+            out.append(
+                Finished(
+                    slot=slot,
+                    tokens=tokens if self.mode == "code" else tokens[:, 0],
+                    hiddens=None if self.hiddens is None else self.hiddens[slot, :count].clone(),
+                    hit_limit=count >= limit,
+                )
+            )
+            self.release(slot)
+        return out
+
+    def release(self, slot: int) -> None:
+        """Free ``slot`` (its row ended, or is being dropped: cancelled, failed, preempted)."""
+        if self.active[slot]:
+            self.finished[slot] = True  # a free slot inside a step's span must not advance
+            self.active[slot] = False
+            self._lengths[slot] = 0
+            self._free.append(slot)
+            self._free.sort()
+
+    # ---- CUDA graphs -------------------------------------------------------------------------
+
+    def buckets(self) -> list[int]:
+        """The spans a graph is captured for: powers of two up to the slot count, and the count."""
+        sizes = {1 << p for p in range(self.shape.slots.bit_length()) if 1 << p <= self.shape.slots}
+        return sorted(sizes | {self.shape.slots})
+
+    def capture(self) -> None:
+        """Capture one decode step per bucket (CUDA only). Called once, before serving."""
+        import torch
+
+        if not self.cuda_graphs:
+            return
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            snapshot = self._snapshot()
+            for _ in range(2):  # warm the kernels (cuBLAS workspaces, autotuning) outside capture
+                self._decode(self.shape.slots, self.shape.max_len + 1)
+            self._restore(snapshot)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        for bucket in sorted(self.buckets(), reverse=True):
+            graph = torch.cuda.CUDAGraph()
+            with torch.inference_mode(), torch.cuda.graph(graph, pool=self._graph_pool):
+                self._decode(bucket, self.shape.max_len + 1)
+            self._graph_pool = graph.pool()
+            self._graphs[bucket] = graph
+
+    def _replay(self, span: int) -> int:
+        bucket = next(size for size in self.buckets() if size >= span)
+        self._graphs[bucket].replay()
+        return bucket
+
+    def _snapshot(self) -> list[torch.Tensor]:
+        """The warm-up steps run for real; what they write to the rows' state is put back (the cache is free slots' garbage)."""
+        return [t.clone() for t in self._state()]
+
+    def _restore(self, snapshot: list[torch.Tensor]) -> None:
+        for tensor, saved in zip(self._state(), snapshot, strict=True):
+            tensor.copy_(saved)
+
+    def _state(self) -> list[torch.Tensor]:
+        state = [self.positions, self.generated, self.last, self.finished, self.window, self.recent, self.tokens]
+        return state + ([self.hiddens] if self.hiddens is not None else [])
+
+
+def _fuse(layer: Any, dtype: torch.dtype) -> _Layer:
+    import torch
+
+    attn, mlp = layer.self_attn, layer.mlp
+
+    def weight(module: Any) -> torch.Tensor:
+        if getattr(module, "bias", None) is not None:
+            raise ValueError("ttsq's decoder expects LLaMA projections without bias (ChatTTS's GPT has none)")
+        return module.weight.detach().to(dtype)  # type: ignore[no-any-return]
+
+    return _Layer(
+        input_norm=layer.input_layernorm.weight.detach(),
+        qkv=torch.cat([weight(attn.q_proj), weight(attn.k_proj), weight(attn.v_proj)], 0).contiguous(),
+        out=weight(attn.o_proj),
+        post_norm=layer.post_attention_layernorm.weight.detach(),
+        gate_up=torch.cat([weight(mlp.gate_proj), weight(mlp.up_proj)], 0).contiguous(),
+        down=weight(mlp.down_proj),
+        eps=float(layer.input_layernorm.variance_epsilon),
+        scale=float(attn.scaling),
+    )
+
+
+def _activation(mlp: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    import torch.nn.functional as F
+
+    return F.silu if mlp.config.hidden_act == "silu" else mlp.act_fn
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LLaMA's RMSNorm exactly as transformers computes it: in float32, then back to the input's dtype."""
+    import torch
+
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch's one-kernel RMSNorm: the same operations as :func:`_rms_norm` when all is float32
+    (held bit-equal by the tests), which is the only case it is used for."""
+    import torch.nn.functional as F
+
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _per_head(table: torch.Tensor, identity: torch.Tensor, rotated: int, plain: int) -> torch.Tensor:
+    """(positions, dim) -> (positions, rotated + plain heads, dim): ``table`` for the first heads, ``identity`` for the rest."""
+    import torch
+
+    return torch.cat([table.unsqueeze(1).expand(-1, rotated, -1), identity.unsqueeze(1).expand(-1, plain, -1)], 1).contiguous()

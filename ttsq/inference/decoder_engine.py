@@ -1,0 +1,193 @@
+"""The default engine: ChatTTS's model, loaded and prepared as the reference engine does, decoded by ttsq.
+
+It is :class:`~ttsq.inference.chattts.ChatTTSEngine` (loading, voices, text normalisation and
+splitting, device statistics are shared) with ChatTTS's generation loop replaced by
+:class:`~ttsq.inference.scheduler.Scheduler` over :class:`~ttsq.inference.decoder.SlotDecoder`:
+any mix of voices, parameters and seeds shares a step, each row's audio is what ChatTTS gives that
+row alone, and a slot is refilled as soon as its row ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.batching import Probe
+from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ModelInfo, RequestFailed, SynthesisRequest
+from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
+from ttsq.inference.decoder import DecoderShape, SlotDecoder
+from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.scheduler import DecodeLimits, Scheduler
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["DecoderEngine", "prompt_budget"]
+
+log = logging.getLogger(__name__)
+
+_PROMPT_MARGIN = 16
+"""Positions beyond the text itself: ``[Stts][spk_emb][speed_N]…[Ptts]``, and room for tokenizer surprises."""
+_WARMUP_TOKENS = 16
+
+
+def prompt_budget(max_chunk_chars: int, refine_max_new_token: int) -> tuple[int, int]:
+    """The longest prompts (code rows, text rows) a row may bring: a chunk is at most
+    ``max_chunk_chars`` characters (BERT's tokenizer makes at most one token of each), and a
+    refined chunk at most ``refine_max_new_token`` tokens, re-tokenised after decoding (a quarter
+    more allowed for word pieces split differently)."""
+    text = max_chunk_chars + _PROMPT_MARGIN
+    code = max(max_chunk_chars, refine_max_new_token + refine_max_new_token // 4) + _PROMPT_MARGIN
+    return code, text
+
+
+class DecoderEngine(ChatTTSEngine):
+    """One ChatTTS model replica decoded by ttsq's own loop. Blocking; one inference thread."""
+
+    def __init__(self, config: EngineConfig, *, cuda_graphs: bool) -> None:
+        super().__init__(config)
+        self.cuda_graphs = cuda_graphs
+        self._rows: ChatTTSRows | None = None
+        self._local: Scheduler | None = None
+        """A small scheduler of its own for :meth:`synthesize_batch` (warm-up, scripts, tests)."""
+
+    def load(self) -> ModelInfo:
+        info = super().load()
+        if self._rows is None:
+            self._rows = ChatTTSRows(self._loaded_chat())
+            if self.config.compile:
+                log.warning("COMPILE=true is for ENGINE_BACKEND=chattts; ttsq's decoder uses CUDA_GRAPHS instead")
+        return info
+
+    def _loaded_rows(self) -> ChatTTSRows:
+        if self._rows is None:
+            raise RuntimeError("the engine is not loaded; call load() first")
+        return self._rows
+
+    # ---- the batcher ------------------------------------------------------------------------
+
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        """A scheduler over ``slots`` decoder slots; on CUDA with graphs on, each bucket's step is captured now."""
+        return self._scheduler(slots, self._limits(), oom_recover_s=oom_recover_s, capture=True)
+
+    def _limits(self, tokens: int | None = None) -> DecodeLimits:
+        config = self.config
+        if tokens is not None:
+            return DecodeLimits(max_new_token=tokens, min_new_token=tokens, refine_max_new_token=config.refine_max_new_token)
+        return DecodeLimits(config.max_new_token, config.min_new_token, config.refine_max_new_token)
+
+    def _scheduler(self, slots: int, limits: DecodeLimits, *, oom_recover_s: float, capture: bool) -> Scheduler:
+        rows = self._loaded_rows()
+        chat = self._loaded_chat()
+        code_prompt, text_prompt = prompt_budget(self.config.max_chunk_chars, limits.refine_max_new_token)
+        graphs = self.cuda_graphs and capture
+
+        def decoder(mode: str, max_prompt: int, max_new: int, eos: int) -> SlotDecoder:
+            made = SlotDecoder(
+                chat.gpt.gpt,
+                chat.embed,
+                mode="code" if mode == "code" else "text",
+                eos=eos,
+                shape=DecoderShape(slots=slots, max_prompt=max_prompt, max_new=max_new),
+                dtype=self._gpt_dtype(),
+                head_dtype=self._head_dtype(),
+                cuda_graphs=graphs,
+            )
+            if graphs:
+                started = time.perf_counter()
+                made.capture()
+                elapsed = time.perf_counter() - started
+                log.info("captured %s-decoder CUDA graphs for spans %s in %.1fs", mode, made.buckets(), elapsed)
+            return made
+
+        return Scheduler(
+            rows,
+            decoder("code", code_prompt, limits.max_new_token, rows.code_eos),
+            lambda: decoder("text", text_prompt, limits.refine_max_new_token, rows.text_eos),
+            self._split,
+            limits,
+            oom_recover_s=oom_recover_s,
+        )
+
+    def _gpt_dtype(self) -> torch.dtype:
+        dtype: torch.dtype = next(self._loaded_chat().gpt.gpt.parameters()).dtype
+        return dtype
+
+    def _head_dtype(self) -> torch.dtype:
+        dtype: torch.dtype = next(self._loaded_chat().embed.parameters()).dtype
+        return dtype
+
+    # ---- the engine contract for scripts, tests and warm-up ------------------------------------
+
+    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+        """Run ``reqs`` to the end in a scheduler of this engine's own, yielding chunks as they end."""
+        if not reqs:
+            return
+        if self._local is None or self._local.slots < len(reqs):
+            self._local = self._scheduler(max(len(reqs), 4), self._limits(), oom_recover_s=0.0, capture=False)
+        yield from _drain(self._local, reqs)
+
+    def warm_up(self) -> None:
+        """One short synthesis through a scheduler: numba JIT, allocator and normalizer costs come first."""
+        if self._normalizer is not None:
+            self._normalizer.preload(("zh", "en"))
+        request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
+        limits = self._limits(min(self.config.max_new_token, _WARMUP_TOKENS))
+        scheduler = self._scheduler(1, limits, oom_recover_s=0.0, capture=False)
+        for _ in _drain(scheduler, [request]):
+            pass
+
+    def measure(self, batch: int, tokens: int) -> Probe | None:
+        """On CUDA: ``batch`` rows of the longest chunk forced to ``tokens`` tokens, timed, with the peak memory."""
+        if not self._device.startswith("cuda"):
+            return None
+        import torch
+
+        text = ("你好世界" * self.config.max_chunk_chars)[: self.config.max_chunk_chars]
+        speaker = self.speaker_from_seed(0)
+        requests = [SynthesisRequest(text=text, speaker=speaker, seed=seed) for seed in range(batch)]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        scheduler = self._scheduler(batch, self._limits(tokens), oom_recover_s=0.0, capture=False)
+        chunks = [chunk for _, chunk in _drain(scheduler, requests)]
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        audio_s = float(chunks[0].samples.size) / SAMPLE_RATE if chunks else 0.0
+        peak = torch.cuda.max_memory_allocated()
+        del scheduler
+        return Probe(batch=batch, tokens=tokens, peak_bytes=peak, seconds=seconds, audio_s=audio_s)
+
+    def prepare(self, batch_sizes: Sequence[int]) -> None:
+        """Nothing to compile: the decoder's steps have fixed shapes per bucket (CUDA graphs, when on)."""
+
+
+def _drain(scheduler: Scheduler, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
+    """Add ``reqs`` under their positions and step until every one has all its chunks; a failure is raised."""
+    keys = [f"local-{index}" for index in range(len(reqs))]
+    owner = {key: index for index, key in enumerate(keys)}
+    pending = set(keys)
+    seen: Counter[str] = Counter()
+    try:
+        for key, request in zip(keys, reqs, strict=True):
+            for event in scheduler.add(key, request):
+                raise _error(event)
+        while pending and scheduler.busy:
+            for event in scheduler.step():
+                if isinstance(event, RequestFailed):
+                    raise event.error
+                yield owner[event.key], event.chunk
+                seen[event.key] += 1
+                if seen[event.key] == event.chunk.total:
+                    pending.discard(event.key)
+    finally:
+        for key in keys:
+            scheduler.cancel(key)
+
+
+def _error(event: BatchEvent) -> BaseException:
+    return event.error if isinstance(event, RequestFailed) else RuntimeError(f"unexpected event {event!r}")

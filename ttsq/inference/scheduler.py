@@ -1,0 +1,421 @@
+"""Continuous batching: requests in, chunks of audio out, one decode step at a time.
+
+A request is split into sentence chunks; each chunk is a *row*. Rows wait in one queue and are
+admitted into the decoder's free slots at every step boundary, whatever their voice, parameters
+or request; a row leaves the moment it ends and its slot takes the next waiting row. Waiting rows
+are served first-chunk-first (a request's first audio should not wait behind another request's
+tenth sentence), then in arrival order. A row asking for ``refine_text`` first runs as a text row
+on the same GPT (its own slots), then comes back as an audio row with the refined text.
+
+Failures stay with their row wherever the code can tell whose they are (a prompt, a prefill, an
+audio decode). A failure inside a shared decode step cannot be pinned on one row, so every row of
+that step is put back as a *suspect* that then runs alone: the guilty one fails alone, and the
+others, restarted, produce exactly the audio they would have produced (a row's tokens depend
+only on its own inputs and seed). Running out of memory halves the number of slots in use for a
+while and puts the most recently admitted rows back in the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ttsq.domain.batching import AdaptiveBatchLimit
+from ttsq.domain.text import detect_language
+from ttsq.inference.base import (
+    BatcherStats,
+    BatchEvent,
+    ChunkAudio,
+    ChunkReady,
+    InferenceError,
+    OutOfMemory,
+    PermanentError,
+    RequestFailed,
+    StepHook,
+    SynthesisRequest,
+    TransientError,
+)
+from ttsq.inference.decoder import Finished, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.rows import ChatTTSRows
+
+__all__ = ["DecodeLimits", "Scheduler"]
+
+log = logging.getLogger(__name__)
+
+CODE_REPETITION_PENALTY = 1.05
+"""ChatTTS's ``InferCodeParams`` default; ttsq has always used it."""
+REFINE_TEMPERATURE, REFINE_TOP_P, REFINE_TOP_K, REFINE_REPETITION_PENALTY = 0.7, 0.7, 20, 1.0
+"""ChatTTS's ``RefineTextParams`` defaults, which ttsq has always used for ``refine_text``."""
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """Per-row token limits, from the engine's configuration."""
+
+    max_new_token: int
+    min_new_token: int
+    refine_max_new_token: int
+
+
+@dataclass
+class _Request:
+    key: str
+    request: SynthesisRequest
+    lang: Literal["zh", "en"]
+    total: int
+    arrival: int
+    alone: bool
+    done: int = 0
+
+
+@dataclass
+class _Row:
+    request: _Request
+    index: int
+    phase: Literal["refine", "code"]
+    text: str
+    suspect: bool = False
+    slot: int | None = None
+    order: int = 0
+
+    def priority(self) -> tuple[int, int, int, int]:
+        """First chunks first, then arrival; a refined row (work already spent) ahead of its peers."""
+        return (self.index > 0, self.phase == "refine", self.request.arrival, self.index)
+
+    @property
+    def exclusive(self) -> str | None:
+        """Rows that must run without strangers share this token: a suspect alone, an isolated request with itself."""
+        if self.suspect:
+            return f"row:{id(self)}"
+        if self.request.alone:
+            return f"request:{self.request.key}"
+        return None
+
+
+@dataclass(order=True)
+class _Waiting:
+    priority: tuple[int, int, int, int]
+    order: int
+    row: _Row = field(compare=False)
+
+
+class Scheduler:
+    """Feeds rows of many requests through one code decoder (and one text decoder for refine_text).
+
+    Blocking and single-threaded: the worker's inference thread calls :meth:`add`, :meth:`cancel`
+    and :meth:`step`. ``prepare`` turns a request into its chunk texts (the engine's normalisation
+    and sentence split); it may raise :class:`PermanentError` for an unusable text.
+    """
+
+    def __init__(
+        self,
+        rows: ChatTTSRows,
+        code: SlotDecoder,
+        text: Callable[[], SlotDecoder] | None,
+        prepare: Callable[[SynthesisRequest, Literal["zh", "en"]], list[str]],
+        limits: DecodeLimits,
+        *,
+        oom_recover_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rows = rows
+        self.code = code
+        self._make_text = text
+        self.text: SlotDecoder | None = None
+        """The refine-text decoder, made at the first row that needs it (its cache is memory spent for nothing otherwise)."""
+        self.prepare = prepare
+        self.limits = limits
+        self.clock = clock
+        self.hook: StepHook | None = None
+        self.stats = BatcherStats()
+        self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
+        self._waiting: list[_Waiting] = []
+        self._active: dict[tuple[str, int], _Row] = {}
+        """Rows in a slot, by (decoder, slot)."""
+        self._requests: dict[str, _Request] = {}
+        self._arrivals = itertools.count()
+        self._orders = itertools.count()
+        self._exclusive: str | None = None
+
+    # ---- what the worker sees ----------------------------------------------------------------
+
+    @property
+    def slots(self) -> int:
+        return self.code.shape.slots
+
+    @property
+    def slot_limit(self) -> int:
+        """Slots in use at most now: all of them, or fewer for a while after running out of memory."""
+        return self._limit.current(self.clock())
+
+    @property
+    def waiting_rows(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def active_rows(self) -> int:
+        return len(self._active)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting or self._active)
+
+    def requests(self) -> list[str]:
+        return list(self._requests)
+
+    def add(self, key: str, request: SynthesisRequest, *, alone: bool = False) -> list[BatchEvent]:
+        """Queue ``request``'s chunks (``alone``: none of them shares a step with another request's
+        rows). An unusable request fails at once: its failure is returned."""
+        if key in self._requests:
+            raise ValueError(f"request {key!r} is already in the scheduler")
+        lang = detect_language(request.text)
+        try:
+            if not 0 <= request.speed <= 9:
+                raise PermanentError(f"speed must be between 0 and 9, got {request.speed}")
+            chunks = [self.rows.normalize(text, lang) for text in self.prepare(request, lang)]
+        except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
+            return [RequestFailed(key, exc)]
+        if request.refine_text and self.text is None and self._make_text is not None:
+            self.text = self._make_text()
+        state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
+        self._requests[key] = state
+        phase: Literal["refine", "code"] = "refine" if request.refine_text else "code"
+        for index, chunk in enumerate(chunks):
+            self._push(_Row(state, index, phase, chunk))
+        return []
+
+    def cancel(self, key: str) -> None:
+        """Drop a request: its waiting rows and its slots (at once; the slots refill at the next step)."""
+        self._drop(key)
+
+    def step(self) -> list[BatchEvent]:
+        """Admit waiting rows into free slots, advance every occupied slot one token, report what ended."""
+        events: list[BatchEvent] = []
+        self._admit(events)
+        for decoder in (self.code, self.text):
+            if decoder is not None and decoder.occupied:
+                self._advance(decoder, events)
+        return events
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def _push(self, row: _Row) -> None:
+        row.slot = None
+        heapq.heappush(self._waiting, _Waiting(row.priority(), next(self._orders), row))
+
+    def _decoder(self, row: _Row) -> SlotDecoder:
+        if row.phase == "code":
+            return self.code
+        if self.text is None:
+            raise PermanentError("refine_text is not available with this engine")
+        return self.text
+
+    def _admit(self, events: list[BatchEvent]) -> None:
+        """Fill free slots in priority order. A row that must run alone waits for the slots to
+        drain (nothing is admitted past it meanwhile), and while it runs only its own kind joins it."""
+        limit = self.slot_limit
+        room = {decoder: min(decoder.free_slots, limit - decoder.occupied) for decoder in (self.code, self.text) if decoder}
+        held: list[_Waiting] = []
+        while self._waiting and any(free > 0 for free in room.values()):
+            if self._exclusive is not None and not self._active:
+                self._exclusive = None
+            entry = heapq.heappop(self._waiting)
+            row = entry.row
+            token = row.exclusive
+            if self._exclusive is not None and token != self._exclusive:
+                held.append(entry)
+                continue
+            if token is not None and self._exclusive is None and self._active:
+                held.append(entry)
+                break
+            decoder = self._decoder_or_fail(row, events)
+            if decoder is None:
+                continue
+            if room[decoder] <= 0:
+                held.append(entry)
+                continue
+            if token is not None:
+                self._exclusive = token
+            self._admit_row(decoder, row, events)
+            room[decoder] = min(decoder.free_slots, limit - decoder.occupied)
+        for entry in held:
+            heapq.heappush(self._waiting, entry)
+
+    def _decoder_or_fail(self, row: _Row, events: list[BatchEvent]) -> SlotDecoder | None:
+        try:
+            return self._decoder(row)
+        except PermanentError as exc:
+            self._fail(row.request.key, exc, events)
+            return None
+
+    def _name(self, decoder: SlotDecoder) -> str:
+        return "code" if decoder is self.code else "text"
+
+    def _admit_row(self, decoder: SlotDecoder, row: _Row, events: list[BatchEvent]) -> None:
+        """Prefill one row alone and sample its first token; a failure here is that row's alone."""
+        request = row.request.request
+        try:
+            if self.hook is not None:
+                self.hook([request])
+            if row.phase == "code":
+                prompt = self.rows.code_prompt(row.text, request.speed, request.speaker)
+                params = self._code_params(row)
+            else:
+                prompt = self.rows.text_prompt(row.text)
+                params = self._refine_params(row)
+            slot, ended = decoder.admit(prompt.embeddings, params)
+        except Exception as exc:  # noqa: BLE001 - typed below; the loop carries on
+            error = _typed(exc)
+            if isinstance(error, OutOfMemory) and self._active:
+                self._out_of_memory(events, requeue=[row])
+                return
+            self._fail(row.request.key, error, events)
+            return
+        row.slot = slot
+        row.order = next(self._orders)
+        self._active[(self._name(decoder), slot)] = row
+        self.stats.rows_admitted += 1
+        if ended is not None:
+            self._finish(decoder, ended, events)
+
+    def _code_params(self, row: _Row) -> RowParams:
+        request = row.request.request
+        return RowParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            repetition_penalty=CODE_REPETITION_PENALTY,
+            min_new_token=min(max(self.limits.min_new_token, 1), self.limits.max_new_token),
+            max_new_token=self.limits.max_new_token,
+            seed=stream_seed(request.seed, row.index),
+        )
+
+    def _refine_params(self, row: _Row) -> RowParams:
+        return RowParams(
+            temperature=REFINE_TEMPERATURE,
+            top_p=REFINE_TOP_P,
+            top_k=REFINE_TOP_K,
+            repetition_penalty=REFINE_REPETITION_PENALTY,
+            min_new_token=1,
+            max_new_token=self.limits.refine_max_new_token,
+            seed=stream_seed(row.request.request.seed, row.index),
+        )
+
+    # ---- stepping ----------------------------------------------------------------------------
+
+    def _advance(self, decoder: SlotDecoder, events: list[BatchEvent]) -> None:
+        name = self._name(decoder)
+        rows = [row for (owner, _slot), row in self._active.items() if owner == name]
+        try:
+            if self.hook is not None:
+                self.hook([row.request.request for row in rows])
+            finished = decoder.step()
+        except Exception as exc:  # noqa: BLE001 - whose fault it was is decided below
+            error = _typed(exc)
+            if isinstance(error, OutOfMemory):
+                self._out_of_memory(events)
+            elif len(rows) == 1 or all(row.exclusive is not None and row.exclusive == rows[0].exclusive for row in rows):
+                for key in {row.request.key for row in rows}:
+                    self._fail(key, error, events)
+            else:
+                log.warning("a step of %d rows failed (%s): each of them runs again alone", len(rows), error)
+                self.stats.suspects += len(rows)
+                for row in rows:
+                    self._evict(row)
+                    row.suspect = True
+                    self._push(row)
+            return
+        self.stats.steps += 1
+        self.stats.row_steps += len(rows)
+        self.stats.slot_steps += decoder.computed
+        for ended in finished:
+            self._finish(decoder, ended, events)
+
+    def _finish(self, decoder: SlotDecoder, ended: Finished, events: list[BatchEvent]) -> None:
+        row = self._active.pop((self._name(decoder), ended.slot))
+        self.stats.rows_finished += 1
+        request = row.request
+        if row.phase == "refine":
+            try:
+                row.text = self.rows.refined_text(ended.tokens)
+            except Exception as exc:  # noqa: BLE001 - this row's own failure
+                self._fail(request.key, _typed(exc), events)
+                return
+            row.phase = "code"
+            row.suspect = False
+            self._push(row)
+            return
+        try:
+            if ended.hiddens is None:
+                raise TransientError("an audio row ended without its states")
+            samples = self.rows.audio(ended.hiddens)
+        except Exception as exc:  # noqa: BLE001 - this row's own failure
+            self._fail(request.key, _typed(exc), events)
+            return
+        if ended.hit_limit:
+            log.debug("chunk %d of %s hit max_new_token", row.index, request.key)
+        request.done += 1
+        events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples)))
+        if request.done == request.total:
+            del self._requests[request.key]
+
+    def _out_of_memory(self, events: list[BatchEvent], requeue: Sequence[_Row] = ()) -> None:
+        """Halve the slots in use for a while; the most recently admitted rows go back to the queue."""
+        self.stats.out_of_memory += 1
+        active = sorted(self._active.values(), key=lambda row: row.order)
+        keep = self._limit.shrink(max(1, len(active)), self.clock())
+        log.warning("out of memory with %d rows: at most %d slots for a while", len(active), keep)
+        for row in active[keep:]:
+            self._evict(row)
+            self._push(row)
+        for row in requeue:
+            self._push(row)
+        if len(active) <= 1 and not requeue:
+            for row in active:
+                self._evict(row)
+                self._fail(row.request.key, OutOfMemory("out of memory with a single row"), events)
+
+    def _evict(self, row: _Row) -> None:
+        """Take a row out of its slot; it restarts from its prompt if it runs again."""
+        for key, active in list(self._active.items()):
+            if active is row:
+                del self._active[key]
+                decoder = self.code if key[0] == "code" else self.text
+                if decoder is not None:
+                    decoder.release(key[1])
+        row.slot = None
+
+    def _fail(self, key: str, error: BaseException, events: list[BatchEvent]) -> None:
+        if key not in self._requests and not any(entry.row.request.key == key for entry in self._waiting):
+            return
+        self._drop(key)
+        events.append(RequestFailed(key, error))
+
+    def _drop(self, key: str) -> None:
+        self._requests.pop(key, None)
+        for row in [row for row in self._active.values() if row.request.key == key]:
+            self._evict(row)
+        kept = [entry for entry in self._waiting if entry.row.request.key != key]
+        if len(kept) != len(self._waiting):
+            self._waiting = kept
+            heapq.heapify(self._waiting)
+
+
+def _typed(exc: BaseException) -> BaseException:
+    """An engine failure in the engine contract's types (torch's OOM included), so the worker need not know torch."""
+    if isinstance(exc, InferenceError):
+        return exc
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return OutOfMemory(str(exc))
+    except ImportError:  # pragma: no cover - torch is always there when a decoder runs
+        pass
+    if isinstance(exc, ValueError):
+        return PermanentError(str(exc))
+    return TransientError(f"{type(exc).__name__}: {exc}")
