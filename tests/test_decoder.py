@@ -1,0 +1,377 @@
+"""ttsq's decoder against ChatTTS's own loop, and each row against itself in any company.
+
+Equality with ChatTTS is tested in float64 (the GPT and the embeddings converted after loading),
+where floating-point batch variance is far below any sampling decision; ChatTTS's own heads get
+the float64 input they would have had (its ``generate`` casts the state to float32 first, so
+its heads are wrapped to take float64 — a precision adapter on the reference, nothing else).
+Sampling is real: temperature, top-p, top-k, the repetition penalty and the seeded noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest_engine import TINY_ENGINE_CONFIG
+from ttsq.inference.base import Batcher, ChunkReady, OutOfMemory, RequestFailed, SynthesisRequest, TransientError
+from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.rows import ChatTTSRows
+
+MAX_NEW = 24
+TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
+
+
+@pytest.fixture(scope="module")
+def engine64(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
+    """A decoder engine on the tiny checkpoint whose GPT and embeddings compute in float64."""
+    engine = DecoderEngine(dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1), cuda_graphs=False)
+    engine.load()
+    chat = engine._loaded_chat()
+    chat.gpt.gpt.double()
+    chat.embed.double()
+    chat.gpt.head_code = [lambda h, head=head: head(h.double()) for head in chat.gpt.head_code]
+    chat.gpt.head_text = lambda h, head=chat.gpt.head_text: head(h.double())
+    yield engine
+
+
+@pytest.fixture(scope="module")
+def rows64(engine64: DecoderEngine) -> ChatTTSRows:
+    return ChatTTSRows(engine64._loaded_chat())
+
+
+def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int = MAX_NEW) -> SlotDecoder:
+    chat = engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+    return SlotDecoder(
+        chat.gpt.gpt,
+        chat.embed,
+        mode="code" if mode == "code" else "text",
+        eos=rows.code_eos if mode == "code" else rows.text_eos,
+        shape=DecoderShape(slots=slots, max_prompt=96, max_new=max_new),
+        dtype=torch.float64,
+        head_dtype=torch.float64,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    text: str
+    speaker_seed: int | None
+    params: RowParams
+
+
+def row_strategy() -> st.SearchStrategy[Row]:
+    params = st.builds(
+        RowParams,
+        temperature=st.sampled_from([0.05, 0.3, 0.7, 1.0]),
+        top_p=st.sampled_from([0.3, 0.7, 0.95]),
+        top_k=st.integers(1, 40),
+        repetition_penalty=st.sampled_from([1.0, 1.05, 1.3]),
+        min_new_token=st.integers(0, 4),
+        max_new_token=st.integers(4, MAX_NEW),
+        seed=st.integers(0, 2**31 - 1),
+    )
+    return st.builds(Row, text=st.sampled_from(TEXTS), speaker_seed=st.one_of(st.none(), st.integers(0, 50)), params=params)
+
+
+def prompt_of(engine: DecoderEngine, rows: ChatTTSRows, row: Row) -> torch.Tensor:
+    speaker = None if row.speaker_seed is None else engine.speaker_from_seed(row.speaker_seed)
+    return rows.code_prompt(row.text, 5, speaker).embeddings
+
+
+def run_alone(engine: DecoderEngine, rows: ChatTTSRows, row: Row) -> Finished:
+    dec = decoder(engine, 1)
+    _, ended = dec.admit(prompt_of(engine, rows, row), row.params)
+    while ended is None:
+        finished = dec.step()
+        ended = finished[0] if finished else None
+    return ended
+
+
+def upstream_codes(engine: DecoderEngine, row: Row) -> Any:
+    """ChatTTS's own ``infer_code`` for one text (batch 1), with the row's voice and sampling."""
+    chat = engine._loaded_chat()
+    speaker = None if row.speaker_seed is None else engine.speaker_from_seed(row.speaker_seed)
+    p = row.params
+    params = chat.InferCodeParams(
+        prompt="[speed_5]",
+        spk_emb=speaker,
+        temperature=p.temperature,
+        top_P=p.top_p,
+        top_K=p.top_k,
+        repetition_penalty=p.repetition_penalty,
+        manual_seed=p.seed,
+        max_new_token=p.max_new_token,
+        min_new_token=p.min_new_token,
+        show_tqdm=False,
+    )
+    return next(chat._infer_code([row.text], False, chat.device, True, params))
+
+
+# ---- equal to ChatTTS -----------------------------------------------------------------------
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(row_strategy(), min_size=1, max_size=5))
+def test_every_row_of_a_mixed_batch_samples_exactly_what_chattts_samples_for_it_alone(
+    engine64: DecoderEngine, rows64: ChatTTSRows, batch: list[Row]
+) -> None:
+    """Any mix of voices, temperatures, top-p/top-k, penalties, lengths and seeds in one batch:
+    every row's codes and GPT states are ChatTTS's for that row at batch 1, bit for bit."""
+    dec = decoder(engine64, len(batch))
+    ended: dict[int, Finished] = {}
+    for row in batch:
+        slot, done = dec.admit(prompt_of(engine64, rows64, row), row.params)
+        if done is not None:
+            ended[slot] = done
+    while dec.occupied:
+        ended.update({finished.slot: finished for finished in dec.step()})
+    for slot, row in enumerate(batch):
+        reference = upstream_codes(engine64, row)
+        assert torch.equal(ended[slot].tokens, reference.ids[0]), f"row {slot} ({row}) differs from ChatTTS's own"
+        assert ended[slot].hiddens is not None
+        assert torch.equal(ended[slot].hiddens, reference.hiddens[0])
+
+
+def test_greedy_rows_equal_chattts_batched_call_whatever_their_batch_mates(engine64: DecoderEngine, rows64: ChatTTSRows) -> None:
+    """ChatTTS's own batched call (one voice, left-padded texts) against ttsq's rows of the same
+    texts mixed with rows of other voices: with greedy sampling (temperature near zero, where
+    ChatTTS's top-k of 1 still keeps 3) every row's codes are equal."""
+    chat = engine64._loaded_chat()
+    speaker = engine64.speaker_from_seed(3)
+    texts = TEXTS[:4]
+    greedy = RowParams(
+        temperature=1e-5, top_p=0.7, top_k=1, repetition_penalty=1.05,
+        min_new_token=1, max_new_token=MAX_NEW, seed=7
+    )
+    params = chat.InferCodeParams(
+        prompt="[speed_5]", spk_emb=speaker, temperature=1e-5, top_K=1, manual_seed=0, max_new_token=MAX_NEW, min_new_token=1
+    )
+    params.show_tqdm = False
+    reference = next(chat._infer_code(list(texts), False, chat.device, True, params))
+    dec = decoder(engine64, 8)
+    strangers = [Row(text, seed, dataclasses.replace(greedy, seed=seed)) for seed, text in enumerate(TEXTS[2:], start=10)]
+    slots = []
+    for index, text in enumerate(texts):
+        dec.admit(prompt_of(engine64, rows64, strangers[index % len(strangers)]), strangers[index % len(strangers)].params)
+        slot, _ = dec.admit(rows64.code_prompt(text, 5, speaker).embeddings, greedy)
+        slots.append(slot)
+    ended: dict[int, Finished] = {}
+    while dec.occupied:
+        ended.update({finished.slot: finished for finished in dec.step()})
+    for slot, codes in zip(slots, reference.ids, strict=True):
+        assert torch.equal(ended[slot].tokens, codes)
+
+
+def test_refine_text_rows_equal_chattts_refine_text(engine64: DecoderEngine, rows64: ChatTTSRows) -> None:
+    chat = engine64._loaded_chat()
+    dec = decoder(engine64, 3, mode="text", max_new=12)
+    cases = [(text, RowParams(0.7, 0.7, 20, 1.0, 1, 12, seed)) for seed, text in enumerate(TEXTS[:3], start=5)]
+    ended: dict[int, Finished] = {}
+    for text, params in cases:
+        slot, done = dec.admit(rows64.text_prompt(text).embeddings, params)
+        if done is not None:
+            ended[slot] = done
+    while dec.occupied:
+        ended.update({finished.slot: finished for finished in dec.step()})
+    for slot, (text, params) in enumerate(cases):
+        refine = chat.RefineTextParams(manual_seed=params.seed, max_new_token=12, min_new_token=1, show_tqdm=False)
+        reference = chat._refine_text([text], chat.device, refine)
+        assert torch.equal(ended[slot].tokens, reference.ids[0])
+        kept = reference.ids[0][reference.ids[0].less(chat.tokenizer.break_0_ids)]
+        assert rows64.refined_text(ended[slot].tokens) == chat.tokenizer.decode([kept])[0]
+
+
+# ---- independent of batch-mates -----------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    target=row_strategy(),
+    others=st.lists(row_strategy(), min_size=0, max_size=6),
+    join_after=st.integers(0, 10),
+    data=st.data(),
+)
+def test_a_rows_codes_and_audio_states_do_not_depend_on_its_batch_mates_slot_or_joining_step(
+    engine64: DecoderEngine, rows64: ChatTTSRows, target: Row, others: list[Row], join_after: int, data: st.DataObject
+) -> None:
+    alone = run_alone(engine64, rows64, target)
+    dec = decoder(engine64, 8)
+    for row in others:
+        dec.admit(prompt_of(engine64, rows64, row), row.params)
+    for _ in range(join_after):
+        dec.step()
+    # Take a free slot other than the lowest sometimes: free slots are filled lowest first, so
+    # occupy a random number of them with a row that is dropped again after the target is in.
+    filler = prompt_of(engine64, rows64, others[0] if others else target)
+    fillers = [dec.admit(filler, target.params)[0] for _ in range(data.draw(st.integers(0, dec.free_slots - 1)))]
+    slot, ended = dec.admit(prompt_of(engine64, rows64, target), target.params)
+    for filler in fillers:
+        dec.release(filler)
+    while ended is None:
+        ended = next((finished for finished in dec.step() if finished.slot == slot), None)
+    assert torch.equal(ended.tokens, alone.tokens)
+    assert ended.hiddens is not None and alone.hiddens is not None
+    assert torch.equal(ended.hiddens, alone.hiddens)
+
+
+def test_the_stream_seed_is_the_request_seed_for_the_first_chunk_and_distinct_for_the_others() -> None:
+    assert stream_seed(1234, 0) == 1234
+    seeds = {stream_seed(1234, chunk) for chunk in range(1, 50)}
+    assert len(seeds) == 49 and 1234 not in seeds
+    assert stream_seed(1234, 3) == stream_seed(1234, 3)
+    assert all(0 <= seed < 2**63 for seed in seeds)
+
+
+# ---- the scheduler: continuous batching and failures ----------------------------------------
+
+
+def requests(engine: DecoderEngine, count: int, poison_at: int | None = None) -> list[SynthesisRequest]:
+    texts = ["First one. And a second sentence here.", "你好。再见。", "alpha beta gamma", "short", "x y z w v", "one. two. three."]
+    made = []
+    for index in range(count):
+        text = texts[index % len(texts)]
+        if index == poison_at:
+            text = "poison " + text
+        speaker = engine.speaker_from_seed(index)
+        made.append(SynthesisRequest(text=text, speaker=speaker, seed=100 + index, temperature=0.2 + 0.05 * index))
+    return made
+
+
+def run(scheduler: Batcher, reqs: list[SynthesisRequest]) -> tuple[dict[str, dict[int, np.ndarray]], dict[str, BaseException]]:
+    audio: dict[str, dict[int, np.ndarray]] = {}
+    failed: dict[str, BaseException] = {}
+    for index, req in enumerate(reqs):
+        for event in scheduler.add(f"r{index}", req):
+            assert isinstance(event, RequestFailed)
+            failed[event.key] = event.error
+    while scheduler.busy:
+        for event in scheduler.step():
+            if isinstance(event, ChunkReady):
+                audio.setdefault(event.key, {})[event.chunk.index] = event.chunk.samples
+            else:
+                failed[event.key] = event.error
+    return audio, failed
+
+
+def test_a_poisoned_row_in_a_full_batch_fails_alone_and_its_batch_mates_sound_as_without_it(engine64: DecoderEngine) -> None:
+    clean, nothing = run(engine64.batcher(8, oom_recover_s=60), requests(engine64, 8))
+    assert nothing == {}
+    poisoned = requests(engine64, 8, poison_at=3)
+
+    seen = 0
+
+    def fail_after_admission(reqs: Any) -> None:
+        # The poison is admitted fine and breaks the first step it shares, where ttsq cannot tell
+        # whose fault it was; from then on it fails wherever it runs.
+        nonlocal seen
+        if any("poison" in req.text for req in reqs):
+            seen += 1
+            if seen > 1:
+                raise TransientError("injected fault")
+
+    scheduler = engine64.batcher(8, oom_recover_s=60)
+    scheduler.hook = fail_after_admission
+    audio, failed = run(scheduler, poisoned)
+    assert set(failed) == {"r3"}
+    assert scheduler.stats.suspects >= 2
+    for key in clean:
+        if key != "r3":
+            assert clean[key].keys() == audio[key].keys()
+            assert all(np.array_equal(clean[key][i], audio[key][i]) for i in clean[key])
+
+
+def test_fault_injection_poison_fails_only_its_request(engine64: DecoderEngine) -> None:
+    from tests.conftest import fault_config
+
+    faulty = FaultInjectingEngine(engine64, fault_config("raise", match="poison"))
+    audio, failed = run(faulty.batcher(4, oom_recover_s=60), requests(engine64, 4, poison_at=1))
+    assert set(failed) == {"r1"} and "injected fault" in str(failed["r1"])
+    assert set(audio) == {"r0", "r2", "r3"}
+
+
+def test_out_of_memory_halves_the_slots_in_use_and_every_request_still_completes_unchanged(engine64: DecoderEngine) -> None:
+    clean, _ = run(engine64.batcher(8, oom_recover_s=60), requests(engine64, 8))
+
+    def small_device(reqs: Any) -> None:
+        if len(reqs) > 3:
+            raise OutOfMemory("CUDA out of memory (injected)")
+
+    scheduler = engine64.batcher(8, oom_recover_s=3600)
+    scheduler.hook = small_device
+    audio, failed = run(scheduler, requests(engine64, 8))
+    assert failed == {}
+    assert scheduler.slot_limit <= 3
+    assert scheduler.stats.out_of_memory >= 1
+    assert all(np.array_equal(clean[key][i], audio[key][i]) for key in clean for i in clean[key])
+
+
+def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_step(engine64: DecoderEngine) -> None:
+    """Continuous batching: while rows wait, every step runs with every slot taken."""
+    scheduler = engine64.batcher(2, oom_recover_s=60)
+    for index, req in enumerate(requests(engine64, 6)):
+        scheduler.add(f"r{index}", req)
+    full_steps = 0
+    while scheduler.busy:
+        waiting, before = scheduler.waiting_rows, scheduler.stats.row_steps
+        scheduler.step()
+        if waiting:
+            assert scheduler.stats.row_steps - before == 2, "a slot stayed empty while rows waited"
+            full_steps += 1
+    assert full_steps > 10
+    assert scheduler.stats.wasted_fraction < 0.2
+
+
+def test_first_chunks_are_admitted_before_later_chunks_of_earlier_requests(engine64: DecoderEngine) -> None:
+    scheduler = engine64.batcher(1, oom_recover_s=60)
+    long = SynthesisRequest(text="This sentence is the first one here. " * 4, speaker=engine64.speaker_from_seed(1), seed=1)
+    short = SynthesisRequest(text="Late.", speaker=engine64.speaker_from_seed(2), seed=2)
+    scheduler.add("long", long)
+    order: list[tuple[str, int]] = []
+    added = False
+    while scheduler.busy:
+        for event in scheduler.step():
+            assert isinstance(event, ChunkReady)
+            order.append((event.key, event.chunk.index))
+            if not added:
+                scheduler.add("short", short)
+                added = True
+    assert order[:2] == [("long", 0), ("short", 0)]
+
+
+def test_cancel_drops_a_requests_rows_and_frees_its_slots(engine64: DecoderEngine) -> None:
+    scheduler = engine64.batcher(4, oom_recover_s=60)
+    scheduler.add("keep", requests(engine64, 1)[0])
+    long = "This sentence is the first one here. " * 6  # six chunks of at most 40 characters
+    scheduler.add("drop", SynthesisRequest(text=long, speaker=engine64.speaker_from_seed(9), seed=9))
+    scheduler.step()
+    assert (scheduler.active_rows, scheduler.waiting_rows) == (4, 3)
+    scheduler.cancel("drop")
+    assert (scheduler.active_rows, scheduler.waiting_rows) == (1, 0)
+    keys = set()
+    while scheduler.busy:
+        keys |= {event.key for event in scheduler.step()}
+    assert keys == {"keep"}
+
+
+def test_a_request_that_must_run_alone_never_shares_a_step(engine64: DecoderEngine) -> None:
+    seen: list[set[str]] = []
+    scheduler = engine64.batcher(4, oom_recover_s=60)
+    scheduler.hook = lambda reqs: seen.append({req.text for req in reqs})
+    reqs = requests(engine64, 4)
+    scheduler.add("a", reqs[0])
+    scheduler.add("isolated", reqs[1], alone=True)
+    scheduler.add("b", reqs[2])
+    while scheduler.busy:
+        scheduler.step()
+    assert any(reqs[1].text in texts for texts in seen)
+    assert all(texts == {reqs[1].text} for texts in seen if reqs[1].text in texts)
