@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, params, queue_config, task_id
+from tests.conftest import FakeClock, params, settings, task_id
 from ttsq.domain.jobs import Job, Status
 from ttsq.store.deliveries import (
     LOG_MAX,
     AttemptOutcome,
     DeliveryAttempt,
+    DeliveryConfig,
     DeliveryQueue,
     DeliveryState,
     DeliverySummary,
@@ -27,8 +28,13 @@ from ttsq.store.keys import Keys
 LEASE_S = 30.0
 
 
+def delivery_config(**overrides: Any) -> DeliveryConfig:
+    """The delivery queue's config as settings build it (``WEBHOOK_LEASE_S``, ``RESULT_TTL_S``, ...)."""
+    return settings(**overrides).delivery_config()
+
+
 def namespace() -> str:
-    return queue_config().namespace
+    return delivery_config().namespace
 
 
 async def finished_job(
@@ -65,7 +71,7 @@ async def finished_job(
 
 @pytest.fixture
 def deliveries(redis: Redis, clock: FakeClock) -> DeliveryQueue:
-    return DeliveryQueue(redis, namespace(), clock=clock, lease_s=LEASE_S, result_ttl_s=600)
+    return DeliveryQueue(redis, delivery_config(webhook_lease_s=LEASE_S, result_ttl_s=600), clock=clock)
 
 
 def attempt(number: int, outcome: AttemptOutcome, clock: FakeClock, **fields: Any) -> DeliveryAttempt:

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, params, queue_config, task_id
+from tests.conftest import FakeClock, params, queue_config, settings, task_id
 from ttsq.domain.jobs import Status
 from ttsq.store.connection import (
     EvictionRisk,
-    RedisConfig,
     UnsafeRedisError,
     check_eviction_policy,
     create_redis,
@@ -79,7 +78,7 @@ async def test_two_concurrent_claimers_never_share_a_job(redis_server: Any, make
         await producer.enqueue(job_id, params(), single_flight=False)
 
     async def drain(worker: str) -> list[str]:
-        client = create_redis(RedisConfig(url=redis_server.url, socket_timeout_s=5, connect_timeout_s=2, max_connections=4))
+        client = create_redis(settings(redis_url=redis_server.url, redis_max_connections=4).redis_config())
         queue = JobQueue(client, queue_config())
         got: list[str] = []
         try:
@@ -333,7 +332,9 @@ async def test_eviction_policy_check(redis: Redis) -> None:
 async def test_unreachable_redis_is_reported_not_raised(redis_server: Any) -> None:
     from tests.redis_server import free_port
 
-    config = RedisConfig(url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1, connect_timeout_s=0.5, max_connections=2)
+    config = settings(
+        redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_socket_timeout_s=1, redis_connect_timeout_s=0.5, block_s=0.5
+    ).redis_config()
     client = create_redis(config)
     try:
         check = await check_eviction_policy(client)

@@ -18,10 +18,10 @@ from typing import Any
 from ttsq.api.auth import Principal, RateLimited
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
-from ttsq.api.webhooks import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
 from ttsq.store.cache import ResultCache

@@ -40,14 +40,27 @@ from ttsq.store.keys import Keys
 Clock = Callable[[], float]
 """Unix seconds; ``time.time`` in production, a settable value in tests."""
 
-DEFAULT_LEASE_S = 60.0
-"""How long a claimed delivery stays with its deliverer without a renewal."""
-
 LOG_MAX = 100
 """Most attempt records kept per job (the newest); a day of capped backoff is far fewer."""
 
 _PROMOTE_LIMIT = 1000
 """Most retries released per sweep (the rest wait one interval)."""
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """The delivery queue's names and timings. Built from settings by ``settings.py``, which validates them."""
+
+    namespace: str
+    """Hash tag of every key (``REDIS_NAMESPACE``), as the job queue's."""
+    lease_s: float
+    """How long a claimed delivery stays with its deliverer without a renewal (``WEBHOOK_LEASE_S``)."""
+    result_ttl_s: int
+    """The expiry of a delivery log whose job has no TTL left to copy (``RESULT_TTL_S``)."""
+
+    def __post_init__(self) -> None:
+        if self.lease_s <= 0 or self.result_ttl_s <= 0:
+            raise ValueError("lease_s and result_ttl_s must be positive")
 
 
 class AttemptOutcome(StrEnum):
@@ -186,26 +199,13 @@ def _text(value: Any) -> str:
 
 
 class DeliveryQueue:
-    """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``).
+    """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    ``result_ttl_s`` is the fallback expiry of a delivery log whose job has no TTL left to copy.
-    """
-
-    def __init__(
-        self,
-        redis: Redis,
-        namespace: str,
-        clock: Clock = time.time,
-        lease_s: float = DEFAULT_LEASE_S,
-        result_ttl_s: int = 86_400,
-    ) -> None:
-        if lease_s <= 0 or result_ttl_s <= 0:
-            raise ValueError("lease_s and result_ttl_s must be positive")
+    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock = time.time) -> None:
         self.redis = redis
-        self.keys = Keys(namespace)
+        self.config = config
+        self.keys = Keys(config.namespace)
         self.clock = clock
-        self.lease_s = lease_s
-        self.result_ttl_s = result_ttl_s
         self._lease = _script(redis, "deliveries_lease")
         self._renew = _script(redis, "deliveries_renew")
         self._settle = _script(redis, "deliveries_settle")
@@ -225,7 +225,7 @@ class DeliveryQueue:
         if raw is None:
             return None
         job_id = _text(raw)
-        deadline = self.clock() + self.lease_s
+        deadline = self.clock() + self.config.lease_s
         reply = await self._lease(
             keys=[
                 self.keys.deliveries_processing,
@@ -242,7 +242,7 @@ class DeliveryQueue:
 
     async def renew(self, lease: DeliveryLease) -> DeliveryLease | None:
         """Move the lease forward; the new lease (new token) is returned, None if it was lost."""
-        deadline = self.clock() + self.lease_s
+        deadline = self.clock() + self.config.lease_s
         renewed = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
         if not int(renewed):
             return None
@@ -275,7 +275,14 @@ class DeliveryQueue:
                 self.keys.delivery_log(lease.job_id),
                 self.keys.job(lease.job_id),
             ],
-            args=[lease.job_id, lease.deadline, record.to_json(), "" if retry_at is None else retry_at, LOG_MAX, self.result_ttl_s],
+            args=[
+                lease.job_id,
+                lease.deadline,
+                record.to_json(),
+                "" if retry_at is None else retry_at,
+                LOG_MAX,
+                self.config.result_ttl_s,
+            ],
         )
         return Settled(_text(reply))
 
@@ -283,7 +290,7 @@ class DeliveryQueue:
         """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries."""
         reply = await self._sweep(
             keys=[self.keys.delivery_leases, self.keys.deliveries_processing, self.keys.deliveries, self.keys.deliveries_delayed],
-            args=[self.clock() if now is None else now, self.lease_s, _PROMOTE_LIMIT],
+            args=[self.clock() if now is None else now, self.config.lease_s, _PROMOTE_LIMIT],
         )
         return DeliverySweep(requeued=int(reply[0]), orphans=int(reply[1]), promoted=int(reply[2]))
 
