@@ -21,9 +21,9 @@ from ttsq.store.deliveries import (
     DeliveryQueue,
     DeliveryState,
     DeliverySummary,
-    Settled,
 )
 from ttsq.store.keys import Keys
+from ttsq.store.replies import Leased, LeaseReply, Settled
 
 LEASE_S = 30.0
 
@@ -210,17 +210,8 @@ async def test_a_lease_script_after_the_grace_lease_still_wins(deliveries: Deliv
     await redis.lmove(deliveries.keys.deliveries, deliveries.keys.deliveries_processing, "RIGHT", "LEFT")
     await deliveries.sweep()
     clock.advance(1)
-    reply = await deliveries._lease(
-        keys=[
-            deliveries.keys.deliveries_processing,
-            deliveries.keys.delivery_leases,
-            deliveries.keys.deliveries_delayed,
-            deliveries.keys.delivery_log(job_id),
-            deliveries.keys.job(job_id),
-        ],
-        args=[job_id, clock.now + LEASE_S],
-    )
-    assert reply[0] == b"leased"
+    reply = await deliveries._lease(keys=deliveries._lease_keys(job_id), args=[job_id, clock.now + LEASE_S])
+    assert LeaseReply.parse(reply).leased is Leased.LEASED
     assert await redis.zscore(deliveries.keys.delivery_leases, job_id) == clock.now + LEASE_S
 
 

@@ -21,7 +21,8 @@ from ttsq.store.connection import (
     create_redis,
     enforce_eviction_policy,
 )
-from ttsq.store.queue import Completed, Enqueued, Failed, JobQueue, QueueFullError, Started
+from ttsq.store.queue import JobQueue, QueueFullError
+from ttsq.store.replies import Completed, Enqueued, Failed, Started
 
 SWEEP = 5.0
 
@@ -296,22 +297,8 @@ async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
     await queue.sweep(SWEEP, "w")
     await queue.complete(a, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
     await queue.fail(b, "boom", retryable=False, cache_key=None)
-    await queue.write_heartbeat("w", {"ok": True})
     keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
-
-
-async def test_heartbeats_count_live_workers(make_queue: Any, clock: FakeClock) -> None:
-    queue: JobQueue = make_queue(heartbeat_ttl_s=5)
-    assert await queue.live_worker_count() == 0
-    await queue.write_heartbeat("w1", {"worker_id": "w1"})
-    clock.advance(3)
-    await queue.write_heartbeat("w2", {"worker_id": "w2"})
-    assert await queue.live_worker_count() == 2
-    clock.advance(3)
-    assert await queue.live_worker_count() == 1, "w1's last heartbeat is older than the TTL"
-    await queue.remove_heartbeat("w2")
-    assert await queue.live_worker_count() == 0
 
 
 async def test_eviction_policy_check(redis: Redis) -> None:

@@ -39,8 +39,9 @@ from ttsq.domain.webhooks import (
     verify,
 )
 from ttsq.runtime.deliverer import Deliverer, WebhookConfig, system_resolver
-from ttsq.store.deliveries import AttemptOutcome, DeliveryQueue, Settled
+from ttsq.store.deliveries import AttemptOutcome, DeliveryQueue
 from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Settled
 
 SECRET = "whsec-test-0123456789abcdef"
 PUBLIC_URL = "https://tts.example.com"

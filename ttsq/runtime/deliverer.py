@@ -41,8 +41,9 @@ from ttsq.domain.jobs import Job
 from ttsq.domain.ssrf import IPAddress, RefusedUrl, SsrfGuard, Target, UnresolvableUrl
 from ttsq.domain.webhooks import ATTEMPT_HEADER, USER_AGENT, WebhookSigner, event_id, retry_delay_s, webhook_payload
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
-from ttsq.store.deliveries import AttemptOutcome, DeliveryAttempt, DeliveryLease, DeliveryQueue, Settled
+from ttsq.store.deliveries import AttemptOutcome, DeliveryAttempt, DeliveryLease, DeliveryQueue
 from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Settled
 
 log = logging.getLogger("ttsq.webhooks")
 

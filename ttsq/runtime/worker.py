@@ -44,7 +44,10 @@ from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
 from ttsq.store.cache import CachedAudio, ResultCache
-from ttsq.store.queue import Claim, Completed, Failed, JobQueue
+from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.queue import Claim, JobQueue
+from ttsq.store.replies import Completed, Failed
+from ttsq.store.streams import AudioStreams
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,9 @@ class Worker:
 
     def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
         self.queue = queue
+        # What lives beside the jobs, on the queue's connection, names and clock:
+        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
         self.engine = engine
         self.cache = cache
         self.config = config
@@ -188,7 +194,7 @@ class Worker:
             self.record.stopping = True
             await self.upkeep.stop(self.config.heartbeat_interval_s + 5)
             with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
-                await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
+                await asyncio.wait_for(self.heartbeats.remove(self.config.worker_id), 2.0)
             server.should_exit = True
             await serving
             self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
@@ -471,7 +477,7 @@ class Worker:
             return
         # After completion, so a reader that sees the end of the stream finds the job done (and a
         # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
-        await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
+        await self._best_effort(self.streams.end(job.id), "end the audio stream")
         self.record.jobs_done += 1
         log.info(
             "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
@@ -505,9 +511,9 @@ class Worker:
         fresh = job.attempts <= 1
         while (piece := await pieces.get()) is not None:
             if not fresh:
-                await self._best_effort(self.queue.reset_stream(job.id), "reset the audio stream")
+                await self._best_effort(self.streams.reset(job.id), "reset the audio stream")
                 fresh = True
-            await self._best_effort(self.queue.publish_piece(job.id, *piece), "publish audio")
+            await self._best_effort(self.streams.publish(job.id, *piece), "publish audio")
 
     # ---- the inference thread --------------------------------------------------------------
 
@@ -617,7 +623,7 @@ class Worker:
             await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.release_memory)
 
     async def _beat(self) -> None:
-        await self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict())
+        await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
         self.record.last_heartbeat = time.time()
 
     async def _renew_leases(self) -> None:
