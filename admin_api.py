@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from deps import AdminCaller, ServiceDep
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
 from ttsq.api.schemas import DeadLetter, DeadLetterList, ErrorBody, RequeueResponse
-from ttsq.store.queue import Requeued
+from ttsq.store.replies import Requeued
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 

@@ -28,7 +28,9 @@ from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, Webhooks
-from ttsq.api.webhooks import Deliverer, SsrfGuard, WebhookSigner
+from ttsq.domain.ssrf import SsrfGuard
+from ttsq.domain.webhooks import WebhookSigner
+from ttsq.runtime.deliverer import Deliverer, system_resolver
 from ttsq.runtime.health import api_probes
 from ttsq.runtime.logs import configure_logging
 from ttsq.store.api_keys import ApiKeyStore
@@ -64,8 +66,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         webhook_config = config.webhook_config()
         webhooks = deliverer = None
         if webhook_config is not None and config.webhook_secret is not None:
-            deliveries = DeliveryQueue(redis, config.redis_namespace, result_ttl_s=config.result_ttl_s)
-            guard = SsrfGuard(config.webhook_allow_list())
+            deliveries = DeliveryQueue(redis, config.delivery_config())
+            guard = SsrfGuard(
+                config.webhook_allow_list(), resolver=system_resolver, resolve_timeout_s=config.webhook_resolve_timeout_s
+            )
             webhooks = Webhooks(guard, deliveries)
             signer = WebhookSigner(config.webhook_secret.get_secret_value())
             deliverer = Deliverer(deliveries, queue, signer, guard, webhook_config)

@@ -16,7 +16,7 @@ from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.jobs import Job, Status
-from ttsq.store.queue import Cancelled
+from ttsq.store.replies import Cancelled
 from ttsq.store.streams import STREAM_CONTENT_TYPES, StreamFormat
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])

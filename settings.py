@@ -28,13 +28,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
+from ttsq.store.deliveries import DeliveryConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.api.service import ServiceConfig
-    from ttsq.api.webhooks import WebhookConfig
     from ttsq.inference.chattts import EngineConfig
     from ttsq.inference.faults import FaultConfig
+    from ttsq.runtime.deliverer import WebhookConfig
     from ttsq.runtime.worker import WorkerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -73,6 +74,13 @@ class Settings(BaseSettings):
     )
     redis_max_connections: int = Field(
         64, ge=2, description="Connection pool size, per process.", json_schema_extra=_group("Redis")
+    )
+    redis_retries: int = Field(
+        2,
+        ge=0,
+        description="Quick retries of a Redis command after a connection error or timeout (backoff of at most 0.5 s), "
+        "before the error surfaces (the API answers 503, a worker backs off).",
+        json_schema_extra=_group("Redis"),
     )
     require_noeviction: bool = Field(
         False,
@@ -186,6 +194,58 @@ class Settings(BaseSettings):
         86_400.0,
         gt=0,
         description="How long after the task ends a webhook is retried (exponential backoff, jitter) before it is given up.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_connect_timeout_s: float = Field(
+        3.0,
+        gt=0,
+        description="Bound on connecting to a webhook receiver, within `WEBHOOK_TIMEOUT_S`.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_resolve_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Bound on resolving a `callback_url`'s host, at submit and at every delivery.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_retry_base_s: float = Field(
+        10.0,
+        gt=0,
+        description="Ceiling of the first webhook retry's delay; it doubles with each failure (full jitter beneath it).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_retry_cap_s: float = Field(
+        3600.0, gt=0, description="Largest ceiling of a webhook retry's delay.", json_schema_extra=_group("Security and fair use")
+    )
+    webhook_max_response_bytes: int = Field(
+        4096,
+        ge=1,
+        description="Most bytes of a webhook receiver's answer that are read; the rest never is.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_concurrency: int = Field(
+        8,
+        ge=1,
+        description="Webhook deliveries in flight at once, per API process.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="A claimed webhook delivery returns to the queue this long after its deliverer stops renewing "
+        "(renewed every third of it).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_sweep_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often each API process sweeps the webhook queue (requeue lapsed leases, release due retries).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    webhook_drain_s: float = Field(
+        5.0,
+        ge=0,
+        description="On shutdown, how long webhook deliveries in flight may finish; the rest are redelivered after their lease.",
         json_schema_extra=_group("Security and fair use"),
     )
     public_url: str | None = Field(
@@ -457,12 +517,13 @@ class Settings(BaseSettings):
                 f"BLOCK_S ({self.block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
                 "a blocking read longer than the socket timeout fails with a timeout error"
             )
-        if self.lease_s <= 1.5 * self.redis_socket_timeout_s:
-            raise ValueError(
-                f"LEASE_S ({self.lease_s}) must exceed 1.5 x REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
-                "leases are renewed every LEASE_S/3, and a renewal that waits a whole socket timeout must still land "
-                "before the lease runs out"
-            )
+        for name, lease_s in (("LEASE_S", self.lease_s), ("WEBHOOK_LEASE_S", self.webhook_lease_s)):
+            if lease_s <= 1.5 * self.redis_socket_timeout_s:
+                raise ValueError(
+                    f"{name} ({lease_s}) must exceed 1.5 x REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
+                    f"leases are renewed every {name}/3, and a renewal that waits a whole socket timeout must still land "
+                    "before the lease runs out"
+                )
         if self.heartbeat_ttl_s <= 2 * self.heartbeat_interval_s:
             raise ValueError(
                 f"HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), "
@@ -500,10 +561,11 @@ class Settings(BaseSettings):
 
     # ---- the library's configs --------------------------------------------------------------
 
-    def _project(self, cls: type[C], **given: Any) -> C:
-        """``cls`` built from the settings of the same field names; ``given`` supplies the others."""
+    def _project(self, cls: type[C], prefix: str = "", **given: Any) -> C:
+        """``cls`` built from the settings named like its fields (after ``prefix``); ``given`` supplies the others."""
         assert is_dataclass(cls)
-        values = {f.name: getattr(self, f.name) for f in fields(cls) if f.name not in given and f.name in type(self).model_fields}
+        known = type(self).model_fields
+        values = {f.name: getattr(self, prefix + f.name) for f in fields(cls) if f.name not in given and prefix + f.name in known}
         return cls(**values, **given)
 
     def redis_config(self) -> RedisConfig:
@@ -521,6 +583,7 @@ class Settings(BaseSettings):
             socket_timeout_s=self.redis_socket_timeout_s,
             connect_timeout_s=self.redis_connect_timeout_s,
             max_connections=self.redis_max_connections,
+            retries=self.redis_retries,
         )
 
     def queue_config(self) -> QueueConfig:
@@ -547,17 +610,21 @@ class Settings(BaseSettings):
         )
 
     def webhook_config(self) -> WebhookConfig | None:
-        """The deliverer's config, or None when webhooks are off (no ``WEBHOOK_SECRET``)."""
-        from ttsq.api.webhooks import WebhookConfig
+        """The deliverer's config (the ``WEBHOOK_*`` settings), or None when webhooks are off (no ``WEBHOOK_SECRET``)."""
+        from ttsq.runtime.deliverer import WebhookConfig
 
         if self.webhook_secret is None or self.public_url is None:
             return None
-        return WebhookConfig(
+        return self._project(
+            WebhookConfig,
+            prefix="webhook_",
             public_url=self.public_url,
-            timeout_s=self.webhook_timeout_s,
-            max_age_s=self.webhook_max_age_s,
             block_s=self.block_s,  # a blocking claim must stay under the Redis socket timeout, as the worker's does
         )
+
+    def delivery_config(self) -> DeliveryConfig:
+        """The webhook delivery queue's: its lease (``WEBHOOK_LEASE_S``) and the expiry of its logs (``RESULT_TTL_S``)."""
+        return DeliveryConfig(namespace=self.redis_namespace, lease_s=self.webhook_lease_s, result_ttl_s=self.result_ttl_s)
 
     def webhook_allow_list(self) -> list[str]:
         return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]

@@ -14,7 +14,8 @@ from tests.conftest import FakeClock, api_client, params, task_id
 from tests.redis_server import RedisServer
 from tests.service import ROOT
 from ttsq.domain.jobs import Status
-from ttsq.store.queue import JobQueue, Requeued
+from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Requeued
 
 SWEEP = 5.0
 

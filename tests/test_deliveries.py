@@ -11,24 +11,30 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, params, queue_config, task_id
+from tests.conftest import FakeClock, params, settings, task_id
 from ttsq.domain.jobs import Job, Status
 from ttsq.store.deliveries import (
     LOG_MAX,
     AttemptOutcome,
     DeliveryAttempt,
+    DeliveryConfig,
     DeliveryQueue,
     DeliveryState,
     DeliverySummary,
-    Settled,
 )
 from ttsq.store.keys import Keys
+from ttsq.store.replies import Leased, LeaseReply, Settled
 
 LEASE_S = 30.0
 
 
+def delivery_config(**overrides: Any) -> DeliveryConfig:
+    """The delivery queue's config as settings build it (``WEBHOOK_LEASE_S``, ``RESULT_TTL_S``, ...)."""
+    return settings(**overrides).delivery_config()
+
+
 def namespace() -> str:
-    return queue_config().namespace
+    return delivery_config().namespace
 
 
 async def finished_job(
@@ -65,7 +71,7 @@ async def finished_job(
 
 @pytest.fixture
 def deliveries(redis: Redis, clock: FakeClock) -> DeliveryQueue:
-    return DeliveryQueue(redis, namespace(), clock=clock, lease_s=LEASE_S, result_ttl_s=600)
+    return DeliveryQueue(redis, delivery_config(webhook_lease_s=LEASE_S, result_ttl_s=600), clock=clock)
 
 
 def attempt(number: int, outcome: AttemptOutcome, clock: FakeClock, **fields: Any) -> DeliveryAttempt:
@@ -204,17 +210,8 @@ async def test_a_lease_script_after_the_grace_lease_still_wins(deliveries: Deliv
     await redis.lmove(deliveries.keys.deliveries, deliveries.keys.deliveries_processing, "RIGHT", "LEFT")
     await deliveries.sweep()
     clock.advance(1)
-    reply = await deliveries._lease(
-        keys=[
-            deliveries.keys.deliveries_processing,
-            deliveries.keys.delivery_leases,
-            deliveries.keys.deliveries_delayed,
-            deliveries.keys.delivery_log(job_id),
-            deliveries.keys.job(job_id),
-        ],
-        args=[job_id, clock.now + LEASE_S],
-    )
-    assert reply[0] == b"leased"
+    reply = await deliveries._lease(keys=deliveries._lease_keys(job_id), args=[job_id, clock.now + LEASE_S])
+    assert LeaseReply.parse(reply).leased is Leased.LEASED
     assert await redis.zscore(deliveries.keys.delivery_leases, job_id) == clock.now + LEASE_S
 
 

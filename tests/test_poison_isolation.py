@@ -9,7 +9,8 @@ from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, params, task_id
 from ttsq.domain.jobs import Status
-from ttsq.store.queue import Failed, JobQueue
+from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Failed
 
 SWEEP = 5.0
 LEASE = 30.0

@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, params, queue_config, task_id
+from tests.conftest import FakeClock, params, queue_config, settings, task_id
 from ttsq.domain.jobs import Status
 from ttsq.store.connection import (
     EvictionRisk,
-    RedisConfig,
     UnsafeRedisError,
     check_eviction_policy,
     create_redis,
     enforce_eviction_policy,
 )
-from ttsq.store.queue import Completed, Enqueued, Failed, JobQueue, QueueFullError, Started
+from ttsq.store.queue import JobQueue, QueueFullError
+from ttsq.store.replies import Completed, Enqueued, Failed, Started
 
 SWEEP = 5.0
 
@@ -79,7 +79,7 @@ async def test_two_concurrent_claimers_never_share_a_job(redis_server: Any, make
         await producer.enqueue(job_id, params(), single_flight=False)
 
     async def drain(worker: str) -> list[str]:
-        client = create_redis(RedisConfig(url=redis_server.url, socket_timeout_s=5, connect_timeout_s=2, max_connections=4))
+        client = create_redis(settings(redis_url=redis_server.url, redis_max_connections=4).redis_config())
         queue = JobQueue(client, queue_config())
         got: list[str] = []
         try:
@@ -297,22 +297,8 @@ async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
     await queue.sweep(SWEEP, "w")
     await queue.complete(a, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
     await queue.fail(b, "boom", retryable=False, cache_key=None)
-    await queue.write_heartbeat("w", {"ok": True})
     keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
-
-
-async def test_heartbeats_count_live_workers(make_queue: Any, clock: FakeClock) -> None:
-    queue: JobQueue = make_queue(heartbeat_ttl_s=5)
-    assert await queue.live_worker_count() == 0
-    await queue.write_heartbeat("w1", {"worker_id": "w1"})
-    clock.advance(3)
-    await queue.write_heartbeat("w2", {"worker_id": "w2"})
-    assert await queue.live_worker_count() == 2
-    clock.advance(3)
-    assert await queue.live_worker_count() == 1, "w1's last heartbeat is older than the TTL"
-    await queue.remove_heartbeat("w2")
-    assert await queue.live_worker_count() == 0
 
 
 async def test_eviction_policy_check(redis: Redis) -> None:
@@ -333,7 +319,9 @@ async def test_eviction_policy_check(redis: Redis) -> None:
 async def test_unreachable_redis_is_reported_not_raised(redis_server: Any) -> None:
     from tests.redis_server import free_port
 
-    config = RedisConfig(url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1, connect_timeout_s=0.5, max_connections=2)
+    config = settings(
+        redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_socket_timeout_s=1, redis_connect_timeout_s=0.5, block_s=0.5
+    ).redis_config()
     client = create_redis(config)
     try:
         check = await check_eviction_policy(client)

@@ -15,14 +15,26 @@ from settings import Settings, unknown_setting_warnings
 from ttsq.api.service import ServiceConfig
 from ttsq.inference.chattts import EngineConfig
 from ttsq.inference.faults import FaultConfig
+from ttsq.runtime.deliverer import WebhookConfig
 from ttsq.runtime.worker import WorkerConfig
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
+from ttsq.store.deliveries import DeliveryConfig
 from ttsq.store.queue import QueueConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARY_CONFIGS = [QueueConfig, CacheConfig, RedisConfig, EngineConfig, WorkerConfig, FaultConfig, ServiceConfig]
-NOT_SETTINGS = {"RedisConfig.retries", "EngineConfig.warmup_text"}
+LIBRARY_CONFIGS = [
+    QueueConfig,
+    CacheConfig,
+    RedisConfig,
+    EngineConfig,
+    WorkerConfig,
+    FaultConfig,
+    ServiceConfig,
+    WebhookConfig,
+    DeliveryConfig,
+]
+NOT_SETTINGS = {"EngineConfig.warmup_text"}
 """Config fields with a default of their own because no setting drives them."""
 
 
@@ -39,6 +51,14 @@ def test_defaults_are_valid_and_map_to_library_configs() -> None:
     assert settings.worker_config().health_port == settings.worker_health_port
     assert settings.fault_config().mode == "none"
     assert settings.cache_config().l3_dir == settings.cache_dir
+    assert settings.redis_config().retries == settings.redis_retries
+    assert settings.delivery_config().lease_s == settings.webhook_lease_s
+    assert settings.delivery_config().result_ttl_s == settings.result_ttl_s, "a delivery log expires as results do"
+    assert settings.webhook_config() is None, "webhooks are off without WEBHOOK_SECRET"
+    webhooks = make(webhook_secret="whsec-0123456789abcdef", public_url="https://tts.example.com").webhook_config()
+    assert webhooks is not None and webhooks.concurrency == settings.webhook_concurrency
+    assert webhooks.connect_timeout_s == settings.webhook_connect_timeout_s and webhooks.drain_s == settings.webhook_drain_s
+    assert webhooks.block_s == settings.block_s, "a blocking claim stays under the socket timeout, as the worker's does"
 
 
 @pytest.mark.parametrize("config", LIBRARY_CONFIGS, ids=lambda c: c.__name__)
@@ -57,6 +77,7 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
     [
         ({"block_s": 5.0, "redis_socket_timeout_s": 5.0}, "BLOCK_S"),
         ({"lease_s": 6.0, "redis_socket_timeout_s": 5.0}, "LEASE_S"),
+        ({"webhook_lease_s": 7.0, "redis_socket_timeout_s": 5.0}, "WEBHOOK_LEASE_S"),
         ({"heartbeat_ttl_s": 4, "heartbeat_interval_s": 2.0}, "HEARTBEAT_TTL_S"),
         ({"min_new_token": 10, "max_new_token": 5}, "MIN_NEW_TOKEN"),
         ({"fault_mode": "explode"}, "fault_mode"),

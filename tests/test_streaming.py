@@ -17,13 +17,18 @@ from ttsq.domain.audio import decode_to_pcm16, encode_audio
 from ttsq.domain.jobs import Status
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.store.queue import JobQueue
-from ttsq.store.streams import StreamFailed, open_ended_wav_header, pcm_pieces
+from ttsq.store.streams import AudioStreams, StreamFailed, open_ended_wav_header, pcm_pieces
 
 LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth is near the end. Fifth ends it."
 
 
+def streams_of(queue: JobQueue) -> AudioStreams:
+    """The audio streams beside ``queue`` (on its connection and names, expiring with its results)."""
+    return AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+
+
 async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
-    return [piece async for piece in pcm_pieces(queue, job_id, block_ms=200)]
+    return [piece async for piece in pcm_pieces(streams_of(queue), queue, job_id, block_ms=200)]
 
 
 async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
@@ -37,7 +42,7 @@ async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine
     assert job.status is Status.DONE and stored is not None
     assert len(pieces) >= 3, "one piece per sentence chunk"
     assert b"".join(pieces) == decode_to_pcm16(stored)
-    assert await worker.queue.progress(job_id) == (len(pieces), len(pieces))
+    assert await worker.streams.progress(job_id) == (len(pieces), len(pieces))
 
 
 async def test_first_audio_is_published_before_the_job_finishes(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
@@ -76,25 +81,26 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
 
 async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: Any) -> None:
     queue: JobQueue = make_queue()
+    streams = streams_of(queue)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     for index in (0, 1):
-        await queue.publish_piece(job_id, index, 3, bytes([index]) * 4)
+        await streams.publish(job_id, index, 3, bytes([index]) * 4)
     received: list[bytes] = []
     first_two = asyncio.Event()
 
     async def read() -> None:
-        async for piece in pcm_pieces(queue, job_id, block_ms=100):
+        async for piece in pcm_pieces(streams, queue, job_id, block_ms=100):
             received.append(piece)
             if len(received) == 2:
                 first_two.set()
 
     reader = asyncio.create_task(read())
     await asyncio.wait_for(first_two.wait(), 10)
-    await queue.reset_stream(job_id)
+    await streams.reset(job_id)
     for index in (0, 1, 2):
-        await queue.publish_piece(job_id, index, 3, bytes([index]) * 4)
-    await queue.end_stream(job_id)
+        await streams.publish(job_id, index, 3, bytes([index]) * 4)
+    await streams.end(job_id)
     await asyncio.wait_for(reader, 10)
     assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
 

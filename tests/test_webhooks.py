@@ -8,6 +8,7 @@ driven by the test's clock and the sweep, never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -24,31 +25,42 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock
-from tests.test_deliveries import finished_job, namespace
-from ttsq.api.webhooks import (
+from tests.conftest import FakeClock, settings
+from tests.test_deliveries import delivery_config, finished_job
+from ttsq.domain.jobs import Status
+from ttsq.domain.ssrf import AddressClass, RefusedUrl, Resolver, SsrfGuard, UnresolvableUrl
+from ttsq.domain.webhooks import (
     ATTEMPT_HEADER,
     EVENT_ID_HEADER,
     SIGNATURE_HEADER,
-    AddressClass,
-    Deliverer,
-    RefusedUrl,
     SignatureError,
-    SsrfGuard,
-    UnresolvableUrl,
-    WebhookConfig,
     WebhookSigner,
     retry_delay_s,
-    system_resolver,
     verify,
 )
-from ttsq.domain.jobs import Status
-from ttsq.store.deliveries import AttemptOutcome, DeliveryQueue, Settled
+from ttsq.runtime.deliverer import Deliverer, WebhookConfig, system_resolver
+from ttsq.store.deliveries import AttemptOutcome, DeliveryQueue
 from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Settled
 
 SECRET = "whsec-test-0123456789abcdef"
 PUBLIC_URL = "https://tts.example.com"
 LEASE_S = 30.0
+
+
+def webhook_config(**overrides: Any) -> WebhookConfig:
+    """The deliverer's config as settings build it; ``overrides`` name its fields (``block_s`` is ``BLOCK_S``)."""
+    values: dict[str, Any] = {"webhook_secret": SECRET, "public_url": PUBLIC_URL, "webhook_timeout_s": 5.0}
+    values |= {"webhook_retry_base_s": 10.0, "webhook_retry_cap_s": 100.0}
+    values |= {name if name == "block_s" else f"webhook_{name}": value for name, value in overrides.items()}
+    config = settings(**values).webhook_config()
+    assert config is not None
+    return config
+
+
+def make_guard(allow: Sequence[str] = (), resolver: Resolver = system_resolver) -> SsrfGuard:
+    """The SSRF guard with the resolve timeout settings give it (``WEBHOOK_RESOLVE_TIMEOUT_S``)."""
+    return SsrfGuard(allow, resolver=resolver, resolve_timeout_s=settings().webhook_resolve_timeout_s)
 
 
 # ---- signatures ---------------------------------------------------------------------------------
@@ -156,31 +168,31 @@ REFUSED = [
 @pytest.mark.parametrize(("url", "address_class"), REFUSED)
 async def test_every_refused_address_class_is_refused_by_name(url: str, address_class: AddressClass) -> None:
     with pytest.raises(RefusedUrl) as refused:
-        await SsrfGuard().check(url)
+        await make_guard().check(url)
     assert refused.value.refusal is not None and refused.value.refusal.address_class is address_class
     assert f"{address_class.value} address" in str(refused.value) and str(refused.value).endswith("; refused")
 
 
 async def test_the_metadata_refusal_says_what_it_is() -> None:
     with pytest.raises(RefusedUrl) as refused:
-        await SsrfGuard().check("http://169.254.169.254/latest/meta-data/iam/")
+        await make_guard().check("http://169.254.169.254/latest/meta-data/iam/")
     assert str(refused.value) == "callback_url resolves to 169.254.169.254, a link-local address (cloud metadata); refused"
 
 
 async def test_an_ipv4_mapped_address_names_the_address_inside() -> None:
     with pytest.raises(RefusedUrl, match=r"::ffff:7f00:1, a loopback address \(IPv4-mapped 127\.0\.0\.1\); refused"):
-        await SsrfGuard().check("http://[::ffff:127.0.0.1]:8080/")
+        await make_guard().check("http://[::ffff:127.0.0.1]:8080/")
 
 
 @pytest.mark.parametrize("host", ["localhost", "2130706433", "0x7f000001", "127.1", "017700000001"])
 async def test_names_and_number_forms_that_resolve_to_loopback_are_refused(host: str) -> None:
     """Through the system resolver: ``localhost`` from /etc/hosts, the rest are inet_aton's other spellings of 127.0.0.1."""
     with pytest.raises(RefusedUrl, match="loopback address"):
-        await SsrfGuard().check(f"http://{host}/hook")
+        await make_guard().check(f"http://{host}/hook")
 
 
 async def test_a_name_mapped_to_a_refused_address_is_refused() -> None:
-    guard = SsrfGuard(resolver=table({"hooks.internal.example": ["10.0.0.7"], "meta.example": ["169.254.169.254"]}))
+    guard = make_guard(resolver=table({"hooks.internal.example": ["10.0.0.7"], "meta.example": ["169.254.169.254"]}))
     with pytest.raises(RefusedUrl, match=r"10\.0\.0\.7, a private address"):
         await guard.check("https://hooks.internal.example/ttsq")
     with pytest.raises(RefusedUrl, match="cloud metadata"):
@@ -188,13 +200,13 @@ async def test_a_name_mapped_to_a_refused_address_is_refused() -> None:
 
 
 async def test_a_name_with_one_public_and_one_private_address_is_refused() -> None:
-    guard = SsrfGuard(resolver=table({"split.example": ["93.184.216.34", "2606:4700::1", "192.168.0.5"]}))
+    guard = make_guard(resolver=table({"split.example": ["93.184.216.34", "2606:4700::1", "192.168.0.5"]}))
     with pytest.raises(RefusedUrl, match=r"192\.168\.0\.5, a private address"):
         await guard.check("https://split.example/hook")
 
 
 async def test_a_public_name_is_approved_with_every_address() -> None:
-    guard = SsrfGuard(resolver=table({"hooks.example": ["93.184.216.34", "2606:4700::1"]}))
+    guard = make_guard(resolver=table({"hooks.example": ["93.184.216.34", "2606:4700::1"]}))
     target = await guard.check("https://hooks.example:8443/ttsq?x=1")
     assert [str(a) for a in target.addresses] == ["93.184.216.34", "2606:4700::1"]
     assert target.port == 8443 and target.url.host == "hooks.example"
@@ -215,21 +227,21 @@ async def test_a_public_name_is_approved_with_every_address() -> None:
 )
 async def test_only_absolute_http_and_https_urls_are_accepted(url: str) -> None:
     with pytest.raises(RefusedUrl, match="http or https"):
-        await SsrfGuard(resolver=table({"hooks.example": ["93.184.216.34"]})).check(url)
+        await make_guard(resolver=table({"hooks.example": ["93.184.216.34"]})).check(url)
 
 
 async def test_credentials_in_the_url_are_refused() -> None:
     with pytest.raises(RefusedUrl, match="user name or password"):
-        await SsrfGuard(resolver=table({"hooks.example": ["93.184.216.34"]})).check("https://admin:pw@hooks.example/")
+        await make_guard(resolver=table({"hooks.example": ["93.184.216.34"]})).check("https://admin:pw@hooks.example/")
 
 
 async def test_an_overlong_url_is_refused() -> None:
     with pytest.raises(RefusedUrl, match="longer than"):
-        SsrfGuard().parse("https://hooks.example/" + "a" * 3000)
+        make_guard().parse("https://hooks.example/" + "a" * 3000)
 
 
 async def test_the_allow_list_opens_only_what_it_names() -> None:
-    guard = SsrfGuard(["10.20.0.0/16", "127.0.0.1", "hooks.internal"], resolver=table({"hooks.internal": ["192.168.7.7"]}))
+    guard = make_guard(["10.20.0.0/16", "127.0.0.1", "hooks.internal"], resolver=table({"hooks.internal": ["192.168.7.7"]}))
     assert [str(a) for a in (await guard.check("http://10.20.3.4/")).addresses] == ["10.20.3.4"]
     assert [str(a) for a in (await guard.check("http://127.0.0.1:9000/")).addresses] == ["127.0.0.1"]
     assert [str(a) for a in (await guard.check("http://[::ffff:127.0.0.1]/")).addresses] == ["::ffff:7f00:1"]
@@ -241,12 +253,12 @@ async def test_the_allow_list_opens_only_what_it_names() -> None:
 
 def test_a_bad_allow_list_entry_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="neither a network nor a host name"):
-        SsrfGuard(["10.0.0.0/8", "http://x/"])
+        make_guard(["10.0.0.0/8", "http://x/"])
 
 
 async def test_a_name_that_does_not_resolve_is_unresolvable_not_refused() -> None:
     with pytest.raises(UnresolvableUrl, match="did not resolve"):
-        await SsrfGuard(resolver=table({})).check("https://nowhere.example/")
+        await make_guard(resolver=table({})).check("https://nowhere.example/")
 
 
 # ---- a real receiver ----------------------------------------------------------------------------
@@ -381,17 +393,14 @@ def setup(redis: Redis, clock: FakeClock, make_queue: Any) -> Callable[..., Setu
         verify_tls: ssl.SSLContext | None = None,
         **config: Any,
     ) -> Setup:
-        deliveries = DeliveryQueue(redis, namespace(), clock=clock, lease_s=LEASE_S, result_ttl_s=3600)
+        deliveries = DeliveryQueue(redis, delivery_config(webhook_lease_s=LEASE_S, result_ttl_s=3600), clock=clock)
         jobs: JobQueue = make_queue()
-        settings: dict[str, Any] = {"public_url": PUBLIC_URL, "timeout_s": 5.0, "max_age_s": 86_400.0}
-        settings.update(retry_base_s=10.0, retry_cap_s=100.0)
-        settings.update(config)
         deliverer = Deliverer(
             deliveries,
             jobs,
             WebhookSigner(SECRET),
-            SsrfGuard(allow, resolver=resolver),
-            WebhookConfig(**settings),
+            make_guard(allow, resolver=resolver),
+            webhook_config(**config),
             holder="test-deliverer",
             verify=verify_tls,
             rng=random.Random(7),
@@ -633,7 +642,7 @@ async def test_a_slow_receiver_does_not_hold_up_a_fast_one(setup: Callable[..., 
 async def test_leases_are_renewed_while_a_delivery_is_in_flight(
     setup: Callable[..., Setup], redis: Redis, clock: FakeClock
 ) -> None:
-    deliveries = DeliveryQueue(redis, namespace(), clock=clock, lease_s=0.3, result_ttl_s=3600)
+    deliveries = DeliveryQueue(redis, dataclasses.replace(delivery_config(result_ttl_s=3600), lease_s=0.3), clock=clock)
     s = setup(timeout_s=30.0, block_s=0.05, drain_s=0.1, sweep_interval_s=60.0)
     s.deliverer.queue = deliveries
     release = asyncio.Event()
@@ -700,4 +709,4 @@ async def test_a_task_without_a_callback_is_given_up(setup: Callable[..., Setup]
 
 def test_the_config_refuses_a_relative_public_url() -> None:
     with pytest.raises(ValueError, match="public_url"):
-        WebhookConfig(public_url="tts.example.com", timeout_s=5.0, max_age_s=60.0)
+        dataclasses.replace(webhook_config(), public_url="tts.example.com")

@@ -24,6 +24,7 @@ from ttsq.inference.base import Engine, PermanentError
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker, WorkerConfig
+from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue, QueueConfig
 
 
@@ -174,14 +175,14 @@ async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny
 
 async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
-        await wait_until(lambda: _count_is(worker.queue, 1), 10)
+        await wait_until(lambda: _count_is(worker.heartbeats, 1), 10)
         record = json.loads(await redis.get(worker.queue.keys.worker(worker.config.worker_id)) or b"{}")
         assert record["worker_id"] == worker.config.worker_id and record["model_loaded"]
-    assert await worker.queue.live_worker_count() == 0, "a stopped worker removes its heartbeat"
+    assert await worker.heartbeats.live_count() == 0, "a stopped worker removes its heartbeat"
 
 
-async def _count_is(queue: JobQueue, expected: int) -> bool:
-    return await queue.live_worker_count() == expected
+async def _count_is(heartbeats: Heartbeats, expected: int) -> bool:
+    return await heartbeats.live_count() == expected
 
 
 async def test_metrics_on_the_health_port_follow_jobs_through_the_worker(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

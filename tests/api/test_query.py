@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from tests.conftest import api_client, queue_config
 from tests.redis_server import free_port
+from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
 
 _seeds = itertools.count(1)
@@ -87,7 +88,8 @@ async def test_readyz_does_not_depend_on_workers(client: httpx.AsyncClient, redi
     body = (await client.get("/readyz")).json()
     assert body["status"] == "ready" and body["redis"] == "ok" and body["workers"] == 0
     assert "noise" in body["notice"]
-    await JobQueue(redis, queue_config()).write_heartbeat("w1", {"worker_id": "w1"})
+    queue = JobQueue(redis, queue_config())
+    await Heartbeats(redis, queue.keys, queue.config.heartbeat_ttl_s).write("w1", {"worker_id": "w1"})
     assert (await client.get("/readyz")).json()["workers"] == 1
     assert (await client.get("/healthz")).json() == {
         "status": "ok",

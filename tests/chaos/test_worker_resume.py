@@ -13,7 +13,6 @@ its port; the backoff is set to an hour, so only an early wake can end it within
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ async def test_a_claim_loop_deep_in_its_backoff_resumes_once_redis_is_back(own_r
     worker = idle_worker(client)
     server.process.kill()
     server.process.wait()
-    worker._backoff_s = HOUR_S  # an outage long enough to have grown the pause far past any timeout here
+    worker.outage.backoff_s = HOUR_S  # an outage long enough to have grown the pause far past any timeout here
     claim = asyncio.create_task(worker._claim_batch())
     for _ in range(1200):  # until the claim has failed and the loop is pausing
         if not worker.record.redis_ok:
@@ -63,11 +62,9 @@ async def test_a_claim_loop_deep_in_its_backoff_resumes_once_redis_is_back(own_r
         await asyncio.sleep(0.05)
     assert not worker.record.redis_ok, "the claim never noticed that Redis is down"
     server.restart()
-    upkeep = asyncio.create_task(worker._upkeep())  # its heartbeat is what sees Redis back
+    worker.upkeep.start()  # its heartbeat is what sees Redis back
     try:
         assert await asyncio.wait_for(claim, 60) == []
         assert worker.record.redis_ok
     finally:
-        worker._closing.set()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(upkeep, 10)
+        await worker.upkeep.stop(10)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.service import Service, wait_for
-from ttsq.api.webhooks import SignatureError, verify
+from ttsq.domain.webhooks import SignatureError, verify
 
 pytestmark = pytest.mark.e2e
 

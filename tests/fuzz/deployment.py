@@ -25,7 +25,7 @@ from tests.service import Service
 from ttsq.domain.jobs import TTSParams
 from ttsq.store.connection import create_redis
 from ttsq.store.queue import JobQueue
-from ttsq.store.task_ids import TaskIdSigner
+from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
 
 FUZZ_SETTINGS = {
     "MODEL": "tiny",
@@ -76,7 +76,7 @@ async def _make_dead_letters(redis_url: str, count: int) -> list[str]:
     redis = create_redis(config.redis_config())
     try:
         queue = JobQueue(redis, config.queue_config())
-        signer = TaskIdSigner(await queue.shared_secret())
+        signer = TaskIdSigner(await SharedTaskIdSecret(redis, queue.keys).fetch())
         made = []
         for index in range(count):
             job_id = signer.new()

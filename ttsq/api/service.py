@@ -18,18 +18,20 @@ from typing import Any
 from ttsq.api.auth import Principal, RateLimited
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
-from ttsq.api.webhooks import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
 from ttsq.store.cache import ResultCache
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
-from ttsq.store.queue import Cancelled, JobQueue, Requeued
+from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
-from ttsq.store.streams import StreamFailed, StreamFormat, audio_stream, pcm_pieces
-from ttsq.store.task_ids import TaskIdSigner
+from ttsq.store.replies import Cancelled, Requeued
+from ttsq.store.streams import AudioStreams, StreamFailed, StreamFormat, audio_stream, pcm_pieces
+from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
 
 log = logging.getLogger("ttsq.api")
@@ -148,6 +150,10 @@ class TTSService:
         rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.queue = queue
+        # What lives beside the jobs, on the queue's connection, names and clock:
+        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
+        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys, queue.clock)
         self.rate_limiter = rate_limiter
         self.cache = cache
         self.voices = voices
@@ -159,7 +165,7 @@ class TTSService:
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
         if self._signer is None:
-            self._signer = TaskIdSigner(await self.queue.shared_secret())
+            self._signer = TaskIdSigner(await self._shared_secret.fetch())
         return self._signer
 
     # ---- submit ----------------------------------------------------------------------------
@@ -202,6 +208,7 @@ class TTSService:
                     notice=self.config.notice,
                 )
                 return Submitted(answer, rate)
+        await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
         try:
             result = await self.queue.enqueue(
                 signer.new(),
@@ -288,7 +295,7 @@ class TTSService:
         return job
 
     async def cancel(self, task_id: str, caller: Principal) -> Cancelled:
-        """Cancel the caller's interest in a task (see :class:`ttsq.store.queue.Cancelled`); idempotent."""
+        """Cancel the caller's interest in a task (see :class:`ttsq.store.replies.Cancelled`); idempotent."""
         job = await self.job(task_id, caller)
         outcome = await self.queue.cancel(job, caller.reader, caller.subject)
         log.info("task %s cancel by %s: %s", job.id, caller.subject, outcome)
@@ -308,7 +315,7 @@ class TTSService:
 
     async def status(self, job: Job) -> TaskStatus:
         position = await self.queue.position(job.id) if job.status is Status.QUEUED else None
-        progress = await self.queue.progress(job.id) if job.status is not Status.QUEUED else None
+        progress = await self.streams.progress(job.id) if job.status is not Status.QUEUED else None
         status = TaskStatus.of(job, position, progress)
         if job.params.callback_url is not None and self.webhooks is not None:
             summary = DeliverySummary.of(await self.webhooks.deliveries.log(job.id))
@@ -350,15 +357,15 @@ class TTSService:
 
     def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
         """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""
-        return audio_stream(self.queue, task_id, fmt)
+        return audio_stream(self.streams, self.queue, task_id, fmt)
 
     def pcm(self, task_id: str) -> AsyncIterator[bytes]:
         """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
-        return pcm_pieces(self.queue, task_id)
+        return pcm_pieces(self.streams, self.queue, task_id)
 
     async def wait_done(self, task_id: str) -> bytes:
         """Follow the task's audio stream to its end (no polling), then fetch the stored result."""
-        async for _ in pcm_pieces(self.queue, task_id):
+        async for _ in pcm_pieces(self.streams, self.queue, task_id):
             pass
         job = await self.queue.get(task_id)
         audio = await self.queue.result(task_id)
@@ -385,9 +392,10 @@ class TTSService:
     async def readiness(self) -> dict[str, Any]:
         """What ``/readyz`` reports; raises when Redis is unreachable (then the API is not ready)."""
         await self.queue.ping()
+        await self._shared_secret.keep()
         return {
             "redis": "ok",
-            "workers": await self.queue.live_worker_count(),
+            "workers": await self.heartbeats.live_count(),
             "queue_depth": await self.queue.depth(),
             "model": self.config.model,
             "notice": self.config.notice,

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.keys import Keys
-from ttsq.store.queue import JobQueue, QueueConfig, Requeued
+from ttsq.store.queue import JobQueue, QueueConfig
+from ttsq.store.replies import Requeued
 
 
 def build_parser() -> argparse.ArgumentParser:

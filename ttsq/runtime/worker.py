@@ -6,9 +6,9 @@ answer the liveness probe while the model works.
 
 A job's story is :meth:`Worker._process`: cached answers first, then one engine call per group
 of compatible jobs (split on failure so only the guilty job fails), then every outcome stored.
-Everything periodic — heartbeat, lease renewal, the queue sweep — is one upkeep task
-(:meth:`Worker._upkeep`) with one error policy: a Redis failure is reported once, marks the
-worker's record, and the chore runs again at its next interval.
+Everything periodic — heartbeat, lease renewal, the queue sweep — is one upkeep task with one
+Redis-outage policy (:mod:`ttsq.runtime.upkeep`, shared with the webhook deliverer): a Redis failure
+is reported once, marks the worker's record, and the chore runs again at its next interval.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from redis.exceptions import RedisError
 
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
@@ -43,15 +42,18 @@ from ttsq.inference.base import DeviceMemory, Engine, InferenceError, OutOfMemor
 from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
+from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
 from ttsq.store.cache import CachedAudio, ResultCache
-from ttsq.store.queue import Claim, Completed, Failed, JobQueue
+from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.queue import Claim, JobQueue
+from ttsq.store.replies import Completed, Failed
+from ttsq.store.streams import AudioStreams
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _SPEAKER_CACHE_SIZE = 512
 """Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
-_REDIS_BACKOFF_MAX_S = 10.0
 CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
@@ -116,19 +118,14 @@ def failure_reason(error: BaseException) -> tuple[str, bool]:
     return f"inference failed: {type(error).__name__}: {error}", True
 
 
-@dataclass
-class _Chore:
-    name: str
-    interval_s: float
-    run: Callable[[], Awaitable[None]]
-    due: float = field(default=0.0)
-
-
 class Worker:
     """Runs until :meth:`request_stop`; :meth:`run` returns False if it left an inference running."""
 
     def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
         self.queue = queue
+        # What lives beside the jobs, on the queue's connection, names and clock:
+        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
         self.engine = engine
         self.cache = cache
         self.config = config
@@ -136,7 +133,6 @@ class Worker:
         self.metrics = WorkerMetrics()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
         self._stop = asyncio.Event()
-        self._closing = asyncio.Event()
         self._stop_deadline: float | None = None
         self._abandoned = False
         self._running: set[str] = set()
@@ -146,12 +142,23 @@ class Worker:
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_batch_at = time.monotonic()
         self._compiled_graphs_at_start: int | None = None
-        self._backoff_s = 0.5
-        """Pause before the next claim after a Redis failure; doubles while Redis stays down."""
-        self._redis_up = asyncio.Event()
-        """Set while Redis answers: a backoff pause ends as soon as any Redis call (the upkeep's heartbeat
-        every ``heartbeat_interval_s``) succeeds again, so the loop resumes within one heartbeat of Redis's
-        return however long the outage grew the backoff (found by the chaos suite's Redis restart)."""
+        self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
+        """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
+        every ``heartbeat_interval_s``) succeeds again."""
+        self.upkeep = Upkeep(
+            [
+                Chore("heartbeat", config.heartbeat_interval_s, self._beat),
+                Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), self._release_when_idle),
+                Chore("lease renewal", queue.config.lease_s / 3, self._renew_leases),
+                Chore("sweep", config.sweep_interval_s, self._sweep),
+            ],
+            self.outage,
+            log,
+            every_pass=self._every_upkeep_pass,
+        )
+        """Every periodic chore, in one task: the heartbeat, idle memory release, lease renewal for the jobs
+        in hand (every third of a lease, so one missed renewal never loses a lease), and the queue sweep
+        (which takes a lock, so one worker of the pool sweeps per interval)."""
         self._systemd = SystemdNotifier(config.notify_socket)
         self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
@@ -177,7 +184,7 @@ class Worker:
             self.record, self.config.health_host, self.config.health_port, self.stall_after_s, self.metrics.exposition
         )
         serving = asyncio.create_task(server.serve())
-        upkeep = asyncio.create_task(self._upkeep())
+        self.upkeep.start()
         try:
             await loop.run_in_executor(self._executor, self._load_and_warm)
             self._systemd.notify("READY=1", "STATUS=serving")
@@ -185,9 +192,9 @@ class Worker:
         finally:
             self._systemd.notify("STOPPING=1")
             self.record.stopping = True
-            await self._end_upkeep(upkeep)
-            with contextlib.suppress(RedisError, OSError, TimeoutError):
-                await asyncio.wait_for(self.queue.remove_heartbeat(self.config.worker_id), 2.0)
+            await self.upkeep.stop(self.config.heartbeat_interval_s + 5)
+            with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
+                await asyncio.wait_for(self.heartbeats.remove(self.config.worker_id), 2.0)
             server.should_exit = True
             await serving
             self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
@@ -282,7 +289,7 @@ class Worker:
         try:
             claim = await self.queue.claim(self.config.worker_id)
             if claim is None:
-                self._redis_back()
+                self.outage.back()
                 return []
             jobs += self._claimed([claim])
             if claim.job.isolate and jobs:
@@ -300,13 +307,12 @@ class Worker:
                 if len(jobs) >= limit or remaining <= 0:
                     break
                 await asyncio.sleep(min(0.005, remaining))
-        except (RedisError, OSError) as exc:
-            self._redis_lost("claim", exc)
+        except REDIS_ERRORS as exc:
+            self.outage.lost("claim", exc)
             if not jobs:
-                await self._pause_for_redis(self._backoff_s, self._stop)
-                self._backoff_s = min(self._backoff_s * 2, _REDIS_BACKOFF_MAX_S)
+                await self.outage.back_off(self._stop)
             return jobs
-        self._redis_back()
+        self.outage.back()
         return jobs
 
     def _claimed(self, claims: list[Claim]) -> list[Job]:
@@ -471,7 +477,7 @@ class Worker:
             return
         # After completion, so a reader that sees the end of the stream finds the job done (and a
         # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
-        await self._best_effort(self.queue.end_stream(job.id), "end the audio stream")
+        await self._best_effort(self.streams.end(job.id), "end the audio stream")
         self.record.jobs_done += 1
         log.info(
             "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
@@ -505,9 +511,9 @@ class Worker:
         fresh = job.attempts <= 1
         while (piece := await pieces.get()) is not None:
             if not fresh:
-                await self._best_effort(self.queue.reset_stream(job.id), "reset the audio stream")
+                await self._best_effort(self.streams.reset(job.id), "reset the audio stream")
                 fresh = True
-            await self._best_effort(self.queue.publish_piece(job.id, *piece), "publish audio")
+            await self._best_effort(self.streams.publish(job.id, *piece), "publish audio")
 
     # ---- the inference thread --------------------------------------------------------------
 
@@ -576,91 +582,28 @@ class Worker:
         Gives up only when stopping past the grace period; the lease then lapses and the
         sweep requeues the job, so it is re-run rather than lost.
         """
-        backoff = 0.2
-        while True:
-            try:
-                value = await write()
-            except (RedisError, OSError) as exc:
-                self._redis_lost("store a job outcome", exc)
-                if self._past_grace():
-                    log.error("could not store a job outcome before shutdown: %s", exc)
-                    return None
-                await self._pause_for_redis(backoff)
-                backoff = min(backoff * 2, _REDIS_BACKOFF_MAX_S)
-            else:
-                self._redis_back()
-                return value
+        try:
+            return await self.outage.persist(write, "store a job outcome", give_up=self._past_grace)
+        except REDIS_ERRORS as exc:
+            log.error("could not store a job outcome before shutdown: %s", exc)
+            return None
 
     @staticmethod
     async def _best_effort(write: Awaitable[None], what: str) -> None:
         try:
             await write
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning("could not %s: %s", what, exc)
 
-    def _redis_lost(self, what: str, exc: BaseException) -> None:
-        """The one Redis error policy: report the outage once, mark the record, carry on."""
-        if self.record.redis_ok:
-            log.warning("Redis unavailable (%s: %s); retrying until it is back", what, exc)
-        self.record.redis_ok = False
-        self._redis_up.clear()
-
-    def _redis_back(self) -> None:
-        if not self.record.redis_ok:
-            log.info("Redis is reachable again")
-        self.record.redis_ok = True
-        self._backoff_s = 0.5
-        self._redis_up.set()
-
-    async def _pause_for_redis(self, seconds: float, stop: asyncio.Event | None = None) -> None:
-        """Back off after a Redis failure for up to ``seconds``, ending early when Redis is seen back (or ``stop``).
-
-        The backoff doubles up to ``_REDIS_BACKOFF_MAX_S`` so a long outage costs Redis few connection
-        attempts; without the early end, a worker that entered a 10 s pause just before Redis came back
-        would sit idle (and a finished result stay unstored) for up to 10 s after it.
-        """
-        waits = [asyncio.ensure_future(self._redis_up.wait())]
-        if stop is not None:
-            waits.append(asyncio.ensure_future(stop.wait()))
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+    def _redis_changed(self, ok: bool) -> None:
+        self.record.redis_ok = ok
 
     # ---- upkeep ----------------------------------------------------------------------------
 
-    async def _upkeep(self) -> None:
-        """Every periodic chore on its own interval, in one task, under one error policy.
-
-        Each pass ticks the liveness record (a stalled event loop stops ticking, and the probe
-        sees it), then runs the chores that are due: the heartbeat, lease renewal for the jobs
-        in hand (every third of a lease, so one missed renewal never loses a lease), and the
-        queue sweep (which takes a lock, so one worker of the pool sweeps per interval).
-        """
-        chores = [
-            _Chore("heartbeat", self.config.heartbeat_interval_s, self._beat),
-            _Chore("idle memory release", max(1.0, self.config.release_memory_idle_s / 4), self._release_when_idle),
-            _Chore("lease renewal", self.queue.config.lease_s / 3, self._renew_leases),
-            _Chore("sweep", self.config.sweep_interval_s, self._sweep),
-        ]
-        while not self._closing.is_set():
-            self.record.tick()
-            self._watchdog()
-            for chore in chores:
-                if time.monotonic() < chore.due:
-                    continue
-                chore.due = time.monotonic() + chore.interval_s
-                try:
-                    await chore.run()
-                except (RedisError, OSError) as exc:
-                    self._redis_lost(chore.name, exc)
-                except Exception:
-                    log.exception("%s failed; trying again in %.1fs", chore.name, chore.interval_s)
-                else:
-                    self._redis_back()
-            next_due = min(chore.due for chore in chores)
-            await self._sleep_unless(self._closing, max(0.0, next_due - time.monotonic()))
+    def _every_upkeep_pass(self) -> None:
+        """Tick the liveness record (a stalled event loop stops ticking, and the probe sees it); ping the watchdog."""
+        self.record.tick()
+        self._watchdog()
 
     def _watchdog(self) -> None:
         """Ping systemd's watchdog while liveness holds (the same judgement as ``/healthz``); a hung
@@ -680,7 +623,7 @@ class Worker:
             await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.release_memory)
 
     async def _beat(self) -> None:
-        await self.queue.write_heartbeat(self.config.worker_id, self.record.as_dict())
+        await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
         self.record.last_heartbeat = time.time()
 
     async def _renew_leases(self) -> None:
@@ -690,22 +633,3 @@ class Worker:
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
-
-    async def _end_upkeep(self, upkeep: asyncio.Task[None]) -> None:
-        """End the upkeep task by signal, not by cancellation alone.
-
-        A cancellation that lands inside a redis-py command can be absorbed by the client, which
-        would leave the task running forever; it therefore watches ``_closing`` and exits on its
-        own, and cancellation is only the fallback.
-        """
-        self._closing.set()
-        _, pending = await asyncio.wait({upkeep}, timeout=self.config.heartbeat_interval_s + 5)
-        if pending:
-            upkeep.cancel()
-            await asyncio.wait(pending, timeout=2)
-
-    @staticmethod
-    async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
-        """Sleep, but wake at once when ``event`` is set."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)

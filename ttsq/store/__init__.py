@@ -1,1 +1,2 @@
-"""Redis infrastructure: the job queue, result cache, voices, audio streams, key names and connections."""
+"""Redis infrastructure: the job queue, audio streams, heartbeats, webhook deliveries, the result cache, voices,
+key names and connections."""

@@ -22,15 +22,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 @dataclass(frozen=True)
 class RedisConfig:
+    """How every process connects. Built from settings by ``settings.py`` (``REDIS_*``)."""
+
     url: str
     socket_timeout_s: float
     connect_timeout_s: float
     max_connections: int
-    retries: int = 2
+    retries: int
+    """Quick retries of a command after a connection error or a timeout, before the error surfaces."""
 
 
 def create_redis(config: RedisConfig) -> Redis:
-    """A client with bytes replies (audio is binary), bounded timeouts and two quick retries."""
+    """A client with bytes replies (audio is binary), bounded timeouts and a few quick retries."""
     return Redis.from_url(
         config.url,
         decode_responses=False,

@@ -36,18 +36,32 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.store.keys import Keys
+from ttsq.store.replies import DeliverySweep, Leased, LeaseReply, Settled, renewed, text
 
 Clock = Callable[[], float]
 """Unix seconds; ``time.time`` in production, a settable value in tests."""
-
-DEFAULT_LEASE_S = 60.0
-"""How long a claimed delivery stays with its deliverer without a renewal."""
 
 LOG_MAX = 100
 """Most attempt records kept per job (the newest); a day of capped backoff is far fewer."""
 
 _PROMOTE_LIMIT = 1000
 """Most retries released per sweep (the rest wait one interval)."""
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """The delivery queue's names and timings. Built from settings by ``settings.py``, which validates them."""
+
+    namespace: str
+    """Hash tag of every key (``REDIS_NAMESPACE``), as the job queue's."""
+    lease_s: float
+    """How long a claimed delivery stays with its deliverer without a renewal (``WEBHOOK_LEASE_S``)."""
+    result_ttl_s: int
+    """The expiry of a delivery log whose job has no TTL left to copy (``RESULT_TTL_S``)."""
+
+    def __post_init__(self) -> None:
+        if self.lease_s <= 0 or self.result_ttl_s <= 0:
+            raise ValueError("lease_s and result_ttl_s must be positive")
 
 
 class AttemptOutcome(StrEnum):
@@ -128,25 +142,6 @@ class DeliverySummary:
         return cls(state, last.attempt, last.status_code, last.error, last.at, last.next_attempt_at)
 
 
-class Leased(StrEnum):
-    """What the lease script said about a claimed id."""
-
-    LEASED = "leased"
-    FINISHED = "finished"
-    """Already delivered or given up (a duplicate id): dropped."""
-    GONE = "gone"
-    """The task expired: nothing to deliver; dropped."""
-    LOST = "lost"
-    """The sweep took the id back before it was leased; whoever claims it next delivers it."""
-
-
-class Settled(StrEnum):
-    SETTLED = "settled"
-    """Recorded, and the lease released (a retry is scheduled)."""
-    LOST = "lost"
-    """The attempt was logged, but the lease had lapsed or passed to another deliverer: nothing else changed."""
-
-
 @dataclass(frozen=True)
 class DeliveryLease:
     """A claimed delivery. ``deadline`` is its fencing token: renewals hand back a new lease."""
@@ -156,16 +151,6 @@ class DeliveryLease:
     deadline: float
     attempts: int
     """Attempts already logged for this job; the next one is ``attempts + 1``."""
-
-
-@dataclass(frozen=True)
-class DeliverySweep:
-    requeued: int = 0
-    """Claimed deliveries whose lease had lapsed (their deliverer stopped renewing)."""
-    orphans: int = 0
-    """Ids claimed but never leased, given a grace lease (requeued when it lapses)."""
-    promoted: int = 0
-    """Retries whose backoff was over."""
 
 
 @dataclass(frozen=True)
@@ -181,31 +166,14 @@ def _script(redis: Redis, name: str) -> AsyncScript:
     return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class DeliveryQueue:
-    """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``).
+    """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    ``result_ttl_s`` is the fallback expiry of a delivery log whose job has no TTL left to copy.
-    """
-
-    def __init__(
-        self,
-        redis: Redis,
-        namespace: str,
-        clock: Clock = time.time,
-        lease_s: float = DEFAULT_LEASE_S,
-        result_ttl_s: int = 86_400,
-    ) -> None:
-        if lease_s <= 0 or result_ttl_s <= 0:
-            raise ValueError("lease_s and result_ttl_s must be positive")
+    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock = time.time) -> None:
         self.redis = redis
-        self.keys = Keys(namespace)
+        self.config = config
+        self.keys = Keys(config.namespace)
         self.clock = clock
-        self.lease_s = lease_s
-        self.result_ttl_s = result_ttl_s
         self._lease = _script(redis, "deliveries_lease")
         self._renew = _script(redis, "deliveries_renew")
         self._settle = _script(redis, "deliveries_settle")
@@ -224,27 +192,28 @@ class DeliveryQueue:
             raw = await self.redis.lmove(self.keys.deliveries, self.keys.deliveries_processing, "RIGHT", "LEFT")
         if raw is None:
             return None
-        job_id = _text(raw)
-        deadline = self.clock() + self.lease_s
-        reply = await self._lease(
-            keys=[
-                self.keys.deliveries_processing,
-                self.keys.delivery_leases,
-                self.keys.deliveries_delayed,
-                self.keys.delivery_log(job_id),
-                self.keys.job(job_id),
-            ],
-            args=[job_id, deadline],
-        )
-        if Leased(_text(reply[0])) is not Leased.LEASED:
+        job_id = text(raw)
+        deadline = self.clock() + self.config.lease_s
+        reply = LeaseReply.parse(await self._lease(keys=self._lease_keys(job_id), args=[job_id, deadline]))
+        if reply.leased is not Leased.LEASED:
             return None
-        return DeliveryLease(job_id=job_id, holder=holder, deadline=deadline, attempts=int(reply[1]))
+        return DeliveryLease(job_id=job_id, holder=holder, deadline=deadline, attempts=reply.attempts)
+
+    def _lease_keys(self, job_id: str) -> list[str]:
+        """What the lease and settle scripts touch: the claim, the lease, a retry's slot, the log, the job."""
+        return [
+            self.keys.deliveries_processing,
+            self.keys.delivery_leases,
+            self.keys.deliveries_delayed,
+            self.keys.delivery_log(job_id),
+            self.keys.job(job_id),
+        ]
 
     async def renew(self, lease: DeliveryLease) -> DeliveryLease | None:
         """Move the lease forward; the new lease (new token) is returned, None if it was lost."""
-        deadline = self.clock() + self.lease_s
-        renewed = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
-        if not int(renewed):
+        deadline = self.clock() + self.config.lease_s
+        reply = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
+        if not renewed(reply):
             return None
         return DeliveryLease(job_id=lease.job_id, holder=lease.holder, deadline=deadline, attempts=lease.attempts)
 
@@ -268,24 +237,25 @@ class DeliveryQueue:
 
     async def _settled(self, lease: DeliveryLease, record: DeliveryAttempt, retry_at: float | None) -> Settled:
         reply = await self._settle(
-            keys=[
-                self.keys.deliveries_processing,
-                self.keys.delivery_leases,
-                self.keys.deliveries_delayed,
-                self.keys.delivery_log(lease.job_id),
-                self.keys.job(lease.job_id),
+            keys=self._lease_keys(lease.job_id),
+            args=[
+                lease.job_id,
+                lease.deadline,
+                record.to_json(),
+                "" if retry_at is None else retry_at,
+                LOG_MAX,
+                self.config.result_ttl_s,
             ],
-            args=[lease.job_id, lease.deadline, record.to_json(), "" if retry_at is None else retry_at, LOG_MAX, self.result_ttl_s],
         )
-        return Settled(_text(reply))
+        return Settled.parse(reply)
 
     async def sweep(self, now: float | None = None) -> DeliverySweep:
         """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries."""
         reply = await self._sweep(
             keys=[self.keys.delivery_leases, self.keys.deliveries_processing, self.keys.deliveries, self.keys.deliveries_delayed],
-            args=[self.clock() if now is None else now, self.lease_s, _PROMOTE_LIMIT],
+            args=[self.clock() if now is None else now, self.config.lease_s, _PROMOTE_LIMIT],
         )
-        return DeliverySweep(requeued=int(reply[0]), orphans=int(reply[1]), promoted=int(reply[2]))
+        return DeliverySweep.parse(reply)
 
     async def log(self, job_id: str) -> list[DeliveryAttempt]:
         """The job's delivery attempts, oldest first (empty: none finished yet, or it has no webhook)."""

@@ -16,7 +16,10 @@ Design (the "reliable queue" pattern):
   capped dead-letter list. Retryable failures retry after ``retry_base_s ** attempt`` seconds.
 
 Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash between two commands
-cannot leave a job half-moved; every script reply comes back as a named Python type. Time comes
+cannot leave a job half-moved; every script reply is read into a named Python type by
+:mod:`ttsq.store.replies`. What lives beside the jobs has modules of its own: a job's audio stream
+(:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
+task-id secret (:mod:`ttsq.store.task_ids`). Time comes
 from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
 without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
 Blocking reads are kept short (``block_s`` < the socket timeout) and are never cancelled
@@ -25,13 +28,10 @@ mid-flight, because a cancelled BLMOVE reply would leave an id in limbo until sw
 
 from __future__ import annotations
 
-import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from importlib.resources import files
 from typing import Any
 
@@ -39,8 +39,23 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
+from ttsq.store.replies import (
+    Cancelled,
+    Completed,
+    Enqueued,
+    EnqueueReply,
+    Failed,
+    Requeued,
+    RequeueReply,
+    Started,
+    StartReply,
+    SweepReport,
+    listed_ids,
+    text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,72 +104,6 @@ class OwnerQueueFullError(QueueFullError):
         self.cap = cap
 
 
-# ---- what the scripts answer, as named types ------------------------------------------------
-
-
-class Enqueued(StrEnum):
-    CREATED = "created"
-    """A new job was recorded and queued."""
-    EXISTS = "exists"
-    """A job with this id already exists (a repeated enqueue): nothing changed."""
-    JOINED = "joined"
-    """An identical job is queued or running (single-flight): nothing new was queued."""
-    FULL = "full"
-    """The queue is at ``max_queue_depth``."""
-    OWNER_FULL = "owner_full"
-    """The submitting owner already has ``max_queued_per_owner`` jobs queued or running."""
-    LIMITED = "limited"
-    """The caller's token bucket was empty (a charged enqueue): nothing was recorded."""
-
-
-class Started(StrEnum):
-    RUN = "run"
-    """The attempt is counted and leased to this worker: run it."""
-    DEAD = "dead"
-    """The job had used up its attempts: it was failed for good and dead-lettered instead."""
-    GONE = "gone"
-    """The job had already finished or expired."""
-
-
-class Failed(StrEnum):
-    RETRY = "retry"
-    """The job waits out its backoff, then runs again."""
-    FAILED = "failed"
-    """The job failed for good and was dead-lettered."""
-    CANCELLED = "cancelled"
-    """The job had been cancelled while it ran: it ends cancelled, not retried."""
-    GONE = "gone"
-    """The job had already finished or expired; nothing changed."""
-
-
-class Completed(StrEnum):
-    DONE = "done"
-    CANCELLED = "cancelled"
-    """The job had been cancelled while it ran: its audio was dropped."""
-    GONE = "gone"
-    """The job had already finished (e.g. a requeued copy ran elsewhere) or expired."""
-
-
-class Cancelled(StrEnum):
-    CANCELLED = "cancelled"
-    """It was waiting and left the queue (or was cancelled already)."""
-    CANCELLING = "cancelling"
-    """It is running: its result will be dropped when its batch ends."""
-    DETACHED = "detached"
-    """Other readers still want it (single-flight): it goes on for them, without this reader."""
-    FINAL = "final"
-    """It had already finished (done or failed): nothing to cancel."""
-    GONE = "gone"
-
-
-class Requeued(StrEnum):
-    REQUEUED = "requeued"
-    MISSING = "missing"
-    """No dead letter with that id (never, already requeued, purged, or trimmed off the capped list)."""
-    ACTIVE = "active"
-    """Its task is queued, running or done again: nothing changed."""
-
-
 @dataclass(frozen=True)
 class EnqueueResult:
     job: Job
@@ -192,18 +141,6 @@ class QueueSnapshot:
     live_workers: int
 
 
-@dataclass(frozen=True)
-class SweepReport:
-    swept: bool
-    """False when another worker holds this interval's sweep lock."""
-    requeued: int = 0
-    """Running jobs whose lease had lapsed."""
-    orphans: int = 0
-    """Ids claimed but never started."""
-    promoted: int = 0
-    """Retries whose backoff was over."""
-
-
 # ---------------------------------------------------------------------------------------------
 
 
@@ -218,10 +155,6 @@ def _script(redis: Redis, name: str, *, ends_jobs: bool = False) -> AsyncScript:
 
 def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
     return round((position + 1) * average_job_s / max(1, live_workers), 1)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _flag(value: bool) -> str:
@@ -246,8 +179,8 @@ class JobQueue:
         self._take = _script(redis, "take")
         self._requeue_dead = _script(redis, "requeue_dead")
         self._clear_inflight = _script(redis, "clear_inflight")
-        self._task_id_secret: bytes | None = None
-        self._secret_kept_at = float("-inf")
+        self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, clock)
+        """Read for the wait estimate: how many workers share the queue."""
 
     def _inflight_key(self, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
@@ -278,7 +211,6 @@ class JobQueue:
         ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
         """
-        await self._keep_shared_secret()
         now = self.clock()
         job = Job.model_construct(
             id=job_id,
@@ -303,27 +235,26 @@ class JobQueue:
         rate: RateDecision | None = None
         for _ in range(3):
             args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
-            args += [now - self.config.heartbeat_ttl_s, self.keys.job_prefix, reader or "", owner or "", max_per_owner]
+            args += [self._heartbeats.live_since(), self.keys.job_prefix, reader or "", owner or "", max_per_owner]
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
             args += [charge.now, charge.rate_per_s, charge.burst] if paying and charge is not None else [0, "", 0]
-            reply = await self._enqueue(keys=keys, args=args)
-            outcome = Enqueued(_text(reply[0]))
-            if outcome is Enqueued.LIMITED and charge is not None:
-                raise RateLimitExceeded(charge.decision(False, int(reply[1]), int(reply[2]), int(reply[3])))
-            if paying and charge is not None:
-                rate = charge.decision(True, int(reply[-2]), 0, int(reply[-1]))
-            if outcome is not Enqueued.JOINED:
+            reply = EnqueueReply.parse(await self._enqueue(keys=keys, args=args))
+            if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
+                raise RateLimitExceeded(charge.decision(reply.bucket))
+            if paying and charge is not None and reply.bucket is not None:
+                rate = charge.decision(reply.bucket)
+            if reply.outcome is not Enqueued.JOINED:
                 break
-            other = await self.get(_text(reply[1]))
+            other = await self.get(reply.other_id) if reply.other_id is not None else None
             if other is not None and not other.status.is_final:
                 position = await self.position(other.id)
                 estimate = await self.estimate_wait_s(position or 0)
-                return EnqueueResult(job=other, outcome=outcome, position=position, estimate_s=estimate, rate=rate)
-            stale = _text(reply[1])
+                return EnqueueResult(job=other, outcome=reply.outcome, position=position, estimate_s=estimate, rate=rate)
+            stale = reply.other_id or ""
         else:
             raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
-        depth = int(reply[1])
+        outcome, depth = reply.outcome, reply.depth
         if outcome is Enqueued.FULL:
             raise QueueFullError(depth)
         if outcome is Enqueued.OWNER_FULL:
@@ -332,9 +263,9 @@ class JobQueue:
             job = await self.get(job_id) or job
             estimate = await self.estimate_wait_s(depth)
             return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
-        jobs_done, busy_s, workers = int(reply[2]), float(reply[3]), int(reply[4])
-        average = busy_s / jobs_done if jobs_done else DEFAULT_JOB_S
-        return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=_estimate(depth, average, workers), rate=rate)
+        average = reply.busy_s / reply.jobs_done if reply.jobs_done else DEFAULT_JOB_S
+        estimate = _estimate(depth, average, reply.live_workers)
+        return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
 
     async def record_done(
         self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
@@ -361,41 +292,6 @@ class JobQueue:
             await pipe.execute()
         return job
 
-    async def shared_secret(self) -> bytes:
-        """A random secret stored once in Redis, so every API replica signs task ids alike.
-
-        The secret handed out is remembered: a replica keeps signing with it for its whole life, so
-        if Redis loses it (restarted without persistence), :meth:`_keep_shared_secret` puts it back,
-        and a replica started after the loss adopts it instead of drawing a new one that would make
-        the two replicas answer 404 for each other's task ids.
-        """
-        await self.redis.set(self.keys.task_id_secret, secrets.token_bytes(32), nx=True)
-        secret = await self.redis.get(self.keys.task_id_secret)
-        if not isinstance(secret, bytes):
-            raise RuntimeError("the shared task-id secret vanished from Redis")
-        self._task_id_secret = secret
-        self._secret_kept_at = self.clock()
-        return secret
-
-    async def _keep_shared_secret(self) -> None:
-        """Store the secret this replica signs with again if Redis has lost it (at most once a second).
-
-        Runs before every enqueue and readiness check, so after a data loss the replicas that were
-        already running restore their common secret as soon as they serve anything. A replica that
-        started after the loss and signed ids before any older one came back still disagrees with
-        them (its SET NX came first): only a configured ``TASK_ID_SECRET`` rules that out, and the
-        log line says so.
-        """
-        secret, now = self._task_id_secret, self.clock()
-        if secret is None or now - self._secret_kept_at < 1.0:
-            return
-        self._secret_kept_at = now
-        if await self.redis.set(self.keys.task_id_secret, secret, nx=True):
-            log.warning(
-                "Redis had lost the shared task-id secret (restarted without persistence?); stored this replica's again "
-                "so that replicas keep accepting each other's task ids (set TASK_ID_SECRET to rule this out)"
-            )
-
     async def get(self, job_id: str) -> Job | None:
         raw = await self.redis.get(self.keys.job(job_id))
         return None if raw is None else Job.model_validate_json(raw)
@@ -411,9 +307,8 @@ class JobQueue:
         return int(length) - 1 - int(index)
 
     async def ping(self) -> None:
-        """Raise when Redis is unreachable (readiness); also restores a lost task-id secret (see :meth:`shared_secret`)."""
+        """Raise when Redis is unreachable (readiness)."""
         await self.redis.ping()
-        await self._keep_shared_secret()
 
     async def depth(self) -> int:
         return int(await self.redis.llen(self.keys.queue))
@@ -426,7 +321,7 @@ class JobQueue:
         """Rough seconds until a job at ``position`` is done: the average job time spread over live workers."""
         jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
         average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
-        return _estimate(position, average, await self.live_worker_count())
+        return _estimate(position, average, await self._heartbeats.live_count())
 
     async def snapshot(self) -> QueueSnapshot:
         """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline."""
@@ -435,7 +330,7 @@ class JobQueue:
             pipe.llen(self.keys.processing)
             pipe.zcard(self.keys.delayed)
             pipe.llen(self.keys.dead)
-            pipe.zcount(self.keys.workers, self.clock() - self.config.heartbeat_ttl_s, "+inf")
+            pipe.zcount(self.keys.workers, self._heartbeats.live_since(), "+inf")
             queued, processing, delayed, dead, workers = await pipe.execute()
         return QueueSnapshot(int(queued), int(processing), int(delayed), int(dead), int(workers))
 
@@ -460,11 +355,10 @@ class JobQueue:
             self.keys.delivery_log(job_id),
             self.keys.owner_jobs(owner),
         ]
-        reply = await self._requeue_dead(keys=keys, args=[job_id, self.clock()])
-        outcome = _text(reply[0])
-        if outcome == "requeued":
-            log.warning("dead letter %s requeued (position %s)", job_id, int(reply[1]))
-        return Requeued(outcome)
+        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock()]))
+        if reply.outcome is Requeued.REQUEUED:
+            log.warning("dead letter %s requeued (position %s)", job_id, reply.position)
+        return reply.outcome
 
     async def purge_dead(self, job_id: str | None = None) -> int:
         """Drop one dead letter (or, with None, all of them); return how many went. Their task
@@ -488,7 +382,7 @@ class JobQueue:
         raw_id = await self.redis.blmove(self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
         if raw_id is None:
             return None
-        job_id = _text(raw_id)
+        job_id = text(raw_id)
         reply = await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id))
         return await self._claim_from(job_id, reply)
 
@@ -501,14 +395,14 @@ class JobQueue:
         if count <= 0:
             return []
         taken = await self._take(keys=[self.keys.queue, self.keys.processing], args=[count, self.keys.job_prefix])
-        job_ids = [_text(raw) for raw in taken]
-        if not job_ids:
+        ids = listed_ids(taken)
+        if not ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
+            for job_id in ids:
                 await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id), client=pipe)
             replies = await pipe.execute()
-        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(job_ids, replies, strict=True)]
+        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(ids, replies, strict=True)]
         return [claim for claim in claims if claim is not None]
 
     def _start_keys(self, job_id: str) -> list[str]:
@@ -526,17 +420,17 @@ class JobQueue:
             self.keys.prefix,
         ]
 
-    async def _claim_from(self, job_id: str, reply: Any) -> Claim | None:
+    async def _claim_from(self, job_id: str, raw: Any) -> Claim | None:
         """The start script's reply as a claim; a job dead-lettered at claim frees its single-flight marker."""
-        started = Started(_text(reply[0]))
-        if started is Started.GONE:
+        reply = StartReply.parse(raw)
+        job = reply.job
+        if reply.started is Started.GONE or job is None:
             return None
-        job = Job.model_validate_json(reply[1])
-        if started is Started.DEAD:
+        if reply.started is Started.DEAD:
             log.warning("job %s dead-lettered at claim: %s", job_id, job.error)
             if job.params.cache_key is not None:
                 await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
-        return Claim(job=job, started=started)
+        return Claim(job=job, started=reply.started)
 
     async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> set[str]:
         """Move the lease deadline of every job in ``job_ids`` forward; return those no longer held."""
@@ -547,7 +441,7 @@ class JobQueue:
             keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in ids)],
             args=[worker_id, self.clock() + self.config.lease_s, *ids],
         )
-        return {_text(job_id) for job_id in lost}
+        return set(listed_ids(lost))
 
     async def complete(
         self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
@@ -571,7 +465,7 @@ class JobQueue:
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
         args += [_flag(cache_key is not None), self.keys.prefix]
-        return Completed(_text(await self._complete(keys=keys, args=args)))
+        return Completed.parse(await self._complete(keys=keys, args=args))
 
     async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
         """Record a failed attempt: retry later with backoff, or fail for good and dead-letter."""
@@ -594,8 +488,7 @@ class JobQueue:
             _flag(cache_key is not None),
             self.keys.prefix,
         ]
-        reply = await self._fail(keys=keys, args=args)
-        return Failed(_text(reply[0]))
+        return Failed.parse(await self._fail(keys=keys, args=args))
 
     async def cancel(self, job: Job, reader: str | None, holder: str | None = None) -> Cancelled:
         """Cancel ``job`` for the caller — ``reader`` its key id, ``holder`` its owner name (see
@@ -609,8 +502,7 @@ class JobQueue:
             self.keys.stream(job.id),
         ]
         args: list[Any] = [job.id, reader or "", self.clock(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
-        reply = await self._cancel(keys=keys, args=args)
-        return Cancelled(_text(reply[0]))
+        return Cancelled.parse(await self._cancel(keys=keys, args=args))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
         """Requeue lapsed leases and never-started claims, release due retries — unless another
@@ -624,10 +516,7 @@ class JobQueue:
             _PROMOTE_LIMIT,
             holder,
         ]
-        reply = await self._sweep(keys=keys, args=args)
-        if _text(reply[0]) == "skipped":
-            return SweepReport(swept=False)
-        report = SweepReport(swept=True, requeued=int(reply[1]), orphans=int(reply[2]), promoted=int(reply[3]))
+        report = SweepReport.parse(await self._sweep(keys=keys, args=args))
         if report.requeued or report.orphans:
             log.warning(
                 "sweep requeued %d job(s) whose worker stopped renewing its lease and %d claimed but never started",
@@ -637,57 +526,3 @@ class JobQueue:
         if report.promoted:
             log.info("released %d job(s) whose retry backoff is over", report.promoted)
         return report
-
-    # ---- streaming audio -----------------------------------------------------------------
-
-    async def reset_stream(self, job_id: str) -> None:
-        """Start an attempt's audio stream afresh (a retry re-synthesises from the first piece)."""
-        await self.redis.delete(self.keys.stream(job_id))
-
-    async def publish_piece(self, job_id: str, index: int, total: int, pcm: bytes) -> None:
-        """Append one piece of PCM16 audio; readers see it at once. Expires with the result."""
-        await self._append_to_stream(job_id, {"index": index, "total": total, "pcm": pcm})
-
-    async def end_stream(self, job_id: str) -> None:
-        await self._append_to_stream(job_id, {"end": 1})
-
-    async def _append_to_stream(self, job_id: str, fields: dict[Any, Any]) -> None:
-        key = self.keys.stream(job_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(key, fields)
-            pipe.expire(key, self.config.result_ttl_s)
-            await pipe.execute()
-
-    async def read_stream(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
-        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
-        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
-        if not reply:
-            return []
-        return [(_text(entry_id), {_text(k): v for k, v in fields.items()}) for entry_id, fields in reply[0][1]]
-
-    async def progress(self, job_id: str) -> tuple[int, int] | None:
-        """(chunks done, chunks total) of the current attempt, or None before the first piece."""
-        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
-        for _entry_id, fields in last:
-            if b"total" in fields:
-                return int(fields[b"index"]) + 1, int(fields[b"total"])
-        return None
-
-    # ---- worker pool health --------------------------------------------------------------
-
-    async def write_heartbeat(self, worker_id: str, record: dict[str, Any]) -> None:
-        now = self.clock()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(self.keys.worker(worker_id), json.dumps(record), ex=self.config.heartbeat_ttl_s)
-            pipe.zadd(self.keys.workers, {worker_id: now})
-            pipe.zremrangebyscore(self.keys.workers, "-inf", now - 10 * self.config.heartbeat_ttl_s)
-            await pipe.execute()
-
-    async def remove_heartbeat(self, worker_id: str) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self.keys.worker(worker_id))
-            pipe.zrem(self.keys.workers, worker_id)
-            await pipe.execute()
-
-    async def live_worker_count(self) -> int:
-        return int(await self.redis.zcount(self.keys.workers, self.clock() - self.config.heartbeat_ttl_s, "+inf"))

@@ -15,6 +15,7 @@ from importlib.resources import files
 from redis.asyncio import Redis
 
 from ttsq.store.keys import Keys
+from ttsq.store.replies import TokenTaken
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,9 @@ class Charge:
     rate_per_s: float
     burst: int
 
-    def decision(self, allowed: bool, remaining: int, retry_after_s: int, reset_s: int) -> RateDecision:
-        return RateDecision(allowed, self.burst, remaining, retry_after_s, reset_s, self.rate_per_s)
+    def decision(self, taken: TokenTaken) -> RateDecision:
+        """What the script said about this bucket, as the caller is told it."""
+        return RateDecision(taken.allowed, self.burst, taken.tokens_left, taken.wait_s, taken.full_s, self.rate_per_s)
 
 
 def token_bucket_lua() -> str:
@@ -85,7 +87,5 @@ class RateLimiter:
     async def take(self, subject: str) -> RateDecision:
         """Take a token now, on its own (for a submit that queues nothing)."""
         charge = self.charge(subject)
-        allowed, remaining, retry_after, reset = await self._script(
-            keys=[charge.key], args=[charge.now, charge.rate_per_s, charge.burst]
-        )
-        return charge.decision(bool(allowed), int(remaining), int(retry_after), int(reset))
+        reply = await self._script(keys=[charge.key], args=[charge.now, charge.rate_per_s, charge.burst])
+        return charge.decision(TokenTaken.parse(reply))

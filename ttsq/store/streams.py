@@ -1,9 +1,10 @@
-"""Reading a job's audio as it is produced, for progressive playback.
+"""A job's audio as it is produced, for progressive playback: the only code that speaks Redis about streams.
 
-The worker publishes each sentence chunk's joined piece as PCM16 to a Redis Stream
-(``ttsq.store.queue.JobQueue.publish_piece``). Readers follow that stream; a job that has no stream (a
-cache hit, or a stream that expired) is served from its stored result instead, so every finished
-task can be streamed.
+The worker publishes each sentence chunk's joined piece as PCM16 to the job's Redis Stream
+(:class:`AudioStreams`), and an end marker once the job's result is stored. Readers follow that
+stream (:func:`pcm_pieces`); a job that has no stream (a cache hit, or a stream that expired) is
+served from its stored result instead, so every finished task can be streamed. A stream expires
+with the job's result (``RESULT_TTL_S``).
 
 Container: raw PCM16 LE mono 24 kHz, or WAV with an open-ended header (RIFF and data sizes set to
 0xFFFFFFFF, as streaming WAV servers do): players start at once and read until the connection
@@ -14,11 +15,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal
+
+from redis.asyncio import Redis
 
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
 from ttsq.domain.jobs import Status
+from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue
+from ttsq.store.replies import text
 
 StreamFormat = Literal["wav", "pcm"]
 STREAM_CONTENT_TYPES: dict[str, str] = {"wav": "audio/wav", "pcm": "audio/pcm"}
@@ -38,11 +43,55 @@ def open_ended_wav_header(sample_rate: int = SAMPLE_RATE) -> bytes:
     )
 
 
+class AudioStreams:
+    """Every job's audio stream over one Redis connection pool; entries expire after ``ttl_s`` (``RESULT_TTL_S``)."""
+
+    def __init__(self, redis: Redis, keys: Keys, ttl_s: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_s = ttl_s
+
+    async def reset(self, job_id: str) -> None:
+        """Start an attempt's audio stream afresh (a retry re-synthesises from the first piece)."""
+        await self.redis.delete(self.keys.stream(job_id))
+
+    async def publish(self, job_id: str, index: int, total: int, pcm: bytes) -> None:
+        """Append one piece of PCM16 audio; readers see it at once."""
+        await self._append(job_id, {"index": index, "total": total, "pcm": pcm})
+
+    async def end(self, job_id: str) -> None:
+        """Mark the stream complete (after the job's outcome is stored, so a reader at the end finds it)."""
+        await self._append(job_id, {"end": 1})
+
+    async def _append(self, job_id: str, fields: dict[Any, Any]) -> None:
+        key = self.keys.stream(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, fields)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def read(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
+        """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
+        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
+        if not reply:
+            return []
+        [(_key, entries)] = reply
+        return [(text(entry_id), {text(k): v for k, v in fields.items()}) for entry_id, fields in entries]
+
+    async def progress(self, job_id: str) -> tuple[int, int] | None:
+        """(chunks done, chunks total) of the current attempt, or None before the first piece."""
+        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
+        for _entry_id, fields in last:
+            if b"total" in fields:
+                return int(fields[b"index"]) + 1, int(fields[b"total"])
+        return None
+
+
 class StreamFailed(Exception):
     """The job failed while (or before) its audio was being streamed."""
 
 
-async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> AsyncIterator[bytes]:
+async def pcm_pieces(streams: AudioStreams, queue: JobQueue, job_id: str, block_ms: int = 1000) -> AsyncIterator[bytes]:
     """Yield the job's PCM16 audio piece by piece until it is complete.
 
     A retried attempt republishes from its first piece; pieces already sent are skipped by
@@ -53,7 +102,7 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
     while True:
         # The first read never blocks: a job that is already done (a cache hit) has no stream
         # to wait for, and its stored result is sent at once.
-        entries = await queue.read_stream(job_id, after, block_ms if wait else None)
+        entries = await streams.read(job_id, after, block_ms if wait else None)
         wait = True
         ended = False
         for entry_id, fields in entries:
@@ -87,11 +136,11 @@ async def pcm_pieces(queue: JobQueue, job_id: str, block_ms: int = 1000) -> Asyn
             return
 
 
-async def audio_stream(queue: JobQueue, job_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
+async def audio_stream(streams: AudioStreams, queue: JobQueue, job_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
     if fmt == "wav":
         yield open_ended_wav_header()
     try:
-        async for piece in pcm_pieces(queue, job_id):
+        async for piece in pcm_pieces(streams, queue, job_id):
             yield piece
     except StreamFailed:
         return

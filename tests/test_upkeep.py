@@ -1,0 +1,183 @@
+"""The one Redis-outage policy and the chore runner that the worker and the webhook deliverer share.
+
+Time is the test's where it decides anything: the chore runner reads an injected monotonic clock,
+and pauses are ended by events (Redis seen back, a stop), never waited out. The outages here are
+redis-py's own ``ConnectionError``; the loops that meet real ones are tested in ``tests/test_worker.py``,
+``tests/test_webhooks.py`` and ``tests/chaos/test_worker_resume.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from tests.conftest import FakeClock
+from ttsq.runtime.upkeep import FIRST_BACKOFF_S, MAX_BACKOFF_S, Chore, RedisOutage, Upkeep
+
+log = logging.getLogger("tests.upkeep")
+
+
+def outage(changes: list[bool] | None = None) -> RedisOutage:
+    heard = None if changes is None else changes.append
+    return RedisOutage(log, "retrying until it is back", resumed="work resumes", on_change=heard)
+
+
+def stopped() -> asyncio.Event:
+    stop = asyncio.Event()
+    stop.set()
+    return stop
+
+
+# ---- the outage policy --------------------------------------------------------------------------
+
+
+async def test_an_outage_is_reported_once_marked_and_its_end_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    changes: list[bool] = []
+    redis = outage(changes)
+    with caplog.at_level(logging.INFO, logger="tests.upkeep"):
+        redis.lost("claim", RedisConnectionError("refused"))
+        redis.lost("heartbeat", RedisConnectionError("refused"))
+        assert not redis.ok
+        redis.back()
+        redis.back()
+    assert [record.getMessage() for record in caplog.records] == [
+        "Redis unavailable (claim: refused); retrying until it is back",
+        "Redis is reachable again; work resumes",
+    ]
+    assert redis.ok and changes == [False, True], "each change of state is heard once"
+
+
+async def test_the_backoff_doubles_up_to_its_cap_and_starts_over_once_redis_answers() -> None:
+    redis = outage()
+    redis.lost("claim", RedisConnectionError("refused"))
+    pauses = []
+    for _ in range(7):
+        pauses.append(redis.backoff_s)
+        await redis.back_off(stopped())  # the stop ends each pause at once; the backoff still grows
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 8.0, MAX_BACKOFF_S, MAX_BACKOFF_S]
+    redis.back()
+    assert redis.backoff_s == FIRST_BACKOFF_S
+
+
+async def test_a_pause_ends_as_soon_as_redis_is_seen_back() -> None:
+    redis = outage()
+    redis.lost("claim", RedisConnectionError("refused"))
+    pause = asyncio.create_task(redis.pause(3600))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not pause.done(), "an outage holds the pause"
+    redis.back()  # what a chore's successful Redis call does
+    await asyncio.wait_for(pause, 10)
+
+
+async def test_persist_retries_a_write_through_an_outage_until_it_lands() -> None:
+    redis = outage()
+    calls = 0
+
+    async def write() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            asyncio.get_running_loop().call_soon(redis.back)  # a chore sees Redis back while the write waits
+            raise RedisConnectionError("refused")
+        return "stored"
+
+    assert await redis.persist(write, "store a job outcome", give_up=lambda: False) == "stored"
+    assert calls == 3 and redis.ok
+
+
+async def test_persist_gives_up_when_told_and_the_error_propagates() -> None:
+    redis = outage()
+
+    async def write() -> None:
+        raise RedisConnectionError("refused")
+
+    with pytest.raises(RedisConnectionError):
+        await redis.persist(write, "store a job outcome", give_up=lambda: True)
+    assert not redis.ok
+
+
+# ---- the chore runner ---------------------------------------------------------------------------
+
+
+async def test_each_chore_runs_on_its_own_interval() -> None:
+    clock = FakeClock(now=100.0)
+    ran: list[str] = []
+
+    def chore(name: str, interval_s: float) -> Chore:
+        async def run() -> None:
+            ran.append(name)
+
+        return Chore(name, interval_s, run)
+
+    upkeep = Upkeep([chore("heartbeat", 2.0), chore("sweep", 5.0)], outage(), log, clock=clock)
+    assert await upkeep.run_due() == 2.0 and ran == ["heartbeat", "sweep"], "every chore runs on the first pass"
+    clock.advance(2.0)
+    assert await upkeep.run_due() == 2.0 and ran[2:] == ["heartbeat"]
+    clock.advance(1.0)
+    assert await upkeep.run_due() == 1.0 and ran[3:] == [], "nothing is due: the runner says how long to sleep"
+    clock.advance(1.0)
+    assert await upkeep.run_due() == 1.0 and ran[3:] == ["heartbeat"]
+    clock.advance(1.0)
+    assert await upkeep.run_due() == 1.0 and ran[4:] == ["sweep"]
+
+
+async def test_a_failing_chore_is_reported_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    redis = outage()
+    ran: list[str] = []
+
+    async def unreachable() -> None:
+        raise RedisConnectionError("refused")
+
+    async def broken() -> None:
+        raise ValueError("a bug")
+
+    async def fine() -> None:
+        ran.append("fine")
+
+    upkeep = Upkeep([Chore("heartbeat", 1.0, unreachable), Chore("sweep", 1.0, broken)], redis, log, clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="tests.upkeep"):
+        await upkeep.run_due()
+    assert not redis.ok, "a Redis error marks the outage"
+    assert "sweep failed; trying again in 1.0s" in caplog.text and "a bug" in caplog.text
+    await upkeep.run_chore(Chore("lease renewal", 1.0, fine))
+    assert redis.ok and ran == ["fine"], "a chore that reaches Redis ends the outage"
+
+
+async def test_upkeep_calls_every_pass_then_ends_by_signal() -> None:
+    passes = 0
+    seen = asyncio.Event()
+
+    def every_pass() -> None:
+        nonlocal passes
+        passes += 1
+        seen.set()
+
+    async def idle() -> None:
+        return None
+
+    upkeep = Upkeep([Chore("heartbeat", 3600.0, idle)], outage(), log, every_pass=every_pass)
+    upkeep.start()
+    await asyncio.wait_for(seen.wait(), 10)
+    task = upkeep._task
+    await upkeep.stop(wait_s=10)
+    assert task is not None and task.done() and not task.cancelled(), "it left its sleep on the signal"
+    assert passes == 1
+
+
+async def test_a_chore_that_never_returns_is_cancelled_after_the_wait() -> None:
+    started = asyncio.Event()
+
+    async def stuck() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    upkeep = Upkeep([Chore("heartbeat", 1.0, stuck)], outage(), log)
+    upkeep.start()
+    await asyncio.wait_for(started.wait(), 10)
+    task = upkeep._task
+    await upkeep.stop(wait_s=0.01)
+    assert task is not None and task.cancelled()

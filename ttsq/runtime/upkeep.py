@@ -1,0 +1,208 @@
+"""The one Redis-outage policy and the one chore runner, shared by every long-running loop.
+
+Two loops run against Redis for as long as their process lives: the worker's (claim → synthesise →
+store, :mod:`ttsq.runtime.worker`) and the webhook deliverer's (claim → POST → record,
+:mod:`ttsq.runtime.deliverer`). Both meet Redis outages, and both keep periodic chores running beside
+the loop (heartbeats, lease renewals, sweeps). What they do about either is written here once:
+
+* :class:`RedisOutage` — a failed Redis call is reported *once* per outage (not once per retry), the
+  state is marked (the worker's liveness record shows it), and the loop backs off, doubling up to
+  :data:`MAX_BACKOFF_S` so a long outage costs Redis few connection attempts. A pause ends as soon as
+  any Redis call succeeds again (a chore's, typically), so a loop deep in its backoff resumes within
+  one chore interval of Redis's return: the chaos suite's Redis restart found a worker idle for up to
+  10 s without it. :meth:`RedisOutage.persist` is the same policy for a write that must land.
+* :class:`Upkeep` — every chore on its own interval in one task. A chore that fails is reported under
+  the policy above (a Redis error) or logged (anything else), and runs again at its next interval. It
+  ends by signal, not by cancellation alone: a cancellation that lands inside a redis-py command can be
+  absorbed by the client, which would leave the task running forever; cancellation is the fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+T = TypeVar("T")
+
+FIRST_BACKOFF_S = 0.5
+"""The first pause of a loop after a Redis failure."""
+MAX_BACKOFF_S = 10.0
+"""The longest pause: the backoff doubles up to it while Redis stays away."""
+FIRST_RETRY_S = 0.2
+"""The first pause before a write that must land is tried again (:meth:`RedisOutage.persist`)."""
+
+REDIS_ERRORS = (RedisError, OSError)
+"""What a Redis outage raises: redis-py's errors, and the socket's own."""
+
+
+class RedisOutage:
+    """Whether Redis answers, as one loop and its chores see it, and how they wait for it.
+
+    ``consequence`` completes the one warning of an outage ("Redis unavailable (claim: ...);
+    <consequence>"), ``resumed`` the one line when it ends; ``on_change`` hears every change of state
+    (the worker mirrors it in the liveness record its probe reports).
+    """
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        consequence: str,
+        resumed: str | None = None,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._log = log
+        self._consequence = consequence
+        self._resumed = resumed
+        self._on_change = on_change
+        self.ok = True
+        self.backoff_s = FIRST_BACKOFF_S
+        """The loop's next pause (:meth:`back_off`); back to the first once Redis answers."""
+        self._up = asyncio.Event()
+        self._up.set()
+
+    def lost(self, what: str, exc: BaseException) -> None:
+        """A Redis call failed: warn once per outage, mark it, and hold every pause until Redis is back."""
+        if self.ok:
+            self._log.warning("Redis unavailable (%s: %s); %s", what, exc, self._consequence)
+        self._mark(False)
+        self._up.clear()
+
+    def back(self) -> None:
+        """A Redis call succeeded: say so once, and end every pause now."""
+        if not self.ok:
+            self._log.info("Redis is reachable again" + (f"; {self._resumed}" if self._resumed else ""))
+        self._mark(True)
+        self.backoff_s = FIRST_BACKOFF_S
+        self._up.set()
+
+    def _mark(self, ok: bool) -> None:
+        changed = ok is not self.ok
+        self.ok = ok
+        if changed and self._on_change is not None:
+            self._on_change(ok)
+
+    async def pause(self, seconds: float, stop: asyncio.Event | None = None) -> None:
+        """Wait up to ``seconds``, ending early when Redis is seen back (:meth:`back`) or ``stop`` is set."""
+        waits = [asyncio.ensure_future(self._up.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+
+    async def back_off(self, stop: asyncio.Event | None = None) -> None:
+        """The loop's pause after a failed call: :attr:`backoff_s`, which doubles for the next one."""
+        await self.pause(self.backoff_s, stop)
+        self.backoff_s = min(self.backoff_s * 2, MAX_BACKOFF_S)
+
+    async def persist(self, write: Callable[[], Awaitable[T]], what: str, *, give_up: Callable[[], bool]) -> T:
+        """Retry ``write`` through an outage, so that work already done is not thrown away.
+
+        The pauses start at :data:`FIRST_RETRY_S` and double up to :data:`MAX_BACKOFF_S`, each
+        ending early when Redis is seen back. After a failure for which ``give_up()`` is true, the
+        error propagates (the caller's lease then lapses, and the work is done again elsewhere).
+        """
+        pause = FIRST_RETRY_S
+        while True:
+            try:
+                value = await write()
+            except REDIS_ERRORS as exc:
+                self.lost(what, exc)
+                if give_up():
+                    raise
+                await self.pause(pause)
+                pause = min(pause * 2, MAX_BACKOFF_S)
+            else:
+                self.back()
+                return value
+
+
+@dataclass
+class Chore:
+    """Something periodic: ``run`` every ``interval_s`` seconds, in the upkeep task."""
+
+    name: str
+    interval_s: float
+    run: Callable[[], Awaitable[None]]
+    due: float = 0.0
+    """When it runs next (on the upkeep's clock); 0: on the first pass."""
+
+
+class Upkeep:
+    """Runs ``chores`` in one task (:meth:`start` … :meth:`stop`), under ``outage``'s policy.
+
+    Each pass first calls ``every_pass`` (the worker ticks its liveness record there: a stalled event
+    loop stops ticking, and the probe sees it), then runs the chores that are due, then sleeps until
+    the next one is. ``clock`` is monotonic seconds; tests pass their own.
+    """
+
+    def __init__(
+        self,
+        chores: Sequence[Chore],
+        outage: RedisOutage,
+        log: logging.Logger,
+        *,
+        every_pass: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.chores = list(chores)
+        self.outage = outage
+        self._log = log
+        self._every_pass = every_pass
+        self._clock = clock
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run the chores in a task of their own until :meth:`stop`."""
+        self._closing.clear()
+        self._task = asyncio.create_task(self.run(), name="upkeep")
+
+    async def run(self) -> None:
+        """Pass after pass until :meth:`stop`: ``every_pass``, the chores that are due, then sleep until the next is."""
+        while not self._closing.is_set():
+            if self._every_pass is not None:
+                self._every_pass()
+            wait_s = await self.run_due()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), wait_s)
+
+    async def run_due(self) -> float:
+        """Run each chore that is due (in order); return the seconds until the next one is."""
+        for chore in self.chores:
+            if self._clock() < chore.due:
+                continue
+            chore.due = self._clock() + chore.interval_s
+            await self.run_chore(chore)
+        return max(0.0, min(chore.due for chore in self.chores) - self._clock())
+
+    async def run_chore(self, chore: Chore) -> None:
+        """One run of ``chore``, under the policy: a failure is reported, and the chore runs again at its next interval."""
+        try:
+            await chore.run()
+        except REDIS_ERRORS as exc:
+            self.outage.lost(chore.name, exc)
+        except Exception:  # noqa: BLE001 - a failing chore never ends the upkeep; it runs again at its interval
+            self._log.exception("%s failed; trying again in %.1fs", chore.name, chore.interval_s)
+        else:
+            self.outage.back()
+
+    async def stop(self, wait_s: float) -> None:
+        """Signal the task to end and wait up to ``wait_s`` for it; cancel it only if it does not."""
+        self._closing.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        _, pending = await asyncio.wait({task}, timeout=wait_s)
+        if pending:  # a Redis command that would not return: cancellation is the fallback
+            task.cancel()
+            await asyncio.wait(pending, timeout=2)

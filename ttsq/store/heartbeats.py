@@ -1,0 +1,55 @@
+"""Workers' heartbeats: who is alive in the pool, for readiness, metrics and the queue's wait estimates.
+
+Each worker writes its record (:class:`ttsq.runtime.health.HeartbeatRecord`, as JSON) every
+``HEARTBEAT_INTERVAL_S`` under a key that expires after ``HEARTBEAT_TTL_S``, and its last beat's time
+in the :attr:`Keys.workers` sorted set. A worker counts as live while its last beat is younger than the
+TTL; the scripts that queue jobs read the same set (``enqueue.lua`` spreads its wait estimate over the
+live workers). Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ttsq.store.keys import Keys
+
+FORGET_AFTER_TTLS = 10
+"""A worker silent for this many TTLs leaves the set altogether (it stopped counting long before)."""
+
+
+class Heartbeats:
+    """The pool's heartbeats over one Redis connection pool; ``ttl_s`` is ``HEARTBEAT_TTL_S``."""
+
+    def __init__(self, redis: Redis, keys: Keys, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self.clock = clock
+
+    async def write(self, worker_id: str, record: dict[str, Any]) -> None:
+        """One beat: the worker's record (expiring after the TTL) and the time of its beat."""
+        now = self.clock()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(self.keys.worker(worker_id), json.dumps(record), ex=self.ttl_s)
+            pipe.zadd(self.keys.workers, {worker_id: now})
+            pipe.zremrangebyscore(self.keys.workers, "-inf", now - FORGET_AFTER_TTLS * self.ttl_s)
+            await pipe.execute()
+
+    async def remove(self, worker_id: str) -> None:
+        """A worker that stops says so at once, rather than counting as live for another TTL."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self.keys.worker(worker_id))
+            pipe.zrem(self.keys.workers, worker_id)
+            await pipe.execute()
+
+    def live_since(self) -> float:
+        """The oldest beat that still counts as live (a score of :attr:`Keys.workers`)."""
+        return self.clock() - self.ttl_s
+
+    async def live_count(self) -> int:
+        return int(await self.redis.zcount(self.keys.workers, self.live_since(), "+inf"))
