@@ -319,9 +319,22 @@ class Settings(BaseSettings):
         description="torch threads on CPU (1 is fastest on small machines; scale with processes).",
         json_schema_extra=_group("Model"),
     )
+    engine_backend: Literal["ttsq", "chattts"] = Field(
+        "ttsq",
+        description="`ttsq`: ttsq's own decoder (any mix of voices, parameters and seeds in one batch, each result "
+        "independent of its batch-mates, slots refilled as rows end). `chattts`: ChatTTS's own `Chat.infer`, the "
+        "reference (batches only requests that share voice and parameters).",
+        json_schema_extra=_group("Model"),
+    )
+    cuda_graphs: bool = Field(
+        True,
+        description="With `ENGINE_BACKEND=ttsq` on CUDA: capture each batch bucket's decode step as a CUDA graph at start.",
+        json_schema_extra=_group("Model"),
+    )
     compile: bool = Field(
         False,
-        description="`torch.compile` the GPT (CUDA only); batches are padded to powers of two and each is compiled before serving.",
+        description="`torch.compile` the GPT (CUDA only, `ENGINE_BACKEND=chattts`); batches are padded to powers of two "
+        "and each is compiled before serving.",
         json_schema_extra=_group("Model"),
     )
     gpt_dtype: Literal["float32", "bfloat16", "float16"] = Field(
@@ -550,7 +563,7 @@ class Settings(BaseSettings):
         weights = self.model_id or {"hub": "2Noise/ChatTTS", "tiny": "tiny-random"}.get(self.model, self.model)
         return (
             f"{weights}|chunk={self.max_chunk_chars}|new={self.min_new_token}-{self.max_new_token}"
-            f"|refine={self.refine_max_new_token}|norm={int(self.normalize_text)}"
+            f"|refine={self.refine_max_new_token}|norm={int(self.normalize_text)}|engine={self.engine_backend}"
         )
 
     def model_notice(self) -> str | None:

@@ -43,14 +43,20 @@ def _alloc_conf_variable() -> str:
 
 
 def chattts_engine(settings: Settings) -> Engine:
-    """The production engine: real ChatTTS, wrapped for fault injection only when a test asks."""
+    """The production engine: ChatTTS's model decoded by ttsq (or by ChatTTS itself, ``ENGINE_BACKEND=chattts``),
+    wrapped for fault injection only when a test asks."""
     from ttsq.inference.chattts import ChatTTSEngine
     from ttsq.inference.checkpoint import build_tiny_checkpoint
+    from ttsq.inference.decoder_engine import DecoderEngine
     from ttsq.inference.faults import FaultInjectingEngine
 
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
-    engine: Engine = ChatTTSEngine(settings.engine_config())
+    engine: Engine
+    if settings.engine_backend == "ttsq":
+        engine = DecoderEngine(settings.engine_config(), cuda_graphs=settings.cuda_graphs)
+    else:
+        engine = ChatTTSEngine(settings.engine_config())
     if settings.fault_mode != "none":
         log.warning("FAULT INJECTION is on (test setting): mode=%s match=%r", settings.fault_mode, settings.fault_match)
         engine = FaultInjectingEngine(engine, settings.fault_config())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -11,21 +10,22 @@ from tests.conftest import fault_config, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
 from ttsq.domain.jobs import Job, Status
-from ttsq.inference.base import ChunkAudio, Engine, EngineWrapper, SynthesisRequest
+from ttsq.inference.base import Batcher, Engine, EngineWrapper, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.faults import FaultInjectingEngine
 
 
 class RecordingEngine(EngineWrapper):
-    """Delegates every call to the real engine and records the batches it was given (a spy, not a fake)."""
+    """Delegates every call to the real engine and records the requests of each engine step (a spy, not a fake)."""
 
     def __init__(self, inner: Engine) -> None:
         super().__init__(inner)
         self.batches: list[list[SynthesisRequest]] = []
 
-    def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
-        self.batches.append(list(reqs))
-        return self.inner.synthesize_batch(reqs)
+    def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
+        batcher = self.inner.batcher(slots, oom_recover_s=oom_recover_s)
+        batcher.hook = lambda reqs: self.batches.append(list(reqs))
+        return batcher
 
 
 def job(text: str, **overrides: Any) -> Job:
@@ -103,5 +103,5 @@ async def test_out_of_memory_splits_the_batch_and_remembers_a_smaller_size(redis
     async with running_worker(redis, engine, max_batch=8, batch_wait_ms=50) as worker:
         finals = [await wait_final(worker.queue, job_id) for job_id in ids]
         assert all(f.status is Status.DONE and f.attempts == 1 for f in finals), [f.error for f in finals]
-        assert worker._limit.current() == 2
+        assert worker.batch_limit == 2
         assert worker.record.largest_batch == 2

@@ -138,8 +138,8 @@ def test_every_row_of_a_mixed_batch_samples_exactly_what_chattts_samples_for_it_
     for slot, row in enumerate(batch):
         reference = upstream_codes(engine64, row)
         assert torch.equal(ended[slot].tokens, reference.ids[0]), f"row {slot} ({row}) differs from ChatTTS's own"
-        assert ended[slot].hiddens is not None
-        assert torch.equal(ended[slot].hiddens, reference.hiddens[0])
+        hiddens = ended[slot].hiddens
+        assert hiddens is not None and torch.equal(hiddens, reference.hiddens[0])
 
 
 def test_greedy_rows_equal_chattts_batched_call_whatever_their_batch_mates(engine64: DecoderEngine, rows64: ChatTTSRows) -> None:
@@ -215,8 +215,8 @@ def test_a_rows_codes_and_audio_states_do_not_depend_on_its_batch_mates_slot_or_
     filler = prompt_of(engine64, rows64, others[0] if others else target)
     fillers = [dec.admit(filler, target.params)[0] for _ in range(data.draw(st.integers(0, dec.free_slots - 1)))]
     slot, ended = dec.admit(prompt_of(engine64, rows64, target), target.params)
-    for filler in fillers:
-        dec.release(filler)
+    for taken in fillers:
+        dec.release(taken)
     while ended is None:
         ended = next((finished for finished in dec.step() if finished.slot == slot), None)
     assert torch.equal(ended.tokens, alone.tokens)

@@ -175,8 +175,8 @@ async def test_auto_batch_on_a_gpu_compiles_every_size_before_serving(redis: Red
 
     gpu = GpuReadings(tiny_engine)
     async with running_worker(redis, gpu, max_batch="auto", compile=True) as worker:
-        limit = worker._limit.current()
-        assert 200 <= limit < 256, "sized by stream speed, as the plan test computes"
+        limit = worker.batch_limit
+        assert limit is not None and 200 <= limit < 256, "sized by stream speed, as the plan test computes"
         assert gpu.prepared == [bucket_sizes(limit)], "every bucket compiled at start"
         job = task_id()
         await worker.queue.enqueue(job, params("Served on a prepared size."), single_flight=False)
@@ -189,7 +189,7 @@ async def test_auto_batch_on_a_gpu_compiles_every_size_before_serving(redis: Red
 
 async def test_auto_batch_on_a_cpu_keeps_todays_eight(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine, max_batch="auto") as worker:
-        assert worker._limit.current() == 8
+        assert worker.batch_limit == 8
 
 
 async def test_memory_is_released_only_when_the_policy_says_so(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

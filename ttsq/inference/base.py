@@ -145,8 +145,8 @@ class RequestFailed:
 BatchEvent = ChunkReady | RequestFailed
 
 StepHook = Callable[[Sequence[SynthesisRequest]], None]
-"""Called with the requests about to run together (one step, one admission, one grouped call);
-whatever it raises is that step's failure. Fault injection uses it."""
+"""Called with the requests of the rows about to run together (one decode step, or one grouped call),
+a request once per row; whatever it raises is that step's failure. Fault injection uses it."""
 
 
 @dataclass
@@ -184,6 +184,9 @@ class Batcher(Protocol):
     """
 
     hook: StepHook | None
+    on_run: Callable[[list[str]], None] | None
+    """Told the keys of the requests a step is about to run, before it runs them (the worker names the
+    step in its liveness record, so that a hung step shows which requests it holds)."""
     stats: BatcherStats
 
     @property

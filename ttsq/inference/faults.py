@@ -55,16 +55,22 @@ class FaultInjectingEngine(EngineWrapper):
         super().__init__(inner)
         self.config = config
         self._released = threading.Event()
+        self._hung: set[SynthesisRequest] = set()
 
     def release(self) -> None:
         """End every current and future "hang" at once, so tests can finish a blocked inference."""
         self._released.set()
 
     def _inject(self, reqs: Sequence[SynthesisRequest]) -> None:
-        if self.config.mode == "none" or not any(self.config.match in req.text for req in reqs):
+        matching = [req for req in reqs if self.config.match in req.text]
+        if self.config.mode == "none" or not matching:
             return
         if self.config.mode == "hang":
-            self._released.wait(self.config.hang_s)
+            # Once per request: a decode-step batcher calls this at every step, a grouped one once per call.
+            fresh = [req for req in matching if req not in self._hung]
+            if fresh:
+                self._hung.update(fresh)
+                self._released.wait(self.config.hang_s)
         elif self.config.mode == "raise":
             raise TransientError("injected fault")
         elif self.config.mode == "oom" and len(reqs) > self.config.oom_above_batch:

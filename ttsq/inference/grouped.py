@@ -51,12 +51,13 @@ class GroupedBatcher:
     def __init__(self, engine: Engine, slots: int, *, oom_recover_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.engine = engine
         self.hook: StepHook | None = None
+        self.on_run: Callable[[list[str]], None] | None = None
         self.stats = BatcherStats()
         self.clock = clock
         self._slots = slots
         self._limit = AdaptiveBatchLimit(slots, oom_recover_s)
         self._queue: deque[_Queued] = deque()
-        self._running = 0
+        self._group: list[str] = []
 
     @property
     def slots(self) -> int:
@@ -72,7 +73,9 @@ class GroupedBatcher:
 
     @property
     def active_rows(self) -> int:
-        return self._running
+        return len(self._group)
+
+
 
     @property
     def busy(self) -> bool:
@@ -89,11 +92,11 @@ class GroupedBatcher:
         group = self._take_group()
         if not group:
             return []
-        self._running = len(group)
+        self._group = [item.key for item in group]
         try:
             return self._run(group)
         finally:
-            self._running = 0
+            self._group = []
 
     def _take_group(self) -> list[_Queued]:
         if not self._queue:
@@ -116,6 +119,8 @@ class GroupedBatcher:
 
     def _run(self, group: list[_Queued]) -> list[BatchEvent]:
         requests = [item.request for item in group]
+        if self.on_run is not None:
+            self.on_run([item.key for item in group])
         try:
             if self.hook is not None:
                 self.hook(requests)

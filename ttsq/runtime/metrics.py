@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ttsq.inference.base import DeviceMemory
+from ttsq.inference.base import Batcher, DeviceMemory
 from ttsq.runtime.health import HeartbeatRecord
 from ttsq.store.cache import ResultCache
 from ttsq.store.metrics import CacheCollector
@@ -56,6 +56,35 @@ class _DeviceCollector(Collector):
             )
 
 
+class _BatcherCollector(Collector):
+    """How full the engine's steps run, read from its batcher at scrape time (nothing before it exists).
+
+    ``ttsq_engine_row_steps_total / ttsq_engine_steps_total`` is the mean number of rows per step (the
+    occupied slots); ``1 - row_steps / slot_steps`` is the share of computed rows that were waste
+    (padding, free slots inside a step's span).
+    """
+
+    def __init__(self, batcher: Callable[[], Batcher | None]) -> None:
+        self.batcher = batcher
+
+    def collect(self) -> Iterator[Metric]:
+        batcher = self.batcher()
+        if batcher is None:
+            return
+        stats = batcher.stats
+        yield CounterMetricFamily("ttsq_engine_steps", "Engine steps run (decode steps, or grouped calls).", value=stats.steps)
+        yield CounterMetricFamily("ttsq_engine_row_steps", "Rows advanced, summed over steps.", value=stats.row_steps)
+        yield CounterMetricFamily(
+            "ttsq_engine_slot_steps", "Rows computed, summed over steps: advanced, padding, free.", value=stats.slot_steps
+        )
+        yield CounterMetricFamily(
+            "ttsq_engine_suspect_rows", "Rows run again alone because a step they shared failed.", value=stats.suspects
+        )
+        yield GaugeMetricFamily("ttsq_engine_rows_active", "Rows in the engine's slots now.", value=batcher.active_rows)
+        yield GaugeMetricFamily("ttsq_engine_rows_waiting", "Rows waiting for a slot now.", value=batcher.waiting_rows)
+        yield GaugeMetricFamily("ttsq_engine_slots", "Slots the engine has (the batch limit it started with).", value=batcher.slots)
+
+
 class WorkerMetrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
@@ -73,13 +102,13 @@ class WorkerMetrics:
         )
         self.inference = Histogram(
             "ttsq_inference_seconds",
-            "One engine call (a batch): the seed's tts_inference_seconds.",
+            "One engine step: a decode step of every row in flight (ttsq's decoder) or one grouped call (ENGINE_BACKEND=chattts).",
             buckets=INFERENCE_BUCKETS,
             registry=registry,
         )
         self.rtf = Histogram(
             "ttsq_real_time_factor",
-            "Per job: its share of the batch's inference time divided by its audio's length (below 1: faster than real time).",
+            "Per job: its time in the engine (claim to last chunk) divided by its audio's length (below 1: faster than real time).",
             buckets=RTF_BUCKETS,
             registry=registry,
         )
@@ -89,9 +118,13 @@ class WorkerMetrics:
             buckets=INFERENCE_BUCKETS,
             registry=registry,
         )
-        self.batch_size = Histogram("ttsq_batch_size", "Jobs per engine call.", buckets=BATCH_BUCKETS, registry=registry)
+        self.batch_size = Histogram(
+            "ttsq_batch_size", "Rows (sentence chunks) per engine step: occupied slots.", buckets=BATCH_BUCKETS, registry=registry
+        )
         self.audio_seconds = Counter("ttsq_audio_seconds", "Seconds of audio produced.", registry=registry)
-        self.oom_splits = Counter("ttsq_oom_splits", "Batches split after the device ran out of memory.", registry=registry)
+        self.oom_splits = Counter(
+            "ttsq_oom_splits", "Times the device ran out of memory and the engine halved the slots in use.", registry=registry
+        )
         self.isolated = Counter(
             "ttsq_isolated_runs",
             "Jobs run alone because their worker was lost during their last attempt (poison isolation).",
@@ -129,6 +162,10 @@ class WorkerMetrics:
         self.registry.register(_DeviceCollector(memory, recompiles))
         if cache is not None:
             self.registry.register(CacheCollector(cache))
+
+    def watch_batcher(self, batcher: Callable[[], Batcher | None]) -> None:
+        """The engine's step counters, once the worker has its batcher."""
+        self.registry.register(_BatcherCollector(batcher))
 
     def ended(self, outcome: JobOutcome, attempt: int) -> None:
         self.jobs.labels(outcome, str(attempt)).inc()

@@ -1,45 +1,52 @@
-"""The worker loop: claim a batch → synthesise → store, with one upkeep task and graceful shutdown.
+"""The worker loop: claim jobs as the engine has room → stream their chunks in → store each job as it ends.
 
-One worker owns one model replica. Inference runs in a single dedicated executor thread because
-ChatTTS is not thread-safe; the event loop stays free to renew leases, beat the heartbeat and
-answer the liveness probe while the model works.
+One worker owns one model replica. The model lives in one thread of its own
+(:class:`~ttsq.runtime.inference_thread.InferenceThread`: ChatTTS is not thread-safe, and a decode
+step must not wait on the event loop); the event loop claims, renews leases, publishes audio,
+stores results and answers the probes.
 
-A job's story is :meth:`Worker._process`: cached answers first, then one engine call per group
-of compatible jobs (split on failure so only the guilty job fails), then every outcome stored.
-Everything periodic — heartbeat, lease renewal, the queue sweep — is one upkeep task with one
-Redis-outage policy (:mod:`ttsq.runtime.upkeep`, shared with the webhook deliverer): a Redis failure
-is reported once, marks the worker's record, and the chore runs again at its next interval.
+Jobs flow rather than batch: the loop claims while the engine's batcher has room (fewer waiting rows
+than it has slots), hands each job to the thread, and the batcher starts its chunks at the next step
+boundary beside whatever else is decoding, of any voice. A job's story is :meth:`Worker._start`
+(cached answer, or into the engine) and :meth:`Worker._finish` (its chunks joined, encoded, stored);
+its first audio is streamed the moment its first chunk ends. Everything periodic — heartbeat, lease
+renewal, the queue sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.upkeep`,
+shared with the webhook deliverer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ttsq.domain import context
-from ttsq.domain.audio import CONTENT_TYPES, ChunkJoiner, duration_s, encode_audio
-from ttsq.domain.batching import (
-    AdaptiveBatchLimit,
-    MemoryHygiene,
-    bucket_sizes,
-    group_compatible,
-    halves,
-    plan_batch_limit,
-    slices,
+from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
+from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
+from ttsq.domain.jobs import AudioFormat, Job, TTSParams
+from ttsq.inference.base import (
+    Batcher,
+    ChunkReady,
+    DeviceMemory,
+    Engine,
+    InferenceError,
+    OutOfMemory,
+    PermanentError,
+    SynthesisRequest,
+    TransientError,
 )
-from ttsq.domain.jobs import Job, TTSParams
-from ttsq.inference.base import DeviceMemory, Engine, InferenceError, OutOfMemory, PermanentError, SynthesisRequest, TransientError
-from ttsq.runtime.health import CurrentJob, HeartbeatRecord, health_server
+from ttsq.runtime.assembly import JobAudio
+from ttsq.runtime.health import HeartbeatRecord, health_server
+from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
@@ -60,6 +67,8 @@ _PROBE_TOKENS = (32, 96)
 """Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
 Piece = tuple[int, int, bytes]
 """(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
+_ROOM_PER_SLOT = 2
+"""Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,10 @@ class WorkerConfig:
 
 @dataclass(frozen=True)
 class Synthesised:
-    """A job's audio, ready to store; ``busy_s`` is its share of the batch's inference time."""
+    """A job's audio, ready to store; ``busy_s`` is how long it was in the engine (claim to last chunk)."""
 
     audio: CachedAudio
     busy_s: float
-    batch: int = 1
     from_cache: bool = False
     first_audio_at: float | None = None
     """``time.perf_counter()`` when the job's first chunk of audio existed."""
@@ -118,6 +126,18 @@ def failure_reason(error: BaseException) -> tuple[str, bool]:
     return f"inference failed: {type(error).__name__}: {error}", True
 
 
+@dataclass
+class _InFlight:
+    """A claimed job on its way through the engine."""
+
+    job: Job
+    claimed_at: float
+    """``time.perf_counter()`` at its claim."""
+    audio: JobAudio = field(default_factory=JobAudio)
+    pieces: asyncio.Queue[Piece | None] | None = None
+    publisher: asyncio.Task[None] | None = None
+
+
 class Worker:
     """Runs until :meth:`request_stop`; :meth:`run` returns False if it left an inference running."""
 
@@ -131,16 +151,25 @@ class Worker:
         self.config = config
         self.record = HeartbeatRecord(worker_id=config.worker_id)
         self.metrics = WorkerMetrics()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-infer")
+        self._thread = InferenceThread(self._report_from_thread, self.record, config.job_timeout_s)
+        self._batcher: Batcher | None = None
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-encode")
+        """Encoding a finished job (mp3, opus: ~10-20 ms per second of audio) off the event loop and off the model's thread."""
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
+        self._room = asyncio.Event()
+        """Set whenever the engine may have room for more jobs (a step ended, a job left)."""
         self._stop_deadline: float | None = None
         self._abandoned = False
+        self._in_flight: dict[str, _InFlight] = {}
         self._running: set[str] = set()
         """Ids of claimed jobs whose outcome is not stored yet: upkeep renews their leases."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._speakers: OrderedDict[int, str] = OrderedDict()
-        self._limit = AdaptiveBatchLimit(config.max_batch, config.oom_recover_s)
+        """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
-        self._last_batch_at = time.monotonic()
+        self._last_step_at = time.monotonic()
+        self._out_of_memory_seen = 0
         self._compiled_graphs_at_start: int | None = None
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
         """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
@@ -162,33 +191,41 @@ class Worker:
         self._systemd = SystemdNotifier(config.notify_socket)
         self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
+        self.metrics.watch_batcher(lambda: self._batcher)
+
+    @property
+    def batch_limit(self) -> int | None:
+        """The most rows the engine runs at once now (None until the model is loaded)."""
+        return None if self._batcher is None else self._batcher.slot_limit
 
     @property
     def stall_after_s(self) -> float:
         return max(5 * self.config.heartbeat_interval_s, 10.0)
 
     def request_stop(self) -> None:
-        """Stop claiming; the current batch may finish within the grace period."""
+        """Stop claiming; the jobs in hand may finish within the grace period."""
         if self._stop_deadline is None:
-            log.info("stop requested: finishing the current batch (grace %.0fs)", self.config.shutdown_grace_s)
+            log.info("stop requested: finishing the jobs in hand (grace %.0fs)", self.config.shutdown_grace_s)
             self._stop_deadline = time.monotonic() + self.config.shutdown_grace_s
             self.record.stopping = True
             self._stop.set()
+            self._room.set()
 
     def _past_grace(self) -> bool:
         return self._stop_deadline is not None and time.monotonic() > self._stop_deadline
 
     async def run(self) -> bool:
-        loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         server = health_server(
             self.record, self.config.health_host, self.config.health_port, self.stall_after_s, self.metrics.exposition
         )
         serving = asyncio.create_task(server.serve())
         self.upkeep.start()
         try:
-            await loop.run_in_executor(self._executor, self._load_and_warm)
+            self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
             self._systemd.notify("READY=1", "STATUS=serving")
             await self._serve()
+            await self._drain()
         finally:
             self._systemd.notify("STOPPING=1")
             self.record.stopping = True
@@ -197,27 +234,33 @@ class Worker:
                 await asyncio.wait_for(self.heartbeats.remove(self.config.worker_id), 2.0)
             server.should_exit = True
             await serving
-            self._executor.shutdown(wait=not self._abandoned, cancel_futures=True)
+            self._thread.stop()
+            if not self._abandoned:
+                self._thread.join(timeout=5.0)
+            self._encoder.shutdown(wait=not self._abandoned, cancel_futures=True)
         return not self._abandoned
 
-    def _load_and_warm(self) -> None:
+    # ---- start-up (in the inference thread) ---------------------------------------------------
+
+    def _load_and_warm(self) -> Batcher:
         started = time.perf_counter()
         info = self.engine.load()
         self.record.model_loaded = True
         self.record.model = info.name
         self.record.speaks_noise = info.speaks_noise
         self.engine.warm_up()
-        self._size_batches()
+        batcher = self.engine.batcher(self._size_batches(), oom_recover_s=self.config.oom_recover_s)
         self.record.ready = True
         load_s = time.perf_counter() - started
         self.metrics.model_load.set(load_s)
         self.metrics.info.labels(info.name, info.device).set(1)
-        log.info("model %s loaded and warmed on %s in %.1fs", info.name, info.device, load_s)
+        log.info("model %s loaded and warmed on %s in %.1fs; %d slots", info.name, info.device, load_s, batcher.slots)
         if info.speaks_noise:
             log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
+        return batcher
 
-    def _size_batches(self) -> None:
-        """Choose the batch limit (``MAX_BATCH=auto``) and, with ``COMPILE=true``, compile every batch size now.
+    def _size_batches(self) -> int:
+        """The batch limit (``MAX_BATCH=auto``: sized from the device) and, with ``COMPILE=true``, every size compiled now.
 
         On CUDA, three probes at the longest chunk measure memory per request and decode speed, and
         :func:`ttsq.domain.batching.plan_batch_limit` picks the largest batch that fits and keeps each
@@ -250,7 +293,6 @@ class Worker:
                     log.info("batch limit %d, set by %s", limit, plan.reason)
             else:
                 log.info("batch limit %d (MAX_BATCH=auto on %s)", limit, "a CPU" if memory is None else "a GPU, capped")
-        self._limit = AdaptiveBatchLimit(limit, self.config.oom_recover_s)
         self.metrics.batch_limit.set(limit)
         if self.config.compile:
             buckets = bucket_sizes(limit)
@@ -258,6 +300,7 @@ class Worker:
             self.engine.prepare(buckets)
             log.info("compiled batch sizes %s in %.1fs", ", ".join(map(str, buckets)), time.perf_counter() - started)
         self._compiled_graphs_at_start = self.engine.stats().compiled_graphs
+        return limit
 
     def _device_memory(self) -> DeviceMemory | None:
         return self.engine.stats().memory
@@ -269,18 +312,35 @@ class Worker:
             return None
         return float(graphs - self._compiled_graphs_at_start)
 
-    # ---- the loop --------------------------------------------------------------------------
+    # ---- the loop ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
-        """Claim a batch, process it, repeat — until a stop is requested."""
+        """Claim while the engine has room, hand each job to it, repeat — until a stop is requested."""
         while not self._stop.is_set():
-            jobs = await self._claim_batch()
-            if jobs:
-                await self._within_grace(self._process(jobs), len(jobs))
+            room = self._free_room()
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            for job in await self._claim(room):
+                await self._start(job)
 
-    async def _claim_batch(self) -> list[Job]:
-        """One blocking claim, then up to the batch limit more, waiting at most ``batch_wait_ms``;
-        a job whose last worker was lost runs alone.
+    def _free_room(self) -> int:
+        """How many more jobs to claim now: none while a batch of rows already waits for slots, else up
+        to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
+        batcher = self._batcher
+        if batcher is None:
+            return 0
+        limit = batcher.slot_limit
+        self.metrics.batch_limit.set(limit)
+        if batcher.waiting_rows >= limit:
+            return 0
+        return _ROOM_PER_SLOT * limit - len(self._in_flight)
+
+    async def _claim(self, room: int) -> list[Job]:
+        """One blocking claim, then up to ``room`` more at once; when the engine is idle, more may
+        come for ``batch_wait_ms`` (they start together). A job whose last worker was lost is claimed
+        alone and runs alone.
 
         Every claimed job is leased to this worker at once, so a crash at any point leaves each
         of them to the sweep individually. A Redis failure returns what was claimed so far.
@@ -292,19 +352,13 @@ class Worker:
                 self.outage.back()
                 return []
             jobs += self._claimed([claim])
-            if claim.job.isolate and jobs:
-                # Its last worker was lost mid-attempt: it may be what killed it, so it runs alone
-                # (claim_more never hands out such a job either) until it succeeds once.
-                log.info("%s runs alone: its worker was lost during its last attempt", claim.job.id)
-                self.metrics.isolated.inc()
+            if claim.job.isolate:
                 return jobs
-            limit = self._limit.current()
-            self.metrics.batch_limit.set(limit)
-            deadline = time.monotonic() + self.config.batch_wait_ms / 1000
-            while len(jobs) < limit and not self._stop.is_set():
-                jobs += self._claimed(await self.queue.claim_more(self.config.worker_id, limit - len(jobs)))
+            deadline = time.monotonic() + (self.config.batch_wait_ms / 1000 if not self._in_flight else 0.0)
+            while len(jobs) < room and not self._stop.is_set():
+                jobs += self._claimed(await self.queue.claim_more(self.config.worker_id, room - len(jobs)))
                 remaining = deadline - time.monotonic()
-                if len(jobs) >= limit or remaining <= 0:
+                if len(jobs) >= room or remaining <= 0:
                     break
                 await asyncio.sleep(min(0.005, remaining))
         except REDIS_ERRORS as exc:
@@ -327,125 +381,139 @@ class Worker:
             jobs.append(claim.job)
         return jobs
 
-    async def _within_grace(self, work: Coroutine[Any, Any, None], size: int) -> None:
-        """Run ``work``; after a stop request, abandon it once the grace period is over."""
-        task = asyncio.create_task(work)
-        while not task.done():
-            await asyncio.wait({task}, timeout=0.2)
-            if not task.done() and self._past_grace():
-                log.warning("grace period over: leaving %d job(s) to the sweep", size)
+    async def _start(self, job: Job) -> None:
+        """A claimed job's first moves: answered from the cache if an identical one finished meanwhile,
+        else into the engine (alone, if its last worker was lost while running it)."""
+        self._running.add(job.id)
+        flight = _InFlight(job, claimed_at=time.perf_counter())
+        hit = await self._from_cache(job)
+        if hit is not None:
+            self._spawn(self._settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), flight.claimed_at))
+            return
+        self._in_flight[job.id] = flight
+        if job.isolate:
+            # It may be what killed its last worker: it shares no step with another job until it succeeds once.
+            log.info("%s runs alone: its worker was lost during its last attempt", job.id)
+            self.metrics.isolated.inc()
+        params = job.params
+        self._thread.add(job.id, lambda: self._request(params), alone=job.isolate)
+
+    async def _from_cache(self, job: Job) -> CachedAudio | None:
+        """An identical job may have finished since this one was queued (e.g. on another worker)."""
+        if self.cache is None or job.params.cache_key is None:
+            return None
+        return await self.cache.get(job.params.cache_key)
+
+    async def _drain(self) -> None:
+        """After a stop request: let the jobs in hand finish, until the grace period is over."""
+        while self._in_flight or self._tasks:
+            if self._past_grace():
+                log.warning("grace period over: leaving %d job(s) to the sweep", len(self._running))
                 self._abandoned = True
-                task.cancel()
+                for task in list(self._tasks):
+                    task.cancel()
                 return
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), 0.2)
 
-    async def _process(self, jobs: list[Job]) -> None:
-        """A claimed batch's whole story.
+    # ---- what the engine reports ------------------------------------------------------------
 
-        Compatible jobs (one speaker, one set of sampling parameters) run together. In each
-        group, jobs whose audio is already cached are answered from the cache; the rest go to
-        the engine in one call (:meth:`_synthesise` splits it when it fails); then every job's
-        outcome is stored at once. Upkeep renews every lease until its job's outcome is stored.
-        """
-        self._running.update(job.id for job in jobs)
-        claimed_at = time.perf_counter()
-        try:
-            for group in group_compatible(jobs):
-                started = time.time()
-                self.record.current_job = CurrentJob(group[0].id, started, started + self.config.job_timeout_s, len(group))
-                outcomes = await self._from_cache(group)
-                outcomes |= await self._synthesise([job for job in group if job.id not in outcomes])
-                await asyncio.gather(*(self._settle(job, outcomes[job.id], claimed_at) for job in group))
-        finally:
-            self.record.current_job = None
-            self._running.difference_update(job.id for job in jobs)
+    def _report_from_thread(self, report: StepReport) -> None:
+        """Called in the inference thread after each step: hand the report to the event loop."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_step, report)
 
-    async def _from_cache(self, jobs: list[Job]) -> dict[str, Outcome]:
-        """An identical job may have finished since these were queued (e.g. on another worker)."""
-        if self.cache is None:
-            return {}
-        keys = [job.params.cache_key for job in jobs]
-        hits = await asyncio.gather(*(self.cache.get(key) for key in keys if key is not None))
-        found = iter(hits)
-        outcomes: dict[str, Outcome] = {}
-        for job, key in zip(jobs, keys, strict=True):
-            hit = next(found) if key is not None else None
-            if hit is not None:
-                outcomes[job.id] = Synthesised(hit, busy_s=0.0, from_cache=True)
-        return outcomes
+    def _on_step(self, report: StepReport) -> None:
+        self._last_step_at = time.monotonic()
+        if report.rows:
+            self.metrics.inference.observe(report.seconds)
+            self.metrics.batch_size.observe(report.rows)
+            self.record.batches += 1
+            self.record.largest_batch = max(self.record.largest_batch, report.rows)
+        self._count_out_of_memory()
+        if report.broken is not None:
+            for job_id in list(self._in_flight):
+                self._thread.cancel(job_id)
+                self._end(job_id, Failure(TransientError(f"the engine failed: {report.broken}")))
+        for event in report.events:
+            flight = self._in_flight.get(event.key)
+            if flight is None:
+                continue  # a job that ended already (failed, or left to the sweep)
+            if not isinstance(event, ChunkReady):
+                self._end(event.key, Failure(event.error))
+                continue
+            for index, piece in flight.audio.add(event.chunk):
+                if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
+                    self._stream(flight, (index, event.chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+            if flight.audio.complete:
+                del self._in_flight[event.key]
+                self._spawn(self._finish(flight))
+        self._room.set()
 
-    async def _synthesise(self, jobs: list[Job]) -> dict[str, Outcome]:
-        """Run ``jobs`` through the engine, splitting so that only a guilty job fails.
+    def _count_out_of_memory(self) -> None:
+        seen = self._batcher.stats.out_of_memory if self._batcher is not None else 0
+        if seen > self._out_of_memory_seen:
+            self.metrics.oom_splits.inc(seen - self._out_of_memory_seen)
+            self._out_of_memory_seen = seen
+            self._release_memory()
 
-        Batches above the current limit are sliced. Out of memory halves the batch (and lowers
-        the adaptive limit for a while); any other error re-runs each job alone.
-        """
-        if not jobs:
-            return {}
-        limit = self._limit.current()
-        if len(jobs) > limit:
-            return {job_id: outcome for part in slices(jobs, limit) for job_id, outcome in (await self._synthesise(part)).items()}
-        try:
-            return await self._run_batch(jobs)
-        except Exception as exc:  # noqa: BLE001 - one bad batch never stops the loop
-            if len(jobs) == 1:
-                return {jobs[0].id: Failure(exc)}
-            parts: list[list[Job]]
-            if isinstance(exc, OutOfMemory):
-                size = self._limit.shrink(len(jobs))
-                self.metrics.oom_splits.inc()
-                self.metrics.batch_limit.set(size)
-                log.warning("out of memory on a batch of %d: splitting it; batches capped at %d for now", len(jobs), size)
-                parts = halves(jobs)
-            else:
-                log.warning("a batch of %d failed (%s); running each job alone", len(jobs), exc)
-                parts = [[job] for job in jobs]
-            return {job_id: outcome for part in parts for job_id, outcome in (await self._synthesise(part)).items()}
+    def _end(self, job_id: str, outcome: Outcome) -> None:
+        flight = self._in_flight.pop(job_id)
+        self._spawn(self._settle_flight(flight, outcome))
 
-    async def _run_batch(self, jobs: list[Job]) -> dict[str, Outcome]:
-        """One engine call in the inference thread, its audio streamed piece by piece as it comes."""
-        loop = asyncio.get_running_loop()
-        pieces: list[asyncio.Queue[Piece | None]] = [asyncio.Queue() for _ in jobs]
-        publishers = [asyncio.create_task(self._publish(job, queue)) for job, queue in zip(jobs, pieces, strict=True)]
+    def _stream(self, flight: _InFlight, piece: Piece) -> None:
+        """Publish a piece to the job's Redis stream, in order, without holding up the loop."""
+        if flight.pieces is None:
+            flight.pieces = asyncio.Queue()
+            flight.publisher = asyncio.create_task(self._publish(flight.job, flight.pieces))
+        flight.pieces.put_nowait(piece)
 
-        def publish(owner: int, piece: Piece) -> None:
-            loop.call_soon_threadsafe(pieces[owner].put_nowait, piece)
+    async def _finish(self, flight: _InFlight) -> None:
+        """All of a job's chunks ended: encode its audio (off the loop) and store it."""
+        samples = flight.audio.samples()
+        if samples.size == 0:
+            await self._settle_flight(flight, Failure(TransientError("model produced no audio")))
+            return
+        audio = await asyncio.get_running_loop().run_in_executor(self._encoder, _encoded, samples, flight.job.params.format)
+        busy_s = time.perf_counter() - flight.claimed_at
+        await self._settle_flight(flight, Synthesised(audio, busy_s=busy_s, first_audio_at=flight.audio.first_audio_at))
 
-        started = time.perf_counter()
-        first_audio: dict[int, float] = {}
-        out_of_memory = False
-        try:
-            results = await loop.run_in_executor(
-                self._executor, contextvars.copy_context().run, self._infer, [job.params for job in jobs], publish, first_audio
-            )
-        except OutOfMemory:
-            out_of_memory = True
-            raise
-        finally:
-            for queue in pieces:
-                queue.put_nowait(None)
-            await asyncio.gather(*publishers)
-            self._last_batch_at = time.monotonic()
-            memory = self.engine.stats().memory
-            reserved, total = (memory.reserved, memory.total) if memory is not None else (None, None)
-            if self._hygiene.after_batch(reserved, total, out_of_memory):
-                await loop.run_in_executor(self._executor, self.engine.release_memory)
-        elapsed = time.perf_counter() - started
-        self.metrics.inference.observe(elapsed)
-        self.metrics.batch_size.observe(len(jobs))
-        self.record.batches += 1
-        self.record.largest_batch = max(self.record.largest_batch, len(jobs))
-        return {
-            job.id: Failure(result)
-            if isinstance(result, Exception)
-            else Synthesised(result, elapsed / len(jobs), batch=len(jobs), first_audio_at=first_audio.get(owner))
-            for owner, (job, result) in enumerate(zip(jobs, results, strict=True))
-        }
+    async def _settle_flight(self, flight: _InFlight, outcome: Outcome) -> None:
+        if flight.pieces is not None and flight.publisher is not None:
+            flight.pieces.put_nowait(None)
+            await flight.publisher
+        await self._settle(flight.job, outcome, flight.claimed_at)
+        self._after_job(isinstance(outcome, Failure) and isinstance(outcome.error, OutOfMemory))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("storing a job's outcome failed", exc_info=task.exception())
+        self._room.set()
+
+    def _after_job(self, failed_for_memory: bool) -> None:
+        memory = self.engine.stats().memory
+        reserved, total = (memory.reserved, memory.total) if memory is not None else (None, None)
+        if self._hygiene.after_batch(reserved, total, failed_for_memory):
+            self._release_memory()
+
+    def _release_memory(self) -> None:
+        self._thread.call(self.engine.release_memory)
 
     async def _settle(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         """Store one job's outcome: its result (and cache entry), or its failure."""
         with context.working_on(job.id):
             await self._store(job, outcome, claimed_at)
-        # Its lease is released with its outcome: renewing it while batch-mates settle would report it lost.
+        # Its lease is released with its outcome: renewing it after that would report it lost.
         self._running.discard(job.id)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
@@ -481,12 +549,12 @@ class Worker:
         self.record.jobs_done += 1
         log.info(
             "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
-            outcome.busy_s * outcome.batch,
+            outcome.busy_s,
             job.id,
             job.attempts,
             job.params.format,
             result.duration_s,
-            " from the cache" if outcome.from_cache else f", batch of {outcome.batch}" if outcome.batch > 1 else "",
+            " from the cache" if outcome.from_cache else "",
         )
 
     async def _record_failure(self, job: Job, error: BaseException) -> None:
@@ -502,7 +570,7 @@ class Worker:
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
     async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
-        """Forward audio pieces from the inference thread to the job's Redis stream, in order.
+        """Forward a job's audio pieces to its Redis stream, in order.
 
         Streaming is best effort: a piece that cannot be published is logged and skipped; the
         stored result, written at the end, is what a job owes its client. A retried attempt
@@ -515,48 +583,20 @@ class Worker:
                 fresh = True
             await self._best_effort(self.streams.publish(job.id, *piece), "publish audio")
 
-    # ---- the inference thread --------------------------------------------------------------
+    # ---- in the inference thread ------------------------------------------------------------
 
-    def _infer(
-        self, batch: list[TTSParams], publish: Callable[[int, Piece], None], first_audio: dict[int, float]
-    ) -> list[CachedAudio | Exception]:
-        """Runs in the inference thread: speaker lookup, one batched engine call, encoding.
-
-        Each chunk's joined piece is published as PCM16 the moment it exists; the stored result
-        is the same pieces, so a streamed job sounds exactly like its download. A job whose
-        chunks all came back silent gets its own error; its neighbours still succeed.
-        """
-        speaker = self._speaker(batch[0])
-        requests = [
-            SynthesisRequest(
-                text=params.text,
-                speaker=speaker,
-                seed=params.seed,
-                speed=params.speed,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k,
-                refine_text=params.refine_text,
-            )
-            for params in batch
-        ]
-        joiners = [ChunkJoiner() for _ in batch]
-        pieces: list[list[np.ndarray]] = [[] for _ in batch]
-        for owner, chunk in self.engine.synthesize_batch(requests):
-            first_audio.setdefault(owner, time.perf_counter())
-            piece = joiners[owner].add(chunk.samples)
-            pieces[owner].append(piece)
-            if chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
-                publish(owner, (chunk.index, chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
-        outcomes: list[CachedAudio | Exception] = []
-        for params, parts in zip(batch, pieces, strict=True):
-            samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-            if samples.size == 0:
-                outcomes.append(TransientError("model produced no audio"))
-            else:
-                audio = encode_audio(samples, params.format)
-                outcomes.append(CachedAudio(audio, CONTENT_TYPES[params.format], duration_s(samples)))
-        return outcomes
+    def _request(self, params: TTSParams) -> SynthesisRequest:
+        """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
+        return SynthesisRequest(
+            text=params.text,
+            speaker=self._speaker(params),
+            seed=params.seed,
+            speed=params.speed,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            refine_text=params.refine_text,
+        )
 
     def _speaker(self, params: TTSParams) -> str:
         """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""
@@ -619,8 +659,8 @@ class Worker:
 
     async def _release_when_idle(self) -> None:
         """Give the allocator's cache back once the worker has been idle a while (the inference thread is free)."""
-        if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_batch_at):
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.release_memory)
+        if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_step_at):
+            await asyncio.wrap_future(self._thread.call(self.engine.release_memory))
 
     async def _beat(self) -> None:
         await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
@@ -633,3 +673,7 @@ class Worker:
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
+
+
+def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:
+    return CachedAudio(encode_audio(samples, fmt), CONTENT_TYPES[fmt], duration_s(samples))

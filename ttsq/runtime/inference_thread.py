@@ -1,0 +1,181 @@
+"""The one thread that touches the model: it loads it, then steps the engine's batcher for as long as
+there is work and sleeps when there is none.
+
+ChatTTS is not thread-safe and a decode step must not wait on the event loop, so the worker hands
+this thread commands (add a request, cancel one, run a chore such as releasing memory) through a
+queue and hears back through a callback that it calls with each step's events. Between two steps
+the thread takes every command waiting, so a request claimed while others decode joins them at
+the next step boundary. While a step runs, :attr:`HeartbeatRecord.current_job` names it with a
+deadline, so a hung device shows in the liveness probe; between steps nothing is current.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ttsq.domain import context
+from ttsq.inference.base import Batcher, BatchEvent, RequestFailed, SynthesisRequest
+from ttsq.runtime.health import CurrentJob, HeartbeatRecord
+
+__all__ = ["InferenceThread", "StepReport"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one step did, for the worker's metrics and events."""
+
+    events: list[BatchEvent]
+    rows: int
+    """Rows that ran in the step (0 when only commands were handled)."""
+    seconds: float
+    broken: BaseException | None = None
+    """The batcher itself failed (a bug, not a request's failure): every request in it is lost."""
+
+
+@dataclass(frozen=True)
+class _Add:
+    key: str
+    build: Callable[[], SynthesisRequest]
+    alone: bool
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    key: str
+
+
+@dataclass(frozen=True)
+class _Call:
+    fn: Callable[[], Any]
+    done: Future[Any]
+
+
+class _Stop:
+    pass
+
+
+_Command = _Add | _Cancel | _Call | _Stop
+
+
+class InferenceThread:
+    """Runs ``setup`` (load, warm, size: it returns the batcher) and then the batcher, in one daemon thread.
+
+    ``report`` is called from this thread after every step, and after commands that produced events
+    (the worker passes a function that hands the report to its event loop). ``job_timeout_s`` bounds one step: past it the
+    liveness record reports the inference hung.
+    """
+
+    def __init__(self, report: Callable[[StepReport], None], record: HeartbeatRecord, job_timeout_s: float) -> None:
+        self._report = report
+        self._record = record
+        self._job_timeout_s = job_timeout_s
+        self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.batcher: Batcher | None = None
+        self._step_started = 0.0
+
+    def start(self, setup: Callable[[], Batcher]) -> Future[Batcher]:
+        """Start the thread; the future completes when ``setup`` has returned the batcher (or failed)."""
+        ready: Future[Batcher] = Future()
+        self._thread = threading.Thread(target=self._run, args=(setup, ready), name="ttsq-infer", daemon=True)
+        self._thread.start()
+        return ready
+
+    def add(self, key: str, build: Callable[[], SynthesisRequest], *, alone: bool = False) -> None:
+        """Queue a request; ``build`` runs in this thread (it may use the model, e.g. to draw a voice)."""
+        self._inbox.put(_Add(key, build, alone))
+
+    def cancel(self, key: str) -> None:
+        self._inbox.put(_Cancel(key))
+
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run ``fn`` in this thread between two steps."""
+        done: Future[T] = Future()
+        self._inbox.put(_Call(fn, done))
+        return done
+
+    def stop(self) -> None:
+        """Let the thread end after its current step; it is a daemon, so a hung step does not hold the process."""
+        self._inbox.put(_Stop())
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the thread to end; whether it did."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # ---- the thread ---------------------------------------------------------------------------
+
+    def _run(self, setup: Callable[[], Batcher], ready: Future[Batcher]) -> None:
+        try:
+            self.batcher = batcher = setup()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting event loop
+            ready.set_exception(exc)
+            return
+        batcher.on_run = self._running
+        ready.set_result(batcher)
+        while True:
+            events: list[BatchEvent] = []
+            if not self._take_commands(batcher, events, block=not batcher.busy):
+                return
+            if not batcher.busy:
+                if events:
+                    self._report(StepReport(events, rows=0, seconds=0.0))
+                continue
+            before = batcher.stats.row_steps
+            started = time.time()
+            self._step_started = started
+            broken: BaseException | None = None
+            try:
+                events += batcher.step()
+            except Exception as exc:
+                log.exception("the batcher failed outside any request's rows")
+                broken = exc
+            finally:
+                self._record.current_job = None
+            self._report(StepReport(events, batcher.stats.row_steps - before, time.time() - started, broken))
+
+    def _running(self, keys: list[str]) -> None:
+        """The batcher is about to run a step of these requests: name it, with its deadline, in the liveness record."""
+        shown = ", ".join(keys[:3]) + (", …" if len(keys) > 3 else "")
+        name = keys[0] if len(keys) == 1 else f"a step of {len(keys)} requests ({shown})"
+        started = self._step_started
+        self._record.current_job = CurrentJob(name, started, started + self._job_timeout_s, max(1, len(keys)))
+
+    def _take_commands(self, batcher: Batcher, events: list[BatchEvent], *, block: bool) -> bool:
+        """Apply every waiting command (waiting for one when idle); False when told to stop."""
+        while True:
+            try:
+                command = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if isinstance(command, _Stop):
+                return False
+            if isinstance(command, _Add):
+                with context.working_on(command.key):
+                    try:
+                        request = command.build()
+                    except Exception as exc:  # noqa: BLE001 - the request's own failure
+                        events.append(RequestFailed(command.key, exc))
+                        continue
+                    events += batcher.add(command.key, request, alone=command.alone)
+            elif isinstance(command, _Cancel):
+                batcher.cancel(command.key)
+            else:
+                try:
+                    command.done.set_result(command.fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the call
+                    command.done.set_exception(exc)
