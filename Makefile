@@ -50,15 +50,17 @@ prometheus:
 debian-redis:
 	scripts/install_debian_redis.sh
 
-## Benchmark suite, side by side, reported as ratios (~20 min; results in bench/results/, see BENCHMARKS.md).
+## Benchmark suite, side by side, reported as ratios (~20 min + ~15 min for the decoder; results in bench/results/, see BENCHMARKS.md).
 bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput
+	$(PY) -m bench.decoder
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput --quick
+	$(PY) -m bench.decoder --quick --checkpoints tiny
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install
