@@ -319,11 +319,12 @@ class Settings(BaseSettings):
         description="torch threads on CPU (1 is fastest on small machines; scale with processes).",
         json_schema_extra=_group("Model"),
     )
-    engine_backend: Literal["ttsq", "chattts"] = Field(
-        "ttsq",
+    engine_backend: Literal["auto", "ttsq", "chattts"] = Field(
+        "auto",
         description="`ttsq`: ttsq's own decoder (any mix of voices, parameters and seeds in one batch, each result "
         "independent of its batch-mates, slots refilled as rows end). `chattts`: ChatTTS's own `Chat.infer`, the "
-        "reference (batches only requests that share voice and parameters).",
+        "reference (batches only requests that share voice and parameters). `auto`: `ttsq` on a CPU, where it is "
+        "proven; `chattts` on CUDA until a GPU run has confirmed the decoder there (README, Decoder).",
         json_schema_extra=_group("Model"),
     )
     cuda_graphs: bool = Field(

@@ -53,7 +53,7 @@ def chattts_engine(settings: Settings) -> Engine:
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine: Engine
-    if settings.engine_backend == "ttsq":
+    if _engine_backend(settings) == "ttsq":
         engine = DecoderEngine(settings.engine_config(), cuda_graphs=settings.cuda_graphs)
     else:
         engine = ChatTTSEngine(settings.engine_config())
@@ -61,6 +61,20 @@ def chattts_engine(settings: Settings) -> Engine:
         log.warning("FAULT INJECTION is on (test setting): mode=%s match=%r", settings.fault_mode, settings.fault_match)
         engine = FaultInjectingEngine(engine, settings.fault_config())
     return engine
+
+
+def _engine_backend(settings: Settings) -> str:
+    """``ENGINE_BACKEND=auto``: ttsq's decoder on a CPU, ChatTTS's own loop on CUDA until a GPU run confirms the decoder there."""
+    if settings.engine_backend != "auto":
+        return settings.engine_backend
+    device = settings.device
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = "chattts" if device.startswith("cuda") else "ttsq"
+    log.info("ENGINE_BACKEND=auto: %s on %s", backend, device)
+    return backend
 
 
 async def _main(settings: Settings, make_engine: Callable[[Settings], Engine]) -> bool:
