@@ -48,7 +48,7 @@ def rows64(engine64: DecoderEngine) -> ChatTTSRows:
     return ChatTTSRows(engine64._loaded_chat())
 
 
-def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int = MAX_NEW) -> SlotDecoder:
+def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int = MAX_NEW, *, static: bool = False) -> SlotDecoder:
     chat = engine._loaded_chat()
     rows = ChatTTSRows(chat)
     return SlotDecoder(
@@ -59,6 +59,7 @@ def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int 
         shape=DecoderShape(slots=slots, max_prompt=96, max_new=max_new),
         dtype=torch.float64,
         head_dtype=torch.float64,
+        static_shapes=static,
     )
 
 
@@ -222,6 +223,36 @@ def test_a_rows_codes_and_audio_states_do_not_depend_on_its_batch_mates_slot_or_
     assert torch.equal(ended.tokens, alone.tokens)
     assert ended.hiddens is not None and alone.hiddens is not None
     assert torch.equal(ended.hiddens, alone.hiddens)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(row_strategy(), min_size=1, max_size=7), joins=st.lists(st.integers(0, 6), min_size=7, max_size=7))
+def test_the_cuda_graph_paths_arithmetic_gives_the_same_rows(
+    engine64: DecoderEngine, rows64: ChatTTSRows, batch: list[Row], joins: list[int]
+) -> None:
+    """What a captured step computes — every slot of the bucket, the whole cache under a mask, the
+    full sort for top-p/top-k — run eagerly on the CPU (no GPU here): rows joining at various steps
+    get exactly the codes of the CPU's own path (exact window, top-k selection)."""
+    results = []
+    for static in (False, True):
+        dec = decoder(engine64, 8, static=static)
+        ended: dict[int, Finished] = {}
+        pending = sorted(zip(joins, range(len(batch)), strict=False))
+        step = 0
+        slots: dict[int, int] = {}
+        while pending or dec.occupied:
+            while pending and pending[0][0] <= step:
+                _, index = pending.pop(0)
+                slot, done = dec.admit(prompt_of(engine64, rows64, batch[index]), batch[index].params)
+                slots[index] = slot
+                if done is not None:
+                    ended[slot] = done
+            ended.update({finished.slot: finished for finished in dec.step()})
+            step += 1
+        results.append([ended[slots[index]].tokens for index in range(len(batch))])
+        if static:
+            assert dec.computed in (0, *dec.buckets())
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def test_the_stream_seed_is_the_request_seed_for_the_first_chunk_and_distinct_for_the_others() -> None:

@@ -161,6 +161,8 @@ class SlotDecoder:
         dtype: the GPT's compute dtype (its weights' dtype; float64 in the equality tests).
         head_dtype: the heads' and embeddings' dtype (ChatTTS: float32, on the float32-cast state).
         cuda_graphs: capture each batch bucket's step as a CUDA graph (CUDA devices only).
+        static_shapes: step as a captured graph does — the whole bucket, the whole cache, the full
+            sort — but eagerly: how the tests check the graph path's arithmetic on a CPU.
     """
 
     def __init__(
@@ -174,6 +176,7 @@ class SlotDecoder:
         dtype: torch.dtype,
         head_dtype: torch.dtype,
         cuda_graphs: bool = False,
+        static_shapes: bool = False,
     ) -> None:
         import torch
 
@@ -189,8 +192,8 @@ class SlotDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.hidden = int(config.hidden_size)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.static_shapes = static_shapes or self.cuda_graphs
         self._graphs: dict[int, Any] = {}
-        self._graph_pool: Any = None
         self._act = _activation(gpt.layers[0].mlp)
         all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
         self._norm = _fused_rms_norm if all_float32 else _rms_norm
@@ -408,6 +411,9 @@ class SlotDecoder:
         with torch.inference_mode():
             if self.cuda_graphs:
                 self.computed = self._replay(span)
+            elif self.static_shapes:
+                self.computed = self._bucket(span)
+                self._decode(self.computed, self.shape.max_len + 1)
             else:
                 # Eagerly, shapes cost nothing: attend to exactly the longest row, and when every
                 # slot of the span holds a row at the same position, skip the mask and the gathers.
@@ -475,8 +481,8 @@ class SlotDecoder:
         counts = self._counts[rows].zero_().scatter_add_(-1, self.window[rows], self.recent[rows])
         alpha = torch.pow(self.penalty[rows], counts)
         logits = torch.where(logits < 0, logits * alpha, logits / alpha)
-        on_cpu = self.device.type == "cpu"
-        removed = self._filtered_by_selection(logits, rows) if on_cpu else self._filtered_by_sort(logits, rows)
+        by_sort = self.static_shapes or self.device.type != "cpu"
+        removed = self._filtered_by_sort(logits, rows) if by_sort else self._filtered_by_selection(logits, rows)
         logits = logits.masked_fill(removed, -math.inf)
         generated = self.generated[rows]
         logits[..., self.eos].masked_fill_(generated.unsqueeze(1) < self.min_new[rows], -math.inf)
@@ -599,15 +605,19 @@ class SlotDecoder:
                 self._decode(self.shape.slots, self.shape.max_len + 1)
             self._restore(snapshot)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        for bucket in sorted(self.buckets(), reverse=True):
+        for bucket in self.buckets():
+            # Each graph keeps its own memory pool: buckets replay in any order, so their scratch
+            # memory must not alias (every output goes to a buffer allocated outside the graphs).
             graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(graph, pool=self._graph_pool):
+            with torch.inference_mode(), torch.cuda.graph(graph):
                 self._decode(bucket, self.shape.max_len + 1)
-            self._graph_pool = graph.pool()
             self._graphs[bucket] = graph
 
+    def _bucket(self, span: int) -> int:
+        return next(size for size in self.buckets() if size >= span)
+
     def _replay(self, span: int) -> int:
-        bucket = next(size for size in self.buckets() if size >= span)
+        bucket = self._bucket(span)
         self._graphs[bucket].replay()
         return bucket
 
