@@ -15,6 +15,7 @@ import pytest
 from settings import Settings
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.checkpoint import build_tiny_checkpoint
+from ttsq.inference.decoder_engine import DecoderEngine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY_CHECKPOINT_DIR = REPO_ROOT / "var" / "tiny-checkpoint"
@@ -41,6 +42,16 @@ def tiny_checkpoint_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_checkpoint_dir: Path) -> Iterator[ChatTTSEngine]:
     engine = ChatTTSEngine(TINY_ENGINE_CONFIG)
+    engine.load()
+    engine.warm_up()
+    yield engine
+    engine.release_memory()
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
+    """The default engine (ttsq's decoder) on the same checkpoint and caps as :func:`tiny_engine`."""
+    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False)
     engine.load()
     engine.warm_up()
     yield engine

@@ -127,7 +127,7 @@ async def test_renewal_keeps_the_lease_and_reports_leases_not_held(make_queue: A
     requeued = []
     for _ in range(4):
         clock.advance(20)
-        assert await queue.renew_leases("w", [mine, other]) == {other}, "w never held the other job's lease"
+        assert (await queue.renew_leases("w", [mine, other])).lost == {other}, "w never held the other job's lease"
         await redis.delete(queue.keys.sweep_lock)
         requeued.append((await queue.sweep(SWEEP, "w")).requeued)
     assert requeued == [0, 1, 0, 0], "the unrenewed lease lapses at t=30 and is swept at t=40; the renewed one never"

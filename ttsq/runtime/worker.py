@@ -117,8 +117,14 @@ class Failure:
 Outcome = Synthesised | Failure
 
 
+class CancelledWhileRunning(Exception):
+    """A caller cancelled the job while it ran; the worker stopped its work (``fail`` ends it as cancelled)."""
+
+
 def failure_reason(error: BaseException) -> tuple[str, bool]:
     """How a failure is recorded on the job, and whether another attempt may succeed."""
+    if isinstance(error, CancelledWhileRunning):
+        return str(error), False
     if isinstance(error, OutOfMemory):
         return f"out of memory: {error}", True
     if isinstance(error, InferenceError):
@@ -667,9 +673,14 @@ class Worker:
         self.record.last_heartbeat = time.time()
 
     async def _renew_leases(self) -> None:
-        lost = await self.queue.renew_leases(self.config.worker_id, list(self._running))
-        for job_id in lost & self._running:
+        renewed = await self.queue.renew_leases(self.config.worker_id, list(self._running))
+        for job_id in renewed.lost & self._running:
             log.warning("lease on %s was lost; another worker may run it too", job_id)
+        for job_id in renewed.cancelling & self._in_flight.keys():
+            # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
+            # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
+            self._thread.cancel(job_id)
+            self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)

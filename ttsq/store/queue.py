@@ -48,6 +48,7 @@ from ttsq.store.replies import (
     Enqueued,
     EnqueueReply,
     Failed,
+    Renewed,
     Requeued,
     RequeueReply,
     Started,
@@ -432,16 +433,17 @@ class JobQueue:
                 await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
         return Claim(job=job, started=reply.started)
 
-    async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> set[str]:
-        """Move the lease deadline of every job in ``job_ids`` forward; return those no longer held."""
+    async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> Renewed:
+        """Move the lease deadline of every job in ``job_ids`` forward; which are no longer held, and
+        which were cancelled while running (their work may stop: :meth:`fail` ends them as cancelled)."""
         ids = list(job_ids)
         if not ids:
-            return set()
-        lost = await self._renew(
+            return Renewed(frozenset(), frozenset())
+        reply = await self._renew(
             keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in ids)],
             args=[worker_id, self.clock() + self.config.lease_s, *ids],
         )
-        return set(listed_ids(lost))
+        return Renewed.parse(reply)
 
     async def complete(
         self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None

@@ -40,8 +40,21 @@ class Outcome(StrEnum):
 
 
 def listed_ids(raw: Sequence[Any]) -> list[str]:
-    """A reply that lists job ids: ``renew.lua`` (the leases lost), ``take.lua`` (the ids taken, in claim order)."""
+    """A reply that lists job ids: ``take.lua`` (the ids taken, in claim order), and parts of ``renew.lua``'s."""
     return [text(job_id) for job_id in raw]
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """``renew.lua``: the leases this worker no longer holds, and the jobs it holds that were cancelled while running."""
+
+    lost: frozenset[str]
+    cancelling: frozenset[str]
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any]) -> Self:
+        lost, cancelling = raw
+        return cls(frozenset(listed_ids(lost)), frozenset(listed_ids(cancelling)))
 
 
 # ---- token_bucket.lua (alone in rate_limit.lua, and in front of enqueue.lua) -------------------
