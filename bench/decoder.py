@@ -38,6 +38,7 @@ import torch
 
 from bench.machine import machine
 from settings import Settings
+from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
@@ -177,9 +178,9 @@ def traffic(kind: str, engine: ChatTTSEngine) -> Traffic:
                 text=text(rng),
                 speaker=engine.speaker_from_seed(rng.randrange(1 << 20)),
                 seed=rng.randrange(1 << 30),
-                temperature=rng.choice([0.2, 0.3, 0.5]),
-                top_p=rng.choice([0.6, 0.7, 0.9]),
-                top_k=rng.choice([10, 20, 30]),
+                sampling=Sampling(
+                    temperature=rng.choice([0.2, 0.3, 0.5]), top_p=rng.choice([0.6, 0.7, 0.9]), top_k=rng.choice([10, 20, 30])
+                ),
             )
 
         return Traffic("mixed voices, seeds and parameters", mixed)

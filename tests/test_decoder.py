@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest_engine import TINY_ENGINE_CONFIG
+from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, OutOfMemory, RequestFailed, SynthesisRequest, TransientError
 from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecoder, stream_seed
 from ttsq.inference.decoder_engine import DecoderEngine
@@ -274,7 +275,8 @@ def requests(engine: DecoderEngine, count: int, poison_at: int | None = None) ->
         if index == poison_at:
             text = "poison " + text
         speaker = engine.speaker_from_seed(index)
-        made.append(SynthesisRequest(text=text, speaker=speaker, seed=100 + index, temperature=0.2 + 0.05 * index))
+        sampling = Sampling(temperature=0.2 + 0.05 * index)
+        made.append(SynthesisRequest(text=text, speaker=speaker, seed=100 + index, sampling=sampling))
     return made
 
 

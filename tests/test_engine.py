@@ -8,6 +8,7 @@ import json
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,7 @@ import torch
 
 from tests.conftest import fault_config
 from tests.conftest_engine import TINY_ENGINE_CONFIG
+from ttsq.domain.sampling import Sampling
 from ttsq.domain.text import split_sentences
 from ttsq.inference.base import (
     Engine,
@@ -46,8 +48,9 @@ def speaker(tiny_engine: ChatTTSEngine) -> str:
     return tiny_engine.speaker_from_seed(7)
 
 
-def request(speaker: str, text: str = SHORT, **overrides: object) -> SynthesisRequest:
-    return dataclasses.replace(SynthesisRequest(text=text, speaker=speaker, seed=1), **overrides)  # type: ignore[arg-type]
+def request(speaker: str, text: str = SHORT, seed: int = 1, **sampling: Any) -> SynthesisRequest:
+    """A request with these sampling parameters, not validated: the engine's own checks are under test too."""
+    return SynthesisRequest(text=text, speaker=speaker, seed=seed, sampling=Sampling.model_construct(**sampling))
 
 
 # ---- the checkpoint ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
+from ttsq.domain.sampling import SamplingFields
 
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 """Request bodies: unknown fields are refused so that a typo is not silently ignored, and types are
@@ -19,8 +20,11 @@ TEXT_FIELD = "text"
 :func:`deployment_openapi`."""
 
 
-class SubmitRequest(BaseModel):
+class SubmitRequest(SamplingFields):
     """A text to speak."""
+
+    # The sampling parameters (speed, temperature, top_p, top_k, refine_text) are inherited: declared, with
+    # their defaults and bounds, once in ttsq.domain.sampling, and sent flat as they always were.
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
@@ -36,12 +40,7 @@ class SubmitRequest(BaseModel):
     )
     voice: str | None = Field(None, description="A registered voice name; fixes the speaker.")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker.")
-    speed: int = Field(5, ge=1, le=9, description="ChatTTS speed 1 (slow) to 9 (fast).")
-    temperature: float = Field(0.3, ge=0.01, le=1.0)
-    top_p: float = Field(0.7, ge=0.1, le=1.0)
-    top_k: int = Field(20, ge=1, le=100)
     format: AudioFormat = "wav"
-    refine_text: bool = Field(False, description="Let ChatTTS add oral prosody tokens first (slower).")
     callback_url: str | None = Field(
         None,
         max_length=2048,

@@ -103,13 +103,9 @@ def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: in
         speaker_seed=speaker_seed,
         speaker_embedding=speaker_embedding,
         seed=seed,
-        speed=body.speed,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
         format=body.format,
-        refine_text=body.refine_text,
         deterministic=deterministic,
+        **dict(body.sampling),
     )
     params.cache_key = cache_key(params, model_identity)
     return params

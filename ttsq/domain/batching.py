@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 from ttsq.domain.cache_key import speaker_identity
 from ttsq.domain.jobs import Job
+from ttsq.domain.sampling import Sampling
 from ttsq.domain.text import detect_language
 
 T = TypeVar("T")
@@ -26,24 +27,17 @@ class Batchable(Protocol):
     @property
     def text(self) -> str: ...
     @property
-    def speed(self) -> int: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_p(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...
-    @property
-    def refine_text(self) -> bool: ...
+    def sampling(self) -> Sampling: ...
 
 
 def batch_key(item: Batchable, speaker: str) -> tuple[object, ...]:
     """What requests must share to run in one ChatTTS call: everything but the text and the seed.
 
     ``speaker`` is whatever identifies the voice on the caller's side: a job's speaker identity
-    (seed or embedding hash) when grouping claimed jobs, the embedding itself in the engine.
+    (seed or embedding hash) when grouping claimed jobs, the embedding itself in the engine. Every
+    sampling parameter is in the key (the whole record), and the language, which ChatTTS takes per call.
     """
-    return (speaker, item.speed, item.temperature, item.top_p, item.top_k, item.refine_text, detect_language(item.text))
+    return (speaker, item.sampling, detect_language(item.text))
 
 
 def group_compatible(jobs: Sequence[Job]) -> list[list[Job]]:

@@ -29,17 +29,9 @@ def speaker_identity(params: TTSParams) -> str:
 
 
 def engine_input(params: TTSParams) -> dict[str, object]:
-    """Everything the engine is handed for this job (and so everything that shapes its audio)."""
-    return {
-        "text": params.text,
-        "speaker": speaker_identity(params),
-        "seed": params.seed,
-        "speed": params.speed,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": params.top_k,
-        "refine_text": params.refine_text,
-    }
+    """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
+    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`)."""
+    return {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
 
 
 def cache_key(params: TTSParams, model_identity: str) -> str | None:

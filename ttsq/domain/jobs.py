@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ttsq.domain.sampling import SamplingFields
+
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
 
 DEFAULT_SAMPLING_SEED = 42
@@ -34,20 +36,20 @@ class Status(StrEnum):
         return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
 
 
-class TTSParams(BaseModel):
-    """Everything the worker needs to synthesise a job, already validated by the API."""
+class TTSParams(SamplingFields):
+    """Everything the worker needs to synthesise a job, already validated by the API.
+
+    The sampling parameters are inherited (:class:`~ttsq.domain.sampling.SamplingFields`), so a job
+    stores them flat, as it always has: a job written by an older release loads, and one written now
+    loads in an older worker (``.sampling`` is the record alone).
+    """
 
     text: str
     voice: str | None = None
     speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
     speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
-    speed: int = 5
-    temperature: float = 0.3
-    top_p: float = 0.7
-    top_k: int = 20
     format: AudioFormat = "wav"
-    refine_text: bool = False
     deterministic: bool = True
     cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")
     callback_url: str | None = Field(default=None, description="Where to POST the outcome (a signed webhook), if anywhere.")

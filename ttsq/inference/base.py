@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import join_chunks
 from ttsq.domain.batching import Probe
+from ttsq.domain.sampling import DEFAULT_SAMPLING, Sampling
 
 __all__ = [
     "BatchEvent",
@@ -66,11 +67,8 @@ class SynthesisRequest:
     """A ChatTTS speaker-embedding string (:meth:`Engine.speaker_from_seed` or a stored voice)."""
     seed: int
     """Sampling seed: the same request and seed give bit-identical audio on the same device."""
-    speed: int = 5
-    temperature: float = 0.3
-    top_p: float = 0.7
-    top_k: int = 20
-    refine_text: bool = False
+    sampling: Sampling = DEFAULT_SAMPLING
+    """Speed, temperature, top-p, top-k, refinement: what requests in one batch share."""
 
 
 @dataclass(frozen=True)

@@ -305,8 +305,8 @@ class ChatTTSEngine:
         if len({batch_key(req, req.speaker) for req in reqs}) != 1:
             raise PermanentError("a batch must share speaker, speed, sampling parameters and language")
         first = reqs[0]
-        if not 0 <= first.speed <= 9:
-            raise PermanentError(f"speed must be between 0 and 9, got {first.speed}")
+        if not 0 <= first.sampling.speed <= 9:  # the tokens ChatTTS has; the API offers 1-9 of them (ttsq.domain.sampling)
+            raise PermanentError(f"speed must be between 0 and 9, got {first.sampling.speed}")
         chat = self._loaded_chat()
         lang = detect_language(first.text)
         chunked = [self._split(req, lang) for req in reqs]
@@ -358,24 +358,25 @@ class ChatTTSEngine:
 
         floor = self.config.min_new_token if min_new_token is None else min_new_token
         min_new_token = min(max(floor, 1), max_new_token)
+        sampling = req.sampling
         with self._lock, torch.inference_mode():
             torch.manual_seed(req.seed)
             wavs: list[Any] = chat.infer(
                 texts,
                 lang=lang,
                 split_text=False,
-                skip_refine_text=not req.refine_text,
+                skip_refine_text=not sampling.refine_text,
                 # With no normalizer registered inside ChatTTS this only maps ASCII punctuation in
                 # Chinese text to the full-width forms the model was trained on (and its
                 # homophone map fixes characters it mispronounces); numbers were handled above.
                 do_text_normalization=True,
                 do_homophone_replacement=True,
                 params_infer_code=chat.InferCodeParams(
-                    prompt=f"[speed_{req.speed}]",
+                    prompt=f"[speed_{sampling.speed}]",
                     spk_emb=req.speaker,
-                    temperature=req.temperature,
-                    top_P=req.top_p,
-                    top_K=req.top_k,
+                    temperature=sampling.temperature,
+                    top_P=sampling.top_p,
+                    top_K=sampling.top_k,
                     manual_seed=req.seed,
                     max_new_token=max_new_token,
                     min_new_token=min_new_token,

@@ -173,16 +173,16 @@ class Scheduler:
             raise ValueError(f"request {key!r} is already in the scheduler")
         lang = detect_language(request.text)
         try:
-            if not 0 <= request.speed <= 9:
-                raise PermanentError(f"speed must be between 0 and 9, got {request.speed}")
+            if not 0 <= request.sampling.speed <= 9:
+                raise PermanentError(f"speed must be between 0 and 9, got {request.sampling.speed}")
             chunks = [self.rows.normalize(text, lang) for text in self.prepare(request, lang)]
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
-        if request.refine_text and self.text is None and self._make_text is not None:
+        if request.sampling.refine_text and self.text is None and self._make_text is not None:
             self.text = self._make_text()
         state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         self._requests[key] = state
-        phase: Literal["refine", "code"] = "refine" if request.refine_text else "code"
+        phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
         for index, chunk in enumerate(chunks):
             self._push(_Row(state, index, phase, chunk))
         return []
@@ -259,7 +259,7 @@ class Scheduler:
         request = row.request.request
         try:
             if row.phase == "code":
-                prompt = self.rows.code_prompt(row.text, request.speed, request.speaker)
+                prompt = self.rows.code_prompt(row.text, request.sampling.speed, request.speaker)
                 params = self._code_params(row)
             else:
                 prompt = self.rows.text_prompt(row.text)
@@ -282,9 +282,9 @@ class Scheduler:
     def _code_params(self, row: _Row) -> RowParams:
         request = row.request.request
         return RowParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,
+            temperature=request.sampling.temperature,
+            top_p=request.sampling.top_p,
+            top_k=request.sampling.top_k,
             repetition_penalty=CODE_REPETITION_PENALTY,
             min_new_token=min(max(self.limits.min_new_token, 1), self.limits.max_new_token),
             max_new_token=self.limits.max_new_token,

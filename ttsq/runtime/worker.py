@@ -593,16 +593,7 @@ class Worker:
 
     def _request(self, params: TTSParams) -> SynthesisRequest:
         """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
-        return SynthesisRequest(
-            text=params.text,
-            speaker=self._speaker(params),
-            seed=params.seed,
-            speed=params.speed,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            refine_text=params.refine_text,
-        )
+        return SynthesisRequest(text=params.text, speaker=self._speaker(params), seed=params.seed, sampling=params.sampling)
 
     def _speaker(self, params: TTSParams) -> str:
         """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""

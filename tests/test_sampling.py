@@ -1,0 +1,100 @@
+"""The sampling parameters are one record (ttsq.domain.sampling) with one home for each default and bound, and every
+carrier takes them from it without changing a shape anyone sees: the submit body and its OpenAPI schema, the stored
+job, the engine request, and the client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ttsq.api.schemas import SubmitRequest
+from ttsq.client.sdk import SynthesisOptions
+from ttsq.domain.jobs import Job, TTSParams
+from ttsq.domain.sampling import DEFAULT_SAMPLING, SAMPLING_FIELDS, Sampling
+from ttsq.inference.base import SynthesisRequest
+
+STORED_BEFORE = (
+    '{"id":"x","status":"queued","params":{"text":"Hello world","voice":null,"speaker_seed":7,"speaker_embedding":null,'
+    '"seed":7,"speed":9,"temperature":1.0,"top_p":1.0,"top_k":5,"format":"opus","refine_text":true,"deterministic":true,'
+    '"cache_key":"e15ed5663eb9bbf4694b19f618b2c584be3f184515dcccee7bd8f3b0f858e6ce","callback_url":null},"attempts":0,'
+    '"max_attempts":3,"error":null,"created_at":1.0,"started_at":null,"finished_at":null,"worker":null,"duration_s":null,'
+    '"content_type":null,"result_bytes":null,"not_before":null,"owner":null,"readers":null,"isolate":false,"requeues":0,'
+    '"holders":null,"cancel_requested":false}'
+)
+"""A job as the release before the record stored it (every sampling parameter away from its default)."""
+
+SCHEMA_BEFORE: dict[str, Any] = {
+    "speed": {
+        "default": 5,
+        "description": "ChatTTS speed 1 (slow) to 9 (fast).",
+        "maximum": 9,
+        "minimum": 1,
+        "title": "Speed",
+        "type": "integer",
+    },
+    "temperature": {"default": 0.3, "maximum": 1.0, "minimum": 0.01, "title": "Temperature", "type": "number"},
+    "top_p": {"default": 0.7, "maximum": 1.0, "minimum": 0.1, "title": "Top P", "type": "number"},
+    "top_k": {"default": 20, "maximum": 100, "minimum": 1, "title": "Top K", "type": "integer"},
+    "refine_text": {
+        "default": False,
+        "description": "Let ChatTTS add oral prosody tokens first (slower).",
+        "title": "Refine Text",
+        "type": "boolean",
+    },
+}
+"""The submit body's sampling properties as the release before the record published them."""
+
+
+def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() -> None:
+    """Flat, as always: an old job loads with its own parameters, and what is stored now an older worker reads alike."""
+    job = Job.model_validate_json(STORED_BEFORE)
+    assert job.params.sampling == Sampling(speed=9, temperature=1.0, top_p=1.0, top_k=5, refine_text=True)
+    assert json.loads(job.model_dump_json()) == json.loads(STORED_BEFORE)
+
+
+def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:
+    schema = SubmitRequest.model_json_schema()
+    assert {name: schema["properties"][name] for name in SAMPLING_FIELDS} == SCHEMA_BEFORE
+    assert set(schema["properties"]) == {"text", "voice", "seed", "format", "callback_url", *SCHEMA_BEFORE}
+    assert schema["required"] == ["text"]
+
+
+def test_every_carrier_defaults_to_the_one_record() -> None:
+    carriers = [
+        SubmitRequest(text="hi").sampling,
+        TTSParams(text="hi", seed=1).sampling,
+        SynthesisRequest(text="hi", speaker="", seed=1).sampling,
+    ]
+    assert carriers == [DEFAULT_SAMPLING] * 3
+    assert Sampling(speed=5, temperature=0.3, top_p=0.7, top_k=20, refine_text=False) == DEFAULT_SAMPLING
+
+
+@pytest.mark.parametrize(
+    "field_value", [("speed", 0), ("speed", 10), ("temperature", 0.0), ("top_p", 1.5), ("top_k", 0), ("top_k", 101)]
+)
+def test_the_bounds_hold_wherever_the_parameters_are_validated(field_value: tuple[str, Any]) -> None:
+    field, value = field_value
+    for model in (Sampling, TTSParams, SubmitRequest):
+        with pytest.raises(ValidationError) as refused:
+            model.model_validate({"text": "hi", "seed": 1, field: value} if model is not Sampling else {field: value})
+        assert [error["loc"] for error in refused.value.errors()] == [(field,)], model
+
+
+def test_the_record_is_a_hashable_value_whatever_carried_it() -> None:
+    """What a batch key needs: equal parameters from a job and from a request are one value."""
+    from_job = TTSParams(text="a", seed=1, speed=7, top_k=3).sampling
+    from_body = SubmitRequest(text="b", speed=7, top_k=3).sampling
+    assert from_job == from_body and hash(from_job) == hash(from_body)
+    assert from_job != DEFAULT_SAMPLING
+    with pytest.raises(ValidationError):
+        from_job.speed = 6  # type: ignore[misc]
+
+
+def test_the_client_offers_every_field_of_the_submit_body() -> None:
+    """The client imports nothing of ttsq, so it writes the fields out; this holds it to the body it sends them in."""
+    offered = SynthesisOptions.__required_keys__ | SynthesisOptions.__optional_keys__
+    assert offered | {"text", "callback_url"} == set(SubmitRequest.model_fields)
+    assert set(SAMPLING_FIELDS) <= offered
