@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
-from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, sse_schema, task_links, text_too_long
+from ttsq.api.schemas import SubmitRequest, sse_schema, task_links
 from ttsq.api.service import InvalidInput, TTSService
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.voices import OPENAI_VOICES
@@ -113,9 +113,6 @@ _SPEECH_EVENT = {
 async def speech(body: SpeechRequest, service: ServiceDep, caller: TTSCaller) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
-    too_long = text_too_long(body.input, service.config.max_text_chars)
-    if too_long is not None:
-        raise InvalidInput(TEXT_FIELD, too_long, body.input[:200])
     voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
     if voice is None:
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])

@@ -6,8 +6,7 @@ from fastapi import APIRouter, Response, status
 
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, QUEUE_FULL_RESPONSE, RATE_LIMIT_HEADERS
-from ttsq.api.schemas import TEXT_FIELD, SubmitRequest, SubmitResponse, task_links, text_too_long
-from ttsq.api.service import InvalidInput
+from ttsq.api.schemas import SubmitRequest, SubmitResponse, task_links
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
 
@@ -39,9 +38,6 @@ async def submit(body: SubmitRequest, service: ServiceDep, caller: TTSCaller) ->
 
     The answer is serialised once, here: returning the model would have FastAPI validate it again.
     """
-    too_long = text_too_long(body.text, service.config.max_text_chars)
-    if too_long is not None:
-        raise InvalidInput(TEXT_FIELD, too_long, body.text[:200])
     submitted = await service.submit(body, caller)
     code = status.HTTP_200_OK if submitted.answer.cached else status.HTTP_202_ACCEPTED
     headers = submitted.rate.headers() if submitted.rate is not None else None

@@ -123,12 +123,23 @@ def test_validate_empty_after_cleaning(raw: str) -> None:
 
 def test_validate_length_limit() -> None:
     assert validate_text("a" * 10, 10) == "a" * 10
-    with pytest.raises(TextError, match="text is 11 characters long; the limit is 10"):
+    with pytest.raises(TextError, match="text is 11 characters long as sent; the limit is 10"):
         validate_text("a" * 11, 10)
 
 
-def test_validate_length_counts_cleaned_text() -> None:
-    assert validate_text("\u200b" * 50 + "abc" + "   \n" * 20, 3) == "abc"
+def test_validate_length_counts_the_text_as_sent() -> None:
+    """What the API's schema says (``maxLength``): invisible characters count, though cleaning removes them."""
+    assert validate_text("\u200babc", 4) == "abc"
+    with pytest.raises(TextError, match="text is 5 characters long as sent; the limit is 4"):
+        validate_text("\u200b" * 2 + "abc", 4)
+
+
+def test_validate_length_counts_the_cleaned_text_too() -> None:
+    """The one width form that cleaning lengthens (U+FFE3 becomes a space and a combining macron): what the model
+    would see is over the limit though the text as sent is not."""
+    assert len(canonical_text("a\uffe3b")) == 4
+    with pytest.raises(TextError, match="text is 4 characters long once cleaned; the limit is 3"):
+        validate_text("a\uffe3b", 3)
 
 
 def test_validate_returns_canonical_text() -> None:

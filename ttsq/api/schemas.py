@@ -17,7 +17,7 @@ never ``0``), so what the schema declares is exactly what is accepted."""
 
 TEXT_FIELD = "text"
 """The submit body's text field; its ``maxLength`` is a setting, put in each deployment's schema by
-:func:`deployment_openapi`."""
+:func:`deployment_openapi` (and enforced, on the text as sent, by :func:`ttsq.domain.text.validate_text`)."""
 
 
 class SubmitRequest(SamplingFields):
@@ -221,15 +221,6 @@ def component_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     schema.pop("$defs", None)
     return schema
-
-
-def text_too_long(text: str, max_chars: int) -> str | None:
-    """Why ``text`` is refused before cleaning, or None. The schema's ``maxLength`` counts the text as sent,
-    so the API refuses exactly what the schema does; cleaning only ever removes characters, so whatever
-    passes here also fits after cleaning."""
-    if len(text) > max_chars:
-        return f"text is {len(text)} characters long as sent; the limit is {max_chars}"
-    return None
 
 
 def task_links(task_id: str) -> dict[str, Any]:

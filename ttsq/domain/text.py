@@ -310,16 +310,21 @@ def find_forbidden_tokens(text: str) -> list[str]:
 def validate_text(raw: str, max_chars: int) -> str:
     """Clean ``raw`` and refuse it, with a reason a person can act on, if it is unusable.
 
-    The length limit applies to the cleaned text, since that is what the model sees; the
-    caller chooses it (the library reads no configuration of its own).
+    The length limit (the caller's: the library reads no configuration of its own) counts the text
+    as sent, first, so that the API refuses exactly what its schema's ``maxLength`` says and a long
+    text costs no cleaning; and then the cleaned text, since that is what the model sees (cleaning
+    almost always shortens a text, but one width form, U+FFE3, becomes two characters). This is the
+    one place the limit is checked.
     """
+    if len(raw) > max_chars:
+        raise TextError(f"text is {len(raw)} characters long as sent; the limit is {max_chars}")
     if not raw.strip():
         raise TextError("text is empty")
     cleaned = canonical_text(raw)
     if not cleaned:
         raise TextError("text is empty after removing invisible and control characters")
     if len(cleaned) > max_chars:
-        raise TextError(f"text is {len(cleaned)} characters long; the limit is {max_chars}")
+        raise TextError(f"text is {len(cleaned)} characters long once cleaned; the limit is {max_chars}")
     forbidden = find_forbidden_tokens(cleaned)
     if forbidden:
         names = ", ".join(forbidden)
