@@ -122,6 +122,28 @@ async def test_the_rate_limit_is_per_key_with_ratelimit_headers(redis: Redis, ma
         assert (await submit(client, quiet)).status_code == 202, "another key has its own bucket"
 
 
+async def test_an_empty_bucket_is_one_answer_whichever_way_the_submit_would_have_gone(redis: Redis, make_settings: Any) -> None:
+    """The enqueue script's refusal and a cache hit's own payment are translated into 429 in one place: the same
+    sentence and the bucket's headers, in the native and the OpenAI shape, each counted as ``rate_limited``."""
+    async with api_client(make_settings(rate_limit_burst=1, rate_limit_per_s=0.01)) as (client, app):
+        service = app.state.service
+        body = {"text": "From the cache.", "voice": "zh_female", "seed": 1}
+        params = service.build_params(SubmitRequest(**body), builtin("zh_female"))
+        await service.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
+        assert (await submit(client, None, seed=2)).status_code == 202, "the one token"
+        would_queue = await submit(client, None, seed=3)
+        would_hit = await submit(client, None, **body)
+        speech = await client.post("/v1/audio/speech", json={"model": "tts-1", "input": "Hello.", "voice": "alloy"})
+        for refused in (would_queue, would_hit, speech):
+            assert refused.status_code == 429, refused.text
+            assert refused.headers["ratelimit-remaining"] == "0" and int(refused.headers["retry-after"]) >= 1
+        detail = would_queue.json()["detail"]
+        assert detail.startswith("too many requests: 1 may burst") and would_hit.json() == {"detail": detail}
+        assert speech.json()["error"]["type"] == "rate_limit_error" and speech.json()["error"]["message"] == detail
+        metrics = (await client.get("/metrics")).text
+    assert 'ttsq_submits_total{outcome="rate_limited"} 3.0' in metrics.splitlines()
+
+
 async def test_anonymous_clients_are_limited_by_address(redis: Redis, make_settings: Any) -> None:
     async with api_client(make_settings(rate_limit_burst=2, rate_limit_per_s=0.01)) as (client, _):
         codes = [(await submit(client, None, seed=n)).status_code for n in range(3)]

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
-from ttsq.store.rate_limit import RateDecision
 
 AuthMode = Literal["auto", "on", "off"]
 
@@ -35,14 +34,6 @@ class Forbidden(Exception):
     def __init__(self, scope: Scope) -> None:
         super().__init__(f"this API key lacks the {scope!r} scope needed here")
         self.scope = scope
-
-
-class RateLimited(Exception):
-    """429: the caller's token bucket is empty."""
-
-    def __init__(self, decision: RateDecision) -> None:
-        super().__init__(f"too many requests: {decision.limit} may burst, then {decision.rate_per_s:g} per second; retry shortly")
-        self.decision = decision
 
 
 @dataclass(frozen=True)

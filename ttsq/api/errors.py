@@ -9,7 +9,9 @@ Two shapes, chosen by route family:
   so the OpenAI SDKs raise their usual exception types.
 
 A Redis outage becomes ``503`` with ``Retry-After`` (the client's job is not lost: it was either
-never acknowledged, or it is safe in Redis); a full queue becomes ``429`` with ``Retry-After``.
+never acknowledged, or it is safe in Redis). A submit the store refuses — the queue full, the key at its
+cap of queued jobs, or its token bucket empty — becomes ``429`` with ``Retry-After``, here and nowhere
+else: the use cases let the store's exceptions through as they are.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from ttsq.api.auth import Forbidden, RateLimited, Unauthorized
+from ttsq.api.auth import Forbidden, Unauthorized
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
 from ttsq.api.service import InvalidInput, TaskNotFound
 from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
 from ttsq.store.queue import QueueFullError
+from ttsq.store.rate_limit import RateLimitExceeded
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +215,12 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
         rejected(request, "unavailable")
         return error_response(request, 503, "the job store (Redis) is unreachable; please retry shortly", headers=retry)
 
-    async def queue_full(request: Request, exc: Exception) -> Response:
+    async def too_many(request: Request, exc: Exception) -> Response:
+        """A submit the store refused: its bucket is empty (its ``RateLimit-*`` headers say when it refills), or the
+        queue, or the key's share of it, is full."""
+        if isinstance(exc, RateLimitExceeded):
+            rejected(request, "rate_limited")
+            return error_response(request, 429, str(exc), headers=exc.decision.headers())
         rejected(request, "queue_full")
         return error_response(request, 429, str(exc), headers=retry)
 
@@ -224,11 +232,6 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
 
     async def forbidden(request: Request, exc: Exception) -> Response:
         return error_response(request, 403, str(exc))
-
-    async def rate_limited(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RateLimited)
-        rejected(request, "rate_limited")
-        return error_response(request, 429, str(exc), headers=exc.decision.headers())
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         """A bug: the log gets the traceback (with the request id), the client a sentence and the id, never the trace."""
@@ -269,10 +272,10 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
 
     app.add_exception_handler(Unauthorized, unauthorized)
     app.add_exception_handler(Forbidden, forbidden)
-    app.add_exception_handler(RateLimited, rate_limited)
     app.add_exception_handler(Exception, unexpected)
     app.add_exception_handler(RedisError, redis_down)
-    app.add_exception_handler(QueueFullError, queue_full)
+    app.add_exception_handler(QueueFullError, too_many)
+    app.add_exception_handler(RateLimitExceeded, too_many)
     app.add_exception_handler(TaskNotFound, not_found)
     app.add_exception_handler(VoiceError, voice_error)
     app.add_exception_handler(InvalidInput, invalid_input)

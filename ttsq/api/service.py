@@ -2,9 +2,10 @@
 
 Every router (native, OpenAI-compatible, voices, the page) calls this one service; routers never
 import each other, and nothing here knows about HTTP. Failures are the service's own exceptions
-(:class:`InvalidInput`, :class:`TaskNotFound`, :class:`ttsq.domain.voices.VoiceError`,
-:class:`ttsq.store.queue.QueueFullError`, and redis-py's errors for an outage), which
-:mod:`ttsq.api.errors` turns into HTTP answers in the shape each route family promises.
+(:class:`InvalidInput`, :class:`TaskNotFound`, :class:`ttsq.domain.voices.VoiceError`), the store's
+refusals (:class:`ttsq.store.queue.QueueFullError`, :class:`ttsq.store.rate_limit.RateLimitExceeded`)
+and redis-py's errors for an outage, raised as they come: :mod:`ttsq.api.errors` turns each into its
+HTTP answer once, in the shape each route family promises.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ttsq.api.auth import Principal, RateLimited
+from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.domain import context
@@ -173,7 +174,7 @@ class TTSService:
         The task is readable by ``caller``'s key (and admins); cache hits share audio across keys,
         never task records. A valid submit pays one token of ``caller``'s bucket — inside the script
         that queues the job, so paying costs no round trip of its own (a cache hit pays on its own) —
-        and raises :class:`~ttsq.api.auth.RateLimited` when the bucket is empty.
+        and raises :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
@@ -205,19 +206,16 @@ class TTSService:
                 )
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
-        try:
-            result = await self.queue.enqueue(
-                signer.new(),
-                params,
-                # A joiner would never be called back: the job in flight carries the first submitter's callback.
-                single_flight=self.config.single_flight and params.callback_url is None,
-                owner=caller.subject,
-                reader=caller.reader,
-                max_per_owner=self.config.max_queued_per_key,
-                charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
-            )
-        except RateLimitExceeded as exc:
-            raise RateLimited(exc.decision) from None
+        result = await self.queue.enqueue(
+            signer.new(),
+            params,
+            # A joiner would never be called back: the job in flight carries the first submitter's callback.
+            single_flight=self.config.single_flight and params.callback_url is None,
+            owner=caller.subject,
+            reader=caller.reader,
+            max_per_owner=self.config.max_queued_per_key,
+            charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+        )
         self._on_submit("joined" if result.joined else "queued")
         context.task_id.set(result.job.id)
         log.info(
@@ -246,7 +244,7 @@ class TTSService:
             return None
         decision = await self.rate_limiter.take(caller.subject)
         if not decision.allowed:
-            raise RateLimited(decision)
+            raise RateLimitExceeded(decision)
         return decision
 
     async def check_callback_url(self, url: str) -> str:

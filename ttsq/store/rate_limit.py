@@ -43,10 +43,10 @@ class RateDecision:
 
 
 class RateLimitExceeded(Exception):
-    """The caller's bucket is empty; nothing was recorded or queued."""
+    """The caller's bucket is empty; nothing was recorded or queued. Its message is the client's answer (a 429)."""
 
     def __init__(self, decision: RateDecision) -> None:
-        super().__init__(f"rate limit: retry in {decision.retry_after_s} s")
+        super().__init__(f"too many requests: {decision.limit} may burst, then {decision.rate_per_s:g} per second; retry shortly")
         self.decision = decision
 
 
