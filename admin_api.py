@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from deps import AdminCaller, ServiceDep
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
 from ttsq.api.schemas import DeadLetter, DeadLetterList, ErrorBody, RequeueResponse
-from ttsq.store.replies import Requeued
+from ttsq.api.service import Requeued
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 
@@ -35,7 +35,7 @@ async def list_dead_letters(
     summary="One dead letter",
 )
 async def get_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCaller) -> DeadLetter:
-    job = await service.queue.dead_letter(task_id)
+    job = await service.dead_letter(task_id)
     if job is None:
         raise HTTPException(404, f"no dead letter {task_id!r}")
     return DeadLetter.of(job, preview=False)
@@ -71,6 +71,6 @@ async def requeue_dead_letter(task_id: TaskId, service: ServiceDep, caller: Admi
 )
 async def purge_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCaller) -> Response:
     """The task's record still reads "failed" until it expires (``RESULT_TTL_S``)."""
-    if not await service.queue.purge_dead(task_id):
+    if not await service.purge_dead(task_id):
         raise HTTPException(404, f"no dead letter {task_id!r}")
     return Response(status_code=204)

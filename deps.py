@@ -25,9 +25,8 @@ from fastapi import Depends, Request, Security
 from fastapi.openapi.models import APIKey, APIKeyIn, HTTPBearer
 from fastapi.security.base import SecurityBase
 
-from ttsq.api.auth import Authenticator, Forbidden, Principal, presented_key
+from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key
 from ttsq.api.service import TTSService
-from ttsq.store.api_keys import Scope
 
 BEARER_SCHEME = "HTTPBearer"
 HEADER_SCHEME = "APIKeyHeader"

@@ -23,10 +23,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import SubmitRequest, sse_schema, task_links
-from ttsq.api.service import InvalidInput, TTSService
-from ttsq.domain.audio import CONTENT_TYPES
-from ttsq.domain.voices import OPENAI_VOICES
-from ttsq.store.streams import StreamFailed, open_ended_wav_header
+from ttsq.api.service import (
+    CONTENT_TYPES,
+    DEFAULT_SAMPLING,
+    MAX_SPEED,
+    MIN_SPEED,
+    OPENAI_VOICES,
+    InvalidInput,
+    StreamFailed,
+    TTSService,
+    open_ended_wav_header,
+)
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
 
@@ -63,8 +70,8 @@ class SpeechRequest(BaseModel):
 
 
 def chattts_speed(speed: float) -> int:
-    """OpenAI's speed factor → ChatTTS's [speed_N]: each doubling is two steps (0.25 → 1, 1 → 5, 4 → 9)."""
-    return max(1, min(9, round(5 + 2 * math.log2(speed))))
+    """OpenAI's speed factor → ChatTTS's [speed_N]: each doubling is two steps from the default (0.25 → 1, 1 → 5, 4 → 9)."""
+    return max(MIN_SPEED, min(MAX_SPEED, round(DEFAULT_SAMPLING.speed + 2 * math.log2(speed))))
 
 
 _SPEECH_EVENT = {

@@ -9,15 +9,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from redis.exceptions import RedisError
 
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
-from ttsq.domain.audio import CONTENT_TYPES
-from ttsq.domain.jobs import Job, Status
-from ttsq.store.replies import Cancelled
-from ttsq.store.streams import STREAM_CONTENT_TYPES, StreamFormat
+from ttsq.api.service import CONTENT_TYPES, STREAM_CONTENT_TYPES, Cancelled, Job, Status, StoreUnavailable, StreamFormat
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])
 log = logging.getLogger("ttsq.api")
@@ -173,7 +169,7 @@ async def task_events(task_id: str, service: ServiceDep, caller: TTSCaller) -> S
         try:
             async for event in service.events(job):
                 yield f"event: status\ndata: {json.dumps(event)}\n\n"
-        except RedisError:
+        except StoreUnavailable:
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}
             yield f"event: error\ndata: {json.dumps(detail)}\n\n"

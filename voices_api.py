@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from deps import AdminCaller, ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, invalid_field
 from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
-from ttsq.domain.jobs import MAX_SEED
-from ttsq.domain.voices import VOICE_NAME, Voice, validate_voice_name
+from ttsq.api.service import MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
 

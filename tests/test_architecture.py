@@ -26,11 +26,14 @@ ROUTERS = ["submit_api", "query_api", "voices_api", "openai_api", "admin_api"]
 API_ENTRY = ["app", "deps", *ROUTERS]
 
 
+def parse(module: str) -> ast.Module:
+    return ast.parse((ROOT / f"{module}.py").read_text())
+
+
 def imported_modules(module: str) -> set[str]:
     """Every module a top-level file imports (import-linter takes only packages as roots)."""
-    tree = ast.parse((ROOT / f"{module}.py").read_text())
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(parse(module)):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -42,6 +45,30 @@ def imported_modules(module: str) -> set[str]:
 def test_routers_never_import_each_other(router: str) -> None:
     """Shared use cases live in ttsq.api.service; a router importing another would hide one there."""
     assert imported_modules(router) & set(ROUTERS) == set()
+
+
+ROUTER_IMPORTS = {"ttsq.api.service", "ttsq.api.schemas", "ttsq.api.errors", "ttsq.api.auth"}
+"""All a router (or its dependencies, ``deps.py``) may import of ttsq: the use cases, which re-export what the routers
+name of the layers beneath, the bodies, the error answers, and who is calling."""
+
+SERVICE_INTERNALS = {"queue", "cache", "voices", "rate_limiter", "webhooks", "streams", "heartbeats"}
+"""The service's stores: a router that reaches ``service.queue`` has a use case of its own, outside the service."""
+
+
+@pytest.mark.parametrize("module", [*ROUTERS, "deps"])
+def test_routers_talk_only_to_the_use_cases(module: str) -> None:
+    """import-linter does not see the top-level modules, so this holds the routers to ttsq.api: nothing of ttsq.store
+    or ttsq.domain (nor the Redis client) imported, and no reaching through the service into its stores."""
+    imported = imported_modules(module)
+    ours = {name for name in imported if name.split(".")[0] == "ttsq"}
+    assert ours - ROUTER_IMPORTS == set(), "import it from ttsq.api.service (re-export it there)"
+    assert {name for name in imported if name.split(".")[0] == "redis"} == set()
+    reaching = [
+        f"{module}.py:{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(parse(module))
+        if isinstance(node, ast.Attribute) and node.attr in SERVICE_INTERNALS
+    ]
+    assert reaching == [], "give the service the use case instead"
 
 
 @pytest.mark.parametrize("module", API_ENTRY)

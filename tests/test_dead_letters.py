@@ -119,3 +119,9 @@ async def test_the_admin_routes_need_the_admin_scope(make_settings: Any, redis: 
         assert requeued.status_code == 202 and requeued.json() == {"task_id": job_id, "status": "queued", "queue_position": 0}
         assert (await client.post(f"/v1/admin/dead-letters/{job_id}/requeue", headers=bearer(admin))).status_code == 404
         assert (await client.delete(f"/v1/admin/dead-letters/{job_id}", headers=bearer(admin))).status_code == 404
+        claim = await queue.claim("w", block_s=0.1)  # the requeued job, refused again: a dead letter once more
+        assert claim is not None and claim.job.id == job_id
+        await queue.fail(job_id, "refused again", retryable=False, cache_key=None)
+        assert (await client.get("/v1/admin/dead-letters", headers=bearer(admin))).json()["total"] == 1
+        assert (await client.delete(f"/v1/admin/dead-letters/{job_id}", headers=bearer(admin))).status_code == 204
+        assert (await client.get("/v1/admin/dead-letters", headers=bearer(admin))).json()["total"] == 0

@@ -21,6 +21,18 @@ from typing import Literal
 
 from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
 
+__all__ = [
+    "AuthMode",
+    "Authenticator",
+    "Forbidden",
+    "KeyPolicy",
+    "Principal",
+    "Scope",
+    "Unauthorized",
+    "listening_addresses",
+    "presented_key",
+]
+
 AuthMode = Literal["auto", "on", "off"]
 
 

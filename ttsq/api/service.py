@@ -1,11 +1,15 @@
 """The API's use cases: submit a text, look a task up, stream its audio, manage voices.
 
-Every router (native, OpenAI-compatible, voices, the page) calls this one service; routers never
-import each other, and nothing here knows about HTTP. Failures are the service's own exceptions
-(:class:`InvalidInput`, :class:`TaskNotFound`, :class:`ttsq.domain.voices.VoiceError`), the store's
-refusals (:class:`ttsq.store.queue.QueueFullError`, :class:`ttsq.store.rate_limit.RateLimitExceeded`)
-and redis-py's errors for an outage, raised as they come: :mod:`ttsq.api.errors` turns each into its
-HTTP answer once, in the shape each route family promises.
+Every router (native, OpenAI-compatible, voices, admin) calls this one service; routers never
+import each other, and nothing here knows about HTTP. Routers import nothing below ``ttsq.api``:
+what they name of the layers beneath (a job's status, a cancel's outcome, a voice, a stream's
+format) is re-exported here, in ``__all__`` (``tests/test_architecture.py`` holds them to it).
+
+Failures are the service's own exceptions (:class:`InvalidInput`, :class:`TaskNotFound`,
+:class:`ttsq.domain.voices.VoiceError`), the store's refusals (:class:`ttsq.store.queue.QueueFullError`,
+:class:`ttsq.store.rate_limit.RateLimitExceeded`) and redis-py's errors for an outage
+(:data:`StoreUnavailable`), raised as they come: :mod:`ttsq.api.errors` turns each into its HTTP
+answer once, in the shape each route family promises.
 """
 
 from __future__ import annotations
@@ -16,26 +20,76 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.domain import context
+from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.cache_key import cache_key
-from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
-from ttsq.domain.voices import Voice
+from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
 from ttsq.store.cache import ResultCache
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
-from ttsq.store.streams import AudioStreams, StreamFailed, StreamFormat, audio_stream, pcm_pieces
+from ttsq.store.streams import (
+    STREAM_CONTENT_TYPES,
+    AudioStreams,
+    StreamFailed,
+    StreamFormat,
+    audio_stream,
+    open_ended_wav_header,
+    pcm_pieces,
+)
 from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
 from ttsq.store.voices import VoiceRegistry
 
+__all__ = [
+    "EVENT_POLL_S",
+    "Download",
+    "InvalidInput",
+    "ServiceConfig",
+    "Submitted",
+    "TTSService",
+    "TaskNotFound",
+    "Webhooks",
+    "build_params",
+    "readable",
+]
+# What the routers name of the layers beneath, re-exported: they import nothing below ttsq.api.
+__all__ += [
+    "CONTENT_TYPES",
+    "DEFAULT_SAMPLING",
+    "MAX_SEED",
+    "MAX_SPEED",
+    "MIN_SPEED",
+    "OPENAI_VOICES",
+    "STREAM_CONTENT_TYPES",
+    "VOICE_NAME",
+    "Cancelled",
+    "Job",
+    "Requeued",
+    "Status",
+    "StoreUnavailable",
+    "StreamFailed",
+    "StreamFormat",
+    "Voice",
+    "open_ended_wav_header",
+    "validate_voice_name",
+]
+
 log = logging.getLogger("ttsq.api")
+
+StoreUnavailable = RedisError
+"""The job store (Redis) cannot be reached: redis-py's own error, named for what it means to a router
+(one that has started a stream ends it with an error event; anywhere else it is a 503)."""
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""
@@ -299,7 +353,15 @@ class TTSService:
 
     async def dead_letters(self, limit: int) -> tuple[list[Job], int]:
         """The newest ``limit`` dead letters and how many there are."""
-        return await self.queue.dead_letters(limit), int(await self.queue.redis.llen(self.queue.keys.dead))
+        return await self.queue.dead_letters(limit), await self.queue.dead_letter_count()
+
+    async def dead_letter(self, task_id: str) -> Job | None:
+        """One dead letter's final record, or None."""
+        return await self.queue.dead_letter(task_id)
+
+    async def purge_dead(self, task_id: str) -> bool:
+        """Drop one dead letter; False when there was none by that id."""
+        return bool(await self.queue.purge_dead(task_id))
 
     async def requeue_dead(self, task_id: str) -> tuple[Requeued, int]:
         """Requeue a dead letter under its id; its outcome and (when requeued) its queue position."""

@@ -340,6 +340,10 @@ class JobQueue:
         raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
         return [Job.model_validate_json(item) for item in raw]
 
+    async def dead_letter_count(self) -> int:
+        """How many dead letters are held (at most ``dead_letter_max``)."""
+        return int(await self.redis.llen(self.keys.dead))
+
     async def dead_letter(self, job_id: str) -> Job | None:
         """One dead letter's final record (its reason and attempts), or None."""
         return next((job for job in await self.dead_letters(self.config.dead_letter_max) if job.id == job_id), None)
