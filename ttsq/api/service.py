@@ -375,14 +375,7 @@ class TTSService:
         status = TaskStatus.of(job, position, progress)
         if job.params.callback_url is not None and self.webhooks is not None:
             summary = DeliverySummary.of(await self.webhooks.deliveries.log(job.id))
-            status.webhook = WebhookStatus(
-                state=summary.state.value,
-                attempts=summary.attempts,
-                last_status_code=summary.last_status_code,
-                last_error=summary.last_error,
-                last_attempt_at=summary.last_attempt_at,
-                next_attempt_at=summary.next_attempt_at,
-            )
+            status.webhook = WebhookStatus.model_validate(summary, from_attributes=True)  # the body is the summary, field for field
         return status
 
     async def download(self, task_id: str, caller: Principal) -> Download:
