@@ -332,6 +332,13 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq` on CUDA: capture each batch bucket's decode step as a CUDA graph at start.",
         json_schema_extra=_group("Model"),
     )
+    batch_invariant: bool = Field(
+        False,
+        description="With `ENGINE_BACKEND=ttsq`: every decode step computes every slot over the whole cache, so a "
+        "request's audio is bit-identical in any batch, in float32 too (on workers with the same `MAX_BATCH`); a lone "
+        "request then costs a full batch's step (docs/decoder.md).",
+        json_schema_extra=_group("Model"),
+    )
     compile: bool = Field(
         False,
         description="`torch.compile` the GPT (CUDA only, `ENGINE_BACKEND=chattts`); batches are padded to powers of two "

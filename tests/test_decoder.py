@@ -256,6 +256,40 @@ def test_the_cuda_graph_paths_arithmetic_gives_the_same_rows(
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(target=row_strategy(), others=st.lists(row_strategy(), min_size=1, max_size=7), join_after=st.integers(0, 8))
+def test_batch_invariant_rows_are_bit_identical_in_float32_whatever_shares_their_steps(
+    tiny_decoder_engine: DecoderEngine, target: Row, others: list[Row], join_after: int
+) -> None:
+    """float32, as served: with ``BATCH_INVARIANT`` every product has one shape, so a row's states —
+    not only its codes — are the same bits alone and in any company (same slot count)."""
+    chat = tiny_decoder_engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+
+    def make() -> SlotDecoder:
+        return SlotDecoder(
+            chat.gpt.gpt, chat.embed, mode="code", eos=rows.code_eos,
+            shape=DecoderShape(slots=8, max_prompt=96, max_new=MAX_NEW), dtype=torch.float32, head_dtype=torch.float32,
+            batch_invariant=True,
+        )  # fmt: skip
+
+    def run(company: list[Row], wait: int) -> Finished:
+        dec = make()
+        for row in company:
+            dec.admit(prompt_of(tiny_decoder_engine, rows, row), row.params)
+        for _ in range(wait):
+            dec.step()
+        slot, ended = dec.admit(prompt_of(tiny_decoder_engine, rows, target), target.params)
+        while ended is None:
+            ended = next((finished for finished in dec.step() if finished.slot == slot), None)
+        return ended
+
+    alone, crowded = run([], 0), run(others, join_after)
+    assert torch.equal(alone.tokens, crowded.tokens)
+    assert alone.hiddens is not None and crowded.hiddens is not None
+    assert torch.equal(alone.hiddens, crowded.hiddens)
+
+
 def test_the_stream_seed_is_the_request_seed_for_the_first_chunk_and_distinct_for_the_others() -> None:
     assert stream_seed(1234, 0) == 1234
     seeds = {stream_seed(1234, chunk) for chunk in range(1, 50)}

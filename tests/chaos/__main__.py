@@ -36,7 +36,8 @@ Method: real processes (redis-server with its append-only file, `uvicorn app:app
 MODEL=tiny, the random-weight checkpoint) started as `make up` starts them; faults are real signals, a real
 redis-server killed and restarted on its port, `CLIENT PAUSE`, tmpfs mounts. Every request is deterministic
 (its own seed, or a voice and a seed) and is also run by a clean reference deployment (own Redis, one worker,
-MAX_BATCH=1, no faults); a done job must have bit-identical audio. *re-run*: jobs that needed more than one
+no faults); every worker runs ttsq's decoder with BATCH_INVARIANT and MAX_BATCH=8, so a job's audio is the same
+bits whatever shared its steps, and a done job must have bit-identical audio. *re-run*: jobs that needed more than one
 attempt; *completed twice*: jobs finished by two workers (the queue kept the first result); *duplicated*: ids
 read with two different results (must be 0). Timings are figures measured on this machine, never asserted.
 """

@@ -12,10 +12,10 @@ the invariant for each one:
 * never lost (404), never left queued or running, and the dead-letter list grows by exactly the
   jobs the scenario meant to kill.
 
-Every request is deterministic (an explicit seed, so a speaker of its own, or a voice and a seed):
-the same request gives bit-identical audio on the same machine when it runs alone, which is how
-every chaos worker runs jobs with distinct speakers (they never share a batch) and how the
-reference worker runs everything (``MAX_BATCH=1``).
+Every request is deterministic (an explicit seed, so a speaker of its own, or a voice and a seed).
+Every worker, the reference's included, runs ttsq's decoder batch-invariant with one slot count
+(:data:`tests.chaos.harness.ENGINE_ENV`): a job's audio is then the same bits whatever shared its
+steps, so a done job must be bit-identical to the reference run's.
 """
 
 from __future__ import annotations
@@ -215,6 +215,14 @@ def samples(audio: bytes, fmt: str) -> bytes | None:
     return bytes(np.ascontiguousarray(data).tobytes())
 
 
+def audio_difference(got: bytes, want: bytes) -> str:
+    """How two PCM16 results differ, for a violation's message."""
+    if len(got) != len(want):
+        return f"{len(got) // 2} vs {len(want) // 2} samples"
+    a, b = np.frombuffer(got, dtype="<i2").astype(np.int32), np.frombuffer(want, dtype="<i2").astype(np.int32)
+    return f"{int((a != b).sum())} of {len(a)} samples differ, by up to {int(np.abs(a - b).max(initial=0))} steps"
+
+
 def job_records(deployment: Deployment, namespace: str, ids: Iterable[str]) -> dict[str, dict[str, Any] | None]:
     """The job records of ``ids`` straight from Redis, in one pipeline (None: no such key)."""
     keys = Keys(namespace)
@@ -302,7 +310,7 @@ class Reference:
 
     def __init__(self, root: Path, checkpoint: Path, say: Callable[[str], None]) -> None:
         self.deployment = Deployment(root, checkpoint, say)
-        self.slot = self.deployment.add_worker("reference-worker", MAX_BATCH="1")
+        self.slot = self.deployment.add_worker("reference-worker")
         self.api = self.deployment.start_api("reference-api")
         self.client = Client(self.api.url, "reference")
         self._tasks: dict[Identity, str] = {}
@@ -460,9 +468,7 @@ def judge(
         if want is None:
             figures.violations.append(f"the clean reference run produced no audio for {where}")
         elif got != want:
-            figures.violations.append(
-                f"job {where}: audio differs from the clean run's ({len(got) // 2} vs {len(want) // 2} samples)"
-            )
+            figures.violations.append(f"job {where}: audio differs from the clean run's ({audio_difference(got, want)})")
     for task_id in expect.failed:
         if task_id not in outcomes:
             figures.violations.append(f"job {task_id} was meant to fail but was never acknowledged")

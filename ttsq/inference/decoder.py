@@ -163,6 +163,9 @@ class SlotDecoder:
         cuda_graphs: capture each batch bucket's step as a CUDA graph (CUDA devices only).
         static_shapes: step as a captured graph does — the whole bucket, the whole cache, the full
             sort — but eagerly: how the tests check the graph path's arithmetic on a CPU.
+        batch_invariant: every step computes every slot over the whole cache (one bucket), so each
+            product has the same shape whatever is in flight and a row's bits never depend on its
+            batch-mates, in float32 too (a decoder of the same slot count gives the same bits).
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class SlotDecoder:
         head_dtype: torch.dtype,
         cuda_graphs: bool = False,
         static_shapes: bool = False,
+        batch_invariant: bool = False,
     ) -> None:
         import torch
 
@@ -192,7 +196,8 @@ class SlotDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.hidden = int(config.hidden_size)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        self.static_shapes = static_shapes or self.cuda_graphs
+        self.batch_invariant = batch_invariant
+        self.static_shapes = static_shapes or self.cuda_graphs or batch_invariant
         self._graphs: dict[int, Any] = {}
         self._act = _activation(gpt.layers[0].mlp)
         all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
@@ -587,7 +592,10 @@ class SlotDecoder:
     # ---- CUDA graphs -------------------------------------------------------------------------
 
     def buckets(self) -> list[int]:
-        """The spans a graph is captured for: powers of two up to the slot count, and the count."""
+        """The spans a step may cover (a graph is captured for each): powers of two up to the slot
+        count and the count; only the count when the decoder is batch-invariant."""
+        if self.batch_invariant:
+            return [self.shape.slots]
         sizes = {1 << p for p in range(self.shape.slots.bit_length()) if 1 << p <= self.shape.slots}
         return sorted(sizes | {self.shape.slots})
 

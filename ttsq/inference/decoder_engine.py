@@ -48,9 +48,10 @@ def prompt_budget(max_chunk_chars: int, refine_max_new_token: int) -> tuple[int,
 class DecoderEngine(ChatTTSEngine):
     """One ChatTTS model replica decoded by ttsq's own loop. Blocking; one inference thread."""
 
-    def __init__(self, config: EngineConfig, *, cuda_graphs: bool) -> None:
+    def __init__(self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool = False) -> None:
         super().__init__(config)
         self.cuda_graphs = cuda_graphs
+        self.batch_invariant = batch_invariant
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
         """A small scheduler of its own for :meth:`synthesize_batch` (warm-up, scripts, tests)."""
@@ -96,6 +97,7 @@ class DecoderEngine(ChatTTSEngine):
                 dtype=self._gpt_dtype(),
                 head_dtype=self._head_dtype(),
                 cuda_graphs=graphs,
+                batch_invariant=self.batch_invariant,
             )
             if graphs:
                 started = time.perf_counter()
