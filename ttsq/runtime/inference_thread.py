@@ -5,8 +5,9 @@ ChatTTS is not thread-safe and a decode step must not wait on the event loop, so
 this thread commands (add a request, cancel one, run a chore such as releasing memory) through a
 queue and hears back through a callback that it calls with each step's events. Between two steps
 the thread takes every command waiting, so a request claimed while others decode joins them at
-the next step boundary. While a step runs, :attr:`HeartbeatRecord.current_job` names it with a
-deadline, so a hung device shows in the liveness probe; between steps nothing is current.
+the next step boundary. While rows are in flight, :attr:`HeartbeatRecord.current_job` names the
+latest step with a deadline, so a hung device shows in the liveness probe; when the engine is
+idle nothing is current.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class InferenceThread:
                 log.exception("the batcher failed outside any request's rows")
                 broken = exc
             finally:
-                self._record.current_job = None
+                if not batcher.busy:  # while rows remain, the next step names itself at once
+                    self._record.current_job = None
             self._report(StepReport(events, batcher.stats.row_steps - before, time.time() - started, broken))
 
     def _running(self, keys: list[str]) -> None:
