@@ -182,9 +182,6 @@ class Batcher(Protocol):
     """
 
     hook: StepHook | None
-    on_run: Callable[[list[str]], None] | None
-    """Told the keys of the requests a step is about to run, before it runs them (the worker names the
-    step in its liveness record, so that a hung step shows which requests it holds)."""
     stats: BatcherStats
 
     @property
@@ -212,6 +209,10 @@ class Batcher(Protocol):
 
     def cancel(self, key: str) -> None:
         """Forget a request: its waiting and running chunks are dropped, no event follows."""
+        ...
+
+    def requests(self) -> list[str]:
+        """The keys of the requests in the batcher (running or waiting), oldest first: what a hung step holds up."""
         ...
 
     def step(self) -> list[BatchEvent]: ...

@@ -51,7 +51,6 @@ class GroupedBatcher:
     def __init__(self, engine: Engine, slots: int, *, oom_recover_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.engine = engine
         self.hook: StepHook | None = None
-        self.on_run: Callable[[list[str]], None] | None = None
         self.stats = BatcherStats()
         self.clock = clock
         self._slots = slots
@@ -84,6 +83,9 @@ class GroupedBatcher:
     def add(self, key: str, request: SynthesisRequest, *, alone: bool = False) -> list[BatchEvent]:
         self._queue.append(_Queued(key, request, alone))
         return []
+
+    def requests(self) -> list[str]:
+        return [*self._group, *(item.key for item in self._queue)]
 
     def cancel(self, key: str) -> None:
         self._queue = deque(item for item in self._queue if item.key != key)
@@ -119,8 +121,6 @@ class GroupedBatcher:
 
     def _run(self, group: list[_Queued]) -> list[BatchEvent]:
         requests = [item.request for item in group]
-        if self.on_run is not None:
-            self.on_run([item.key for item in group])
         try:
             if self.hook is not None:
                 self.hook(requests)

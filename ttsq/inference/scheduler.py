@@ -131,7 +131,6 @@ class Scheduler:
         self.limits = limits
         self.clock = clock
         self.hook: StepHook | None = None
-        self.on_run: Callable[[list[str]], None] | None = None
         self.stats = BatcherStats()
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
@@ -165,6 +164,9 @@ class Scheduler:
     def busy(self) -> bool:
         return bool(self._waiting or self._active)
 
+
+    def requests(self) -> list[str]:
+        return list(self._requests)
 
     def add(self, key: str, request: SynthesisRequest, *, alone: bool = False) -> list[BatchEvent]:
         """Queue ``request``'s chunks (``alone``: none of them shares a step with another request's
@@ -307,8 +309,6 @@ class Scheduler:
     def _advance(self, decoder: SlotDecoder, events: list[BatchEvent]) -> None:
         name = self._name(decoder)
         rows = [row for (owner, _slot), row in self._active.items() if owner == name]
-        if self.on_run is not None:
-            self.on_run(list(dict.fromkeys(row.request.key for row in sorted(rows, key=lambda row: row.order))))
         try:
             if self.hook is not None:
                 self.hook([row.request.request for row in rows])

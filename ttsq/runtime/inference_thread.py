@@ -84,7 +84,6 @@ class InferenceThread:
         self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.batcher: Batcher | None = None
-        self._step_started = 0.0
 
     def start(self, setup: Callable[[], Batcher]) -> Future[Batcher]:
         """Start the thread; the future completes when ``setup`` has returned the batcher (or failed)."""
@@ -125,7 +124,6 @@ class InferenceThread:
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting event loop
             ready.set_exception(exc)
             return
-        batcher.on_run = self._running
         ready.set_result(batcher)
         while True:
             events: list[BatchEvent] = []
@@ -137,7 +135,7 @@ class InferenceThread:
                 continue
             before = batcher.stats.row_steps
             started = time.time()
-            self._step_started = started
+            self._name_step(batcher.requests(), started)
             broken: BaseException | None = None
             try:
                 events += batcher.step()
@@ -149,11 +147,10 @@ class InferenceThread:
                     self._record.current_job = None
             self._report(StepReport(events, batcher.stats.row_steps - before, time.time() - started, broken))
 
-    def _running(self, keys: list[str]) -> None:
-        """The batcher is about to run a step of these requests: name it, with its deadline, in the liveness record."""
+    def _name_step(self, keys: list[str], started: float) -> None:
+        """A step starts with these requests in the engine: name it, with its deadline, in the liveness record."""
         shown = ", ".join(keys[:3]) + (", …" if len(keys) > 3 else "")
         name = keys[0] if len(keys) == 1 else f"a step of {len(keys)} requests ({shown})"
-        started = self._step_started
         self._record.current_job = CurrentJob(name, started, started + self._job_timeout_s, max(1, len(keys)))
 
     def _take_commands(self, batcher: Batcher, events: list[BatchEvent], *, block: bool) -> bool:

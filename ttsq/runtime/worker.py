@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -328,8 +329,7 @@ class Worker:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            for job in await self._claim(room):
-                await self._start(job)
+            await self._start(await self._claim(room))
 
     def _free_room(self) -> int:
         """How many more jobs to claim now: none while a batch of rows already waits for slots, else up
@@ -387,22 +387,25 @@ class Worker:
             jobs.append(claim.job)
         return jobs
 
-    async def _start(self, job: Job) -> None:
-        """A claimed job's first moves: answered from the cache if an identical one finished meanwhile,
-        else into the engine (alone, if its last worker was lost while running it)."""
-        self._running.add(job.id)
-        flight = _InFlight(job, claimed_at=time.perf_counter())
-        hit = await self._from_cache(job)
-        if hit is not None:
-            self._spawn(self._settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), flight.claimed_at))
+    async def _start(self, jobs: list[Job]) -> None:
+        """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
+        else into the engine (alone, if its last worker was lost while running it). The jobs claimed
+        together reach the engine together (no await between them), so they start in one step."""
+        if not jobs:
             return
-        self._in_flight[job.id] = flight
-        if job.isolate:
-            # It may be what killed its last worker: it shares no step with another job until it succeeds once.
-            log.info("%s runs alone: its worker was lost during its last attempt", job.id)
-            self.metrics.isolated.inc()
-        params = job.params
-        self._thread.add(job.id, lambda: self._request(params), alone=job.isolate)
+        claimed_at = time.perf_counter()
+        self._running.update(job.id for job in jobs)
+        hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
+        for job, hit in zip(jobs, hits, strict=True):
+            if hit is not None:
+                self._spawn(self._settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
+                continue
+            self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at)
+            if job.isolate:
+                # It may be what killed its last worker: it shares no step with another job until it succeeds once.
+                log.info("%s runs alone: its worker was lost during its last attempt", job.id)
+                self.metrics.isolated.inc()
+            self._thread.add(job.id, functools.partial(self._request, job.params), alone=job.isolate)
 
     async def _from_cache(self, job: Job) -> CachedAudio | None:
         """An identical job may have finished since this one was queued (e.g. on another worker)."""
