@@ -7,8 +7,8 @@ from the settings of the same name, so the library can be used and tested withou
 environment at all and never carries defaults of its own.
 
 Variable names are the field names in upper case (``REDIS_URL``, ``MAX_TEXT_CHARS``, ``MODEL``).
-README's configuration table and ``.env.example`` are generated from the fields below
-(``python scripts/settings_docs.py --write``; a test keeps them in step).
+The configuration table in ``docs/configuration.md`` and ``.env.example`` are generated from the
+fields below (``python scripts/settings_docs.py --write``; a test keeps them in step).
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ class Settings(BaseSettings):
         description="`ttsq`: ttsq's own decoder (any mix of voices, parameters and seeds in one batch, each result "
         "independent of its batch-mates, slots refilled as rows end). `chattts`: ChatTTS's own `Chat.infer`, the "
         "reference (batches only requests that share voice and parameters). `auto`: `ttsq` on a CPU, where it is "
-        "proven; `chattts` on CUDA until a GPU run has confirmed the decoder there (README, Decoder).",
+        "proven; `chattts` on CUDA until a GPU run has confirmed the decoder there (docs/decoder.md).",
         json_schema_extra=_group("Model"),
     )
     cuda_graphs: bool = Field(
