@@ -1,4 +1,7 @@
-"""The default engine: ChatTTS's model, loaded and prepared as the reference engine does, decoded by ttsq.
+"""ttsq's engine: ChatTTS's model, loaded and prepared as the reference engine does, decoded by ttsq.
+
+``ENGINE_BACKEND=ttsq``, and the default on a CPU (``auto``; on CUDA ``auto`` keeps the reference
+engine until a GPU run has confirmed this one there).
 
 It is :class:`~ttsq.inference.chattts.ChatTTSEngine` (loading, voices, text normalisation and
 splitting, device statistics are shared) with ChatTTS's generation loop replaced by

@@ -1,4 +1,4 @@
-"""The reliable job queue: the only code that speaks Redis commands about jobs.
+"""The reliable job queue: the only code that writes a job to Redis.
 
 Design (the "reliable queue" pattern):
 
@@ -19,7 +19,9 @@ Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash betw
 cannot leave a job half-moved; every script reply is read into a named Python type by
 :mod:`ttsq.store.replies`. What lives beside the jobs has modules of its own: a job's audio stream
 (:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
-task-id secret (:mod:`ttsq.store.task_ids`). Time comes
+task-id secret (:mod:`ttsq.store.task_ids`); two webhook scripts read a job's key without changing
+it (``deliveries_lease.lua``: does the task still exist; ``deliveries_settle.lua``: how long it has
+left). Time comes
 from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
 without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
 Blocking reads are kept short (``block_s`` < the socket timeout) and are never cancelled
