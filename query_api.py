@@ -167,7 +167,7 @@ async def task_events(task_id: str, service: ServiceDep, caller: TTSCaller) -> S
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for event in service.events(job):
+            async for event in service.events(job, caller):
                 yield f"event: status\ndata: {json.dumps(event)}\n\n"
         except StoreUnavailable:
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)

@@ -272,6 +272,13 @@ class Settings(BaseSettings):
         description="Identical deterministic requests queued or running share one job.",
         json_schema_extra=_group("Result cache"),
     )
+    cache_scope: Literal["tenant", "global"] = Field(
+        "tenant",
+        description="Who shares cached results and jobs in flight: `tenant` = each key with itself, or with the keys an admin "
+        "grouped into its tenant, and callers without a key with each other; `global` = every caller (one tenant only: "
+        "any key could test whether a text was synthesised for another).",
+        json_schema_extra=_group("Result cache"),
+    )
     cache_redis_url: str | None = Field(
         None,
         description="A separate Redis for L2 (an LRU eviction policy is right there); unset = the queue's Redis.",
