@@ -23,6 +23,7 @@ import voices_api
 from deps import document_security
 from settings import Settings, get_settings, startup_warnings
 from ttsq.api.auth import Authenticator, KeyPolicy
+from ttsq.api.bodies import strict_json
 from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
 from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-TTSQ-Task-Id",
             ],
         )
+    app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

@@ -26,6 +26,7 @@ from fastapi.openapi.models import APIKey, APIKeyIn, HTTPBearer
 from fastapi.security.base import SecurityBase
 
 from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key
+from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import TTSService
 
 BEARER_SCHEME = "HTTPBearer"
@@ -60,6 +61,7 @@ class ApiKeyCaller(SecurityBase):
         principal = await authenticator.principal(presented, request.client.host if request.client else "unknown")
         if not principal.allows(self.scope):
             raise Forbidden(self.scope)
+        raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
         return principal
 
 
