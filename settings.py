@@ -178,6 +178,12 @@ class Settings(BaseSettings):
         description="Largest request body; a larger one is refused with 413 before it is read (Content-Length or streamed).",
         json_schema_extra=_group("Security and fair use"),
     )
+    api_docs: Literal["auto", "public", "off"] = Field(
+        "auto",
+        description="`/docs`, `/redoc` and `/openapi.json`: `auto` = to anyone where keys are optional, only to a valid key "
+        "where they are required; `public` = to anyone (publish the schema); `off` = not served.",
+        json_schema_extra=_group("Security and fair use"),
+    )
     cors_origins: str = Field(
         "",
         description="Comma-separated origins allowed by CORS (`*` for any, then without credentials); empty = CORS off.",
@@ -190,7 +196,9 @@ class Settings(BaseSettings):
     )
     webhook_allow: str = Field(
         "",
-        description="Comma-separated networks (CIDR) or host names webhooks may reach although private or loopback.",
+        description="Comma-separated networks (CIDR), addresses or host names webhooks may reach although private or "
+        "loopback, each on ports 80 and 443 only unless it names its port (`hooks.internal:8080`, `[fd00::/8]:8443`) "
+        "or every port (`10.20.0.0/16:*`).",
         json_schema_extra=_group("Security and fair use"),
     )
     webhook_timeout_s: float = Field(

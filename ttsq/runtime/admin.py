@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.keys import Keys
@@ -30,8 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     create = actions.add_parser("create", help="create a key and print it (once)")
     create.add_argument("--name", required=True, help="who or what the key is for")
     create.add_argument("--scopes", default="tts", help=f"comma-separated, of {', '.join(SCOPES)} (default: tts)")
-    create.add_argument("--expires-in-days", type=float, help="the key stops working after this many days")
-    create.add_argument("--callback-url", help="default completion webhook for this key's submits")
+    create.add_argument(
+        "--expires-in-days", type=_days, help="the key stops working after this many days (more than 0; leave it out: never)"
+    )
+    create.add_argument(
+        "--callback-url", help="default completion webhook for this key's submits (checked as a submit's callback_url is)"
+    )
     create.add_argument(
         "--tenant", help="group the key into this tenant: its keys share cached results and jobs in flight (CACHE_SCOPE=tenant)"
     )
@@ -59,11 +66,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _days(text: str) -> float:
+    """A key's lifetime in days: a positive, finite number. ``0`` once made a key that never expired."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if not math.isfinite(days) or days <= 0:
+        never = "leave --expires-in-days out for a key that never expires"
+        raise argparse.ArgumentTypeError(f"must be more than 0 days ({never}); got {text}")
+    return days
+
+
+async def _check_callback(url: str, guard: SsrfGuard, webhooks_configured: bool) -> str | None:
+    """Why a key's default ``callback_url`` would be refused at every submit (None: it would not).
+
+    The same checks as a submit's: http(s) without credentials, and an address that is public or allow-listed
+    (``WEBHOOK_ALLOW``). A name that does not resolve now is accepted, as at submit (the receiver may not be up).
+    """
+    try:
+        await guard.check(url)
+    except RefusedUrl as exc:
+        return str(exc)
+    except UnresolvableUrl:
+        pass
+    if not webhooks_configured:
+        print(
+            "ttsq: note: webhooks are not configured here (WEBHOOK_SECRET, PUBLIC_URL); an API without them refuses "
+            "every submit of a key with a callback_url",
+            file=sys.stderr,
+        )
+    return None
+
+
 def _when(stamp: float | None) -> str:
     return "never" if stamp is None else datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config: QueueConfig) -> int:
+@dataclass(frozen=True)
+class Callbacks:
+    """What ``keys create --callback-url`` checks a URL with: the API's own SSRF guard (``WEBHOOK_ALLOW``), and
+    whether webhooks are configured (``WEBHOOK_SECRET`` and ``PUBLIC_URL``)."""
+
+    guard: SsrfGuard
+    configured: bool
+
+
+async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config: QueueConfig, callbacks: Callbacks) -> int:
+    if args.command == "keys" and args.action == "create" and args.callback_url is not None:
+        refused = await _check_callback(args.callback_url, callbacks.guard, callbacks.configured)
+        if refused is not None:
+            print(f"ttsq: --callback-url is refused: {refused}", file=sys.stderr)
+            return 2
     redis = create_redis(redis_config)
     try:
         if args.command == "dead-letters":
@@ -75,7 +129,7 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
             if unknown:
                 print(f"ttsq: unknown scope(s) {', '.join(sorted(unknown))}; use {', '.join(SCOPES)}", file=sys.stderr)
                 return 2
-            expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days else None
+            expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days is not None else None
             try:
                 key, record = await store.create(
                     args.name, scopes, expires_at=expires, callback_url=args.callback_url, tenant=args.tenant
@@ -151,5 +205,5 @@ async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
     return 0 if removed or args.all else 1
 
 
-def main(argv: Sequence[str], redis_config: RedisConfig, queue_config: QueueConfig) -> int:
-    return asyncio.run(run(build_parser().parse_args(argv), redis_config, queue_config))
+def main(argv: Sequence[str], redis_config: RedisConfig, queue_config: QueueConfig, callbacks: Callbacks) -> int:
+    return asyncio.run(run(build_parser().parse_args(argv), redis_config, queue_config, callbacks))

@@ -23,9 +23,10 @@ from redis.exceptions import WatchError
 
 from ttsq.store.keys import Keys
 
-Scope = Literal["tts", "admin"]
-SCOPES: tuple[Scope, ...] = ("tts", "admin")
-"""``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters."""
+Scope = Literal["tts", "admin", "metrics"]
+SCOPES: tuple[Scope, ...] = ("tts", "admin", "metrics")
+"""``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters.
+``metrics``: read ``/metrics`` where keys are required (what Prometheus is given), nothing else."""
 
 _KEY = re.compile(r"ttsq_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
