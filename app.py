@@ -30,6 +30,7 @@ from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, Webhooks
+from ttsq.api.stream_slots import releasing
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
 from ttsq.runtime.deliverer import Deliverer, system_resolver
@@ -133,6 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-TTSQ-Task-Id",
             ],
         )
+    app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
     app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)

@@ -51,9 +51,11 @@ class ApiKeyCaller(SecurityBase):
     which ``ttsq.api.errors`` answers in the route's own error shape.
     """
 
-    def __init__(self, scope: Scope | None) -> None:
+    def __init__(self, scope: Scope | None, *, stream: bool = False) -> None:
         self.scope = scope
         """None: any valid key (where keys are required) will do."""
+        self.stream = stream
+        """The route streams for as long as its task lasts: the caller takes one of the process's stream slots."""
         self.model = HTTPBearer(description="An API key as a bearer token (what the OpenAI SDK sends).")
         self.scheme_name = BEARER_SCHEME
 
@@ -65,11 +67,15 @@ class ApiKeyCaller(SecurityBase):
         if self.scope is not None and not principal.allows(self.scope):
             raise Forbidden(self.scope)
         raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
+        if self.stream:
+            cast(TTSService, request.app.state.service).open_stream(principal, request.state)
         return principal
 
 
 TTSCaller = Annotated[Principal, Security(ApiKeyCaller("tts"))]
 AdminCaller = Annotated[Principal, Security(ApiKeyCaller("admin"))]
+StreamCaller = Annotated[Principal, Security(ApiKeyCaller("tts", stream=True))]
+"""A ``tts`` caller of a route that streams until its task ends: 429 past its share of streams, 503 past the process's."""
 MetricsCaller = Annotated[Principal, Security(ApiKeyCaller("metrics"))]
 """``/metrics``: where keys are required, a key with scope ``metrics`` (or ``admin``), as Prometheus sends it."""
 KeyedCaller = Annotated[Principal, Security(ApiKeyCaller(None))]

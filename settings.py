@@ -172,6 +172,19 @@ class Settings(BaseSettings):
         description="Jobs one key (or anonymous client) may have queued or running at once, so no one fills the shared queue.",
         json_schema_extra=_group("Security and fair use"),
     )
+    max_streams: int = Field(
+        32,
+        ge=1,
+        description="Event and audio streams (and OpenAI speech requests, which wait for their audio) one API process serves "
+        "at once; past it, 503 with Retry-After. Keep it under REDIS_MAX_CONNECTIONS: an audio stream holds a connection.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    max_streams_per_key: int = Field(
+        8,
+        ge=1,
+        description="Of those, how many one key (or anonymous client address) may hold; past it, 429 with Retry-After.",
+        json_schema_extra=_group("Security and fair use"),
+    )
     max_body_bytes: int = Field(
         65_536,
         ge=1024,
@@ -575,6 +588,8 @@ class Settings(BaseSettings):
                 f"HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), "
                 "or a live worker that misses one heartbeat looks dead"
             )
+        if self.max_streams_per_key > self.max_streams:
+            raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")
         if self.min_new_token > self.max_new_token:
             raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
         return self

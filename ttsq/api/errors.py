@@ -34,6 +34,7 @@ from ttsq.api.bodies import REFUSAL
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
 from ttsq.api.service import InvalidInput, TaskNotFound
+from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
 from ttsq.store.queue import QueueFullError
@@ -79,6 +80,22 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "The API key lacks the scope this route needs."},
 }
 
+TOO_MANY_STREAMS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorBody,
+        "description": "This caller holds its share of the process's streams (`MAX_STREAMS_PER_KEY`); retry after "
+        "`Retry-After` seconds, or close one.",
+        "headers": _RETRY_AFTER,
+    },
+    503: {
+        "model": ErrorBody,
+        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
+        "`Retry-After` seconds.",
+        "headers": _RETRY_AFTER,
+    },
+}
+"""What a route that streams until its task ends answers past the stream limits (:mod:`ttsq.api.stream_slots`)."""
+
 QUEUE_FULL_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
     "description": "The queue is full, this key has its cap of queued jobs, or it submits too fast; retry after "
@@ -110,6 +127,16 @@ OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **OPENAI_ERROR_RESPONSES,
+    429: {
+        **OPENAI_ERROR_RESPONSES[429],
+        "description": "The queue is full, this key has its cap of queued jobs or of open streams, or it submits too fast; "
+        "retry after `Retry-After` seconds.",
+    },
+    503: {
+        **OPENAI_ERROR_RESPONSES[503],
+        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
+        "`Retry-After` seconds.",
+    },
     413: {"model": OpenAIErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
     415: {"model": OpenAIErrorBody, "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`)."},
     500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
@@ -280,6 +307,13 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
         rejected(request, "queue_full")
         return error_response(request, 429, str(exc), headers=retry)
 
+    async def too_many_streams(request: Request, exc: Exception) -> Response:
+        """Past the caller's share of this process's streams: 429; past the process's own limit: 503 (another replica
+        may have room). Both say when to come back."""
+        assert isinstance(exc, TooManyStreams)
+        rejected(request, "rate_limited" if exc.per_key else "unavailable")
+        return error_response(request, 429 if exc.per_key else 503, str(exc), headers=retry)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
 
@@ -333,6 +367,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     app.add_exception_handler(RedisError, redis_down)
     app.add_exception_handler(QueueFullError, too_many)
     app.add_exception_handler(RateLimitExceeded, too_many)
+    app.add_exception_handler(TooManyStreams, too_many_streams)
     app.add_exception_handler(TaskNotFound, not_found)
     app.add_exception_handler(VoiceError, voice_error)
     app.add_exception_handler(InvalidInput, invalid_input)

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
+from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.cache_key import cache_key
@@ -110,6 +111,9 @@ class ServiceConfig:
     cache_scope: Literal["tenant", "global"]
     """Who shares cached results and jobs in flight: each key's tenant (its own, unless an admin grouped it),
     or every caller (``CACHE_SCOPE``; see :meth:`TTSService.sharing_scope`)."""
+    max_streams: int
+    """Event and audio streams this process serves at once (:mod:`ttsq.api.stream_slots`)."""
+    max_streams_per_key: int
 
 
 class InvalidInput(Exception):
@@ -242,6 +246,7 @@ class TTSService:
         self._signer = signer
         self._on_submit = on_submit or (lambda outcome: None)
         self.webhooks = webhooks
+        self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -458,6 +463,12 @@ class TTSService:
             await asyncio.sleep(EVENT_POLL_S)
             current = await self.queue.get(job.id)
             current = as_seen_by(current, caller) if current is not None else None
+
+    def open_stream(self, caller: Principal, request_state: Any) -> None:
+        """Take one of this process's stream slots for ``caller`` (kept in ``request_state`` until the response is over),
+        or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream polls or blocks on Redis for as long as its task
+        lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one caller."""
+        hold(self.stream_slots, caller.subject, request_state)
 
     def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
         """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""
