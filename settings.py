@@ -341,6 +341,14 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq` on CUDA: capture each batch bucket's decode step as a CUDA graph at start.",
         json_schema_extra=_group("Model"),
     )
+    first_chunk_slots: int = Field(
+        1,
+        ge=0,
+        le=8,
+        description="With `ENGINE_BACKEND=ttsq`: decoder slots beyond the batch limit that only a request's first chunk "
+        "may take, so a new request starts at the next step even when long requests fill every slot.",
+        json_schema_extra=_group("Model"),
+    )
     batch_invariant: bool = Field(
         False,
         description="With `ENGINE_BACKEND=ttsq`: every decode step computes every slot over the whole cache, so a "

@@ -54,7 +54,12 @@ def chattts_engine(settings: Settings) -> Engine:
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine: Engine
     if _engine_backend(settings) == "ttsq":
-        engine = DecoderEngine(settings.engine_config(), cuda_graphs=settings.cuda_graphs, batch_invariant=settings.batch_invariant)
+        engine = DecoderEngine(
+            settings.engine_config(),
+            cuda_graphs=settings.cuda_graphs,
+            batch_invariant=settings.batch_invariant,
+            first_chunk_slots=settings.first_chunk_slots,
+        )
     else:
         engine = ChatTTSEngine(settings.engine_config())
     if settings.fault_mode != "none":

@@ -81,7 +81,7 @@ def checkpoint(name: str, quick: bool) -> Checkpoint:
 
 
 def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
-    config = Settings(
+    settings = Settings(
         _env_file=None,
         model=str(point.path),
         device="cpu",
@@ -90,8 +90,12 @@ def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
         max_new_token=point.tokens,
         min_new_token=1,
         normalize_text=False,
-    ).engine_config()
-    ours, reference = DecoderEngine(config, cuda_graphs=False), ChatTTSEngine(config)
+    )
+    config = settings.engine_config()
+    ours = DecoderEngine(
+        config, cuda_graphs=False, batch_invariant=settings.batch_invariant, first_chunk_slots=settings.first_chunk_slots
+    )
+    reference = ChatTTSEngine(config)
     for engine in (ours, reference):
         engine.load()
         engine.warm_up()

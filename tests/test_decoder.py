@@ -26,6 +26,7 @@ from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecode
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.scheduler import Scheduler
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
@@ -34,7 +35,8 @@ TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quic
 @pytest.fixture(scope="module")
 def engine64(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
     """A decoder engine on the tiny checkpoint whose GPT and embeddings compute in float64."""
-    engine = DecoderEngine(dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1), cuda_graphs=False)
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1)
     engine.load()
     chat = engine._loaded_chat()
     chat.gpt.gpt.double()
@@ -392,10 +394,25 @@ def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_ste
         waiting, before = scheduler.waiting_rows, scheduler.stats.row_steps
         scheduler.step()
         if waiting:
-            assert scheduler.stats.row_steps - before == 2, "a slot stayed empty while rows waited"
+            assert scheduler.stats.row_steps - before >= 2, "a slot stayed empty while rows waited"
             full_steps += 1
     assert full_steps > 10
     assert scheduler.stats.wasted_fraction < 0.2
+
+
+def test_a_new_requests_first_chunk_starts_at_the_next_step_even_when_long_requests_fill_every_slot(
+    engine64: DecoderEngine,
+) -> None:
+    scheduler = engine64.batcher(2, oom_recover_s=60)
+    assert isinstance(scheduler, Scheduler) and scheduler.first_chunk_slots == 1
+    long = "This sentence is the first one here. " * 6
+    scheduler.add("long", SynthesisRequest(text=long, speaker=engine64.speaker_from_seed(1), seed=1))
+    scheduler.step()
+    assert (scheduler.active_rows, scheduler.waiting_rows) == (2, 4), "later chunks never take the first-chunk slot"
+    scheduler.add("new", SynthesisRequest(text="Short.", speaker=engine64.speaker_from_seed(2), seed=2))
+    scheduler.step()
+    assert scheduler.active_rows == 3 and "new" in scheduler.requests()
+    assert scheduler.waiting_rows == 4, "the new request's chunk went straight into the first-chunk slot"
 
 
 def test_first_chunks_are_admitted_before_later_chunks_of_earlier_requests(engine64: DecoderEngine) -> None:

@@ -51,10 +51,11 @@ def prompt_budget(max_chunk_chars: int, refine_max_new_token: int) -> tuple[int,
 class DecoderEngine(ChatTTSEngine):
     """One ChatTTS model replica decoded by ttsq's own loop. Blocking; one inference thread."""
 
-    def __init__(self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool = False) -> None:
+    def __init__(self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool, first_chunk_slots: int) -> None:
         super().__init__(config)
         self.cuda_graphs = cuda_graphs
         self.batch_invariant = batch_invariant
+        self.first_chunk_slots = first_chunk_slots
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
         """A small scheduler of its own for :meth:`synthesize_batch` (warm-up, scripts, tests)."""
@@ -75,8 +76,8 @@ class DecoderEngine(ChatTTSEngine):
     # ---- the batcher ------------------------------------------------------------------------
 
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
-        """A scheduler over ``slots`` decoder slots; on CUDA with graphs on, each bucket's step is captured now."""
-        return self._scheduler(slots, self._limits(), oom_recover_s=oom_recover_s, capture=True)
+        """A scheduler of ``slots`` rows plus the first-chunk slots; on CUDA with graphs on, every bucket's step is captured now."""
+        return self._scheduler(slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots)
 
     def _limits(self, tokens: int | None = None) -> DecodeLimits:
         config = self.config
@@ -84,7 +85,7 @@ class DecoderEngine(ChatTTSEngine):
             return DecodeLimits(max_new_token=tokens, min_new_token=tokens, refine_max_new_token=config.refine_max_new_token)
         return DecodeLimits(config.max_new_token, config.min_new_token, config.refine_max_new_token)
 
-    def _scheduler(self, slots: int, limits: DecodeLimits, *, oom_recover_s: float, capture: bool) -> Scheduler:
+    def _scheduler(self, slots: int, limits: DecodeLimits, *, oom_recover_s: float, capture: bool, reserve: int = 0) -> Scheduler:
         rows = self._loaded_rows()
         chat = self._loaded_chat()
         code_prompt, text_prompt = prompt_budget(self.config.max_chunk_chars, limits.refine_max_new_token)
@@ -96,7 +97,7 @@ class DecoderEngine(ChatTTSEngine):
                 chat.embed,
                 mode="code" if mode == "code" else "text",
                 eos=eos,
-                shape=DecoderShape(slots=slots, max_prompt=max_prompt, max_new=max_new),
+                shape=DecoderShape(slots=slots + reserve, max_prompt=max_prompt, max_new=max_new),
                 dtype=self._gpt_dtype(),
                 head_dtype=self._head_dtype(),
                 cuda_graphs=graphs,
@@ -116,6 +117,7 @@ class DecoderEngine(ChatTTSEngine):
             self._split,
             limits,
             oom_recover_s=oom_recover_s,
+            first_chunk_slots=reserve,
         )
 
     def _gpt_dtype(self) -> torch.dtype:

@@ -120,6 +120,7 @@ class Scheduler:
         limits: DecodeLimits,
         *,
         oom_recover_s: float,
+        first_chunk_slots: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rows = rows
@@ -132,7 +133,11 @@ class Scheduler:
         self.clock = clock
         self.hook: StepHook | None = None
         self.stats = BatcherStats()
-        self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
+        if not 0 <= first_chunk_slots < code.shape.slots:
+            raise ValueError(f"first_chunk_slots must be within [0, {code.shape.slots}), got {first_chunk_slots}")
+        self.first_chunk_slots = first_chunk_slots
+        """Slots beyond the limit that only a request's first chunk may take (the decoder has limit + these)."""
+        self._limit = AdaptiveBatchLimit(code.shape.slots - first_chunk_slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
         self._active: dict[tuple[str, int], _Row] = {}
         """Rows in a slot, by (decoder, slot)."""
@@ -145,7 +150,7 @@ class Scheduler:
 
     @property
     def slots(self) -> int:
-        return self.code.shape.slots
+        return self.code.shape.slots - self.first_chunk_slots
 
     @property
     def slot_limit(self) -> int:
@@ -216,12 +221,16 @@ class Scheduler:
         return self.text
 
     def _admit(self, events: list[BatchEvent]) -> None:
-        """Fill free slots in priority order. A row that must run alone waits for the slots to
-        drain (nothing is admitted past it meanwhile), and while it runs only its own kind joins it."""
+        """Fill free slots in priority order. A request's first chunk may also take one of the
+        :attr:`first_chunk_slots` beyond the limit, so a new request starts at the next step even
+        when long requests' later chunks fill every slot. A row that must run alone waits for the
+        slots to drain (nothing is admitted past it meanwhile), and while it runs only its own kind
+        joins it."""
         limit = self.slot_limit
-        room = {decoder: min(decoder.free_slots, limit - decoder.occupied) for decoder in (self.code, self.text) if decoder}
+        extra = self.first_chunk_slots
+        decoders = [decoder for decoder in (self.code, self.text) if decoder is not None]
         held: list[_Waiting] = []
-        while self._waiting and any(free > 0 for free in room.values()):
+        while self._waiting and any(d.free_slots and d.occupied < limit + extra for d in decoders):
             if self._exclusive is not None and not self._active:
                 self._exclusive = None
             entry = heapq.heappop(self._waiting)
@@ -236,13 +245,14 @@ class Scheduler:
             decoder = self._decoder_or_fail(row, events)
             if decoder is None:
                 continue
-            if room[decoder] <= 0:
+            if decoder not in decoders:
+                decoders.append(decoder)
+            if not decoder.free_slots or decoder.occupied >= limit + (extra if row.index == 0 else 0):
                 held.append(entry)
                 continue
             if token is not None:
                 self._exclusive = token
             self._admit_row(decoder, row, events)
-            room[decoder] = min(decoder.free_slots, limit - decoder.occupied)
         for entry in held:
             heapq.heappush(self._waiting, entry)
 
