@@ -21,6 +21,7 @@ import pytest
 import soundfile as sf
 
 from tests.service import ROOT, Service, wait_for
+from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 
 pytestmark = pytest.mark.e2e
 
@@ -94,11 +95,18 @@ def test_redis_outage_keeps_worker_alive_and_it_resumes(service: Service) -> Non
     assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()
 
 
-def test_worker_without_weights_stops_with_a_clear_message(service: Service, tmp_path: Path) -> None:
-    process = service.spawn("noweights", [sys.executable, "worker.py"], MODEL=str(tmp_path / "missing"))
-    assert process.wait(120) == 1
+def test_worker_configuration_errors_stop_it_with_a_clear_message_and_their_own_exit_code(
+    service: Service, tmp_path: Path
+) -> None:
+    """Exit code CONFIG_ERROR_EXIT, which a supervisor does not restart (a crash exits otherwise)."""
+    no_weights = service.spawn("noweights", [sys.executable, "worker.py"], MODEL=str(tmp_path / "missing"))
+    bad_setting = service.spawn("badsetting", [sys.executable, "worker.py"], MAX_BATCH="many")
+    assert no_weights.wait(120) == CONFIG_ERROR_EXIT
     log = (service.tmp / "noweights.log").read_text()
-    assert "cannot load the model" in log and "does not exist" in log
+    assert "configuration error: cannot load the model" in log and "does not exist" in log
+    assert bad_setting.wait(120) == CONFIG_ERROR_EXIT
+    log = (service.tmp / "badsetting.log").read_text()
+    assert "configuration error: invalid settings" in log and "max_batch" in log.lower(), log
 
 
 def test_make_up_refuses_a_directory_without_weights(tmp_path: Path) -> None:
