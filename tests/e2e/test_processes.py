@@ -159,7 +159,7 @@ def test_a_crash_mid_batch_loses_none_of_its_jobs(service: Service) -> None:
 
 
 def test_two_workers_share_the_queue_and_never_run_a_job_twice(service: Service) -> None:
-    workers = [service.start_worker(f"pool-{n}", MAX_BATCH="2") for n in range(2)]
+    workers = service.start_workers(["pool-0", "pool-1"], MAX_BATCH="2")
     task_ids = [service.submit(text=f"Pool job {n}.", seed=n) for n in range(12)]
     for task_id in task_ids:
         body = service.wait_status(task_id, {"done", "failed"})

@@ -12,8 +12,9 @@ from tests.service import Service
 from tests.web.pages import CHROMIUM, CHROMIUM_FLAGS, OpenPage
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    """One Chromium for the session; every page gets a fresh browser context (no cookies, storage or cache shared)."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the web tests need Debian's Chromium; run scripts/install_chromium.sh",
@@ -31,4 +32,7 @@ def open_page(browser: Browser, service: Service) -> Iterator[OpenPage]:
     teardown (HTTP error statuses that the page handles are expected and ignored)."""
     factory = OpenPage(browser, service)
     yield factory
-    factory.check()
+    try:
+        factory.check()
+    finally:
+        factory.close()
