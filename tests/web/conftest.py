@@ -12,9 +12,13 @@ from tests.service import Service
 from tests.web.pages import CHROMIUM, CHROMIUM_FLAGS, OpenPage
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One Chromium for the session; every page gets a fresh browser context (no cookies, storage or cache shared)."""
+    """One Chromium per test file; every page gets a fresh browser context (no cookies, storage or cache shared).
+
+    Not per session: Playwright's sync API runs an event loop in this thread for as long as it is open,
+    and an asyncio test after the web files (in the same pytest-xdist process) would find it running.
+    """
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the web tests need Debian's Chromium; run scripts/install_chromium.sh",
