@@ -108,12 +108,12 @@ def _cache_jit_kernels(module: Any) -> None:
     """Keep the numba kernels of ``module`` (ChatTTS's text normalizer) in numba's on-disk cache.
 
     ChatTTS declares them ``@jit(nopython=True)`` without ``cache=True``, so every process compiled them
-    again on its first request (the warm-up): about 9.5 s of CPU per worker start on a 2-core machine,
-    more than loading the tiny model, against 0.8 s once cached (measured 2026-12-01). ``enable_caching``
-    is what ``cache=True`` does: the machine code is kept where numba finds a writable place (beside the
-    package, ``NUMBA_CACHE_DIR``, or the user's cache directory) and numba itself discards it when the
-    source, numba or the CPU changes. Where there is no such place (a read-only image) nothing changes:
-    each process compiles them, as before.
+    again on its first request (the warm-up): about 1 s of the ~8 s of CPU a worker start costs on a
+    2-core machine (8.3 → 7.4 s, mean of three starts each, 2026-12-01), paid again by every restart and
+    every worker the tests start. ``enable_caching`` is what ``cache=True`` does: the machine code is kept
+    where numba finds a writable place (beside the package, ``NUMBA_CACHE_DIR``, or the user's cache
+    directory) and numba itself discards it when the source, numba or the CPU changes. Where there is no
+    such place (a read-only image) nothing changes: each process compiles them, as before.
     """
     from numba.core.dispatcher import Dispatcher
 
