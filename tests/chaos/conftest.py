@@ -1,7 +1,7 @@
 """The bounded chaos run's shared deployment: one per module, because starting workers dominates its cost.
 
-Starting a worker process costs ~15-30 s of CPU on a small machine (importing torch and ChatTTS), and
-the kill scenario alone restarts twenty, so the bounded scenarios share one deployment and one clean
+Starting a worker process costs 5-10 s of CPU on a small machine (importing torch and ChatTTS), and
+the kill scenario alone restarts twelve, so the bounded scenarios share one deployment and one clean
 reference; each still settles and judges its own jobs. ``CHAOS_SEED`` replays a run's random choices.
 """
 
