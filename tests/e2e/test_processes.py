@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_submit_poll_download(service: Service) -> None:
-    service.start_worker("w1")
+    service.start_worker("w1", NORMALIZE_TEXT="true")  # the date is read aloud, as in production
     task_id = service.submit(text="End to end. 今天是2026年11月30日。", seed=3, format="flac")
     body = service.wait_status(task_id, {"done", "failed"})
     assert body["status"] == "done", service.logs()
