@@ -62,6 +62,7 @@ def chattts_engine(settings: Settings) -> Engine:
             cuda_graphs=settings.cuda_graphs,
             batch_invariant=settings.batch_invariant,
             first_chunk_slots=settings.first_chunk_slots,
+            overlap=settings.overlap_prefill_and_audio,
         )
     else:
         engine = ChatTTSEngine(settings.engine_config())

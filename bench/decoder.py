@@ -93,7 +93,11 @@ def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
     )
     config = settings.engine_config()
     ours = DecoderEngine(
-        config, cuda_graphs=False, batch_invariant=settings.batch_invariant, first_chunk_slots=settings.first_chunk_slots
+        config,
+        cuda_graphs=False,
+        batch_invariant=settings.batch_invariant,
+        first_chunk_slots=settings.first_chunk_slots,
+        overlap=settings.overlap_prefill_and_audio,
     )
     reference = ChatTTSEngine(config)
     for engine in (ours, reference):

@@ -57,6 +57,7 @@ def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
         cuda_graphs=False,
         batch_invariant=defaults.batch_invariant,
         first_chunk_slots=defaults.first_chunk_slots,
+        overlap=defaults.overlap_prefill_and_audio,
     )
     engine.load()
     engine.warm_up()
