@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import statistics
 import threading
@@ -710,8 +711,11 @@ def poison_crash(chaos: Chaos) -> Figures:
         chaos.deployment.wait_ready([slot])
         after = client.submit(chaos.requests.new("After"))
         first_log = slot.log_path(1).read_text(errors="replace")
-        if "on a matching batch of 8" not in first_log:
-            figures.violations.append("the first crash did not take a batch of 8: the scenario did not test isolation")
+        # The decoder crashes in the first step the poison shares; prefilled in the background, the other
+        # claimed jobs join as they are ready, so that step holds two or more of the eight (all eight are in hand).
+        shared = re.search(r"on a matching batch of (\d+)", first_log)
+        if shared is None or int(shared.group(1)) < 2:
+            figures.violations.append("the first crash did not share a step with batch-mates: the scenario did not test isolation")
         crashes = sum(1 for exit_ in slot.exits if exit_.returncode == -signal.SIGKILL)
         innocent = len(batch)  # the poison job's seven batch mates, and the job submitted after it ended
         expect = Expect(acked=1 + innocent, done=innocent, failed={poison.task_id: "gave up after"}, dead={poison.task_id})
