@@ -153,14 +153,15 @@ def decoder_criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
             _verdict(f"ttsq decoder, batch {batch}: ≤ {limit:g} ms per decode step", measured, f"≤ {limit:g} ms", met, why_not, dry)
         )
     busy = {batch: (rows.get(batch) or {}).get("gpu_util_mean") for batch in DECODER_STEP_MS}
-    known = all(value is not None for value in busy.values())
+    missing = [str(batch) for batch, value in busy.items() if value is None]
+    known = not missing
     out.append(
         _verdict(
             f"ttsq decoder: GPU busy ≥ {DECODER_GPU_BUSY:g}% at batch {' and '.join(map(str, DECODER_STEP_MS))}",
             ", ".join(f"batch {b}: {_fmt(v, 0)}%" for b, v in busy.items()),
             f"≥ {DECODER_GPU_BUSY:g}% each",
             all(float(v) >= DECODER_GPU_BUSY for v in busy.values() if v is not None) if known and applies else None,
-            why_not or ("" if known else "no GPU samples for every batch" + (" (dry run on CPU)" if dry else "")),
+            why_not or ("" if known else f"no GPU samples at batch {' and '.join(missing)}" + (" (dry run on CPU)" if dry else "")),
             dry,
         )
     )
@@ -386,10 +387,16 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
     data = record.get("data") or {}
     batcher = data.get("batcher") or {}
     chattts = engine_summary(results, "engine")
+    positions = (
+        f"{_fmt(batcher.get('attended_positions'))} positions (longest prompt {_fmt(batcher.get('max_prompt'))} + "
+        f"{_fmt(batcher.get('max_new'))} tokens)"
+    )
     graphs = (
-        f"CUDA graphs for buckets {batcher.get('graph_buckets')} captured in {_fmt(batcher.get('capture_s'))} s"
+        f"CUDA graphs for buckets {batcher.get('graph_buckets')} captured in {_fmt(batcher.get('capture_s'))} s, "
+        f"every step attends {positions}"
         if batcher.get("cuda_graphs")
-        else "no CUDA graphs (not on CUDA, or not asked for): every step eager"
+        else f"no CUDA graphs (not on CUDA, or not asked for): every step eager, attending the longest row's positions, "
+        f"at most {positions}"
     )
     md = [
         f"## ttsq's decoder alone (`DecoderEngine.batcher`, CUDA graphs): {_status(results, 'decoder')}",
@@ -397,9 +404,8 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
         f"`{results.get('command')}`, {results.get('date')}. "
         f"Imports {_fmt(data.get('import_s'))} s, load {_fmt(data.get('load_s'))} s, warm-up {_fmt(data.get('warm_up_s'))} s. "
         f"One batcher of {_fmt(batcher.get('slots'))} slots for every batch size, built in {_fmt(batcher.get('build_s'))} s: "
-        f"{graphs}; KV cache {_fmt(batcher.get('kv_cache_mib'), 0)} MiB, every step attends "
-        f"{_fmt(batcher.get('attended_positions'))} positions (longest prompt {_fmt(batcher.get('max_prompt'))} + "
-        f"{_fmt(batcher.get('max_new'))} tokens); the batcher holds {_fmt(batcher.get('alloc_mib'), 0)} MiB. "
+        f"{graphs}; KV cache {_fmt(batcher.get('kv_cache_mib'), 0)} MiB; "
+        f"the batcher holds {_fmt(batcher.get('alloc_mib'), 0)} MiB. "
         "Per batch size that many requests are added and stepped until all have ended; best of the repetitions. "
         "GPT ms/step = (wall − mel decode − vocoder) ÷ tokens, as for ChatTTS's engine (each row's prefill and the "
         "scheduling included); decode step = one `SlotDecoder.step` (graph replay + reading which rows ended), median; "
