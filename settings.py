@@ -369,6 +369,22 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq` on CUDA: capture each batch bucket's decode step as a CUDA graph at start.",
         json_schema_extra=_group("Model"),
     )
+    first_chunk_slots: int = Field(
+        1,
+        ge=0,
+        le=8,
+        description="With `ENGINE_BACKEND=ttsq`: slots of the batch limit that requests' later chunks leave free for "
+        "first chunks, so a new request starts at the next step even when long requests have chunks to spare (a "
+        "limit of 1 keeps none).",
+        json_schema_extra=_group("Model"),
+    )
+    overlap_prefill_and_audio: bool = Field(
+        True,
+        description="With `ENGINE_BACKEND=ttsq` on a CPU: build and prefill the next rows' prompts, and decode finished "
+        "rows' audio, in two threads beside the decode loop (the work of one row each; the loop only steps). On CUDA "
+        "they stay in the loop until a GPU run has measured them.",
+        json_schema_extra=_group("Model"),
+    )
     batch_invariant: bool = Field(
         False,
         description="With `ENGINE_BACKEND=ttsq`: every decode step computes every slot over the whole cache, so a "

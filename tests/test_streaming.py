@@ -34,8 +34,10 @@ async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
 async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
         job_id = task_id()
-        reader = asyncio.create_task(collect(worker.queue, job_id))
+        # The job first, then its reader (as a client can only ask for a task it was given): a reader that ran
+        # before the enqueue found no job and ended at once, empty — a race a loaded machine lost.
         await worker.queue.enqueue(job_id, params(LONG_TEXT, format="wav"), single_flight=False)
+        reader = asyncio.create_task(collect(worker.queue, job_id))
         pieces = await asyncio.wait_for(reader, 60)
         job = await wait_final(worker.queue, job_id)
         stored = await worker.queue.result(job_id)

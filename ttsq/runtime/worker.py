@@ -332,10 +332,11 @@ class Worker:
             await self._start(await self._claim(room))
 
     def _free_room(self) -> int:
-        """How many more jobs to claim now: none while a batch of rows already waits for slots, else up
-        to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
+        """How many more jobs to claim now: none while a job that must run alone is in hand (if it takes
+        the process down, nothing else goes with it) or while a batch of rows already waits for slots,
+        else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
         batcher = self._batcher
-        if batcher is None:
+        if batcher is None or any(flight.job.isolate for flight in self._in_flight.values()):
             return 0
         limit = batcher.slot_limit
         self.metrics.batch_limit.set(limit)
