@@ -24,7 +24,7 @@ from tests.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.faults import FaultConfig
 from ttsq.store.connection import create_redis
-from ttsq.store.queue import JobQueue, QueueConfig
+from ttsq.store.queue import Claim, JobQueue, QueueConfig
 
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
 
@@ -50,6 +50,14 @@ def task_id() -> str:
 
 def params(text: str = "hello", **overrides: Any) -> TTSParams:
     return TTSParams(text=text, speaker_seed=7, seed=7, **overrides)
+
+
+async def claimed(queue: JobQueue, worker: str = "w") -> Claim:
+    """Claim the next job for ``worker`` (there must be one): its claim carries the fencing token the
+    queue wants back with the job's renewals, completion or failure."""
+    claim = await queue.claim(worker, block_s=0.1)
+    assert claim is not None, "there was no job to claim"
+    return claim
 
 
 @dataclass

@@ -169,8 +169,8 @@ class Worker:
         self._stop_deadline: float | None = None
         self._abandoned = False
         self._in_flight: dict[str, _InFlight] = {}
-        self._running: set[str] = set()
-        """Ids of claimed jobs whose outcome is not stored yet: upkeep renews their leases."""
+        self._running: dict[str, int] = {}
+        """Claimed jobs whose outcome is not stored yet, id → the claim's fencing token: upkeep renews their leases."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._speakers: OrderedDict[int, str] = OrderedDict()
         """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
@@ -394,7 +394,7 @@ class Worker:
         if not jobs:
             return
         claimed_at = time.perf_counter()
-        self._running.update(job.id for job in jobs)
+        self._running.update((job.id, _token(job)) for job in jobs)
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
         for job, hit in zip(jobs, hits, strict=True):
             if hit is not None:
@@ -523,7 +523,7 @@ class Worker:
         with context.working_on(job.id):
             await self._store(job, outcome, claimed_at)
         # Its lease is released with its outcome: renewing it after that would report it lost.
-        self._running.discard(job.id)
+        self._running.pop(job.id, None)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
@@ -534,27 +534,32 @@ class Worker:
         result = outcome.audio
         stored = await self._persist(
             lambda: self.queue.complete(
-                job.id, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
+                job.id, _token(job), result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
             )
         )
-        if stored is Completed.DONE:
-            self.metrics.ended("done", job.attempts)
-            self.metrics.audio_seconds.inc(result.duration_s)
-            if not outcome.from_cache and result.duration_s > 0:
-                self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
-            if outcome.first_audio_at is not None:
-                self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
-        elif stored is Failed.FAILED:
-            self.metrics.ended("failed", job.attempts)
-        elif stored is Completed.CANCELLED:
+        if stored is Completed.STALE or stored is Failed.STALE:
+            self._refused(job, "completion")
+            return
+        if stored is Completed.CANCELLED:
             self.metrics.ended("cancelled", job.attempts)
             # The audio stays in the result cache (put above): the work is done, and an identical
             # request later is answered from it; the cancelled task itself never gets it.
             log.info("  ⊘ %s cancelled while it ran: its audio is dropped", job.id)
             return
-        # After completion, so a reader that sees the end of the stream finds the job done (and a
-        # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
-        await self._best_effort(self.streams.end(job.id), "end the audio stream")
+        if stored is Failed.FAILED:
+            self.metrics.ended("failed", job.attempts)
+            log.warning("  ✗ %s attempt %d: its result is over MAX_RESULT_BYTES → failed", job.id, job.attempts)
+            return
+        if stored is not Completed.DONE:
+            if stored is not None:
+                log.info("  ⊘ %s had already ended: this attempt's result is dropped", job.id)
+            return
+        self.metrics.ended("done", job.attempts)
+        self.metrics.audio_seconds.inc(result.duration_s)
+        if not outcome.from_cache and result.duration_s > 0:
+            self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
+        if outcome.first_audio_at is not None:
+            self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
         self.record.jobs_done += 1
         log.info(
             "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
@@ -569,7 +574,12 @@ class Worker:
     async def _record_failure(self, job: Job, error: BaseException) -> None:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
-        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
+        outcome = await self._persist(
+            lambda: self.queue.fail(job.id, _token(job), reason, retryable=retryable, cache_key=job.params.cache_key)
+        )
+        if outcome is Failed.STALE:
+            self._refused(job, "failure")
+            return
         if outcome is Failed.RETRY:
             self.metrics.ended("retried", job.attempts)
         elif outcome is Failed.FAILED:
@@ -583,14 +593,22 @@ class Worker:
 
         Streaming is best effort: a piece that cannot be published is logged and skipped; the
         stored result, written at the end, is what a job owes its client. A retried attempt
-        starts the stream afresh; a first attempt has nothing to clear.
+        starts the stream afresh; a first attempt has nothing to clear. A stale claim (the job was
+        claimed again after this worker's lease lapsed) publishes nothing more.
         """
-        fresh = job.attempts <= 1
+        fresh = job.attempts > 1
         while (piece := await pieces.get()) is not None:
-            if not fresh:
-                await self._best_effort(self.streams.reset(job.id), "reset the audio stream")
-                fresh = True
-            await self._best_effort(self.streams.publish(job.id, *piece), "publish audio")
+            try:
+                published = await self.streams.publish(job.id, _token(job), *piece, fresh=fresh)
+            except REDIS_ERRORS as exc:
+                log.warning("could not publish audio: %s", exc)
+                continue
+            fresh = False
+            if not published:
+                self._refused(job, "stream")
+                while await pieces.get() is not None:
+                    pass
+                return
 
     # ---- in the inference thread ------------------------------------------------------------
 
@@ -628,12 +646,17 @@ class Worker:
             log.error("could not store a job outcome before shutdown: %s", exc)
             return None
 
-    @staticmethod
-    async def _best_effort(write: Awaitable[None], what: str) -> None:
-        try:
-            await write
-        except REDIS_ERRORS as exc:
-            log.warning("could not %s: %s", what, exc)
+    def _refused(self, job: Job, what: str) -> None:
+        """The queue refused this worker's write: its claim on ``job`` is stale (fencing). Counted and logged."""
+        self.metrics.stale.labels(what).inc()
+        log.warning(
+            "  ⊘ %s attempt %d: %s refused, claim %d is stale (the lease lapsed and the job was requeued, perhaps "
+            "claimed by another worker); nothing of this attempt was applied",
+            job.id,
+            job.attempts,
+            what,
+            _token(job),
+        )
 
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok
@@ -667,9 +690,15 @@ class Worker:
         self.record.last_heartbeat = time.time()
 
     async def _renew_leases(self) -> None:
-        renewed = await self.queue.renew_leases(self.config.worker_id, list(self._running))
-        for job_id in renewed.lost & self._running:
-            log.warning("lease on %s was lost; another worker may run it too", job_id)
+        renewed = await self.queue.renew_leases(dict(self._running))
+        for job_id in renewed.lost & self._running.keys():
+            self.metrics.stale.labels("renew").inc()
+            log.warning(
+                "lease on %s (claim %d) was lost: it lapsed and the job went back to the queue, perhaps to another "
+                "worker; this worker's outcome for it will be refused",
+                job_id,
+                self._running[job_id],
+            )
         for job_id in renewed.cancelling & self._in_flight.keys():
             # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
             # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
@@ -678,6 +707,13 @@ class Worker:
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
+
+
+def _token(job: Job) -> int:
+    """A claimed job's fencing token (``start.lua`` sets it on every claim)."""
+    if job.claim is None:
+        raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
+    return job.claim
 
 
 def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:

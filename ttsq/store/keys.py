@@ -31,6 +31,11 @@ class Keys:
         return self.prefix + "leases"
 
     @property
+    def claims(self) -> str:
+        """Counter of claims ever made: each claim takes the next number as its fencing token (see ``start.lua``)."""
+        return self.prefix + "claims"
+
+    @property
     def sweep_lock(self) -> str:
         """Held for one sweep interval by whichever worker sweeps, so that one worker sweeps per interval."""
         return self.prefix + "sweep-lock"

@@ -6,7 +6,10 @@ Design (the "reliable queue" pattern):
   enqueue (a lost reply, a client retry) never creates a second job.
 * **claim** moves an id with ``BLMOVE`` from the queue into a processing list, then a script
   counts the attempt, marks the job running and grants a *lease*: a deadline in the ``leases``
-  sorted set. The worker moves its deadlines forward while inference runs.
+  sorted set, under a *fencing token* (the next number of a counter, kept on the job). The worker
+  moves its deadlines forward while inference runs; renewing, streaming, completing and failing
+  all name the token, and a stale one (the lease lapsed and the job was requeued, perhaps claimed
+  by another worker) is refused, so a worker that wakes after a long stall changes nothing.
 * **sweep** (one worker per interval, under a short lock): a job whose lease deadline has passed
   belonged to a dead worker and goes back to the front of the queue; so does an id that was
   claimed but never started; retries whose backoff is over are released. Attempts are counted at
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -129,6 +132,14 @@ class Claim:
     @property
     def runnable(self) -> bool:
         return self.started is Started.RUN
+
+    @property
+    def token(self) -> int:
+        """The claim's fencing token: what :meth:`JobQueue.renew_leases`, :meth:`JobQueue.complete` and
+        :meth:`JobQueue.fail` (and the job's audio stream) need to act as the job's holder."""
+        if self.job.claim is None:
+            raise ValueError(f"the claim of job {self.job.id} carries no fencing token")
+        return self.job.claim
 
 
 @dataclass(frozen=True)
@@ -411,7 +422,7 @@ class JobQueue:
         return [claim for claim in claims if claim is not None]
 
     def _start_keys(self, job_id: str) -> list[str]:
-        return [self.keys.job(job_id), self.keys.leases, self.keys.processing, self.keys.dead]
+        return [self.keys.job(job_id), self.keys.leases, self.keys.processing, self.keys.dead, self.keys.claims]
 
     def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
         now = self.clock()
@@ -437,22 +448,24 @@ class JobQueue:
                 await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
         return Claim(job=job, started=reply.started)
 
-    async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> Renewed:
-        """Move the lease deadline of every job in ``job_ids`` forward; which are no longer held, and
-        which were cancelled while running (their work may stop: :meth:`fail` ends them as cancelled)."""
-        ids = list(job_ids)
-        if not ids:
+    async def renew_leases(self, held: Mapping[str, int]) -> Renewed:
+        """Move the lease deadline of every job in ``held`` (job id → its claim's fencing token) forward;
+        which are no longer held (the token is stale), and which were cancelled while running (their work
+        may stop: :meth:`fail` ends them as cancelled)."""
+        if not held:
             return Renewed(frozenset(), frozenset())
+        pairs = [value for job_id, token in held.items() for value in (job_id, token)]
         reply = await self._renew(
-            keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in ids)],
-            args=[worker_id, self.clock() + self.config.lease_s, *ids],
+            keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in held)],
+            args=[self.clock() + self.config.lease_s, *pairs],
         )
         return Renewed.parse(reply)
 
     async def complete(
-        self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
+        self, job_id: str, token: int, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
     ) -> Completed | Failed:
-        """Store the result and mark the job done (both expire after ``result_ttl_s``).
+        """Store the result and mark the job done (both expire after ``result_ttl_s``), if ``token`` is
+        the job's current claim (:attr:`Completed.STALE`, and nothing changes, otherwise).
 
         ``cache_key`` releases the job's single-flight marker, so later identical requests are
         served from the cache instead of joining a finished job. A result over
@@ -460,7 +473,7 @@ class JobQueue:
         """
         if len(audio) > self.config.max_result_bytes:
             reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
-            return await self.fail(job_id, reason, retryable=False, cache_key=cache_key)
+            return await self.fail(job_id, token, reason, retryable=False, cache_key=cache_key)
         keys = [
             self.keys.job(job_id),
             self.keys.result(job_id),
@@ -468,13 +481,15 @@ class JobQueue:
             self.keys.processing,
             self.keys.stats,
             self._inflight_key(cache_key),
+            self.keys.stream(job_id),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
-        args += [_flag(cache_key is not None), self.keys.prefix]
+        args += [_flag(cache_key is not None), self.keys.prefix, token]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
-    async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
-        """Record a failed attempt: retry later with backoff, or fail for good and dead-letter."""
+    async def fail(self, job_id: str, token: int, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
+        """Record a failed attempt: retry later with backoff, or fail for good and dead-letter — if
+        ``token`` is the job's current claim (:attr:`Failed.STALE`, and nothing changes, otherwise)."""
         keys = [
             self.keys.job(job_id),
             self.keys.leases,
@@ -493,6 +508,7 @@ class JobQueue:
             self.config.dead_letter_max,
             _flag(cache_key is not None),
             self.keys.prefix,
+            token,
         ]
         return Failed.parse(await self._fail(keys=keys, args=args))
 

@@ -46,7 +46,8 @@ def listed_ids(raw: Sequence[Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Renewed:
-    """``renew.lua``: the leases this worker no longer holds, and the jobs it holds that were cancelled while running."""
+    """``renew.lua``: the leases this worker no longer holds (lapsed and swept, claimed again: its claim is stale), and
+    the jobs it holds that were cancelled while running."""
 
     lost: frozenset[str]
     cancelling: frozenset[str]
@@ -55,6 +56,11 @@ class Renewed:
     def parse(cls, raw: Sequence[Any]) -> Self:
         lost, cancelling = raw
         return cls(frozenset(listed_ids(lost)), frozenset(listed_ids(cancelling)))
+
+
+def appended(raw: Any) -> bool:
+    """``stream_append.lua``: 1 when the piece was appended, 0 when the caller's claim was stale."""
+    return bool(int(raw))
 
 
 # ---- token_bucket.lua (alone in rate_limit.lua, and in front of enqueue.lua) -------------------
@@ -175,6 +181,9 @@ class Completed(Outcome):
     """The job had been cancelled while it ran: its audio was dropped."""
     GONE = "gone"
     """The job had already finished (e.g. a requeued copy ran elsewhere) or expired."""
+    STALE = "stale"
+    """The caller's claim is not the job's current one (its lease lapsed; the job was requeued, perhaps
+    claimed again): refused, nothing changed."""
 
 
 class Failed(Outcome):
@@ -188,6 +197,8 @@ class Failed(Outcome):
     """The job had been cancelled while it ran: it ends cancelled, not retried."""
     GONE = "gone"
     """The job had already finished or expired; nothing changed."""
+    STALE = "stale"
+    """The caller's claim is not the job's current one: refused, nothing changed (see :attr:`Completed.STALE`)."""
 
 
 class Cancelled(Outcome):

@@ -1,15 +1,20 @@
 -- Record a failed attempt: retry after retry_base_s ^ attempts, or fail for good (expiring
 -- after ttl_s) and keep the final record in the capped dead-letter list. A job cancelled while it
--- ran is marked cancelled instead of retried.
+-- ran is marked cancelled instead of retried. Only the holder of the job's current claim may do
+-- this: a stale owner's failure changes nothing (see complete.lua).
 -- KEYS: job, leases, processing, delayed, dead, inflight
--- ARGV: id, reason, retryable ('1' | '0'), now, retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix
--- Reply: {'retry', delay_s} | {'failed'} | {'cancelled'} | {'gone'}
+-- ARGV: id, reason, retryable ('1' | '0'), now, retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix, token
+-- Reply: {'retry', delay_s} | {'failed'} | {'cancelled'} | {'gone'} | {'stale'}
+local raw = redis.call('GET', KEYS[1])
+local job = raw and cjson.decode(raw)
+if not job or job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
+  redis.call('LREM', KEYS[3], 0, ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return {'gone'}
+end
+if job.status ~= 'running' or tostring(job.claim) ~= ARGV[10] then return {'stale'} end
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-local raw = redis.call('GET', KEYS[1])
-if not raw then return {'gone'} end
-local job = cjson.decode(raw)
-if job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then return {'gone'} end
 job.error = ARGV[2]
 job.worker = cjson.null
 local now = tonumber(ARGV[4])

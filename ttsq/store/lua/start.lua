@@ -1,7 +1,8 @@
 -- Start an attempt on a job that BLMOVE/LMOVE just put in the processing list: count the
--- attempt, mark it running and lease it to the worker until the deadline; or, past
--- max_attempts, fail it for good and dead-letter it.
--- KEYS: job, leases, processing, dead
+-- attempt, mark it running and lease it to the worker until the deadline under a new fencing
+-- token (the next number of the claims counter, kept on the job: only its holder may renew,
+-- stream, complete or fail this attempt); or, past max_attempts, fail it for good and dead-letter it.
+-- KEYS: job, leases, processing, dead, claims
 -- ARGV: id, worker, now, lease_deadline, ttl_s, dead_max, prefix
 -- Reply: {'run', job_json} | {'dead', job_json} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
@@ -32,6 +33,7 @@ end
 job.status = 'running'
 job.started_at = tonumber(ARGV[3])
 job.worker = ARGV[2]
+job.claim = redis.call('INCR', KEYS[5])
 job.not_before = cjson.null
 local out = cjson.encode(job)
 redis.call('SET', KEYS[1], out)
