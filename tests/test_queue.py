@@ -148,7 +148,7 @@ async def test_only_one_worker_sweeps_per_interval(make_queue: Any, clock: FakeC
 
 
 async def test_claimed_but_unstarted_job_is_swept_only_after_grace(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
-    """A worker that died between BLMOVE and its start script leaves a lease-less queued id."""
+    """An older release's worker that died between its BLMOVE and its start script left a lease-less queued id."""
     queue: JobQueue = make_queue(lease_s=10)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)

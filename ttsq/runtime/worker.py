@@ -710,7 +710,7 @@ class Worker:
 
 
 def _token(job: Job) -> int:
-    """A claimed job's fencing token (``start.lua`` sets it on every claim)."""
+    """A claimed job's fencing token (``claim.lua`` sets it on every claim)."""
     if job.claim is None:
         raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
     return job.claim

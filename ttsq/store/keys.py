@@ -22,7 +22,7 @@ class Keys:
 
     @property
     def processing(self) -> str:
-        """List of claimed job ids (running, or moved by BLMOVE and about to start)."""
+        """List of claimed job ids (running; an id an older release moved here and never started is swept back)."""
         return self.prefix + "processing"
 
     @property
@@ -32,8 +32,12 @@ class Keys:
 
     @property
     def claims(self) -> str:
-        """Counter of claims ever made: each claim takes the next number as its fencing token (see ``start.lua``)."""
+        """Counter of claims ever made: each claim takes the next number as its fencing token (see ``claim.lua``)."""
         return self.prefix + "claims"
+
+    def claim_record(self, worker_id: str) -> str:
+        """A worker's last claim (its request id and the jobs it got), so a repeated claim answers the same jobs."""
+        return f"{self.prefix}claim:{worker_id}"
 
     @property
     def sweep_lock(self) -> str:

@@ -4,12 +4,15 @@ Design (the "reliable queue" pattern):
 
 * **enqueue** records the job (``SET NX``) and ``LPUSH``-es its id in one script, so a retried
   enqueue (a lost reply, a client retry) never creates a second job.
-* **claim** moves an id with ``BLMOVE`` from the queue into a processing list, then a script
-  counts the attempt, marks the job running and grants a *lease*: a deadline in the ``leases``
-  sorted set, under a *fencing token* (the next number of a counter, kept on the job). The worker
-  moves its deadlines forward while inference runs; renewing, streaming, completing and failing
-  all name the token, and a stale one (the lease lapsed and the job was requeued, perhaps claimed
-  by another worker) is refused, so a worker that wakes after a long stall changes nothing.
+* **claim** is one script: it moves ids from the queue into a processing list, counts each one's
+  attempt, marks it running and grants a *lease* (a deadline in the ``leases`` sorted set) under a
+  *fencing token* (the next number of a counter, kept on the job). The worker moves its deadlines
+  forward while inference runs; renewing, streaming, completing and failing all name the token, and
+  a stale one (the lease lapsed and the job was requeued, perhaps claimed by another worker) is
+  refused, so a worker that wakes after a long stall changes nothing. A claim is safe to repeat: the
+  script keeps its answer under the caller's request id, so a retry whose first answer was lost gets
+  the same jobs, never more; when the queue is empty, the worker waits with a ``BLMOVE`` of the queue
+  onto itself, which moves nothing and is harmless to retry.
 * **sweep** (one worker per interval, under a short lock): a job whose lease deadline has passed
   belonged to a dead worker and goes back to the front of the queue; so does an id that was
   claimed but never started; retries whose backoff is over are released. Attempts are counted at
@@ -25,14 +28,14 @@ cannot leave a job half-moved; every script reply is read into a named Python ty
 task-id secret (:mod:`ttsq.store.task_ids`). Time comes
 from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
 without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
-Blocking reads are kept short (``block_s`` < the socket timeout) and are never cancelled
-mid-flight, because a cancelled BLMOVE reply would leave an id in limbo until swept.
+Blocking reads are kept short (``block_s`` < the socket timeout).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -47,6 +50,7 @@ from ttsq.store.keys import Keys
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
 from ttsq.store.replies import (
     Cancelled,
+    ClaimReply,
     Completed,
     Enqueued,
     EnqueueReply,
@@ -55,10 +59,7 @@ from ttsq.store.replies import (
     Requeued,
     RequeueReply,
     Started,
-    StartReply,
     SweepReport,
-    listed_ids,
-    text,
 )
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,12 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _claim_record_ms(config: QueueConfig) -> int:
+    """How long a worker's last claim is remembered for a repeat: a lease (whatever it claimed is back in the
+    queue by then anyway), and at least a minute."""
+    return int(max(config.lease_s, 60.0) * 1000)
+
+
 class JobQueue:
     """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
@@ -182,17 +189,18 @@ class JobQueue:
         self.clock = clock
         self.keys = Keys(config.namespace)
         self._enqueue = redis.register_script(token_bucket_lua() + "\n" + _lua("enqueue"))
-        self._start = _script(redis, "start", ends_jobs=True)
+        self._claim_script = _script(redis, "claim", ends_jobs=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
         self._fail = _script(redis, "fail", ends_jobs=True)
         self._cancel = _script(redis, "cancel", ends_jobs=True)
         self._sweep = _script(redis, "sweep")
-        self._take = _script(redis, "take")
         self._requeue_dead = _script(redis, "requeue_dead")
         self._clear_inflight = _script(redis, "clear_inflight")
         self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, clock)
         """Read for the wait estimate: how many workers share the queue."""
+        self._unanswered: dict[str, str] = {}
+        """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
 
     def _inflight_key(self, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
@@ -392,61 +400,65 @@ class JobQueue:
     # ---- consumer side -------------------------------------------------------------------
 
     async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
-        """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``."""
+        """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``.
+
+        A job whose last worker was lost (``isolate``) may be claimed here, alone. The wait is a
+        ``BLMOVE`` of the queue onto itself (the last id back to where it was): it changes nothing, so
+        a retried wait is harmless, and the claim itself is :meth:`claim_more`'s idempotent script.
+        """
+        claims = await self._claim(worker_id, 1, alone_first=True)
+        if claims:
+            return claims[0]
         timeout = self.config.block_s if block_s is None else block_s
         # Redis takes fractional block timeouts; redis-py's annotation says int.
-        raw_id = await self.redis.blmove(self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
-        if raw_id is None:
+        if await self.redis.blmove(self.keys.queue, self.keys.queue, timeout, "RIGHT", "RIGHT") is None:  # type: ignore[arg-type]
             return None
-        job_id = text(raw_id)
-        reply = await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id))
-        return await self._claim_from(job_id, reply)
+        claims = await self._claim(worker_id, 1, alone_first=True)
+        return claims[0] if claims else None
 
     async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
-        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count.
+        """Claim up to ``count`` more jobs without blocking (to fill a batch), in one round trip.
 
         Stops before a job marked ``isolate`` (its last worker was lost): that one is left for a
         blocking :meth:`claim`, and the worker runs it alone.
         """
         if count <= 0:
             return []
-        taken = await self._take(keys=[self.keys.queue, self.keys.processing], args=[count, self.keys.job_prefix])
-        ids = listed_ids(taken)
-        if not ids:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id), client=pipe)
-            replies = await pipe.execute()
-        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(ids, replies, strict=True)]
-        return [claim for claim in claims if claim is not None]
+        return await self._claim(worker_id, count, alone_first=False)
 
-    def _start_keys(self, job_id: str) -> list[str]:
-        return [self.keys.job(job_id), self.keys.leases, self.keys.processing, self.keys.dead, self.keys.claims]
-
-    def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
-        now = self.clock()
-        return [
-            job_id,
-            worker_id,
-            now,
-            now + self.config.lease_s,
-            self.config.result_ttl_s,
-            self.config.dead_letter_max,
-            self.keys.prefix,
-        ]
-
-    async def _claim_from(self, job_id: str, raw: Any) -> Claim | None:
-        """The start script's reply as a claim; a job dead-lettered at claim frees its single-flight marker."""
-        reply = StartReply.parse(raw)
-        job = reply.job
-        if reply.started is Started.GONE or job is None:
-            return None
-        if reply.started is Started.DEAD:
-            log.warning("job %s dead-lettered at claim: %s", job_id, job.error)
-            if job.params.cache_key is not None:
-                await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
-        return Claim(job=job, started=reply.started)
+    async def _claim(self, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
+        """One run of ``claim.lua``, safe to repeat: a claim whose answer was lost (a timeout, a dropped
+        connection, after redis-py's own retries) is asked again under the same request id by this
+        worker's next claim, and the script answers the jobs it claimed then instead of claiming more.
+        So no job is ever leased to a worker that does not know it holds it."""
+        request = self._unanswered.pop(worker_id, None)
+        repeating = request is not None
+        request = request or uuid.uuid4().hex
+        keys = [self.keys.queue, self.keys.processing, self.keys.leases, self.keys.dead, self.keys.claims]
+        keys.append(self.keys.claim_record(worker_id))
+        args: list[Any] = [worker_id, request, count, self.clock(), self.config.lease_s, self.config.result_ttl_s]
+        args += [self.config.dead_letter_max, self.keys.prefix, self.keys.job_prefix, _claim_record_ms(self.config)]
+        args.append(_flag(alone_first))
+        try:
+            reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
+        except BaseException:
+            self._unanswered[worker_id] = request
+            raise
+        if reply.repeated:
+            log.warning(
+                "a claim's answer was lost on its way (a timeout or a dropped connection); asked again, it named %d job(s), "
+                "now in hand: none is stranded",
+                len(reply.started),
+            )
+        elif repeating and reply.started:
+            log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
+        claims = [Claim(job=started.job, started=started.started) for started in reply.started]
+        for claim in claims:
+            if claim.started is Started.DEAD:
+                log.warning("job %s dead-lettered at claim: %s", claim.job.id, claim.job.error)
+                if claim.job.params.cache_key is not None:
+                    await self._clear_inflight(keys=[self.keys.inflight(claim.job.params.cache_key)], args=[claim.job.id])
+        return claims
 
     async def renew_leases(self, held: Mapping[str, int]) -> Renewed:
         """Move the lease deadline of every job in ``held`` (job id → its claim's fencing token) forward;

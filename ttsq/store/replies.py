@@ -40,7 +40,7 @@ class Outcome(StrEnum):
 
 
 def listed_ids(raw: Sequence[Any]) -> list[str]:
-    """A reply that lists job ids: ``take.lua`` (the ids taken, in claim order), and parts of ``renew.lua``'s."""
+    """A reply that lists job ids: parts of ``renew.lua``'s."""
     return [text(job_id) for job_id in raw]
 
 
@@ -155,22 +155,36 @@ class Started(Outcome):
     """The attempt is counted and leased to this worker: run it."""
     DEAD = "dead"
     """The job had used up its attempts: it was failed for good and dead-lettered instead."""
-    GONE = "gone"
-    """The job had already finished or expired."""
 
 
 @dataclass(frozen=True)
 class StartReply:
-    """``start.lua``: ``{'run', job}`` | ``{'dead', job}`` | ``{'gone'}``."""
+    """One job of ``claim.lua``'s reply: ``{'run', job}`` | ``{'dead', job}``."""
 
     started: Started
-    job: Job | None
-    """The job as the script left it (None when gone)."""
+    job: Job
+    """The job as the script left it."""
 
     @classmethod
     def parse(cls, raw: Any) -> StartReply:
         name, values = _outcome(raw)
-        return cls(Started(name), Job.model_validate_json(values[0]) if values else None)
+        return cls(Started(name), Job.model_validate_json(values[0]))
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """``claim.lua``: ``{'claimed' | 'repeated', {started, job}, ...}``."""
+
+    repeated: bool
+    """The request had been answered already (its first answer was lost): these are the same jobs again."""
+    started: list[StartReply]
+
+    @classmethod
+    def parse(cls, raw: Any) -> ClaimReply:
+        name, values = _outcome(raw)
+        if name not in ("claimed", "repeated"):
+            raise ValueError(f"claim.lua answered {name!r}")
+        return cls(name == "repeated", [StartReply.parse(item) for item in values])
 
 
 class Completed(Outcome):

@@ -1,8 +1,9 @@
 -- The queue's upkeep, done by one worker per interval (whoever takes the lock):
 --  1. requeue, at the front, every running job whose lease deadline has passed (its worker is gone),
---     marked to run alone until it succeeds (it may be what killed the worker: see take.lua);
---  2. requeue ids claimed but never started (a worker died between BLMOVE and start.lua), on the
---     second sighting at least orphan_grace_s apart, so a start a moment away is never raced;
+--     marked to run alone until it succeeds (it may be what killed the worker: see claim.lua);
+--  2. requeue ids in the processing list that are not running (left by an older release, whose
+--     claim moved an id and started it in two steps), on the second sighting at least
+--     orphan_grace_s apart, so a start a moment away is never raced;
 --  3. release retries whose backoff is over (to the back of the queue).
 -- Every key shares the namespace's hash tag, so the job keys built from the prefix live in the
 -- same Redis Cluster slot as the declared keys.
