@@ -501,6 +501,11 @@ class Settings(BaseSettings):
         description="Test only: how long a `hang` lasts before inference goes on.",
         json_schema_extra=_group("Fault injection (tests only)"),
     )
+    fault_clock_skew_s: float = Field(
+        0.0,
+        description="Test only: run this process's wall clock this many seconds off, as on a host whose clock drifted.",
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
 
     @field_validator("cache_dir", mode="before")
     @classmethod

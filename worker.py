@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from settings import Settings, get_settings, startup_warnings
+from ttsq.runtime.clock_skew import skew_host_clock
 from ttsq.runtime.logs import configure_logging
 
 if TYPE_CHECKING:  # torch loads only after the allocator setting is exported (see _configure_process)
@@ -27,6 +28,7 @@ log = logging.getLogger("ttsq.worker")
 
 def _configure_process(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
+    skew_host_clock(settings.fault_clock_skew_s, log)  # a test's drifted host; nothing but tests sets it
     for warning in startup_warnings():
         log.warning(warning)
     os.environ.setdefault(_alloc_conf_variable(), settings.cuda_alloc_conf)

@@ -46,4 +46,4 @@ def test_replies_without_values() -> None:
     assert RequeueReply.parse([b"active", b"queued"]) == RequeueReply(Requeued.ACTIVE, None)
     assert RequeueReply.parse([b"requeued", 4]) == RequeueReply(Requeued.REQUEUED, 4)
     assert LeaseReply.parse([b"finished"]) == LeaseReply(Leased.FINISHED, 0)
-    assert LeaseReply.parse([b"leased", 2]) == LeaseReply(Leased.LEASED, 2)
+    assert LeaseReply.parse([b"leased", 2, b"1800000030.5"]) == LeaseReply(Leased.LEASED, 2, 1800000030.5)

@@ -204,7 +204,7 @@ class TTSService:
         # What lives beside the jobs, on the queue's connection, names and clock:
         self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
         self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
-        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys, queue.clock)
+        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys)
         self.rate_limiter = rate_limiter
         self.cache = cache
         self.voices = voices

@@ -19,14 +19,15 @@ It is the job queue's reliable-queue pattern again, for a job's completion notic
 Deliveries are at least once: a deliverer that dies after the receiver answered but before the
 acknowledgement causes a second POST with the same ``ttsq-event-id``. Once the log ends in a final
 record (delivered or given up), any further claim of that id is dropped without a POST.
-Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+Leases run on Redis's clock (:mod:`ttsq.store.clock`): the scripts set each deadline themselves and hand
+it back as the holder's token, and the deliverer asks Redis for "now" (:meth:`RedisClock.now`) when it
+schedules a retry, so no deliverer's host clock decides when a lease lapses or a retry is due.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from importlib.resources import files
@@ -35,11 +36,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.keys import Keys
 from ttsq.store.replies import DeliverySweep, Leased, LeaseReply, Settled, renewed, text
-
-Clock = Callable[[], float]
-"""Unix seconds; ``time.time`` in production, a settable value in tests."""
 
 LOG_MAX = 100
 """Most attempt records kept per job (the newest); a day of capped backoff is far fewer."""
@@ -162,21 +161,23 @@ class DeliveryDepths:
     delayed: int
 
 
-def _script(redis: Redis, name: str) -> AsyncScript:
-    return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
+def _script(redis: Redis, name: str, *, timed: bool = True) -> AsyncScript:
+    lua = files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
+    return redis.register_script((clock_lua() + "\n" if timed else "") + lua)
 
 
 class DeliveryQueue:
     """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock = time.time) -> None:
+    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
         self.keys = Keys(config.namespace)
-        self.clock = clock
+        self.clock = RedisClock(redis, clock)
+        """Redis's clock (a test may pin it)."""
         self._lease = _script(redis, "deliveries_lease")
         self._renew = _script(redis, "deliveries_renew")
-        self._settle = _script(redis, "deliveries_settle")
+        self._settle = _script(redis, "deliveries_settle", timed=False)
         self._sweep = _script(redis, "deliveries_sweep")
 
     async def claim(self, holder: str, block_s: float) -> DeliveryLease | None:
@@ -193,11 +194,11 @@ class DeliveryQueue:
         if raw is None:
             return None
         job_id = text(raw)
-        deadline = self.clock() + self.config.lease_s
-        reply = LeaseReply.parse(await self._lease(keys=self._lease_keys(job_id), args=[job_id, deadline]))
-        if reply.leased is not Leased.LEASED:
+        args: list[Any] = [job_id, self.clock.arg(), self.config.lease_s]
+        reply = LeaseReply.parse(await self._lease(keys=self._lease_keys(job_id), args=args))
+        if reply.leased is not Leased.LEASED or reply.deadline is None:
             return None
-        return DeliveryLease(job_id=job_id, holder=holder, deadline=deadline, attempts=reply.attempts)
+        return DeliveryLease(job_id=job_id, holder=holder, deadline=reply.deadline, attempts=reply.attempts)
 
     def _lease_keys(self, job_id: str) -> list[str]:
         """What the lease and settle scripts touch: the claim, the lease, a retry's slot, the log, the job."""
@@ -211,9 +212,9 @@ class DeliveryQueue:
 
     async def renew(self, lease: DeliveryLease) -> DeliveryLease | None:
         """Move the lease forward; the new lease (new token) is returned, None if it was lost."""
-        deadline = self.clock() + self.config.lease_s
-        reply = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
-        if not renewed(reply):
+        args: list[Any] = [lease.job_id, repr(lease.deadline), self.clock.arg(), self.config.lease_s]
+        deadline = renewed(await self._renew(keys=[self.keys.delivery_leases], args=args))
+        if deadline is None:
             return None
         return DeliveryLease(job_id=lease.job_id, holder=lease.holder, deadline=deadline, attempts=lease.attempts)
 
@@ -240,7 +241,7 @@ class DeliveryQueue:
             keys=self._lease_keys(lease.job_id),
             args=[
                 lease.job_id,
-                lease.deadline,
+                repr(lease.deadline),
                 record.to_json(),
                 "" if retry_at is None else retry_at,
                 LOG_MAX,
@@ -249,11 +250,11 @@ class DeliveryQueue:
         )
         return Settled.parse(reply)
 
-    async def sweep(self, now: float | None = None) -> DeliverySweep:
+    async def sweep(self) -> DeliverySweep:
         """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries."""
         reply = await self._sweep(
             keys=[self.keys.delivery_leases, self.keys.deliveries_processing, self.keys.deliveries, self.keys.deliveries_delayed],
-            args=[self.clock() if now is None else now, self.config.lease_s, _PROMOTE_LIMIT],
+            args=[self.clock.arg(), self.config.lease_s, _PROMOTE_LIMIT],
         )
         return DeliverySweep.parse(reply)
 

@@ -4,18 +4,18 @@ Each worker writes its record (:class:`ttsq.runtime.health.HeartbeatRecord`, as 
 ``HEARTBEAT_INTERVAL_S`` under a key that expires after ``HEARTBEAT_TTL_S``, and its last beat's time
 in the :attr:`Keys.workers` sorted set. A worker counts as live while its last beat is younger than the
 TTL; the scripts that queue jobs read the same set (``enqueue.lua`` spreads its wait estimate over the
-live workers). Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+live workers). Every beat is timed by Redis's clock (:mod:`ttsq.store.clock`), so a worker on a host
+whose clock runs ahead or behind is neither counted dead nor kept alive for it.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
 
+from ttsq.store.clock import RedisClock
 from ttsq.store.keys import Keys
 
 FORGET_AFTER_TTLS = 10
@@ -25,7 +25,7 @@ FORGET_AFTER_TTLS = 10
 class Heartbeats:
     """The pool's heartbeats over one Redis connection pool; ``ttl_s`` is ``HEARTBEAT_TTL_S``."""
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: Redis, keys: Keys, ttl_s: int, clock: RedisClock) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s
@@ -33,7 +33,7 @@ class Heartbeats:
 
     async def write(self, worker_id: str, record: dict[str, Any]) -> None:
         """One beat: the worker's record (expiring after the TTL) and the time of its beat."""
-        now = self.clock()
+        now = await self.clock.now()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(self.keys.worker(worker_id), json.dumps(record), ex=self.ttl_s)
             pipe.zadd(self.keys.workers, {worker_id: now})
@@ -47,9 +47,9 @@ class Heartbeats:
             pipe.zrem(self.keys.workers, worker_id)
             await pipe.execute()
 
-    def live_since(self) -> float:
+    async def live_since(self) -> float:
         """The oldest beat that still counts as live (a score of :attr:`Keys.workers`)."""
-        return self.clock() - self.ttl_s
+        return await self.clock.now() - self.ttl_s
 
     async def live_count(self) -> int:
-        return int(await self.redis.zcount(self.keys.workers, self.live_since(), "+inf"))
+        return int(await self.redis.zcount(self.keys.workers, await self.live_since(), "+inf"))

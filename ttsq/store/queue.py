@@ -25,9 +25,10 @@ Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash betw
 cannot leave a job half-moved; every script reply is read into a named Python type by
 :mod:`ttsq.store.replies`. What lives beside the jobs has modules of its own: a job's audio stream
 (:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
-task-id secret (:mod:`ttsq.store.task_ids`). Time comes
-from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
-without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
+task-id secret (:mod:`ttsq.store.task_ids`). Time is Redis's own (``TIME`` inside every script that
+keeps time, :mod:`ttsq.store.clock`): leases, backoffs, the sweep's judgements and the rate limit
+never depend on a host's clock, however far apart the hosts drift. Tests pin the clock instead, so a
+lease lapses or a backoff ends exactly when they advance it, without sleeping.
 Blocking reads are kept short (``block_s`` < the socket timeout).
 """
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -45,6 +46,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
@@ -64,8 +66,6 @@ from ttsq.store.replies import (
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
-"""Unix seconds; ``time.time`` in production, a settable value in tests."""
 
 DEFAULT_JOB_S = 5.0
 """The wait estimate per job before any job has finished."""
@@ -161,9 +161,11 @@ def _lua(name: str) -> str:
     return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _script(redis: Redis, name: str, *, ends_jobs: bool = False) -> AsyncScript:
-    """A script from ``lua/``; one that can end a job gets ``finish.lua`` (owner count, webhook) in front."""
-    return redis.register_script((_lua("finish") + "\n" if ends_jobs else "") + _lua(name))
+def _script(redis: Redis, name: str, *, ends_jobs: bool = False, timed: bool = True) -> AsyncScript:
+    """A script from ``lua/``, with Redis's clock (``clock.lua``) in front unless it keeps no time; one that can
+    end a job also gets ``finish.lua`` (owner count, webhook)."""
+    prelude = (clock_lua() + "\n" if timed else "") + (_lua("finish") + "\n" if ends_jobs else "")
+    return redis.register_script(prelude + _lua(name))
 
 
 def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
@@ -183,21 +185,22 @@ def _claim_record_ms(config: QueueConfig) -> int:
 class JobQueue:
     """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    def __init__(self, redis: Redis, config: QueueConfig, clock: Clock = time.time) -> None:
+    def __init__(self, redis: Redis, config: QueueConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
-        self.clock = clock
+        self.clock = RedisClock(redis, clock)
+        """Redis's clock (a test may pin it): every deadline's."""
         self.keys = Keys(config.namespace)
-        self._enqueue = redis.register_script(token_bucket_lua() + "\n" + _lua("enqueue"))
+        self._enqueue = redis.register_script(clock_lua() + "\n" + token_bucket_lua() + "\n" + _lua("enqueue"))
         self._claim_script = _script(redis, "claim", ends_jobs=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
         self._fail = _script(redis, "fail", ends_jobs=True)
         self._cancel = _script(redis, "cancel", ends_jobs=True)
         self._sweep = _script(redis, "sweep")
-        self._requeue_dead = _script(redis, "requeue_dead")
-        self._clear_inflight = _script(redis, "clear_inflight")
-        self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, clock)
+        self._requeue_dead = _script(redis, "requeue_dead", timed=False)
+        self._clear_inflight = _script(redis, "clear_inflight", timed=False)
+        self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, self.clock)
         """Read for the wait estimate: how many workers share the queue."""
         self._unanswered: dict[str, str] = {}
         """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
@@ -231,12 +234,11 @@ class JobQueue:
         ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
         """
-        now = self.clock()
         job = Job.model_construct(
             id=job_id,
             params=params,
             max_attempts=self.config.max_attempts,
-            created_at=now,
+            created_at=time.time(),  # this copy's only: the stored record takes Redis's time (enqueue.lua)
             owner=owner,
             readers=[reader] if reader else None,
             holders=[owner] if owner else None,
@@ -255,10 +257,10 @@ class JobQueue:
         rate: RateDecision | None = None
         for _ in range(3):
             args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
-            args += [self._heartbeats.live_since(), self.keys.job_prefix, reader or "", owner or "", max_per_owner]
+            args += [self.config.heartbeat_ttl_s, self.keys.job_prefix, reader or "", owner or "", max_per_owner]
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
-            args += [charge.now, charge.rate_per_s, charge.burst] if paying and charge is not None else [0, "", 0]
+            args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
             reply = EnqueueReply.parse(await self._enqueue(keys=keys, args=args))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
@@ -291,7 +293,7 @@ class JobQueue:
         self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
     ) -> Job:
         """Record a task that is finished on arrival (a cache hit): status and result at once."""
-        now = self.clock()
+        now = await self.clock.now()
         job = Job(
             id=job_id,
             status=Status.DONE,
@@ -344,13 +346,14 @@ class JobQueue:
         return _estimate(position, average, await self._heartbeats.live_count())
 
     async def snapshot(self) -> QueueSnapshot:
-        """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline."""
+        """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline (after Redis's time)."""
+        live_since = await self._heartbeats.live_since()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.llen(self.keys.queue)
             pipe.llen(self.keys.processing)
             pipe.zcard(self.keys.delayed)
             pipe.llen(self.keys.dead)
-            pipe.zcount(self.keys.workers, self._heartbeats.live_since(), "+inf")
+            pipe.zcount(self.keys.workers, live_since, "+inf")
             queued, processing, delayed, dead, workers = await pipe.execute()
         return QueueSnapshot(int(queued), int(processing), int(delayed), int(dead), int(workers))
 
@@ -379,7 +382,7 @@ class JobQueue:
             self.keys.delivery_log(job_id),
             self.keys.owner_jobs(owner),
         ]
-        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock()]))
+        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock.arg()]))
         if reply.outcome is Requeued.REQUEUED:
             log.warning("dead letter %s requeued (position %s)", job_id, reply.position)
         return reply.outcome
@@ -436,7 +439,7 @@ class JobQueue:
         request = request or uuid.uuid4().hex
         keys = [self.keys.queue, self.keys.processing, self.keys.leases, self.keys.dead, self.keys.claims]
         keys.append(self.keys.claim_record(worker_id))
-        args: list[Any] = [worker_id, request, count, self.clock(), self.config.lease_s, self.config.result_ttl_s]
+        args: list[Any] = [worker_id, request, count, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
         args += [self.config.dead_letter_max, self.keys.prefix, self.keys.job_prefix, _claim_record_ms(self.config)]
         args.append(_flag(alone_first))
         try:
@@ -469,7 +472,7 @@ class JobQueue:
         pairs = [value for job_id, token in held.items() for value in (job_id, token)]
         reply = await self._renew(
             keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in held)],
-            args=[self.clock() + self.config.lease_s, *pairs],
+            args=[self.clock.arg(), self.config.lease_s, *pairs],
         )
         return Renewed.parse(reply)
 
@@ -495,7 +498,7 @@ class JobQueue:
             self._inflight_key(cache_key),
             self.keys.stream(job_id),
         ]
-        args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
+        args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
         args += [_flag(cache_key is not None), self.keys.prefix, token]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
@@ -514,7 +517,7 @@ class JobQueue:
             job_id,
             reason[:2000],
             _flag(retryable),
-            self.clock(),
+            self.clock.arg(),
             self.config.retry_base_s,
             self.config.result_ttl_s,
             self.config.dead_letter_max,
@@ -535,7 +538,7 @@ class JobQueue:
             self._inflight_key(job.params.cache_key),
             self.keys.stream(job.id),
         ]
-        args: list[Any] = [job.id, reader or "", self.clock(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
+        args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
@@ -543,7 +546,7 @@ class JobQueue:
         worker already swept within ``interval_s`` (the lock lasts one interval)."""
         keys = [self.keys.sweep_lock, self.keys.leases, self.keys.processing, self.keys.queue, self.keys.delayed]
         args: list[Any] = [
-            self.clock(),
+            self.clock.arg(),
             max(1, int(interval_s * 1000)),
             self.config.lease_s,
             self.keys.job_prefix,

@@ -297,21 +297,27 @@ class Leased(Outcome):
 
 @dataclass(frozen=True)
 class LeaseReply:
-    """``deliveries_lease.lua``: ``{'leased', attempts_so_far}`` | ``{'finished'}`` | ``{'gone'}`` | ``{'lost'}``."""
+    """``deliveries_lease.lua``: ``{'leased', attempts_so_far, deadline}`` | ``{'finished'}`` | ``{'gone'}`` | ``{'lost'}``."""
 
     leased: Leased
     attempts: int
     """Attempts already logged for the job (leased only; 0 otherwise)."""
+    deadline: float | None = None
+    """The lease's deadline by Redis's clock, the holder's fencing token (leased only)."""
 
     @classmethod
     def parse(cls, raw: Any) -> LeaseReply:
         name, values = _outcome(raw)
-        return cls(Leased(name), int(values[0]) if values else 0)
+        if not values:
+            return cls(Leased(name), 0)
+        return cls(Leased(name), int(values[0]), float(text(values[1])))
 
 
-def renewed(raw: Any) -> bool:
-    """``deliveries_renew.lua``: 1 when the lease still carried the holder's token and moved forward, else 0."""
-    return bool(int(raw))
+def renewed(raw: Any) -> float | None:
+    """``deliveries_renew.lua``: the lease's new deadline (the holder's new token) when it still carried the
+    holder's token, else None (0: lost)."""
+    deadline = float(text(raw)) if isinstance(raw, bytes | str) else float(raw)
+    return deadline if deadline > 0 else None
 
 
 class Settled(Outcome):

@@ -10,7 +10,7 @@
 -- request id, and a second call with that id (a retry whose first answer was lost on the way)
 -- answers the same jobs again instead of claiming more; they stay the worker's, nothing is stranded.
 -- KEYS: queue, processing, leases, dead, claims, record
--- ARGV: worker, request_id, count, now, lease_s, ttl_s, dead_max, prefix, job_prefix, record_ttl_ms, first ('1' | '0')
+-- ARGV: worker, request_id, count, clock ('' = Redis's TIME), lease_s, ttl_s, dead_max, prefix, job_prefix, record_ttl_ms, first ('1' | '0')
 -- Reply: {'claimed' | 'repeated', {started, job_json}, ...} with started 'run' (leased to this worker)
 --        or 'dead' (no attempts left: dead-lettered)
 local record = redis.call('GET', KEYS[6])
@@ -22,7 +22,7 @@ if record then
     return again
   end
 end
-local now = tonumber(ARGV[4])
+local now = clock(ARGV[4])
 local function start(id, job)
   job.attempts = job.attempts + 1
   job.orphan_seen_at = nil
@@ -46,7 +46,7 @@ local function start(id, job)
   job.not_before = cjson.null
   local out = cjson.encode(job)
   redis.call('SET', ARGV[9] .. id, out)
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)
+  redis.call('ZADD', KEYS[3], deadline(now + tonumber(ARGV[5])), id)
   return {'run', out}
 end
 local claims = {}

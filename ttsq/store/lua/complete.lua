@@ -4,7 +4,7 @@
 -- of the job's current claim may do this: a stale owner (its lease lapsed and the sweep requeued
 -- the job, perhaps to another worker) changes nothing, not even the new owner's lease.
 -- KEYS: job, result, leases, processing, stats, inflight, stream
--- ARGV: id, audio, ttl_s, now, duration_s, content_type, busy_s, single_flight ('1' | '0'), prefix, token
+-- ARGV: id, audio, ttl_s, clock ('' = Redis's TIME), duration_s, content_type, busy_s, single_flight ('1' | '0'), prefix, token
 -- Reply: 'done' | 'cancelled' | 'gone' (the job had already finished, or expired)
 --      | 'stale' (the caller's claim is not the job's current one: refused)
 local raw = redis.call('GET', KEYS[1])
@@ -20,7 +20,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if ARGV[8] == '1' and redis.call('GET', KEYS[6]) == ARGV[1] then
   redis.call('DEL', KEYS[6])
 end
-job.finished_at = tonumber(ARGV[4])
+job.finished_at = clock(ARGV[4])
 job.worker = cjson.null
 if job.cancel_requested == true then
   job.status = 'cancelled'

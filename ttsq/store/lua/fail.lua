@@ -3,7 +3,7 @@
 -- ran is marked cancelled instead of retried. Only the holder of the job's current claim may do
 -- this: a stale owner's failure changes nothing (see complete.lua).
 -- KEYS: job, leases, processing, delayed, dead, inflight
--- ARGV: id, reason, retryable ('1' | '0'), now, retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix, token
+-- ARGV: id, reason, retryable ('1' | '0'), clock ('' = Redis's TIME), retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix, token
 -- Reply: {'retry', delay_s} | {'failed'} | {'cancelled'} | {'gone'} | {'stale'}
 local raw = redis.call('GET', KEYS[1])
 local job = raw and cjson.decode(raw)
@@ -17,7 +17,7 @@ redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 job.error = ARGV[2]
 job.worker = cjson.null
-local now = tonumber(ARGV[4])
+local now = clock(ARGV[4])
 local function release_inflight()
   if ARGV[8] == '1' and redis.call('GET', KEYS[6]) == ARGV[1] then
     redis.call('DEL', KEYS[6])

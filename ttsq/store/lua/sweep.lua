@@ -8,12 +8,12 @@
 -- Every key shares the namespace's hash tag, so the job keys built from the prefix live in the
 -- same Redis Cluster slot as the declared keys.
 -- KEYS: lock, leases, processing, queue, delayed
--- ARGV: now, lock_ms, orphan_grace_s, job_key_prefix, promote_limit, holder
+-- ARGV: clock ('' = Redis's TIME), lock_ms, orphan_grace_s, job_key_prefix, promote_limit, holder
 -- Reply: {'skipped'} (another worker swept this interval) | {'swept', requeued, orphans, promoted}
 if not redis.call('SET', KEYS[1], ARGV[6], 'NX', 'PX', ARGV[2]) then
   return {'skipped'}
 end
-local now = tonumber(ARGV[1])
+local now = clock(ARGV[1])
 
 local function load(id)
   local raw = redis.call('GET', ARGV[4] .. id)
