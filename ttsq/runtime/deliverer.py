@@ -400,8 +400,11 @@ class Deliverer:
 
     # ---- upkeep: the chores beside the loop (run by ttsq.runtime.upkeep) -------------------------
 
-    async def _renew_leases(self) -> None:
-        """Move every lease in hand forward (every third of a lease, so one missed renewal never loses one)."""
+    async def _renew_leases(self) -> bool:
+        """Move every lease in hand forward (every third of a lease, so one missed renewal never loses one); False
+        when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
+        if not self._inflight:
+            return False
         for entry in list(self._inflight.values()):
             async with entry.lock:
                 if entry.settling:
@@ -412,6 +415,7 @@ class Deliverer:
                     log.warning("webhook lease on task %s was lost; another deliverer may deliver it too", entry.lease.job_id)
                 else:
                     entry.lease = renewed
+        return True
 
     async def _sweep(self) -> None:
         report = await self.queue.sweep()

@@ -50,7 +50,7 @@ from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
-from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
+from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import Claim, JobQueue
@@ -356,6 +356,7 @@ class Worker:
             claim = await self.queue.claim(self.config.worker_id)
             if claim is None:
                 self.outage.back()
+                self.record.claim_error = None
                 return []
             jobs += self._claimed([claim])
             if claim.job.isolate:
@@ -369,10 +370,12 @@ class Worker:
                 await asyncio.sleep(min(0.005, remaining))
         except REDIS_ERRORS as exc:
             self.outage.lost("claim", exc)
+            self.record.claim_error = describe(exc)[:300]
             if not jobs:
                 await self.outage.back_off(self._stop)
             return jobs
         self.outage.back()
+        self.record.claim_error = None
         return jobs
 
     def _claimed(self, claims: list[Claim]) -> list[Job]:
@@ -680,16 +683,21 @@ class Worker:
             self._systemd.notify(f"STATUS=unhealthy: {reason}")
         self._was_alive = alive
 
-    async def _release_when_idle(self) -> None:
-        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free)."""
+    async def _release_when_idle(self) -> bool:
+        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free).
+        False: it calls no Redis (see :class:`ttsq.runtime.upkeep.Chore`)."""
         if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_step_at):
             await asyncio.wrap_future(self._thread.call(self.engine.release_memory))
+        return False
 
     async def _beat(self) -> None:
         await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
         self.record.last_heartbeat = time.time()
 
-    async def _renew_leases(self) -> None:
+    async def _renew_leases(self) -> bool:
+        """Renew every lease in hand; False when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
+        if not self._running:
+            return False
         renewed = await self.queue.renew_leases(dict(self._running))
         for job_id in renewed.lost & self._running.keys():
             self.metrics.stale.labels("renew").inc()
@@ -704,6 +712,7 @@ class Worker:
             # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
             self._thread.cancel(job_id)
             self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
+        return True
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
