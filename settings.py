@@ -60,12 +60,13 @@ class Settings(BaseSettings):
     # --- Redis -------------------------------------------------------------------------------
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        description="The queue's Redis (`rediss://` for TLS); `make up` starts an embedded one when unset.",
+        description="The queue's Redis (`rediss://` for TLS; `redis+cluster://host:port,host:port` for a Redis Cluster, "
+        "`rediss+cluster://` over TLS; see docs/scale-out.md); `make up` starts an embedded one when unset.",
         json_schema_extra=_group("Redis"),
     )
     redis_namespace: str = Field(
         "ttsq",
-        description="Hash tag of every key (`{ttsq}:…`), so the queue works on Redis Cluster.",
+        description="Hash tag of every key (`{ttsq}:…`): each script's keys share one Redis Cluster slot.",
         json_schema_extra=_group("Redis"),
     )
     redis_socket_timeout_s: float = Field(5.0, gt=0, description="Bound on every Redis command.", json_schema_extra=_group("Redis"))

@@ -84,6 +84,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """A client on a freshly flushed database; every test starts from an empty Redis."""
     client = create_redis(settings(redis_url=redis_server.url).redis_config())
+    assert isinstance(client, Redis)
     await client.flushall()
     yield client
     await client.aclose()

@@ -79,7 +79,7 @@ async def test_a_retry_backoff_is_timed_by_redis(redis: Redis, monkeypatch: pyte
     claim = await claimed(queue)
     before = await redis_now(redis)
     with host_clock_off(monkeypatch, -3600.0):
-        await queue.fail(job_id, claim.token, "boom", retryable=True, cache_key=None)
+        await queue.fail(claim.job, "boom", retryable=True, cache_key=None)
     after = await redis_now(redis)
     job = await queue.get(job_id)
     assert job is not None and job.not_before is not None
@@ -95,7 +95,7 @@ async def test_every_timestamp_of_a_job_is_redis_time(redis: Redis, monkeypatch:
     with host_clock_off(monkeypatch, -86400.0):
         await queue.enqueue(job_id, params(), single_flight=False)
         claim = await claimed(queue)
-        await queue.complete(job_id, claim.token, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
     after = await redis_now(redis)
     job = await queue.get(job_id)
     assert job is not None and job.started_at is not None and job.finished_at is not None

@@ -17,7 +17,8 @@ from ttsq.store.keys import Keys
 
 
 def heartbeats(redis: Redis, clock: FakeClock, ttl_s: int = 5) -> Heartbeats:
-    return Heartbeats(redis, Keys(queue_config().namespace), ttl_s, RedisClock(redis, clock))
+    keys = Keys(queue_config().namespace)
+    return Heartbeats(redis, keys, ttl_s, RedisClock(redis, clock, keys.stats))
 
 
 async def test_heartbeats_count_live_workers(redis: Redis, clock: FakeClock) -> None:

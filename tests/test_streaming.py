@@ -72,8 +72,8 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
     queue: JobQueue = make_queue(max_attempts=1)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    token = (await claimed(queue)).token
-    await queue.fail(job_id, token, "inference failed: boom", retryable=False, cache_key=None)
+    held = await claimed(queue)
+    await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
     try:
         await collect(queue, job_id)
     except StreamFailed as exc:
@@ -106,7 +106,7 @@ async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: A
     retry = await claimed(queue, "w")
     for index in (0, 1, 2):
         assert await streams.publish(job_id, retry.token, index, 3, bytes([index]) * 4, fresh=index == 0)
-    assert await queue.complete(job_id, retry.token, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.complete(retry.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
 
@@ -157,6 +157,6 @@ async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEng
         assert (await client.get(f"/v1/tts/events/{unknown}")).status_code == 404, "a plain 404, not a broken event stream"
         failed = (await client.post("/v1/tts/submit", json={"text": "fails", "seed": 5})).json()["task_id"]
         queue = JobQueue(redis, queue_config())
-        token = (await claimed(queue)).token
-        await queue.fail(failed, token, "inference failed: boom", retryable=False, cache_key=None)
+        held = await claimed(queue)
+        await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
         assert (await client.get(f"/v1/tts/stream/{failed}")).status_code == 409

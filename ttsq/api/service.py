@@ -20,8 +20,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
@@ -34,6 +32,7 @@ from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
 from ttsq.store.cache import ResultCache
+from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
@@ -87,9 +86,9 @@ __all__ += [
 
 log = logging.getLogger("ttsq.api")
 
-StoreUnavailable = RedisError
-"""The job store (Redis) cannot be reached: redis-py's own error, named for what it means to a router
-(one that has started a stream ends it with an error event; anywhere else it is a 503)."""
+StoreUnavailable = STORE_ERRORS
+"""The job store (Redis) cannot be reached: redis-py's own errors (its cluster client's included), named for
+what they mean to a router (one that has started a stream ends it with an error event; anywhere else it is a 503)."""
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""

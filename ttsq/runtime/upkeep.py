@@ -27,7 +27,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from redis.exceptions import AskError, RedisError
+from redis.exceptions import AskError
+
+from ttsq.store.connection import STORE_ERRORS
 
 T = TypeVar("T")
 
@@ -38,15 +40,18 @@ MAX_BACKOFF_S = 10.0
 FIRST_RETRY_S = 0.2
 """The first pause before a write that must land is tried again (:meth:`RedisOutage.persist`)."""
 
-REDIS_ERRORS = (RedisError, OSError)
-"""What a Redis outage raises: redis-py's errors, and the socket's own."""
+REDIS_ERRORS = (*STORE_ERRORS, OSError)
+"""What a Redis outage raises: redis-py's errors (its cluster client's included), and the socket's own."""
 
 
 def describe(exc: BaseException) -> str:
     """A Redis failure as the operator needs to read it: its kind, what it said, and for a redirection what it means."""
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, AskError):  # MOVED too (a MovedError is an AskError)
-        text += " (another Redis Cluster node serves this key: this client is not a cluster client)"
+        text += (
+            " (another Redis Cluster node serves this key: this client is not a cluster client;"
+            " name the cluster with a redis+cluster:// REDIS_URL)"
+        )
     return text
 
 

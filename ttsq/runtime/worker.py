@@ -537,7 +537,7 @@ class Worker:
         result = outcome.audio
         stored = await self._persist(
             lambda: self.queue.complete(
-                job.id, _token(job), result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
+                job, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
             )
         )
         if stored is Completed.STALE or stored is Failed.STALE:
@@ -578,7 +578,7 @@ class Worker:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
         outcome = await self._persist(
-            lambda: self.queue.fail(job.id, _token(job), reason, retryable=retryable, cache_key=job.params.cache_key)
+            lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key)
         )
         if outcome is Failed.STALE:
             self._refused(job, "failure")

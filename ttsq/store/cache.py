@@ -28,9 +28,8 @@ from typing import Literal
 
 import aiofiles
 import aiofiles.os
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from ttsq.store.connection import STORE_ERRORS, RedisClient
 from ttsq.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -251,7 +250,7 @@ def _mtime(path: Path) -> float:
 class ResultCache:
     """The three levels behind one get/put. ``redis`` is the cache's Redis (may be the queue's)."""
 
-    def __init__(self, redis: Redis, config: CacheConfig) -> None:
+    def __init__(self, redis: RedisClient, config: CacheConfig) -> None:
         self.redis = redis
         self.config = config
         self.keys = Keys(config.namespace)
@@ -303,7 +302,7 @@ class ResultCache:
     async def _get_l2(self, key: str) -> CachedAudio | None:
         try:
             blob = await self.redis.get(self.keys.cache(key))
-        except (RedisError, OSError) as exc:
+        except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache read failed: %s", exc)
             return None
         if not isinstance(blob, bytes):
@@ -319,7 +318,7 @@ class ResultCache:
             return
         try:
             await self.redis.set(self.keys.cache(key), blob, ex=self.config.l2_ttl_s)
-        except (RedisError, OSError) as exc:
+        except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache write failed: %s", exc)
             return
         self.stats.puts["l2"] += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.resources import files
 
-from redis.asyncio import Redis
+from ttsq.store.connection import RedisClient
 
 Clock = Callable[[], float]
 """Unix seconds, set by a test."""
@@ -28,11 +28,18 @@ def clock_lua() -> str:
 
 
 class RedisClock:
-    """Redis's ``TIME``, or a test's pinned clock."""
+    """Redis's ``TIME``, or a test's pinned clock.
 
-    def __init__(self, redis: Redis, pinned: Clock | None = None) -> None:
+    ``key`` says whose clock: on a Redis Cluster each master keeps its own, and the scripts read the one of the
+    master serving their slot, so "now" in Python is asked of the master serving ``key`` (a key of the same hash
+    tag as the deadlines it is compared with), through a one-line script routed by that key.
+    """
+
+    def __init__(self, redis: RedisClient, pinned: Clock | None = None, key: str = "ttsq-clock") -> None:
         self.redis = redis
         self.pinned = pinned
+        self.key = key
+        self._now = redis.register_script(clock_lua() + "\nreturn tostring(clock(''))")
 
     def arg(self) -> str:
         """What a script's clock argument carries: '' (Redis decides) or the pinned time."""
@@ -42,5 +49,5 @@ class RedisClock:
         """Unix seconds by Redis's clock (one ``TIME`` round trip), or the pinned time."""
         if self.pinned is not None:
             return self.pinned()
-        seconds, micros = await self.redis.time()
-        return float(seconds) + micros / 1_000_000
+        reply = await self._now(keys=[self.key])
+        return float(reply.decode() if isinstance(reply, bytes) else reply)

@@ -33,10 +33,10 @@ from enum import StrEnum
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 from ttsq.store.replies import DeliverySweep, Leased, LeaseReply, Settled, renewed, text
 
@@ -161,7 +161,7 @@ class DeliveryDepths:
     delayed: int
 
 
-def _script(redis: Redis, name: str, *, timed: bool = True) -> AsyncScript:
+def _script(redis: RedisClient, name: str, *, timed: bool = True) -> AsyncScript:
     lua = files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
     return redis.register_script((clock_lua() + "\n" if timed else "") + lua)
 
@@ -169,11 +169,11 @@ def _script(redis: Redis, name: str, *, timed: bool = True) -> AsyncScript:
 class DeliveryQueue:
     """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock | None = None) -> None:
+    def __init__(self, redis: RedisClient, config: DeliveryConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
         self.keys = Keys(config.namespace)
-        self.clock = RedisClock(redis, clock)
+        self.clock = RedisClock(redis, clock, self.keys.deliveries)
         """Redis's clock (a test may pin it)."""
         self._lease = _script(redis, "deliveries_lease")
         self._renew = _script(redis, "deliveries_renew")

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from redis.asyncio import Redis
-
 from ttsq.store.clock import RedisClock
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 FORGET_AFTER_TTLS = 10
@@ -25,7 +24,7 @@ FORGET_AFTER_TTLS = 10
 class Heartbeats:
     """The pool's heartbeats over one Redis connection pool; ``ttl_s`` is ``HEARTBEAT_TTL_S``."""
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: int, clock: RedisClock) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, ttl_s: int, clock: RedisClock) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s

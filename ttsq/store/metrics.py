@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
 
 from ttsq.store.cache import LEVELS, ResultCache
+from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import JobQueue
 
 
@@ -71,7 +71,7 @@ class QueueGauges:
         try:
             async with asyncio.timeout(self.timeout_s):
                 snapshot = await self.queue.snapshot()
-        except (RedisError, OSError, TimeoutError):
+        except (*STORE_ERRORS, OSError, TimeoutError):
             self.redis_up.set(0)
             return
         self.redis_up.set(1)

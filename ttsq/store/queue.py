@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
@@ -57,11 +57,13 @@ from ttsq.store.replies import (
     Enqueued,
     EnqueueReply,
     Failed,
+    Peeked,
     Renewed,
     Requeued,
     RequeueReply,
     Started,
     SweepReport,
+    SweepScan,
 )
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,10 @@ DEFAULT_JOB_S = 5.0
 
 _PROMOTE_LIMIT = 1000
 """Most retries released per sweep (the rest wait one interval)."""
+_SWEEP_LIMIT = 1000
+"""Most lapsed leases (and unleased ids) one sweep looks at (the rest wait one interval)."""
+_CLAIM_RACES = 5
+"""Peeks a claim makes while other workers keep taking the ids it peeked, before it waits for work instead."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ def _lua(name: str) -> str:
     return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _script(redis: Redis, name: str, *, ends_jobs: bool = False, timed: bool = True) -> AsyncScript:
+def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True) -> AsyncScript:
     """A script from ``lua/``, with Redis's clock (``clock.lua``) in front unless it keeps no time; one that can
     end a job also gets ``finish.lua`` (owner count, webhook)."""
     prelude = (clock_lua() + "\n" if timed else "") + (_lua("finish") + "\n" if ends_jobs else "")
@@ -176,6 +182,13 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _claimed(job: Job) -> int:
+    """A claimed job's fencing token (``claim.lua`` sets it on every claim)."""
+    if job.claim is None:
+        raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
+    return job.claim
+
+
 def _claim_record_ms(config: QueueConfig) -> int:
     """How long a worker's last claim is remembered for a repeat: a lease (whatever it claimed is back in the
     queue by then anyway), and at least a minute."""
@@ -185,18 +198,20 @@ def _claim_record_ms(config: QueueConfig) -> int:
 class JobQueue:
     """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    def __init__(self, redis: Redis, config: QueueConfig, clock: Clock | None = None) -> None:
+    def __init__(self, redis: RedisClient, config: QueueConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
-        self.clock = RedisClock(redis, clock)
-        """Redis's clock (a test may pin it): every deadline's."""
         self.keys = Keys(config.namespace)
+        self.clock = RedisClock(redis, clock, self.keys.stats)
+        """Redis's clock (a test may pin it): every deadline's."""
         self._enqueue = redis.register_script(clock_lua() + "\n" + token_bucket_lua() + "\n" + _lua("enqueue"))
+        self._peek = _script(redis, "peek", timed=False)
         self._claim_script = _script(redis, "claim", ends_jobs=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
         self._fail = _script(redis, "fail", ends_jobs=True)
         self._cancel = _script(redis, "cancel", ends_jobs=True)
+        self._sweep_scan = _script(redis, "sweep_scan")
         self._sweep = _script(redis, "sweep")
         self._requeue_dead = _script(redis, "requeue_dead", timed=False)
         self._clear_inflight = _script(redis, "clear_inflight", timed=False)
@@ -204,6 +219,12 @@ class JobQueue:
         """Read for the wait estimate: how many workers share the queue."""
         self._unanswered: dict[str, str] = {}
         """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
+
+    def _ending_keys(self, job: Job) -> list[str]:
+        """What ending ``job`` touches besides its own keys (``finish.lua``): its owner's count, the webhook queue.
+        Declared, never built inside a script: on a Redis Cluster whose slot is moving, Redis can then refuse the
+        script rather than let it write a key the move has already taken away."""
+        return [self.keys.owner_jobs(job.owner or "-"), self.keys.deliveries]
 
     def _inflight_key(self, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
@@ -430,31 +451,47 @@ class JobQueue:
         return await self._claim(worker_id, count, alone_first=False)
 
     async def _claim(self, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
-        """One run of ``claim.lua``, safe to repeat: a claim whose answer was lost (a timeout, a dropped
-        connection, after redis-py's own retries) is asked again under the same request id by this
-        worker's next claim, and the script answers the jobs it claimed then instead of claiming more.
-        So no job is ever leased to a worker that does not know it holds it."""
+        """``peek.lua`` names the ids at the front, then ``claim.lua`` claims them with every key it touches declared
+        (so a Redis Cluster moving the slot refuses it rather than let it misread a job). Another worker may take
+        those ids first: then the claim takes none and this peeks again, a few times.
+
+        Safe to repeat: a claim whose answer was lost (a timeout, a dropped connection, after redis-py's own
+        retries) is asked again under the same request id by this worker's next claim, and the script answers the
+        jobs it claimed then instead of claiming more. So no job is ever leased to a worker that does not know it
+        holds it."""
         request = self._unanswered.pop(worker_id, None)
         repeating = request is not None
-        request = request or uuid.uuid4().hex
-        keys = [self.keys.queue, self.keys.processing, self.keys.leases, self.keys.dead, self.keys.claims]
-        keys.append(self.keys.claim_record(worker_id))
-        args: list[Any] = [worker_id, request, count, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
-        args += [self.config.dead_letter_max, self.keys.prefix, self.keys.job_prefix, _claim_record_ms(self.config)]
-        args.append(_flag(alone_first))
-        try:
-            reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
-        except BaseException:
-            self._unanswered[worker_id] = request
-            raise
-        if reply.repeated:
-            log.warning(
-                "a claim's answer was lost on its way (a timeout or a dropped connection); asked again, it named %d job(s), "
-                "now in hand: none is stranded",
-                len(reply.started),
-            )
-        elif repeating and reply.started:
-            log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
+        for _ in range(_CLAIM_RACES):
+            peeked = Peeked.parse(await self._peek(keys=[self.keys.queue], args=[count, self.keys.job_prefix]))
+            if not peeked.ids and not repeating:
+                return []
+            request = request or uuid.uuid4().hex
+            keys = [self.keys.queue, self.keys.processing, self.keys.leases, self.keys.dead, self.keys.claims]
+            keys += [self.keys.claim_record(worker_id), self.keys.deliveries]
+            for job_id, owner in zip(peeked.ids, peeked.owners, strict=True):
+                keys += [self.keys.job(job_id), self.keys.owner_jobs(owner or "-")]
+            args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
+            args += [self.config.dead_letter_max, self.keys.prefix, _claim_record_ms(self.config), _flag(alone_first)]
+            args += peeked.ids
+            try:
+                reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
+            except BaseException:
+                self._unanswered[worker_id] = request
+                raise
+            if reply.repeated:
+                log.warning(
+                    "a claim's answer was lost on its way (a timeout or a dropped connection); asked again, it named "
+                    "%d job(s), now in hand: none is stranded",
+                    len(reply.started),
+                )
+            elif repeating and reply.started:
+                log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
+            if reply.repeated or reply.started or not peeked.ids:
+                return await self._claimed(reply)
+            request, repeating = None, False  # another worker took the peeked ids first: peek again
+        return []
+
+    async def _claimed(self, reply: ClaimReply) -> list[Claim]:
         claims = [Claim(job=started.job, started=started.started) for started in reply.started]
         for claim in claims:
             if claim.started is Started.DEAD:
@@ -477,10 +514,11 @@ class JobQueue:
         return Renewed.parse(reply)
 
     async def complete(
-        self, job_id: str, token: int, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
+        self, job: Job, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
     ) -> Completed | Failed:
-        """Store the result and mark the job done (both expire after ``result_ttl_s``), if ``token`` is
-        the job's current claim (:attr:`Completed.STALE`, and nothing changes, otherwise).
+        """Store the result of a claimed ``job`` and mark it done (both expire after ``result_ttl_s``), if its
+        claim (:attr:`Job.claim`, the fencing token) is still the job's current one (:attr:`Completed.STALE`,
+        and nothing changes, otherwise).
 
         ``cache_key`` releases the job's single-flight marker, so later identical requests are
         served from the cache instead of joining a finished job. A result over
@@ -488,7 +526,8 @@ class JobQueue:
         """
         if len(audio) > self.config.max_result_bytes:
             reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
-            return await self.fail(job_id, token, reason, retryable=False, cache_key=cache_key)
+            return await self.fail(job, reason, retryable=False, cache_key=cache_key)
+        job_id, token = job.id, _claimed(job)
         keys = [
             self.keys.job(job_id),
             self.keys.result(job_id),
@@ -497,14 +536,16 @@ class JobQueue:
             self.keys.stats,
             self._inflight_key(cache_key),
             self.keys.stream(job_id),
+            *self._ending_keys(job),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
         args += [_flag(cache_key is not None), self.keys.prefix, token]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
-    async def fail(self, job_id: str, token: int, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
-        """Record a failed attempt: retry later with backoff, or fail for good and dead-letter — if
-        ``token`` is the job's current claim (:attr:`Failed.STALE`, and nothing changes, otherwise)."""
+    async def fail(self, job: Job, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
+        """Record a failed attempt of a claimed ``job``: retry later with backoff, or fail for good and dead-letter —
+        if its claim is still the job's current one (:attr:`Failed.STALE`, and nothing changes, otherwise)."""
+        job_id, token = job.id, _claimed(job)
         keys = [
             self.keys.job(job_id),
             self.keys.leases,
@@ -512,6 +553,7 @@ class JobQueue:
             self.keys.delayed,
             self.keys.dead,
             self._inflight_key(cache_key),
+            *self._ending_keys(job),
         ]
         args: list[Any] = [
             job_id,
@@ -537,22 +579,29 @@ class JobQueue:
             self.keys.delayed,
             self._inflight_key(job.params.cache_key),
             self.keys.stream(job.id),
+            *self._ending_keys(job),
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
         """Requeue lapsed leases and never-started claims, release due retries — unless another
-        worker already swept within ``interval_s`` (the lock lasts one interval)."""
+        worker already swept within ``interval_s`` (the lock lasts one interval).
+
+        Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
+        keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
+        scan = SweepScan.parse(
+            await self._sweep_scan(
+                keys=[self.keys.sweep_lock, self.keys.leases, self.keys.processing], args=[self.clock.arg(), _SWEEP_LIMIT]
+            )
+        )
+        if scan is None:
+            return SweepReport(swept=False)
+        ids = [*scan.lapsed, *scan.unleased]
         keys = [self.keys.sweep_lock, self.keys.leases, self.keys.processing, self.keys.queue, self.keys.delayed]
-        args: list[Any] = [
-            self.clock.arg(),
-            max(1, int(interval_s * 1000)),
-            self.config.lease_s,
-            self.keys.job_prefix,
-            _PROMOTE_LIMIT,
-            holder,
-        ]
+        keys += [self.keys.job(job_id) for job_id in ids]
+        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, _PROMOTE_LIMIT, holder]
+        args += [len(scan.lapsed), *ids]
         report = SweepReport.parse(await self._sweep(keys=keys, args=args))
         if report.requeued or report.orphans:
             log.warning(

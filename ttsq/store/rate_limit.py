@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
-from redis.asyncio import Redis
-
 from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 from ttsq.store.replies import TokenTaken
 
@@ -74,11 +73,11 @@ def token_bucket_lua() -> str:
 class RateLimiter:
     """``rate_per_s`` tokens a second, at most ``burst`` saved up, per subject (an API key or a client address)."""
 
-    def __init__(self, redis: Redis, keys: Keys, rate_per_s: float, burst: int, clock: Clock | None = None) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, rate_per_s: float, burst: int, clock: Clock | None = None) -> None:
         self.keys = keys
         self.rate_per_s = rate_per_s
         self.burst = burst
-        self.clock = RedisClock(redis, clock)
+        self.clock = RedisClock(redis, clock, keys.stats)
         lua = "\n".join([clock_lua(), token_bucket_lua(), files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()])
         self._script = redis.register_script(lua)
 

@@ -187,6 +187,19 @@ class ClaimReply:
         return cls(name == "repeated", [StartReply.parse(item) for item in values])
 
 
+@dataclass(frozen=True)
+class Peeked:
+    """``peek.lua``: the ids at the front of the queue in claim order, and each one's owner ('' for none)."""
+
+    ids: list[str]
+    owners: list[str]
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any]) -> Peeked:
+        values = [text(value) for value in raw]
+        return cls(values[0::2], values[1::2])
+
+
 class Completed(Outcome):
     """``complete.lua``."""
 
@@ -250,6 +263,25 @@ class RequeueReply:
         name, values = _outcome(raw)
         outcome = Requeued(name)
         return cls(outcome, int(values[0]) if outcome is Requeued.REQUEUED else None)
+
+
+@dataclass(frozen=True)
+class SweepScan:
+    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased}``: the ids a sweep looks at."""
+
+    lapsed: list[str]
+    """Leases whose deadline has passed."""
+    unleased: list[str]
+    """Ids in the processing list with no lease."""
+
+    @classmethod
+    def parse(cls, raw: Any) -> SweepScan | None:
+        """None for ``{'skipped'}``: another worker holds this interval's sweep lock."""
+        name, values = _outcome(raw)
+        if name == "skipped":
+            return None
+        lapsed, unleased = values
+        return cls(listed_ids(lapsed), listed_ids(unleased))
 
 
 class Swept(Outcome):

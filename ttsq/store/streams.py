@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator
 from importlib.resources import files
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
 from ttsq.domain.jobs import Status
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import appended, text
@@ -53,7 +52,7 @@ class AudioStreams:
     written by the queue's completing script itself (``complete.lua``), in the step that makes the job done.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: int) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, ttl_s: int) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s

@@ -20,8 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,7 @@ class SharedTaskIdSecret:
     ``TASK_ID_SECRET``) never writes one.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.keys = keys
         self.clock = clock

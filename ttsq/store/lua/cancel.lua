@@ -3,7 +3,7 @@
 -- being a reader. Otherwise a job still
 -- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
 -- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
--- KEYS: job, queue, processing, delayed, inflight, stream
+-- KEYS: job, queue, processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries
 -- ARGV: id, reader ('' = anonymous), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
@@ -47,5 +47,5 @@ job.not_before = cjson.null
 redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[4])
 redis.call('XADD', KEYS[6], '*', 'end', '1')
 redis.call('EXPIRE', KEYS[6], ARGV[4])
-ended(job, ARGV[5], ARGV[1])
+ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[5])
 return {'cancelled'}

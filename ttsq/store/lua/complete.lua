@@ -3,7 +3,7 @@
 -- A job cancelled while it ran is marked cancelled instead and its audio dropped. Only the holder
 -- of the job's current claim may do this: a stale owner (its lease lapsed and the sweep requeued
 -- the job, perhaps to another worker) changes nothing, not even the new owner's lease.
--- KEYS: job, result, leases, processing, stats, inflight, stream
+-- KEYS: job, result, leases, processing, stats, inflight, stream, owner_jobs (of the job's owner), deliveries
 -- ARGV: id, audio, ttl_s, clock ('' = Redis's TIME), duration_s, content_type, busy_s, single_flight ('1' | '0'), prefix, token
 -- Reply: 'done' | 'cancelled' | 'gone' (the job had already finished, or expired)
 --      | 'stale' (the caller's claim is not the job's current one: refused)
@@ -25,7 +25,7 @@ job.worker = cjson.null
 if job.cancel_requested == true then
   job.status = 'cancelled'
   redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[3])
-  ended(job, ARGV[9], ARGV[1])
+  ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9])
   return 'cancelled'
 end
 job.status = 'done'
@@ -41,5 +41,5 @@ redis.call('HINCRBYFLOAT', KEYS[5], 'busy_s', ARGV[7])
 -- (and a reader waiting on a job that streamed nothing, one chunk, wakes up at once).
 redis.call('XADD', KEYS[7], '*', 'end', '1')
 redis.call('EXPIRE', KEYS[7], ARGV[3])
-ended(job, ARGV[9], ARGV[1])
+ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9])
 return 'done'
