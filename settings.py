@@ -112,6 +112,14 @@ class Settings(BaseSettings):
         50 * 1024 * 1024, ge=1024, description="A larger result fails its job.", json_schema_extra=_group("Queue")
     )
     max_queue_depth: int = Field(10_000, ge=1, description="Submit answers 429 at this depth.", json_schema_extra=_group("Queue"))
+    queue_shards: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Queue shards (`{ttsq}`, `{ttsq:<n>}`, …): N queues a Redis Cluster spreads over its masters; jobs are "
+        "placed by cache key, workers claim from every shard in turn (docs/scale-out.md). Change it only on a drained queue.",
+        json_schema_extra=_group("Queue"),
+    )
     block_s: float = Field(
         2.0,
         gt=0,
@@ -614,12 +622,13 @@ class Settings(BaseSettings):
         )
 
     def queue_config(self) -> QueueConfig:
-        return self._project(QueueConfig, namespace=self.redis_namespace)
+        return self._project(QueueConfig, namespace=self.redis_namespace, shards=self.queue_shards)
 
     def cache_config(self) -> CacheConfig:
         return CacheConfig(
             enabled=self.cache_enabled,
             namespace=self.redis_namespace,
+            shards=self.queue_shards,
             l1_max_bytes=self.cache_l1_max_bytes,
             l2_ttl_s=self.cache_ttl_s,
             l2_max_entry_bytes=self.cache_l2_max_entry_bytes,
@@ -651,7 +660,9 @@ class Settings(BaseSettings):
 
     def delivery_config(self) -> DeliveryConfig:
         """The webhook delivery queue's: its lease (``WEBHOOK_LEASE_S``) and the expiry of its logs (``RESULT_TTL_S``)."""
-        return DeliveryConfig(namespace=self.redis_namespace, lease_s=self.webhook_lease_s, result_ttl_s=self.result_ttl_s)
+        return DeliveryConfig(
+            namespace=self.redis_namespace, shards=self.queue_shards, lease_s=self.webhook_lease_s, result_ttl_s=self.result_ttl_s
+        )
 
     def webhook_allow_list(self) -> list[str]:
         return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]

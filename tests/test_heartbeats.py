@@ -13,12 +13,12 @@ from redis.asyncio import Redis
 from tests.conftest import FakeClock, queue_config
 from ttsq.store.clock import RedisClock
 from ttsq.store.heartbeats import FORGET_AFTER_TTLS, Heartbeats
-from ttsq.store.keys import Keys
+from ttsq.store.keys import Shards
 
 
 def heartbeats(redis: Redis, clock: FakeClock, ttl_s: int = 5) -> Heartbeats:
-    keys = Keys(queue_config().namespace)
-    return Heartbeats(redis, keys, ttl_s, RedisClock(redis, clock, keys.stats))
+    shards = Shards(queue_config().namespace, 1)
+    return Heartbeats(redis, shards, ttl_s, RedisClock(redis, clock, shards.home.stats))
 
 
 async def test_heartbeats_count_live_workers(redis: Redis, clock: FakeClock) -> None:

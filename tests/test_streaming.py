@@ -25,7 +25,7 @@ LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth i
 
 def streams_of(queue: JobQueue) -> AudioStreams:
     """The audio streams beside ``queue`` (on its connection and names, expiring with its results)."""
-    return AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+    return AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
 
 
 async def collect(queue: JobQueue, job_id: str) -> list[bytes]:

@@ -89,7 +89,7 @@ async def test_readyz_does_not_depend_on_workers(client: httpx.AsyncClient, redi
     assert body["status"] == "ready" and body["redis"] == "ok" and body["workers"] == 0
     assert "noise" in body["notice"]
     queue = JobQueue(redis, queue_config())
-    await Heartbeats(redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock).write("w1", {"worker_id": "w1"})
+    await Heartbeats(redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock).write("w1", {"worker_id": "w1"})
     assert (await client.get("/readyz")).json()["workers"] == 1
     assert (await client.get("/healthz")).json() == {
         "status": "ok",

@@ -64,7 +64,7 @@ async def test_the_whole_job_protocol_runs_on_a_cluster(client: RedisClient) -> 
     assert await queue.position(plain) == 1
     first = await queue.claim("w", block_s=0.2)
     assert first is not None and first.job.id == keyed
-    assert await AudioStreams(client, queue.keys, 60).publish(keyed, first.token, 0, 2, b"\1\1", fresh=True)
+    assert await AudioStreams(client, queue.shards, 60).publish(keyed, first.token, 0, 2, b"\1\1", fresh=True)
     assert (await queue.renew_leases({keyed: first.token})).lost == set()
     done = await queue.complete(first.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key="c" * 64)
     assert done is Completed.DONE and await queue.result(keyed) == b"RIFF"

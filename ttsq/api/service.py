@@ -201,8 +201,8 @@ class TTSService:
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
-        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
-        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
+        self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
         self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys)
         self.rate_limiter = rate_limiter
         self.cache = cache
@@ -236,13 +236,15 @@ class TTSService:
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
         signer = await self.signer()
+        # The job's shard, by its cache key (identical requests meet on one shard: single-flight, the cache); its id names it.
+        shard = self.queue.shards.place(params.cache_key).label
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
                 rate = await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
-                    signer.new(), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
+                    signer.new(shard), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
                 )
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
@@ -260,7 +262,7 @@ class TTSService:
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
         result = await self.queue.enqueue(
-            signer.new(),
+            signer.new(shard),
             params,
             # A joiner would never be called back: the job in flight carries the first submitter's callback.
             single_flight=self.config.single_flight and params.callback_url is None,

@@ -151,8 +151,8 @@ class Worker:
     def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
-        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
-        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
+        self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
         self.engine = engine
         self.cache = cache
         self.config = config

@@ -30,7 +30,7 @@ import aiofiles
 import aiofiles.os
 
 from ttsq.store.connection import STORE_ERRORS, RedisClient
-from ttsq.store.keys import Keys
+from ttsq.store.keys import Shards
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ class CacheConfig:
 
     enabled: bool
     namespace: str
+    shards: int
+    """Queue shards: an L2 entry lives on the shard its cache key places jobs on (so entries spread over a cluster)."""
     l1_max_bytes: int
     l2_ttl_s: int
     l2_max_entry_bytes: int
@@ -253,10 +255,14 @@ class ResultCache:
     def __init__(self, redis: RedisClient, config: CacheConfig) -> None:
         self.redis = redis
         self.config = config
-        self.keys = Keys(config.namespace)
+        self.shards = Shards(config.namespace, config.shards)
         self.stats = CacheStats()
         self.l1 = MemoryLRU(config.l1_max_bytes)
         self.l3 = DiskCache(config.l3_dir, config.l3_max_bytes) if config.l3_dir is not None else None
+
+    def l2_key(self, key: str) -> str:
+        """Where an entry lives in Redis (L2): on the shard its cache key places jobs on."""
+        return self.shards.place(key).cache(key)
 
     async def get(self, key: str) -> CachedAudio | None:
         hit = await self.find(key)
@@ -301,7 +307,7 @@ class ResultCache:
 
     async def _get_l2(self, key: str) -> CachedAudio | None:
         try:
-            blob = await self.redis.get(self.keys.cache(key))
+            blob = await self.redis.get(self.l2_key(key))
         except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache read failed: %s", exc)
             return None
@@ -317,7 +323,7 @@ class ResultCache:
         if len(blob) > self.config.l2_max_entry_bytes:
             return
         try:
-            await self.redis.set(self.keys.cache(key), blob, ex=self.config.l2_ttl_s)
+            await self.redis.set(self.l2_key(key), blob, ex=self.config.l2_ttl_s)
         except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache write failed: %s", exc)
             return

@@ -58,7 +58,13 @@ class QueueGauges:
     def __init__(self, registry: CollectorRegistry, queue: JobQueue, timeout_s: float) -> None:
         self.queue = queue
         self.timeout_s = timeout_s
-        self.depth = Gauge("ttsq_queue_depth", "Jobs waiting in the queue.", registry=registry)
+        self.depth = Gauge("ttsq_queue_depth", "Jobs waiting in the queue (every shard).", registry=registry)
+        self.shard_depth = Gauge(
+            "ttsq_queue_shard_depth",
+            "Jobs waiting in each queue shard (QUEUE_SHARDS; 0 is the home shard).",
+            ["shard"],
+            registry=registry,
+        )
         self.depth_limit = Gauge("ttsq_queue_depth_limit", "MAX_QUEUE_DEPTH: submits get 429 at this depth.", registry=registry)
         self.processing = Gauge("ttsq_jobs_processing", "Jobs claimed by a worker and not finished.", registry=registry)
         self.delayed = Gauge("ttsq_jobs_retry_waiting", "Failed attempts waiting out their retry backoff.", registry=registry)
@@ -76,6 +82,8 @@ class QueueGauges:
             return
         self.redis_up.set(1)
         self.depth.set(snapshot.queued)
+        for index, queued in enumerate(snapshot.queued_by_shard):
+            self.shard_depth.labels(str(index)).set(queued)
         self.processing.set(snapshot.processing)
         self.delayed.set(snapshot.delayed)
         self.dead.set(snapshot.dead_letters)

@@ -34,7 +34,9 @@ Blocking reads are kept short (``block_s`` < the socket timeout).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -48,8 +50,8 @@ from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.connection import RedisClient
 from ttsq.store.heartbeats import Heartbeats
-from ttsq.store.keys import Keys
-from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
+from ttsq.store.keys import Keys, Shards
+from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, charge_script, token_bucket_lua
 from ttsq.store.replies import (
     Cancelled,
     ClaimReply,
@@ -64,6 +66,7 @@ from ttsq.store.replies import (
     Started,
     SweepReport,
     SweepScan,
+    TokenTaken,
 )
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,8 @@ class QueueConfig:
     retry_base_s: float
     heartbeat_ttl_s: int
     dead_letter_max: int
+    shards: int
+    """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
 
 
 class QueueFullError(Exception):
@@ -151,13 +156,15 @@ class Claim:
 
 @dataclass(frozen=True)
 class QueueSnapshot:
-    """How the pool stands, in one round trip (for metrics)."""
+    """How the pool stands, in one round trip per shard (for metrics): totals over every shard."""
 
     queued: int
     processing: int
     delayed: int
     dead_letters: int
     live_workers: int
+    queued_by_shard: tuple[int, ...] = ()
+    """Jobs waiting on each shard, shard 0 first (how evenly the load spreads)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +181,10 @@ def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bo
     return redis.register_script(prelude + _lua(name))
 
 
-def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
-    return round((position + 1) * average_job_s / max(1, live_workers), 1)
+def _estimate(position: int, average_job_s: float, live_workers: int, shards: int = 1) -> float:
+    """Seconds until the job at ``position`` of its shard is done: workers claim from every shard in turn, so each
+    shard gets a ``1/shards`` share of them."""
+    return round((position + 1) * average_job_s * shards / max(1, live_workers), 1)
 
 
 def _flag(value: bool) -> str:
@@ -196,15 +205,25 @@ def _claim_record_ms(config: QueueConfig) -> int:
 
 
 class JobQueue:
-    """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
+    """Queue semantics over one Redis connection pool (``decode_responses=False``), on ``config.shards`` shards.
+
+    A job lives whole on one shard, named by its id (:meth:`Shards.of`); the API places a new job by its cache
+    key (:meth:`Shards.place`), so identical requests meet on one shard (single-flight, the cache). Workers claim
+    from every shard in turn, the sweep and the dead letters cover every shard, and what is counted (depth, dead
+    letters, the snapshot) is summed over them. The depth cap and the per-owner cap hold per shard, each a
+    ``1/shards`` share of the whole (rounded up).
+    """
 
     def __init__(self, redis: RedisClient, config: QueueConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
-        self.keys = Keys(config.namespace)
+        self.shards = Shards(config.namespace, config.shards)
+        self.keys = self.shards.home
+        """Shard 0, the home shard: also where what is one per deployment lives (voices, API keys, the task-id secret)."""
         self.clock = RedisClock(redis, clock, self.keys.stats)
         """Redis's clock (a test may pin it): every deadline's."""
         self._enqueue = redis.register_script(clock_lua() + "\n" + token_bucket_lua() + "\n" + _lua("enqueue"))
+        self._charge = charge_script(redis)
         self._peek = _script(redis, "peek", timed=False)
         self._claim_script = _script(redis, "claim", ends_jobs=True)
         self._renew = _script(redis, "renew")
@@ -215,20 +234,28 @@ class JobQueue:
         self._sweep = _script(redis, "sweep")
         self._requeue_dead = _script(redis, "requeue_dead", timed=False)
         self._clear_inflight = _script(redis, "clear_inflight", timed=False)
-        self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, self.clock)
+        self._heartbeats = Heartbeats(redis, self.shards, config.heartbeat_ttl_s, self.clock)
         """Read for the wait estimate: how many workers share the queue."""
         self._unanswered: dict[str, str] = {}
         """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
+        self._turn = 0
+        """Which shard a claim looks at first (every shard in turn, so each gets its share of the workers)."""
 
-    def _ending_keys(self, job: Job) -> list[str]:
+    def _share(self, cap: int) -> int:
+        """A shard's share of a cap over the whole queue."""
+        return max(1, math.ceil(cap / self.shards.count)) if cap else cap
+
+    @staticmethod
+    def _ending_keys(keys: Keys, job: Job) -> list[str]:
         """What ending ``job`` touches besides its own keys (``finish.lua``): its owner's count, the webhook queue.
         Declared, never built inside a script: on a Redis Cluster whose slot is moving, Redis can then refuse the
         script rather than let it write a key the move has already taken away."""
-        return [self.keys.owner_jobs(job.owner or "-"), self.keys.deliveries]
+        return [keys.owner_jobs(job.owner or "-"), keys.deliveries]
 
-    def _inflight_key(self, cache_key: str | None) -> str:
+    @staticmethod
+    def _inflight_key(keys: Keys, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
-        return self.keys.inflight(cache_key or "-")
+        return keys.inflight(cache_key or "-")
 
     # ---- producer side -------------------------------------------------------------------
 
@@ -243,18 +270,20 @@ class JobQueue:
         max_per_owner: int = 0,
         charge: Charge | None = None,
     ) -> EnqueueResult:
-        """Record and queue a job; calling it again with the same id changes nothing.
+        """Record and queue a job on the shard its id names; calling it again with the same id changes nothing.
 
-        With a ``charge`` the caller's token bucket pays first, in the same script; an empty bucket
-        raises :class:`~ttsq.store.rate_limit.RateLimitExceeded` and records nothing.
+        With a ``charge`` the caller's token bucket pays first: in the same script when the job goes to the home
+        shard (where the buckets are), else in a script of its own just before. An empty bucket raises
+        :class:`~ttsq.store.rate_limit.RateLimitExceeded` and records nothing.
 
         Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
         that job is returned instead (outcome ``JOINED``) and nothing new is queued.
-        Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting, and
-        :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has
-        ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
+        Raises :class:`QueueFullError` when the shard holds its share of ``max_queue_depth`` jobs, and
+        :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has its share
+        of ``max_per_owner`` jobs queued or running there. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
         """
+        keys_of = self.shards.of(job_id)
         job = Job.model_construct(
             id=job_id,
             params=params,
@@ -264,21 +293,24 @@ class JobQueue:
             readers=[reader] if reader else None,
             holders=[owner] if owner else None,
         )
+        rate: RateDecision | None = None
+        if charge is not None and keys_of is not self.keys:
+            rate = await self._pay_apart(charge)
+            charge = None
         joining = single_flight and params.cache_key is not None
         keys = [
-            self.keys.job(job_id),
-            self.keys.queue,
-            self.keys.stats,
-            self.keys.workers,
-            self._inflight_key(params.cache_key),
-            self.keys.owner_jobs(owner or "-"),
-            charge.key if charge is not None else self.keys.rate_limit("-"),
+            keys_of.job(job_id),
+            keys_of.queue,
+            keys_of.stats,
+            keys_of.workers,
+            self._inflight_key(keys_of, params.cache_key),
+            keys_of.owner_jobs(owner or "-"),
+            charge.key if charge is not None else keys_of.rate_limit("-"),
         ]
         stale = ""
-        rate: RateDecision | None = None
         for _ in range(3):
-            args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
-            args += [self.config.heartbeat_ttl_s, self.keys.job_prefix, reader or "", owner or "", max_per_owner]
+            args: list[Any] = [job.model_dump_json(), job_id, self._share(self.config.max_queue_depth), _flag(joining), stale]
+            args += [self.config.heartbeat_ttl_s, keys_of.job_prefix, reader or "", owner or "", self._share(max_per_owner)]
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
             args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
@@ -292,28 +324,37 @@ class JobQueue:
             other = await self.get(reply.other_id) if reply.other_id is not None else None
             if other is not None and not other.status.is_final:
                 position = await self.position(other.id)
-                estimate = await self.estimate_wait_s(position or 0)
+                estimate = await self.estimate_wait_s(position or 0, keys_of)
                 return EnqueueResult(job=other, outcome=reply.outcome, position=position, estimate_s=estimate, rate=rate)
             stale = reply.other_id or ""
         else:
             raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
         outcome, depth = reply.outcome, reply.depth
         if outcome is Enqueued.FULL:
-            raise QueueFullError(depth)
+            raise QueueFullError(depth * self.shards.count)
         if outcome is Enqueued.OWNER_FULL:
             raise OwnerQueueFullError(depth, max_per_owner)
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
-            estimate = await self.estimate_wait_s(depth)
+            estimate = await self.estimate_wait_s(depth, keys_of)
             return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
         average = reply.busy_s / reply.jobs_done if reply.jobs_done else DEFAULT_JOB_S
-        estimate = _estimate(depth, average, reply.live_workers)
+        estimate = _estimate(depth, average, reply.live_workers, self.shards.count)
         return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
+
+    async def _pay_apart(self, charge: Charge) -> RateDecision:
+        """Take the caller's token in a script of its own (the job goes to a shard other than the buckets')."""
+        reply = await self._charge(keys=[charge.key], args=[charge.clock, charge.rate_per_s, charge.burst])
+        decision = charge.decision(TokenTaken.parse(reply))
+        if not decision.allowed:
+            raise RateLimitExceeded(decision)
+        return decision
 
     async def record_done(
         self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
     ) -> Job:
-        """Record a task that is finished on arrival (a cache hit): status and result at once."""
+        """Record a task that is finished on arrival (a cache hit): status and result at once, on its id's shard."""
+        keys = self.shards.of(job_id)
         now = await self.clock.now()
         job = Job(
             id=job_id,
@@ -328,22 +369,23 @@ class JobQueue:
             readers=[reader] if reader else None,
         )
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.result(job_id), audio, ex=self.config.result_ttl_s)
-            pipe.set(self.keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
+            pipe.set(keys.result(job_id), audio, ex=self.config.result_ttl_s)
+            pipe.set(keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
             if params.callback_url is not None:  # finished on arrival: its webhook is due at once
-                pipe.lpush(self.keys.deliveries, job_id)
+                pipe.lpush(keys.deliveries, job_id)
             await pipe.execute()
         return job
 
     async def get(self, job_id: str) -> Job | None:
-        raw = await self.redis.get(self.keys.job(job_id))
+        raw = await self.redis.get(self.shards.of(job_id).job(job_id))
         return None if raw is None else Job.model_validate_json(raw)
 
     async def position(self, job_id: str) -> int | None:
-        """Jobs ahead of this one in the queue (0 = next), or None when it is not waiting in line."""
+        """Jobs ahead of this one in its shard's queue (0 = next), or None when it is not waiting in line."""
+        keys = self.shards.of(job_id)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lpos(self.keys.queue, job_id, rank=-1)
-            pipe.llen(self.keys.queue)
+            pipe.lpos(keys.queue, job_id, rank=-1)
+            pipe.llen(keys.queue)
             index, length = await pipe.execute()
         if index is None:
             return None
@@ -354,54 +396,68 @@ class JobQueue:
         await self.redis.ping()
 
     async def depth(self) -> int:
-        return int(await self.redis.llen(self.keys.queue))
+        """Jobs waiting, on every shard."""
+        return sum(await asyncio.gather(*(self.redis.llen(keys.queue) for keys in self.shards.all)))
 
     async def result(self, job_id: str) -> bytes | None:
-        value = await self.redis.get(self.keys.result(job_id))
+        value = await self.redis.get(self.shards.of(job_id).result(job_id))
         return value if isinstance(value, bytes) else None
 
-    async def estimate_wait_s(self, position: int) -> float:
-        """Rough seconds until a job at ``position`` is done: the average job time spread over live workers."""
-        jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
+    async def estimate_wait_s(self, position: int, keys: Keys | None = None) -> float:
+        """Rough seconds until a job at ``position`` of a shard's queue is done: the shard's average job time,
+        spread over its share of the live workers."""
+        jobs, busy = await self.redis.hmget((keys or self.keys).stats, ["jobs", "busy_s"])
         average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
-        return _estimate(position, average, await self._heartbeats.live_count())
+        return _estimate(position, average, await self._heartbeats.live_count(), self.shards.count)
 
     async def snapshot(self) -> QueueSnapshot:
-        """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline (after Redis's time)."""
+        """Queue depth, claimed jobs, retries waiting, dead letters (summed over the shards) and live workers."""
         live_since = await self._heartbeats.live_since()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(self.keys.queue)
-            pipe.llen(self.keys.processing)
-            pipe.zcard(self.keys.delayed)
-            pipe.llen(self.keys.dead)
-            pipe.zcount(self.keys.workers, live_since, "+inf")
-            queued, processing, delayed, dead, workers = await pipe.execute()
-        return QueueSnapshot(int(queued), int(processing), int(delayed), int(dead), int(workers))
+
+        async def one(keys: Keys) -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.llen(keys.queue)
+                pipe.llen(keys.processing)
+                pipe.zcard(keys.delayed)
+                pipe.llen(keys.dead)
+                result: list[Any] = await pipe.execute()
+            return result
+
+        shards = await asyncio.gather(*(one(keys) for keys in self.shards.all))
+        workers = await self.redis.zcount(self.keys.workers, live_since, "+inf")
+        queued, processing, delayed, dead = (sum(int(shard[n]) for shard in shards) for n in range(4))
+        by_shard = tuple(int(shard[0]) for shard in shards)
+        return QueueSnapshot(queued, processing, delayed, dead, int(workers), by_shard)
 
     async def dead_letters(self, limit: int = 100) -> list[Job]:
-        """The newest dead-lettered jobs' final records, newest first."""
-        raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
-        return [Job.model_validate_json(item) for item in raw]
+        """The newest dead-lettered jobs' final records, newest first (over every shard)."""
+        lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
+        jobs = [Job.model_validate_json(item) for raw in lists for item in raw]
+        if self.shards.count > 1:
+            jobs.sort(key=lambda job: job.finished_at or 0.0, reverse=True)
+        return jobs[:limit]
 
     async def dead_letter_count(self) -> int:
-        """How many dead letters are held (at most ``dead_letter_max``)."""
-        return int(await self.redis.llen(self.keys.dead))
+        """How many dead letters are held (at most ``dead_letter_max`` per shard)."""
+        return sum(await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all)))
 
     async def dead_letter(self, job_id: str) -> Job | None:
         """One dead letter's final record (its reason and attempts), or None."""
-        return next((job for job in await self.dead_letters(self.config.dead_letter_max) if job.id == job_id), None)
+        raw = await self.redis.lrange(self.shards.of(job_id).dead, 0, -1)
+        return next((job for job in (Job.model_validate_json(item) for item in raw) if job.id == job_id), None)
 
     async def requeue_dead(self, job_id: str) -> Requeued:
-        """Put a dead letter back in the queue under its own id (see ``lua/requeue_dead.lua``)."""
+        """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
+        keys_of = self.shards.of(job_id)
         job = await self.dead_letter(job_id)
         owner = job.owner if job is not None and job.owner else "-"
         keys = [
-            self.keys.dead,
-            self.keys.queue,
-            self.keys.job(job_id),
-            self.keys.stream(job_id),
-            self.keys.delivery_log(job_id),
-            self.keys.owner_jobs(owner),
+            keys_of.dead,
+            keys_of.queue,
+            keys_of.job(job_id),
+            keys_of.stream(job_id),
+            keys_of.delivery_log(job_id),
+            keys_of.owner_jobs(owner),
         ]
         reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock.arg()]))
         if reply.outcome is Requeued.REQUEUED:
@@ -412,71 +468,85 @@ class JobQueue:
         """Drop one dead letter (or, with None, all of them); return how many went. Their task
         records still answer "failed" until they expire."""
         if job_id is None:
-            count = int(await self.redis.llen(self.keys.dead))
-            await self.redis.delete(self.keys.dead)
-            return count
+            counts = await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all))
+            await asyncio.gather(*(self.redis.delete(keys.dead) for keys in self.shards.all))
+            return sum(int(count) for count in counts)
+        dead = self.shards.of(job_id).dead
         removed = 0
-        for raw in await self.redis.lrange(self.keys.dead, 0, -1):
+        for raw in await self.redis.lrange(dead, 0, -1):
             if Job.model_validate_json(raw).id == job_id:
-                removed += int(await self.redis.lrem(self.keys.dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
+                removed += int(await self.redis.lrem(dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
         return removed
 
     # ---- consumer side -------------------------------------------------------------------
 
+    def _rotation(self) -> list[Keys]:
+        """Every shard, starting with the next in turn."""
+        self._turn = (self._turn + 1) % self.shards.count
+        return self.shards.all[self._turn :] + self.shards.all[: self._turn]
+
     async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
         """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``.
 
-        A job whose last worker was lost (``isolate``) may be claimed here, alone. The wait is a
-        ``BLMOVE`` of the queue onto itself (the last id back to where it was): it changes nothing, so
-        a retried wait is harmless, and the claim itself is :meth:`claim_more`'s idempotent script.
+        Every shard is looked at in turn; a job whose last worker was lost (``isolate``) may be claimed here, alone.
+        The wait is a ``BLMOVE`` of one shard's queue onto itself (the last id back to where it was; with several
+        shards, each waits in turn for a share of ``block_s``): it changes nothing, so a retried wait is
+        harmless, and the claim itself is :meth:`claim_more`'s idempotent script.
         """
-        claims = await self._claim(worker_id, 1, alone_first=True)
-        if claims:
-            return claims[0]
-        timeout = self.config.block_s if block_s is None else block_s
+        rotation = self._rotation()
+        for keys in rotation:
+            claims = await self._claim(keys, worker_id, 1, alone_first=True)
+            if claims:
+                return claims[0]
+        timeout = (self.config.block_s if block_s is None else block_s) / self.shards.count
+        waited = rotation[0]
         # Redis takes fractional block timeouts; redis-py's annotation says int.
-        if await self.redis.blmove(self.keys.queue, self.keys.queue, timeout, "RIGHT", "RIGHT") is None:  # type: ignore[arg-type]
+        if await self.redis.blmove(waited.queue, waited.queue, timeout, "RIGHT", "RIGHT") is None:  # type: ignore[arg-type]
             return None
-        claims = await self._claim(worker_id, 1, alone_first=True)
+        claims = await self._claim(waited, worker_id, 1, alone_first=True)
         return claims[0] if claims else None
 
     async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
-        """Claim up to ``count`` more jobs without blocking (to fill a batch), in one round trip.
+        """Claim up to ``count`` more jobs without blocking (to fill a batch), from every shard in turn.
 
-        Stops before a job marked ``isolate`` (its last worker was lost): that one is left for a
+        Stops, on each shard, before a job marked ``isolate`` (its last worker was lost): that one is left for a
         blocking :meth:`claim`, and the worker runs it alone.
         """
-        if count <= 0:
-            return []
-        return await self._claim(worker_id, count, alone_first=False)
+        claims: list[Claim] = []
+        for keys in self._rotation():
+            if len(claims) >= count:
+                break
+            claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False)
+        return claims
 
-    async def _claim(self, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
-        """``peek.lua`` names the ids at the front, then ``claim.lua`` claims them with every key it touches declared
-        (so a Redis Cluster moving the slot refuses it rather than let it misread a job). Another worker may take
-        those ids first: then the claim takes none and this peeks again, a few times.
+    async def _claim(self, keys_of: Keys, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
+        """``peek.lua`` names the ids at the front of a shard's queue, then ``claim.lua`` claims them with every key
+        it touches declared (so a Redis Cluster moving the slot refuses it rather than let it misread a job).
+        Another worker may take those ids first: then the claim takes none and this peeks again, a few times.
 
         Safe to repeat: a claim whose answer was lost (a timeout, a dropped connection, after redis-py's own
-        retries) is asked again under the same request id by this worker's next claim, and the script answers the
-        jobs it claimed then instead of claiming more. So no job is ever leased to a worker that does not know it
-        holds it."""
-        request = self._unanswered.pop(worker_id, None)
+        retries) is asked again under the same request id by this worker's next claim on that shard, and the
+        script answers the jobs it claimed then instead of claiming more. So no job is ever leased to a worker
+        that does not know it holds it."""
+        lost = f"{worker_id}|{keys_of.prefix}"
+        request = self._unanswered.pop(lost, None)
         repeating = request is not None
         for _ in range(_CLAIM_RACES):
-            peeked = Peeked.parse(await self._peek(keys=[self.keys.queue], args=[count, self.keys.job_prefix]))
+            peeked = Peeked.parse(await self._peek(keys=[keys_of.queue], args=[count, keys_of.job_prefix]))
             if not peeked.ids and not repeating:
                 return []
             request = request or uuid.uuid4().hex
-            keys = [self.keys.queue, self.keys.processing, self.keys.leases, self.keys.dead, self.keys.claims]
-            keys += [self.keys.claim_record(worker_id), self.keys.deliveries]
+            keys = [keys_of.queue, keys_of.processing, keys_of.leases, keys_of.dead, keys_of.claims]
+            keys += [keys_of.claim_record(worker_id), keys_of.deliveries]
             for job_id, owner in zip(peeked.ids, peeked.owners, strict=True):
-                keys += [self.keys.job(job_id), self.keys.owner_jobs(owner or "-")]
+                keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-")]
             args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
-            args += [self.config.dead_letter_max, self.keys.prefix, _claim_record_ms(self.config), _flag(alone_first)]
+            args += [self.config.dead_letter_max, keys_of.prefix, _claim_record_ms(self.config), _flag(alone_first)]
             args += peeked.ids
             try:
                 reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
             except BaseException:
-                self._unanswered[worker_id] = request
+                self._unanswered[lost] = request
                 raise
             if reply.repeated:
                 log.warning(
@@ -487,28 +557,36 @@ class JobQueue:
             elif repeating and reply.started:
                 log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
             if reply.repeated or reply.started or not peeked.ids:
-                return await self._claimed(reply)
+                return await self._claimed(keys_of, reply)
             request, repeating = None, False  # another worker took the peeked ids first: peek again
         return []
 
-    async def _claimed(self, reply: ClaimReply) -> list[Claim]:
+    async def _claimed(self, keys: Keys, reply: ClaimReply) -> list[Claim]:
         claims = [Claim(job=started.job, started=started.started) for started in reply.started]
         for claim in claims:
             if claim.started is Started.DEAD:
                 log.warning("job %s dead-lettered at claim: %s", claim.job.id, claim.job.error)
                 if claim.job.params.cache_key is not None:
-                    await self._clear_inflight(keys=[self.keys.inflight(claim.job.params.cache_key)], args=[claim.job.id])
+                    await self._clear_inflight(keys=[keys.inflight(claim.job.params.cache_key)], args=[claim.job.id])
         return claims
 
     async def renew_leases(self, held: Mapping[str, int]) -> Renewed:
         """Move the lease deadline of every job in ``held`` (job id → its claim's fencing token) forward;
         which are no longer held (the token is stale), and which were cancelled while running (their work
-        may stop: :meth:`fail` ends them as cancelled)."""
-        if not held:
-            return Renewed(frozenset(), frozenset())
+        may stop: :meth:`fail` ends them as cancelled). One script per shard."""
+        by_shard: dict[str, dict[str, int]] = {}
+        for job_id, token in held.items():
+            by_shard.setdefault(self.shards.of(job_id).label, {})[job_id] = token
+        replies = await asyncio.gather(*(self._renew_on(self.shards.of(next(iter(jobs))), jobs) for jobs in by_shard.values()))
+        return Renewed(
+            frozenset(job_id for reply in replies for job_id in reply.lost),
+            frozenset(job_id for reply in replies for job_id in reply.cancelling),
+        )
+
+    async def _renew_on(self, keys: Keys, held: Mapping[str, int]) -> Renewed:
         pairs = [value for job_id, token in held.items() for value in (job_id, token)]
         reply = await self._renew(
-            keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in held)],
+            keys=[keys.leases, *(keys.job(job_id) for job_id in held)],
             args=[self.clock.arg(), self.config.lease_s, *pairs],
         )
         return Renewed.parse(reply)
@@ -527,33 +605,33 @@ class JobQueue:
         if len(audio) > self.config.max_result_bytes:
             reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
             return await self.fail(job, reason, retryable=False, cache_key=cache_key)
-        job_id, token = job.id, _claimed(job)
+        job_id, token, keys_of = job.id, _claimed(job), self.shards.of(job.id)
         keys = [
-            self.keys.job(job_id),
-            self.keys.result(job_id),
-            self.keys.leases,
-            self.keys.processing,
-            self.keys.stats,
-            self._inflight_key(cache_key),
-            self.keys.stream(job_id),
-            *self._ending_keys(job),
+            keys_of.job(job_id),
+            keys_of.result(job_id),
+            keys_of.leases,
+            keys_of.processing,
+            keys_of.stats,
+            self._inflight_key(keys_of, cache_key),
+            keys_of.stream(job_id),
+            *self._ending_keys(keys_of, job),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
-        args += [_flag(cache_key is not None), self.keys.prefix, token]
+        args += [_flag(cache_key is not None), keys_of.prefix, token]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
     async def fail(self, job: Job, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
         """Record a failed attempt of a claimed ``job``: retry later with backoff, or fail for good and dead-letter —
         if its claim is still the job's current one (:attr:`Failed.STALE`, and nothing changes, otherwise)."""
-        job_id, token = job.id, _claimed(job)
+        job_id, token, keys_of = job.id, _claimed(job), self.shards.of(job.id)
         keys = [
-            self.keys.job(job_id),
-            self.keys.leases,
-            self.keys.processing,
-            self.keys.delayed,
-            self.keys.dead,
-            self._inflight_key(cache_key),
-            *self._ending_keys(job),
+            keys_of.job(job_id),
+            keys_of.leases,
+            keys_of.processing,
+            keys_of.delayed,
+            keys_of.dead,
+            self._inflight_key(keys_of, cache_key),
+            *self._ending_keys(keys_of, job),
         ]
         args: list[Any] = [
             job_id,
@@ -564,7 +642,7 @@ class JobQueue:
             self.config.result_ttl_s,
             self.config.dead_letter_max,
             _flag(cache_key is not None),
-            self.keys.prefix,
+            keys_of.prefix,
             token,
         ]
         return Failed.parse(await self._fail(keys=keys, args=args))
@@ -572,37 +650,30 @@ class JobQueue:
     async def cancel(self, job: Job, reader: str | None, holder: str | None = None) -> Cancelled:
         """Cancel ``job`` for the caller — ``reader`` its key id, ``holder`` its owner name (see
         :class:`Cancelled`); calling it again changes nothing."""
+        keys_of = self.shards.of(job.id)
         keys = [
-            self.keys.job(job.id),
-            self.keys.queue,
-            self.keys.processing,
-            self.keys.delayed,
-            self._inflight_key(job.params.cache_key),
-            self.keys.stream(job.id),
-            *self._ending_keys(job),
+            keys_of.job(job.id),
+            keys_of.queue,
+            keys_of.processing,
+            keys_of.delayed,
+            self._inflight_key(keys_of, job.params.cache_key),
+            keys_of.stream(job.id),
+            *self._ending_keys(keys_of, job),
         ]
-        args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
+        args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
-        """Requeue lapsed leases and never-started claims, release due retries — unless another
-        worker already swept within ``interval_s`` (the lock lasts one interval).
-
-        Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
-        keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
-        scan = SweepScan.parse(
-            await self._sweep_scan(
-                keys=[self.keys.sweep_lock, self.keys.leases, self.keys.processing], args=[self.clock.arg(), _SWEEP_LIMIT]
-            )
+        """Requeue lapsed leases and never-started claims, release due retries, on every shard — each unless
+        another worker already swept it within ``interval_s`` (its lock lasts one interval). Swept when any
+        shard was; the counts are summed."""
+        reports = await asyncio.gather(*(self._sweep_shard(keys, interval_s, holder) for keys in self.shards.all))
+        report = SweepReport(
+            swept=any(report.swept for report in reports),
+            requeued=sum(report.requeued for report in reports),
+            orphans=sum(report.orphans for report in reports),
+            promoted=sum(report.promoted for report in reports),
         )
-        if scan is None:
-            return SweepReport(swept=False)
-        ids = [*scan.lapsed, *scan.unleased]
-        keys = [self.keys.sweep_lock, self.keys.leases, self.keys.processing, self.keys.queue, self.keys.delayed]
-        keys += [self.keys.job(job_id) for job_id in ids]
-        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, _PROMOTE_LIMIT, holder]
-        args += [len(scan.lapsed), *ids]
-        report = SweepReport.parse(await self._sweep(keys=keys, args=args))
         if report.requeued or report.orphans:
             log.warning(
                 "sweep requeued %d job(s) whose worker stopped renewing its lease and %d claimed but never started",
@@ -612,3 +683,17 @@ class JobQueue:
         if report.promoted:
             log.info("released %d job(s) whose retry backoff is over", report.promoted)
         return report
+
+    async def _sweep_shard(self, keys_of: Keys, interval_s: float, holder: str) -> SweepReport:
+        """Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
+        keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
+        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing]
+        scan = SweepScan.parse(await self._sweep_scan(keys=scanned, args=[self.clock.arg(), _SWEEP_LIMIT]))
+        if scan is None:
+            return SweepReport(swept=False)
+        ids = [*scan.lapsed, *scan.unleased]
+        keys = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.queue, keys_of.delayed]
+        keys += [keys_of.job(job_id) for job_id in ids]
+        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, _PROMOTE_LIMIT, holder]
+        args += [len(scan.lapsed), *ids]
+        return SweepReport.parse(await self._sweep(keys=keys, args=args))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 
+from redis.commands.core import AsyncScript
+
 from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
@@ -70,6 +72,12 @@ def token_bucket_lua() -> str:
     return files("ttsq.store").joinpath("lua", "token_bucket.lua").read_text()
 
 
+def charge_script(redis: RedisClient) -> AsyncScript:
+    """``lua/rate_limit.lua`` (after ``clock.lua`` and ``token_bucket.lua``): one token taken on its own."""
+    lua = "\n".join([clock_lua(), token_bucket_lua(), files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()])
+    return redis.register_script(lua)
+
+
 class RateLimiter:
     """``rate_per_s`` tokens a second, at most ``burst`` saved up, per subject (an API key or a client address)."""
 
@@ -78,8 +86,7 @@ class RateLimiter:
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.clock = RedisClock(redis, clock, keys.stats)
-        lua = "\n".join([clock_lua(), token_bucket_lua(), files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()])
-        self._script = redis.register_script(lua)
+        self._script = charge_script(redis)
 
     def charge(self, subject: str) -> Charge:
         """What the enqueue script needs to take ``subject``'s token in the same step."""

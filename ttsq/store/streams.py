@@ -21,7 +21,7 @@ from typing import Any, Literal
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
 from ttsq.domain.jobs import Status
 from ttsq.store.connection import RedisClient
-from ttsq.store.keys import Keys
+from ttsq.store.keys import Shards
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import appended, text
 
@@ -52,9 +52,9 @@ class AudioStreams:
     written by the queue's completing script itself (``complete.lua``), in the step that makes the job done.
     """
 
-    def __init__(self, redis: RedisClient, keys: Keys, ttl_s: int) -> None:
+    def __init__(self, redis: RedisClient, shards: Shards, ttl_s: int) -> None:
         self.redis = redis
-        self.keys = keys
+        self.shards = shards
         self.ttl_s = ttl_s
         self._append = redis.register_script(files("ttsq.store").joinpath("lua", "stream_append.lua").read_text())
 
@@ -63,14 +63,14 @@ class AudioStreams:
         (a retried attempt re-synthesises from its first piece). False: the claim ``token`` is stale,
         and nothing was written."""
         reply = await self._append(
-            keys=[self.keys.job(job_id), self.keys.stream(job_id)],
+            keys=[self.shards.of(job_id).job(job_id), self.shards.of(job_id).stream(job_id)],
             args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm],
         )
         return appended(reply)
 
     async def read(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
         """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
-        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
+        reply: Any = await self.redis.xread({self.shards.of(job_id).stream(job_id): after}, count=64, block=block_ms)
         if not reply:
             return []
         [(_key, entries)] = reply
@@ -78,7 +78,7 @@ class AudioStreams:
 
     async def progress(self, job_id: str) -> tuple[int, int] | None:
         """(chunks done, chunks total) of the current attempt, or None before the first piece."""
-        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
+        last: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=2)
         for _entry_id, fields in last:
             if b"total" in fields:
                 return int(fields[b"index"]) + 1, int(fields[b"total"])
