@@ -35,8 +35,11 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
+## Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
+## its order stay in one process, and the second CPU core works while the first waits on a worker process.
+PYTEST_PROCESSES ?= 2
 pytest: install chromium prometheus debian-redis deploy-tools
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile
 
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
 chromium:

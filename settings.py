@@ -1,14 +1,23 @@
 """Every knob of ttsq, read from the environment (or a ``.env`` file) and validated at start-up.
 
-This is the only module that reads the environment, and the only place where a setting's default
-is written. The processes (``app.py``, ``worker.py``) build one :class:`Settings` and hand the
-library the plain config objects it needs (:meth:`Settings.queue_config`, ...): each is built
-from the settings of the same name, so the library can be used and tested without any
-environment at all and never carries defaults of its own.
+The service's processes read their settings here and nowhere else, and a setting's default is
+written only here: the library (``ttsq/``) never reads the environment, the client's command line
+reads only its own ``TTSQ_URL``, and ``make up`` (``scripts/up.py``) passes its environment on to
+the processes it starts, looking only at ``REDIS_URL`` (unset: it starts an embedded Redis). The
+processes (``app.py``, ``worker.py``) build one :class:`Settings` and hand the library the plain
+config objects it needs (:meth:`Settings.queue_config`, ...), so the library can be used and tested
+without any environment at all. Each config is built from the settings it mirrors (by field name
+where the names agree: :meth:`Settings._project`), and its fields carry no defaults of their own,
+but one: ``EngineConfig.warmup_text``, the text a worker speaks once before its first job, which no
+setting drives (``tests/test_settings.py`` holds every config built here to that). Fixed values that
+are not settings stay with the code they shape, defaults included, for example the supervisor's
+restart backoff (:class:`ttsq.runtime.supervise.Policy`, which ``make up`` uses as it is), the
+automatic batch limit on a CPU (``CPU_AUTO_BATCH`` in :mod:`ttsq.runtime.worker`), and a request's
+sampling defaults (:mod:`ttsq.domain.sampling`, part of the API).
 
 Variable names are the field names in upper case (``REDIS_URL``, ``MAX_TEXT_CHARS``, ``MODEL``).
-README's configuration table and ``.env.example`` are generated from the fields below
-(``python scripts/settings_docs.py --write``; a test keeps them in step).
+The configuration table in ``docs/configuration.md`` and ``.env.example`` are generated from the
+fields below (``python scripts/settings_docs.py --write``; a test keeps them in step).
 """
 
 from __future__ import annotations
@@ -333,12 +342,28 @@ class Settings(BaseSettings):
         description="`ttsq`: ttsq's own decoder (any mix of voices, parameters and seeds in one batch, each result "
         "independent of its batch-mates, slots refilled as rows end). `chattts`: ChatTTS's own `Chat.infer`, the "
         "reference (batches only requests that share voice and parameters). `auto`: `ttsq` on a CPU, where it is "
-        "proven; `chattts` on CUDA until a GPU run has confirmed the decoder there (README, Decoder).",
+        "proven; `chattts` on CUDA until a GPU run has confirmed the decoder there (docs/decoder.md).",
         json_schema_extra=_group("Model"),
     )
     cuda_graphs: bool = Field(
         True,
         description="With `ENGINE_BACKEND=ttsq` on CUDA: capture each batch bucket's decode step as a CUDA graph at start.",
+        json_schema_extra=_group("Model"),
+    )
+    first_chunk_slots: int = Field(
+        1,
+        ge=0,
+        le=8,
+        description="With `ENGINE_BACKEND=ttsq`: slots of the batch limit that requests' later chunks leave free for "
+        "first chunks, so a new request starts at the next step even when long requests have chunks to spare (a "
+        "limit of 1 keeps none).",
+        json_schema_extra=_group("Model"),
+    )
+    overlap_prefill_and_audio: bool = Field(
+        True,
+        description="With `ENGINE_BACKEND=ttsq` on a CPU: build and prefill the next rows' prompts, and decode finished "
+        "rows' audio, in two threads beside the decode loop (the work of one row each; the loop only steps). On CUDA "
+        "they stay in the loop until a GPU run has measured them.",
         json_schema_extra=_group("Model"),
     )
     batch_invariant: bool = Field(
@@ -418,7 +443,8 @@ class Settings(BaseSettings):
     max_batch: int | Literal["auto"] = Field(
         "auto",
         description=(
-            "Most jobs in one ChatTTS call (`1` turns cross-request batching off), or `auto`: on CUDA the worker measures "
+            "The engine's slots: most sentence chunks in one decode step (ttsq's decoder), or most requests in one call "
+            "(ChatTTS's loop); `1` turns cross-request batching off. Or `auto`: on CUDA the worker measures "
             "memory and decode speed at start and picks the largest batch that fits and keeps streams ahead of playback "
             f"(at most {MAX_BATCH_CEILING}); on a CPU `auto` is 8."
         ),

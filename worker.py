@@ -16,8 +16,11 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from settings import Settings, get_settings, startup_warnings
 from ttsq.runtime.clock_skew import skew_host_clock
+from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 from ttsq.runtime.logs import configure_logging
 
 if TYPE_CHECKING:  # torch loads only after the allocator setting is exported (see _configure_process)
@@ -56,7 +59,13 @@ def chattts_engine(settings: Settings) -> Engine:
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine: Engine
     if _engine_backend(settings) == "ttsq":
-        engine = DecoderEngine(settings.engine_config(), cuda_graphs=settings.cuda_graphs, batch_invariant=settings.batch_invariant)
+        engine = DecoderEngine(
+            settings.engine_config(),
+            cuda_graphs=settings.cuda_graphs,
+            batch_invariant=settings.batch_invariant,
+            first_chunk_slots=settings.first_chunk_slots,
+            overlap=settings.overlap_prefill_and_audio,
+        )
     else:
         engine = ChatTTSEngine(settings.engine_config())
     if settings.fault_mode != "none":
@@ -109,8 +118,18 @@ async def _main(settings: Settings, make_engine: Callable[[Settings], Engine]) -
 
 
 def main(make_engine: Callable[[Settings], Engine] = chattts_engine) -> None:
-    """Run a worker. Benchmarks pass another ``make_engine`` (a labelled fixed-cost stand-in)."""
-    settings = get_settings()
+    """Run a worker. Benchmarks pass another ``make_engine`` (a labelled fixed-cost stand-in).
+
+    A configuration error — settings that do not validate, a model that cannot be loaded, a Redis that may
+    evict — exits with :data:`~ttsq.runtime.launch.CONFIG_ERROR_EXIT` after saying why, so a supervisor can
+    tell it from a crash (restarting cannot fix it). Anything else that ends the process (an exception, a
+    signal, the OOM killer) is a crash, which a supervisor restarts.
+    """
+    try:
+        settings = get_settings()
+    except ValidationError as exc:  # before logging is set up: it is configured from these settings
+        print(f"ttsq worker: configuration error: invalid settings: {exc}", file=sys.stderr, flush=True)
+        sys.exit(CONFIG_ERROR_EXIT)
     _configure_process(settings)
     import uvloop
 
@@ -120,13 +139,13 @@ def main(make_engine: Callable[[Settings], Engine] = chattts_engine) -> None:
     try:
         clean = uvloop.run(_main(settings, make_engine))
     except ModelLoadError as exc:
-        log.error("cannot load the model: %s", exc)
+        log.error("configuration error: cannot load the model: %s", exc)
         logging.shutdown()
-        sys.exit(1)
+        sys.exit(CONFIG_ERROR_EXIT)
     except UnsafeRedisError as exc:
-        log.error("refusing to start (REQUIRE_NOEVICTION): %s", exc)
+        log.error("configuration error: refusing to start (REQUIRE_NOEVICTION): %s", exc)
         logging.shutdown()
-        sys.exit(1)
+        sys.exit(CONFIG_ERROR_EXIT)
     log.info("worker stopped%s", "" if clean else " (left an inference running)")
     logging.shutdown()
     sys.stdout.flush()

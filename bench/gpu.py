@@ -363,6 +363,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, help="engine repetitions per batch size (2)")
     parser.add_argument("--window-s", type=float, help="closed-loop window per MAX_BATCH and client count (30)")
     parser.add_argument("--drain-s", type=float, help="after a window, how long running jobs may still finish (12)")
+    parser.add_argument(
+        "--min-jobs",
+        type=int,
+        help="jobs every client completes whatever the window (default: 1 on a dry run, so a slow CPU never leaves a "
+        "window empty; 0 on a GPU, where a window without a completed job is a stall to report)",
+    )
     parser.add_argument("--ready-timeout-s", type=float, default=300.0, help="longest wait for a worker's /readyz")
     for phase in PHASES:
         parser.add_argument(f"--{phase}-max-s", type=float, help=f"cap on the {phase} phase's time limit")
@@ -376,6 +382,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown := set(args.phase_list) - set(PHASES):
         parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
     args.device = detect_device() if args.device == "auto" else args.device
+    if args.min_jobs is None:
+        args.min_jobs = 0 if args.device.startswith("cuda") else 1
     return args
 
 
@@ -491,6 +499,7 @@ def _run_phase(phase: str, args: argparse.Namespace, model: Path, limit: float, 
             "--clients", args.clients,
             "--window-s", str(args.window_s),
             "--drain-s", str(args.drain_s),
+            "--min-jobs", str(args.min_jobs),
             "--ready-timeout-s", str(args.ready_timeout_s),
             "--tmp", str(_tmp(marker.split("/")[0]) / phase),
         ]  # fmt: skip

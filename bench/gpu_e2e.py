@@ -16,6 +16,10 @@ Per stack and client count, one window: ``clients`` closed-loop clients (submit,
 download: :func:`bench.closed_loop.ttsq_job`), spread over client processes (64 clients each) so
 the load generator is never the bottleneck. No job starts after ``window_s``; jobs still running
 ``drain_s`` later are abandoned and not counted. jobs/s = completed / (last completion - start).
+With ``--min-jobs N`` (a dry run on CPU: 1) each client also completes N jobs whatever the clock
+says — it starts them after the window if need be and they are never abandoned — so a slow or
+busy CPU makes a window longer, never empty: the dry run checks the benchmark's plumbing, and a
+window of a few seconds on a shared 2-core machine may see no job through otherwise.
 The worker's ``/metrics`` is scraped before and after: ``ttsq_batch_size_sum``/``_count`` give the
 mean batch actually formed, ``ttsq_batch_limit`` the batch limit the worker chose,
 ``ttsq_compile_recompiles_total`` (where the worker exports it) the graphs compiled while serving.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import math
 import multiprocessing
@@ -111,12 +116,17 @@ def _ready() -> bool:
     return True
 
 
-def client_shard(base: str, clients: int, start: float, window_s: float, drain_s: float, first: int, stride: int) -> ShardResult:
-    """``clients`` closed-loop clients from ``start`` (``time.monotonic``, system-wide) for ``window_s``."""
-    return asyncio.run(_shard(base, clients, start, window_s, drain_s, first, stride))
+def client_shard(
+    base: str, clients: int, start: float, window_s: float, drain_s: float, first: int, stride: int, min_jobs: int = 0
+) -> ShardResult:
+    """``clients`` closed-loop clients from ``start`` (``time.monotonic``, system-wide) for ``window_s``,
+    each completing at least ``min_jobs`` jobs however long they take."""
+    return asyncio.run(_shard(base, clients, start, window_s, drain_s, first, stride, min_jobs))
 
 
-async def _shard(base: str, clients: int, start: float, window_s: float, drain_s: float, first: int, stride: int) -> ShardResult:
+async def _shard(
+    base: str, clients: int, start: float, window_s: float, drain_s: float, first: int, stride: int, min_jobs: int
+) -> ShardResult:
     result = ShardResult()
     tickets = iter(range(first, 1 << 40, stride))
     limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
@@ -126,10 +136,12 @@ async def _shard(base: str, clients: int, start: float, window_s: float, drain_s
         deadline, hard_end = start + window_s, start + window_s + drain_s
 
         async def one_client() -> None:
-            while time.monotonic() < deadline and result.error_count < 50:
+            done = 0
+            while (time.monotonic() < deadline or done < min_jobs) and result.error_count < 50:
                 began = time.monotonic()
+                owed = done < min_jobs  # one of the client's minimum: never abandoned at the drain cap
                 try:
-                    async with asyncio.timeout(hard_end - began):
+                    async with asyncio.timeout(None if owed else hard_end - began):
                         await job(next(tickets))
                 except TimeoutError:
                     result.abandoned += 1
@@ -141,6 +153,7 @@ async def _shard(base: str, clients: int, start: float, window_s: float, drain_s
                     await asyncio.sleep(0.1)  # a failing service must not be hammered in a hot loop
                     continue
                 finished = time.monotonic()
+                done += 1
                 result.done_at.append(finished)
                 result.latencies_s.append(finished - began)
 
@@ -304,7 +317,7 @@ def window_summary(
         res.update(
             busy_s=round(busy, 2),
             jobs_per_s=round(len(done_at) / busy, 3),
-            jobs_per_s_in_window=round(res["completed_in_window"] / window_s, 3),
+            jobs_per_s_in_window=round(res["completed_in_window"] / window_s, 3) if window_s > 0 else None,
             p50_s=round(statistics.median(latencies), 2),
             p99_s=round(percentile(latencies, 99), 2),
             max_s=round(max(latencies), 2),
@@ -368,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-s", type=float, default=10.0, help="after a window, wait this long for the worker to go idle")
     parser.add_argument("--ready-timeout-s", type=float, default=300.0)
     parser.add_argument("--budget-s", type=float, default=1e9)
+    parser.add_argument(
+        "--min-jobs", type=int, default=0, help="jobs each client completes whatever the window (a dry run: 1; a GPU run: 0)"
+    )
     parser.add_argument("--compile", action="store_true", help="COMPILE=true for every stack")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tmp", type=Path, help="process logs and Redis files (default: next to --out)")
@@ -511,7 +527,7 @@ def run_group(
                     rec.save()
                     continue
             window = min(args.window_s, end - time.monotonic() - args.drain_s - 5)
-            res = measure_window(stack, clients, window, args.drain_s, pool)
+            res = measure_window(stack, clients, window, args.drain_s, pool, args.min_jobs)
             res["fresh_worker"] = dirty[stack.name]
             rec.data["windows"].append(res)
             rec.save()
@@ -528,18 +544,22 @@ def run_group(
     rec.save()
 
 
-def measure_window(stack: Stack, clients: int, window_s: float, drain_s: float, pool: ProcessPoolExecutor) -> dict[str, Any]:
+def measure_window(
+    stack: Stack, clients: int, window_s: float, drain_s: float, pool: ProcessPoolExecutor, min_jobs: int = 0
+) -> dict[str, Any]:
     before = scrape(stack.health_url)
     cpu_before = _cpu_seconds(stack)
     shards = max(1, math.ceil(clients / CLIENTS_PER_PROCESS))
     sizes = [clients // shards + (1 if i < clients % shards else 0) for i in range(shards)]
     start = time.monotonic() + 1.0  # every client process starts at the same instant
-    futures = [pool.submit(client_shard, stack.api_url, size, start, window_s, drain_s, i, shards) for i, size in enumerate(sizes)]
+    shard = functools.partial(client_shard, stack.api_url, start=start, window_s=window_s, drain_s=drain_s, min_jobs=min_jobs)
+    futures = [pool.submit(shard, clients=size, first=i, stride=shards) for i, size in enumerate(sizes)]
     results = [future.result(timeout=window_s + drain_s + 120) for future in futures]
     end = time.monotonic()
     cpu_after = _cpu_seconds(stack)
     after = scrape(stack.health_url)
     res = window_summary(stack, clients, window_s, drain_s, start, results)
+    res["min_jobs_per_client"] = min_jobs
     res.update(_metric_deltas(before, after))
     busy = res.get("busy_s") or window_s
     res["cpu_cores"] = {role: round((cpu_after[role] - cpu_before[role]) / busy, 2) for role in cpu_after if role in cpu_before}

@@ -747,6 +747,9 @@ def _server_side(deployment: Deployment) -> dict[str, float]:
         "api_5xx": server_errors,
         **{f"jobs_{o}": v for o, v in outcomes.items()},
         "batch_mean": metric(worker, "ttsq_batch_size_sum") / max(1.0, metric(worker, "ttsq_batch_size_count")),
+        "engine_slots": metric(worker, "ttsq_engine_slots"),
+        "wasted_row_steps": 1
+        - metric(worker, "ttsq_engine_row_steps_total") / max(1.0, metric(worker, "ttsq_engine_slot_steps_total")),
         "inference_s": metric(worker, "ttsq_inference_seconds_sum"),
     }
 
@@ -1222,7 +1225,9 @@ def _engine_section(result: Mapping[str, Any], plan: Mapping[str, Any]) -> list[
         )
         cpu = achieved["cpu_pct"]
         lines += [
-            f"**Load achieved:** {_fmt(achieved['jobs_s'])} jobs/s{utilisation}; mean batch {_fmt(server.get('batch_mean'))}; "
+            f"**Load achieved:** {_fmt(achieved['jobs_s'])} jobs/s{utilisation}; mean rows per engine step (occupied slots) "
+            f"{_fmt(server.get('batch_mean'))} of {_fmt(server.get('engine_slots'))}, wasted row-steps "
+            f"{_fmt(server.get('wasted_row_steps'))}; "
             f"queue depth mean {_fmt(achieved['queue_depth_mean'])}, max {_count(achieved['queue_depth_max'])}; "
             f"CPU (median of samples, % of one core) API {_mib(cpu['api'])}, worker {_mib(cpu['worker'])}, "
             f"locust {_mib(cpu['locust'])}, Redis {_mib(cpu['redis'])}; load average (1 min) median "

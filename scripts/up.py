@@ -2,9 +2,12 @@
 
 It supervises the processes in the foreground as systemd's ``Restart=always`` would (a process
 that exits, or whose ``/healthz`` stays failing, is restarted with backoff while the rest keeps
-running; :mod:`ttsq.runtime.supervise`) and stops them all on Ctrl-C. The model is an
-explicit choice and there is no silent fallback: when the weights cannot be reached it stops
-and names the choices.
+running; :mod:`ttsq.runtime.supervise`) and stops them all on Ctrl-C. It supervises from the first
+start on: a worker killed while it loads its model (the OOM killer) is restarted like one killed
+later, while the API goes on accepting jobs for it. What stops the stack is what a restart cannot
+fix: a worker's configuration error (its exit code ``CONFIG_ERROR_EXIT``, after its message), or an
+API that does not come up (nothing has been accepted yet). The model is an explicit choice and
+there is no silent fallback: when the weights cannot be reached it stops and names the choices.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ttsq.runtime.launch import ProcessExited, api_command, spawn, wait_until_ok, worker_command
-from ttsq.runtime.supervise import Child, Supervisor
+from ttsq.runtime.launch import api_command, spawn, worker_command
+from ttsq.runtime.supervise import Child, Supervisor, http_probe
 from ttsq.store.local_redis import RedisServer, start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,13 +78,43 @@ def start_redis(workdir: Path) -> RedisServer:
     return server
 
 
-def wait_ready(url: str, what: str, timeout_s: float, processes: list[subprocess.Popen[bytes]]) -> None:
-    try:
-        wait_until_ok(url, timeout_s, processes)
-    except ProcessExited:
-        raise SystemExit(f"ttsq: a process exited while waiting for {what}; see its log above") from None
-    except TimeoutError:
-        raise SystemExit(f"ttsq: {what} not ready after {timeout_s:.0f}s ({url})") from None
+API_READY_S = 60.0
+WORKERS_READY_S = 900.0
+
+
+def stop_on_configuration_error(supervisor: Supervisor) -> None:
+    """Stop (through the caller's cleanup) when a child exited with a configuration error: a restart would not help."""
+    for child in supervisor.given_up():
+        raise SystemExit(
+            f"ttsq: {child.name} {child.gave_up}: its message is above; restarting it would fail the same way, "
+            "so everything stops. Fix the configuration and run make up again."
+        )
+
+
+def wait_until_up(supervisor: Supervisor, api: Child, ready: dict[str, str]) -> None:
+    """Wait until every child's readiness URL (``ready``: name → URL) answers 200, supervising meanwhile.
+
+    A worker that dies before it is ready is restarted by the supervisor (with its backoff) and waited for
+    again; its configuration error stops everything. The API is the exception: one that exits or is not ready
+    within ``API_READY_S`` stops everything, since nothing can have been accepted yet.
+    """
+    started = time.monotonic()
+    waiting = dict(ready)
+    while waiting:
+        if api.process is not None and (code := api.process.poll()) is not None:  # before tick() restarts it
+            raise SystemExit(f"ttsq: the API exited with code {code} while starting; see its log above")
+        supervisor.tick()
+        stop_on_configuration_error(supervisor)
+        for name, url in list(waiting.items()):
+            if http_probe(url):
+                del waiting[name]
+        elapsed = time.monotonic() - started
+        if api.name in waiting and elapsed > API_READY_S:
+            raise SystemExit(f"ttsq: the API not ready after {API_READY_S:.0f}s ({waiting[api.name]})")
+        if waiting and elapsed > WORKERS_READY_S:
+            late = ", ".join(f"{name} ({url})" for name, url in waiting.items())
+            raise SystemExit(f"ttsq: not ready after {WORKERS_READY_S:.0f}s: {late}")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -94,6 +127,7 @@ def main() -> None:
     parser.add_argument("--redis-dir", type=Path, default=ROOT / "var" / "redis", help="the embedded Redis's data")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per probe of every child, every second
 
     check_model(args.model)
     env = dict(os.environ, MODEL=args.model, PYTHONUNBUFFERED="1")
@@ -125,16 +159,23 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    ready = {api.name: f"{base}/readyz"}
+    ready.update((worker.name, f"http://127.0.0.1:{args.worker_base_port + n}/readyz") for n, worker in enumerate(workers))
     try:
         for child in (*workers, api):
             supervisor.launch(child)
-        started = [child.process for child in supervisor.children if child.process is not None]
-        wait_ready(f"{base}/readyz", "the API", 60, started)
-        for index in range(args.workers):
-            wait_ready(f"http://127.0.0.1:{args.worker_base_port + index}/readyz", f"worker {index}", 900, started)
+        wait_until_up(supervisor, api, ready)
+        announce(args, env, base)
+        while True:  # as systemd's Restart=always: whatever exits is started again, the rest keeps running
+            supervisor.tick()
+            stop_on_configuration_error(supervisor)
+            time.sleep(1.0)
     except BaseException:
         supervisor.stop(order=[[api, *workers], redis_children])
         raise
+
+
+def announce(args: argparse.Namespace, env: dict[str, str], base: str) -> None:
     noise = "  (MODEL=tiny: random weights, the audio is NOISE)\n" if args.model == "tiny" else ""
     print(
         f"\nttsq is up: API {base} · {args.workers} worker(s) · Redis {env['REDIS_URL']}\n{noise}"
@@ -145,9 +186,6 @@ def main() -> None:
         f"  API docs: {base}/docs · Ctrl-C stops everything · a process that exits or stops being live is restarted\n",
         flush=True,
     )
-    while True:  # as systemd's Restart=always: whatever exits is started again, the rest keeps running
-        supervisor.tick()
-        time.sleep(1.0)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,32 @@ from ttsq.store.queue import Claim, JobQueue, QueueConfig
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
 
 
+SUMMARY: dict[str, list[str]] = {}
+"""Lines repeated in the terminal summary, by section (the chaos figures): pytest captures a passing test's output,
+so without this the figures of a green run would never be seen. Under pytest-xdist each test process hands its
+lines to the controller, which prints them (the hooks below)."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist test process
+        workeroutput["summary"] = SUMMARY
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, in the controller: a test process has finished; keep its summary lines."""
+    for section, lines in getattr(node, "workeroutput", {}).get("summary", {}).items():
+        SUMMARY.setdefault(section, []).extend(lines)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for section, lines in SUMMARY.items():
+        terminalreporter.section(section)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def settings(**overrides: Any) -> Settings:
     """Settings from ``overrides`` and the defaults, never from a ``.env`` file."""
     return Settings(_env_file=None, **overrides)

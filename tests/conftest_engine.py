@@ -51,7 +51,14 @@ def tiny_engine(tiny_checkpoint_dir: Path) -> Iterator[ChatTTSEngine]:
 @pytest.fixture(scope="session")
 def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
     """The default engine (ttsq's decoder) on the same checkpoint and caps as :func:`tiny_engine`."""
-    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False)
+    defaults = Settings(_env_file=None)
+    engine = DecoderEngine(
+        TINY_ENGINE_CONFIG,
+        cuda_graphs=False,
+        batch_invariant=defaults.batch_invariant,
+        first_chunk_slots=defaults.first_chunk_slots,
+        overlap=defaults.overlap_prefill_and_audio,
+    )
     engine.load()
     engine.warm_up()
     yield engine

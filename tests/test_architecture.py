@@ -1,5 +1,5 @@
 """The shape of the codebase: layers whose imports point one way, processes that load only what they need,
-a library that reads no environment, and a README whose architecture table matches the tree."""
+a library that reads no environment, and an architecture table (docs/architecture.md) that matches the tree."""
 
 from __future__ import annotations
 
@@ -114,10 +114,10 @@ def test_library_never_reads_the_environment() -> None:
     assert offenders == [], f"ttsq/ must take configuration as arguments, not from the environment: {offenders}"
 
 
-def test_readme_architecture_table_matches_the_tree() -> None:
-    """Every module of the package is in README's table of where things are decided, and nothing else is."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+def test_architecture_table_matches_the_tree() -> None:
+    """Every module of the package is in docs/architecture.md's table of where things are decided, and nothing else is."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("\n## Where things are decided", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`(ttsq/[\w/]+\.(?:py|lua))`", section))
     named |= {
         f"ttsq/store/lua/{name}.lua"
@@ -126,5 +126,5 @@ def test_readme_architecture_table_matches_the_tree() -> None:
     }
     tree = {path.relative_to(ROOT).as_posix() for path in (ROOT / "ttsq").rglob("*") if path.suffix in (".py", ".lua")}
     tree = {path for path in tree if not path.endswith("__init__.py") and "__pycache__" not in path}
-    assert sorted(tree - named) == [], "modules missing from README's architecture table"
-    assert sorted(named - tree) == [], "README names modules that do not exist"
+    assert sorted(tree - named) == [], "modules missing from docs/architecture.md's table"
+    assert sorted(named - tree) == [], "docs/architecture.md's table names modules that do not exist"

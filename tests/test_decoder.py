@@ -26,6 +26,7 @@ from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecode
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.scheduler import Scheduler
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
@@ -34,7 +35,8 @@ TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quic
 @pytest.fixture(scope="module")
 def engine64(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
     """A decoder engine on the tiny checkpoint whose GPT and embeddings compute in float64."""
-    engine = DecoderEngine(dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1), cuda_graphs=False)
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=False)
     engine.load()
     chat = engine._loaded_chat()
     chat.gpt.gpt.double()
@@ -357,6 +359,19 @@ def test_a_poisoned_row_in_a_full_batch_fails_alone_and_its_batch_mates_sound_as
             assert all(np.array_equal(clean[key][i], audio[key][i]) for i in clean[key])
 
 
+def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(engine64: DecoderEngine) -> None:
+    """``OVERLAP_PREFILL_AND_AUDIO``: the next rows are prefilled and finished rows decoded in threads of
+    their own while the loop steps; when each row joins changes, what each row is does not."""
+    inline, failed_inline = run(engine64.batcher(3, oom_recover_s=60), requests(engine64, 8))
+    overlapped = engine64._scheduler(3, engine64._limits(), oom_recover_s=60, capture=False, reserve=1, overlap=True)
+    assert overlapped._prefill_pool is not None and overlapped._audio_pool is not None
+    audio, failed = run(overlapped, requests(engine64, 8))
+    assert failed == failed_inline == {}
+    assert audio.keys() == inline.keys()
+    assert all(np.array_equal(inline[key][i], audio[key][i]) for key in inline for i in inline[key])
+    assert not overlapped.busy
+
+
 def test_fault_injection_poison_fails_only_its_request(engine64: DecoderEngine) -> None:
     from tests.conftest import fault_config
 
@@ -383,8 +398,8 @@ def test_out_of_memory_halves_the_slots_in_use_and_every_request_still_completes
 
 
 def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_step(engine64: DecoderEngine) -> None:
-    """Continuous batching: while rows wait, every step runs with every slot taken."""
-    scheduler = engine64.batcher(2, oom_recover_s=60)
+    """Continuous batching: while rows wait, every step runs with every slot taken (none kept for first chunks here)."""
+    scheduler = engine64._scheduler(2, engine64._limits(), oom_recover_s=60, capture=False, reserve=0)
     for index, req in enumerate(requests(engine64, 6)):
         scheduler.add(f"r{index}", req)
     full_steps = 0
@@ -396,6 +411,21 @@ def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_ste
             full_steps += 1
     assert full_steps > 10
     assert scheduler.stats.wasted_fraction < 0.2
+
+
+def test_a_new_requests_first_chunk_starts_at_the_next_step_even_when_long_requests_fill_every_slot(
+    engine64: DecoderEngine,
+) -> None:
+    scheduler = engine64.batcher(3, oom_recover_s=60)
+    assert isinstance(scheduler, Scheduler) and scheduler.first_chunk_slots == 1
+    long = "This sentence is the first one here. " * 6
+    scheduler.add("long", SynthesisRequest(text=long, speaker=engine64.speaker_from_seed(1), seed=1))
+    scheduler.step()
+    assert (scheduler.active_rows, scheduler.waiting_rows) == (2, 4), "later chunks never take the first-chunk slot"
+    scheduler.add("new", SynthesisRequest(text="Short.", speaker=engine64.speaker_from_seed(2), seed=2))
+    scheduler.step()
+    assert scheduler.active_rows == 3 and "new" in scheduler.requests()
+    assert scheduler.waiting_rows == 4, "the new request's chunk went straight into the first-chunk slot"
 
 
 def test_first_chunks_are_admitted_before_later_chunks_of_earlier_requests(engine64: DecoderEngine) -> None:
@@ -421,7 +451,8 @@ def test_cancel_drops_a_requests_rows_and_frees_its_slots(engine64: DecoderEngin
     long = "This sentence is the first one here. " * 6  # six chunks of at most 40 characters
     scheduler.add("drop", SynthesisRequest(text=long, speaker=engine64.speaker_from_seed(9), seed=9))
     scheduler.step()
-    assert (scheduler.active_rows, scheduler.waiting_rows) == (4, 3)
+    # Two first chunks, then later chunks up to the limit less the slot kept for first chunks.
+    assert (scheduler.active_rows, scheduler.waiting_rows) == (3, 4)
     scheduler.cancel("drop")
     assert (scheduler.active_rows, scheduler.waiting_rows) == (1, 0)
     keys = set()

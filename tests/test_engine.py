@@ -106,6 +106,16 @@ def test_overrides_do_not_leak_into_other_chat_instances(tiny_engine: ChatTTSEng
     assert ChatTTS.Chat().config.gpt.hidden_size == 768
 
 
+def test_chattts_numba_kernels_are_compiled_once_per_machine_not_once_per_process(tiny_engine: ChatTTSEngine) -> None:
+    """Loading the engine puts ChatTTS's text-normalizer kernels in numba's on-disk cache (a worker start pays
+    their compilation once per machine); the warm-up compiled or loaded the one every request uses."""
+    import ChatTTS.norm
+
+    stats = ChatTTS.norm._fast_replace.stats
+    assert stats.cache_path is not None, "no on-disk cache: every worker process compiles the kernels again"
+    assert sum(stats.cache_hits.values()) + sum(stats.cache_misses.values()) >= 1, "the warm-up ran the kernel"
+
+
 def test_tampered_asset_is_refused(tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
     copy = tmp_path / "tampered"
     shutil.copytree(tiny_checkpoint_dir, copy)

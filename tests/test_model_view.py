@@ -8,7 +8,7 @@ unknown words are not mistaken for one. The properties:
 * faithful — the canonical text the engine now receives reads exactly like the original text;
 * one key if and only if one token sequence — for Chinese text with any mix of half- and full-width
   punctuation, ChatTTS's folded marks and spacing, and for English text spaced as people type it;
-* the limits README names (letter case, characters ChatTTS deletes, a missing space after an
+* the limits docs/cache.md names (letter case, characters ChatTTS deletes, a missing space after an
   ASCII mark between English words, anything next to a digit) keep their own keys;
 * with the number normalizer in front (the worker's full text path), the canonical text still reads
   the same.
@@ -157,7 +157,7 @@ def test_what_a_user_retypes_shares_one_key(model_tokens: Any, first: str, secon
     ],
 )
 def test_the_documented_limits_keep_their_own_keys(model_tokens: Any, first: str, second: str, why: str) -> None:
-    """Pairs ChatTTS reads alike but ttsq keys apart, on purpose (README: "The result cache")."""
+    """Pairs ChatTTS reads alike but ttsq keys apart, on purpose (docs/cache.md)."""
     assert model_tokens(first) == model_tokens(second)
     assert key(first) != key(second), why
 

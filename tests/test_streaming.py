@@ -35,9 +35,9 @@ async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
 async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
         job_id = task_id()
+        # The job first, then its reader (as a client can only ask for a task it was given): a reader that ran
+        # before the enqueue found no job and ended at once, empty — a race a loaded machine lost.
         await worker.queue.enqueue(job_id, params(LONG_TEXT, format="wav"), single_flight=False)
-        # Read once the job exists (a reader of an unknown id stops at once); from the stream's start, so
-        # every piece is read however far the job got meanwhile.
         reader = asyncio.create_task(collect(worker.queue, job_id))
         pieces = await asyncio.wait_for(reader, 60)
         job = await wait_final(worker.queue, job_id)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import FakeClock
 from tests.service import wait_for
-from ttsq.runtime.launch import free_port, spawn
+from ttsq.runtime.launch import CONFIG_ERROR_EXIT, free_port, spawn
 from ttsq.runtime.supervise import Child, Policy, Supervisor, http_probe
 
 SERVER = """
@@ -151,3 +151,31 @@ def test_stop_terminates_every_child_and_restarts_nothing(fleet: Fleet, clock: F
     assert second.process is not None and second.process.returncode == -signal.SIGTERM
     supervisor.tick()
     assert first.history == [] and first.process.poll() is not None, "a stopping supervisor restarts nothing"
+
+
+def test_a_configuration_error_is_given_up_on_while_a_crash_during_start_up_is_restarted(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Neither child ever answers its liveness URL: both die while starting, one with CONFIG_ERROR_EXIT."""
+
+    def exits(name: str, code: int) -> Child:
+        args = [sys.executable, "-c", f"import sys; sys.exit({code})"]
+        child = Child(name, lambda: spawn(args, cwd=tmp_path, env=dict(os.environ)), f"http://127.0.0.1:{free_port()}/healthz")
+        fleet.children.append(child)
+        return child
+
+    misconfigured, crashing = exits("misconfigured", CONFIG_ERROR_EXIT), exits("crashing", 1)
+    supervisor = Supervisor(fleet.children, Policy(backoff_initial_s=1), clock=clock)
+    supervisor.start_all()
+    for child in fleet.children:
+        assert child.process is not None
+        child.process.wait()
+    supervisor.tick()
+    assert supervisor.given_up() == [misconfigured]
+    assert misconfigured.gave_up == f"exited with code {CONFIG_ERROR_EXIT} (a configuration error)"
+    assert crashing.gave_up is None and crashing.next_start_at == clock.now + 1, "a crash while starting: the usual backoff"
+
+    clock.advance(600)
+    supervisor.tick()
+    assert misconfigured.process is None and misconfigured.history == [misconfigured.gave_up], "never started again"
+    assert crashing.process is not None and crashing.history == ["exited with code 1", "restart 1"]

@@ -15,7 +15,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -678,13 +677,11 @@ async def test_the_answer_is_read_no_further_than_the_limit(setup: Callable[...,
     s = setup(timeout_s=3.0, max_response_bytes=1024)
     async with receiver(lambda request: Answer(endless=True)) as hooks:
         job_id = await s.job(hooks.url())
-        started = time.monotonic()
         delivery = await s.deliverer.run_once()
-        took = time.monotonic() - started
     assert delivery is not None
+    # Held until its 3 s timeout, the attempt would have ended "no complete answer within 3s", not delivered.
     assert delivery.attempt.outcome is AttemptOutcome.DELIVERED, delivery.attempt.error
     assert delivery.result.response_bytes == 1024
-    assert took < 2.0, "an endless answer must not hold the attempt until its timeout"
     assert [r.outcome for r in await s.deliveries.log(job_id)] == [AttemptOutcome.DELIVERED]
 
 

@@ -45,7 +45,7 @@ read with two different results (must be 0). Timings are figures measured on thi
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, help="SIGKILLs in the kill scenario (full: 100, bounded: 20)")
+    parser.add_argument("--kills", type=int, help="SIGKILLs in the kill scenario, even over the moments (full: 100, bounded: 12)")
     parser.add_argument("--seed", type=int, help="RNG seed (default: random, printed)")
     parser.add_argument("--only", help="comma-separated scenario keys: " + ",".join(SCENARIOS))
     parser.add_argument("--bounded", action="store_true", help="the sizes `make test` uses")

@@ -1,7 +1,7 @@
 """The bounded chaos run's shared deployment: one per module, because starting workers dominates its cost.
 
-Starting a worker process costs ~15-30 s of CPU on a small machine (importing torch and ChatTTS), and
-the kill scenario alone restarts twenty, so the bounded scenarios share one deployment and one clean
+Starting a worker process costs 5-10 s of CPU on a small machine (importing torch and ChatTTS), and
+the kill scenario alone restarts twelve, so the bounded scenarios share one deployment and one clean
 reference; each still settles and judges its own jobs. ``CHAOS_SEED`` replays a run's random choices.
 """
 
@@ -17,29 +17,19 @@ import pytest
 from tests.chaos.harness import ROOT
 from tests.chaos.ledger import TABLE_HEADER
 from tests.chaos.scenarios import BOUNDED, Chaos
+from tests.conftest import SUMMARY
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "chaos: chaos scenarios with real processes and injected faults (tests/chaos)")
 
 
-FIGURES: list[str] = []
-"""Every figures line of this session, repeated in the terminal summary: pytest captures a passing test's output
-at the file-descriptor level, so without this the figures of a green run would never be seen."""
-
-
 def say(text: str) -> None:
-    """Figures go to the captured output as they come (shown with ``-s`` or on failure) and to the summary."""
+    """Figures go to the captured output as they come (shown with ``-s`` or on failure) and to the terminal
+    summary (:data:`tests.conftest.SUMMARY`: a green run's figures are seen too)."""
     print(text, flush=True)
     if text.startswith("[chaos]"):
-        FIGURES.append(text)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if FIGURES:
-        terminalreporter.section("chaos figures")
-        for line in FIGURES:
-            terminalreporter.write_line(line)
+        SUMMARY.setdefault("chaos figures", []).append(text)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,10 @@ the invariant for each one:
   deployment gives for the same request, and the same bytes every time it is read; or
 * failed with a reason, when and only when the scenario meant it to fail;
 * never lost (404), never left queued or running, and the dead-letter list grows by exactly the
-  jobs the scenario meant to kill.
+  jobs the scenario meant to kill;
+
+and that there were enough of them: a scenario states how many jobs it acknowledges and completes at
+the least (:class:`Expect`), so one whose every submit was refused fails instead of passing empty.
 
 Every request is deterministic (an explicit seed, so a speaker of its own, or a voice and a seed).
 Every worker, the reference's included, runs ttsq's decoder batch-invariant with one slot count
@@ -449,6 +452,12 @@ TABLE_HEADER = (
 class Expect:
     """What a scenario means to happen besides "every acknowledged job ends done"."""
 
+    acked: int
+    """The fewest jobs the API must have acknowledged: what the scenario submits that nothing it does may refuse
+    (each scenario derives it from its own steps, not from timing). Without it a run whose every submit was
+    answered 503 would pass: no job acknowledged, so no promise broken."""
+    done: int
+    """The fewest of them that must end done (with audio): the scenario exercised the workers, not only the API."""
     failed: dict[str, str] = field(default_factory=dict)
     """Task id → a phrase its failure reason must contain: these, and only these, may fail."""
     dead: set[str] = field(default_factory=set)
@@ -465,9 +474,17 @@ def judge(
     new_dead: set[str],
     client: Client,
 ) -> None:
-    """Check the invariant for every acknowledged id; fill ``figures`` (counts and violations)."""
+    """Check the invariant for every acknowledged id, and that the scenario had enough of them to mean something;
+    fill ``figures`` (counts and violations)."""
     figures.acked = len(outcomes)
     figures.violations += client.problems
+    if figures.acked < expect.acked:
+        refused = Counter(refusal.code for refusal in client.refusals)
+        answers = ", ".join(f"{n} × {code}" for code, n in sorted(refused.items())) or "none"
+        figures.violations.append(
+            f"only {figures.acked} job(s) acknowledged, fewer than the {expect.acked} this scenario submits when it runs "
+            f"as meant (refused: {answers})"
+        )
     for outcome in outcomes.values():
         where = f"{outcome.task_id} ({outcome.request.text!r}, seed {outcome.request.seed})"
         if outcome.attempts > 1:
@@ -503,6 +520,8 @@ def judge(
             figures.violations.append(f"the clean reference run produced no audio for {where}")
         elif got != want:
             figures.violations.append(f"job {where}: audio differs from the clean run's ({audio_difference(got, want)})")
+    if figures.done < expect.done:
+        figures.violations.append(f"only {figures.done} job(s) done, fewer than the {expect.done} this scenario needs")
     for task_id in expect.failed:
         if task_id not in outcomes:
             figures.violations.append(f"job {task_id} was meant to fail but was never acknowledged")

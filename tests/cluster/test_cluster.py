@@ -136,7 +136,7 @@ def test_a_slot_migration_and_a_failover_under_load_lose_nothing(processes: Proc
     outcomes = settle_through_api(client, 120)
     silence = samples(encode_audio(samples_of(0.01), "wav"), "wav")
     reference = {outcome.request.identity: silence for outcome in outcomes.values()}
-    judge(figures, outcomes, reference, Expect(), set(), client)
+    judge(figures, outcomes, reference, Expect(acked=60, done=60), set(), client)  # the three waits above: 20 each
     finished = completions_in(processes.tmp / f"{worker.name}.log" for worker in workers)
     twice = [task for task in outcomes if finished[task] > 1]
     figures.faults = f"{moved} keys moved with slot {slot}; failed over to port {promoted.port}; {client.refused(503)} submits 503"

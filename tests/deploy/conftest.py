@@ -3,6 +3,7 @@ skipped: a missing tool fails the run) and the rendered Kubernetes overlays."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def tools() -> Tools:
     """Install (or find already installed) every tool the checks use; fail loudly when that does not work."""
     script = ROOT / "scripts" / "install_deploy_tools.sh"
-    result = subprocess.run([str(script)], cwd=ROOT, capture_output=True, text=True)
+    lock = ROOT / "var" / "deploy-tools.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:  # one install at a time: `make test` runs two test processes
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = subprocess.run([str(script)], cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         pytest.fail(
             f"{script.relative_to(ROOT)} failed (exit {result.returncode}); the deployment checks need its tools.\n"

@@ -21,12 +21,13 @@ import pytest
 import soundfile as sf
 
 from tests.service import ROOT, Service, wait_for
+from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 
 pytestmark = pytest.mark.e2e
 
 
 def test_submit_poll_download(service: Service) -> None:
-    service.start_worker("w1")
+    service.start_worker("w1", NORMALIZE_TEXT="true")  # the date is read aloud, as in production
     task_id = service.submit(text="End to end. 今天是2026年11月30日。", seed=3, format="flac")
     body = service.wait_status(task_id, {"done", "failed"})
     assert body["status"] == "done", service.logs()
@@ -94,11 +95,18 @@ def test_redis_outage_keeps_worker_alive_and_it_resumes(service: Service) -> Non
     assert service.wait_status(task_id, {"done", "failed"})["status"] == "done", service.logs()
 
 
-def test_worker_without_weights_stops_with_a_clear_message(service: Service, tmp_path: Path) -> None:
-    process = service.spawn("noweights", [sys.executable, "worker.py"], MODEL=str(tmp_path / "missing"))
-    assert process.wait(120) == 1
+def test_worker_configuration_errors_stop_it_with_a_clear_message_and_their_own_exit_code(
+    service: Service, tmp_path: Path
+) -> None:
+    """Exit code CONFIG_ERROR_EXIT, which a supervisor does not restart (a crash exits otherwise)."""
+    no_weights = service.spawn("noweights", [sys.executable, "worker.py"], MODEL=str(tmp_path / "missing"))
+    bad_setting = service.spawn("badsetting", [sys.executable, "worker.py"], MAX_BATCH="many")
+    assert no_weights.wait(120) == CONFIG_ERROR_EXIT
     log = (service.tmp / "noweights.log").read_text()
-    assert "cannot load the model" in log and "does not exist" in log
+    assert "configuration error: cannot load the model" in log and "does not exist" in log
+    assert bad_setting.wait(120) == CONFIG_ERROR_EXIT
+    log = (service.tmp / "badsetting.log").read_text()
+    assert "configuration error: invalid settings" in log and "max_batch" in log.lower(), log
 
 
 def test_make_up_refuses_a_directory_without_weights(tmp_path: Path) -> None:
@@ -151,7 +159,7 @@ def test_a_crash_mid_batch_loses_none_of_its_jobs(service: Service) -> None:
 
 
 def test_two_workers_share_the_queue_and_never_run_a_job_twice(service: Service) -> None:
-    workers = [service.start_worker(f"pool-{n}", MAX_BATCH="2") for n in range(2)]
+    workers = service.start_workers(["pool-0", "pool-1"], MAX_BATCH="2")
     task_ids = [service.submit(text=f"Pool job {n}.", seed=n) for n in range(12)]
     for task_id in task_ids:
         body = service.wait_status(task_id, {"done", "failed"})

@@ -1,7 +1,7 @@
 """The project's own schemathesis checks, loaded by the fuzzing CLI through ``SCHEMATHESIS_HOOKS``.
 
 * :func:`no_internal_details`: no answer may carry a stack trace or a path inside this machine
-  (the README's promise: an unexpected error is a sentence and a request id, the trace goes to the log).
+  (docs/security.md's promise: an unexpected error is a sentence and a request id, the trace goes to the log).
 * :func:`schema_valid_requests_are_served`: schemathesis's ``positive_data_acceptance`` (a request
   the schema calls valid must not be refused as invalid), except for the refusals no schema can
   state because they depend on the deployment's state or on what a text says once cleaned: a voice

@@ -1,8 +1,8 @@
 """A real Prometheus scrapes a real API and a real worker (tiny model); jobs run; its HTTP API must see them.
 
 The same Prometheus then evaluates every panel query of the Grafana dashboard and loads the alert
-rules, so neither can reference a metric that does not exist; README must name every metric the
-processes export. And one job's id is followed through the API's and the worker's JSON logs.
+rules, so neither can reference a metric that does not exist; docs/operations.md must name every metric
+the processes export. And one job's id is followed through the API's and the worker's JSON logs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ttsq.runtime.launch import free_port, wait_until_ok
 ROOT = Path(__file__).resolve().parent.parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "ttsq-dashboard.json"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
-README = ROOT / "README.md"
+OPERATIONS = ROOT / "docs" / "operations.md"
 CORE_PANELS = {
     "Queue depth",
     "Queue wait (submit → claim)",
@@ -133,12 +133,12 @@ def test_prometheus_sees_jobs_cache_and_queue_wait_and_every_panel_query_works(s
     loaded = [rule for group in rules for rule in group["rules"]]
     assert len(loaded) == 8 and all(rule["health"] == "ok" for rule in loaded), loaded
 
-    # README's Operations section names every ttsq_ metric family either process exposes.
+    # docs/operations.md's Metrics section names every ttsq_ metric family either process exposes.
     exported = set()
     for text in (httpx.get(f"{service.api_url}/metrics").text, worker.get("/metrics").text):
         exported |= {re.sub(r"_(total|bucket|count|sum|created)$", "", m) for m in re.findall(r"^(ttsq_\w+)", text, re.M)}
-    operations = README.read_text().split("## Operations", 1)[1].split("\n## ", 1)[0]
-    assert sorted(name for name in exported if f"`{name}" not in operations) == [], "metrics missing from README's Operations"
+    metrics = OPERATIONS.read_text(encoding="utf-8").split("\n## Metrics", 1)[1].split("\n## ", 1)[0]
+    assert sorted(name for name in exported if f"`{name}" not in metrics) == [], "metrics missing from docs/operations.md"
 
 
 def test_one_grep_follows_a_job_through_the_api_and_the_worker_logs(service: Service) -> None:

@@ -12,8 +12,13 @@ from tests.service import Service
 from tests.web.pages import CHROMIUM, CHROMIUM_FLAGS, OpenPage
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """One Chromium per test file; every page gets a fresh browser context (no cookies, storage or cache shared).
+
+    Not per session: Playwright's sync API runs an event loop in this thread for as long as it is open,
+    and an asyncio test after the web files (in the same pytest-xdist process) would find it running.
+    """
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the web tests need Debian's Chromium; run scripts/install_chromium.sh",
@@ -31,4 +36,7 @@ def open_page(browser: Browser, service: Service) -> Iterator[OpenPage]:
     teardown (HTTP error statuses that the page handles are expected and ignored)."""
     factory = OpenPage(browser, service)
     yield factory
-    factory.check()
+    try:
+        factory.check()
+    finally:
+        factory.close()

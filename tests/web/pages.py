@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.service import ROOT, Service
@@ -70,9 +70,11 @@ class OpenPage:
     js_errors: list[str] = field(default_factory=list)
     csp_violations: list[str] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
+    contexts: list[BrowserContext] = field(default_factory=list)
 
     def __call__(self, width: int = 1280, height: int = 900, api_url: str | None = None, voices: bool = True) -> Page:
         context = self.browser.new_context(viewport={"width": width, "height": height})
+        self.contexts.append(context)
         context.expose_function("__reportCspViolation", self._csp_violation)
         context.add_init_script(script=RECORD_CSP_VIOLATIONS)
         page = context.new_page()
@@ -97,6 +99,11 @@ class OpenPage:
     def check(self) -> None:
         assert not self.js_errors, f"uncaught JavaScript errors: {self.js_errors}"
         assert not self.csp_violations, f"Content-Security-Policy violations: {self.csp_violations}"
+
+    def close(self) -> None:
+        """Close this test's browser contexts (the browser itself is the session's)."""
+        for context in self.contexts:
+            context.close()
 
 
 def wait_for_voices(page: Page) -> None:

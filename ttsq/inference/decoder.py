@@ -46,6 +46,7 @@ __all__ = [
     "PENALTY_WINDOW",
     "DecoderShape",
     "Finished",
+    "Prefilled",
     "RowParams",
     "SlotDecoder",
     "stream_seed",
@@ -116,6 +117,20 @@ class DecoderShape:
         """Positions a row may fill. The cache keeps one more: a row that ended at its limit still
         sits in a step's span until its slot is taken, and writes (garbage) one past its end."""
         return self.max_prompt + self.max_new
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    """A row's prompt run through the GPT, not yet in a slot: its keys and values, and its last state."""
+
+    kv: list[torch.Tensor]
+    """Per layer: (2 x kv heads, positions, head dim) — keys, then values."""
+    hidden: torch.Tensor
+    """(1, hidden) float32: the state of the prompt's last position (what the first token is sampled from)."""
+
+    @property
+    def length(self) -> int:
+        return int(self.kv[0].shape[1])
 
 
 @dataclass(frozen=True)
@@ -304,22 +319,50 @@ class SlotDecoder:
     def admit(self, prompt: torch.Tensor, params: RowParams) -> tuple[int, Finished | None]:
         """Prefill ``prompt`` ((positions, hidden) embeddings) into the lowest free slot and sample
         the row's first token. Returns the slot, and the row itself if it already ended."""
+        return self.place(self.prefill(prompt), params)
+
+    def prefill(self, prompt: torch.Tensor) -> Prefilled:
+        """Run a row's prompt through the GPT, alone. Touches no slot: another thread may run it while
+        this decoder steps (it reads only the weights)."""
+        import torch
+        import torch.nn.functional as F
+
+        length = int(prompt.shape[0])
+        if not 0 < length <= self.shape.max_prompt:
+            raise ValueError(f"a prompt of {length} positions does not fit (at most {self.shape.max_prompt})")
+        with torch.inference_mode():
+            x = prompt.to(self.device, self.dtype).unsqueeze(0)
+            cos, sin = self._cos[:length].transpose(0, 1).unsqueeze(0), self._sin[:length].transpose(0, 1).unsqueeze(0)
+            kv_heads = self.num_kv_heads
+            kvs = []
+            for layer in self._layers:
+                q, kv = self._qkv(layer, x, cos, sin)
+                kvs.append(kv[0])
+                keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
+                out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
+                x = self._block_rest(layer, x, out)
+            hidden = self._norm(x[:, -1], *self._final_norm).to(torch.float32)
+        return Prefilled(kvs, hidden)
+
+    def place(self, prefilled: Prefilled, params: RowParams) -> tuple[int, Finished | None]:
+        """Put a prefilled row into the lowest free slot and sample its first token. Returns the slot,
+        and the row itself if it already ended."""
         import torch
 
         if not self._free:
             raise RuntimeError("no free slot")
-        length = int(prompt.shape[0])
-        if not 0 < length <= self.shape.max_prompt:
-            raise ValueError(f"a prompt of {length} positions does not fit (at most {self.shape.max_prompt})")
         if params.max_new_token > self.shape.max_new:
             raise ValueError(f"max_new_token {params.max_new_token} exceeds this decoder's {self.shape.max_new}")
+        length = prefilled.length
         slot = self._free.pop(0)
         with torch.inference_mode():
             self._reset(slot, params)
-            hidden = self._prefill(slot, prompt)
+            for cache, kv in zip(self.kv_cache, prefilled.kv, strict=True):
+                cache[slot, :, :length] = kv
+            self.positions[slot] = length
             self._lengths[slot] = length
             self.active[slot] = True
-            self._sample(slice(slot, slot + 1), hidden)
+            self._sample(slice(slot, slot + 1), prefilled.hidden)
         ended = self._collect([slot])
         return slot, (ended[0] if ended else None)
 
@@ -354,24 +397,6 @@ class SlotDecoder:
         mask = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
         mask[start:stop] = True
         return mask
-
-    def _prefill(self, slot: int, prompt: torch.Tensor) -> torch.Tensor:
-        """Run the prompt through the GPT into ``slot``'s cache; the last position's state, float32."""
-        import torch
-        import torch.nn.functional as F
-
-        length = int(prompt.shape[0])
-        x = prompt.to(self.device, self.dtype).unsqueeze(0)
-        cos, sin = self._cos[:length].transpose(0, 1).unsqueeze(0), self._sin[:length].transpose(0, 1).unsqueeze(0)
-        kv_heads = self.num_kv_heads
-        for layer, cache in zip(self._layers, self.kv_cache, strict=True):
-            q, kv = self._qkv(layer, x, cos, sin)
-            cache[slot, :, :length] = kv[0]
-            keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
-            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
-            x = self._block_rest(layer, x, out)
-        self.positions[slot] = length
-        return self._norm(x[:, -1], *self._final_norm).to(torch.float32)
 
     def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:

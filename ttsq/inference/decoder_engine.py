@@ -1,4 +1,7 @@
-"""The default engine: ChatTTS's model, loaded and prepared as the reference engine does, decoded by ttsq.
+"""ttsq's engine: ChatTTS's model, loaded and prepared as the reference engine does, decoded by ttsq.
+
+``ENGINE_BACKEND=ttsq``, and the default on a CPU (``auto``; on CUDA ``auto`` keeps the reference
+engine until a GPU run has confirmed this one there).
 
 It is :class:`~ttsq.inference.chattts.ChatTTSEngine` (loading, voices, text normalisation and
 splitting, device statistics are shared) with ChatTTS's generation loop replaced by
@@ -13,6 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ttsq.domain.audio import SAMPLE_RATE
@@ -48,10 +52,17 @@ def prompt_budget(max_chunk_chars: int, refine_max_new_token: int) -> tuple[int,
 class DecoderEngine(ChatTTSEngine):
     """One ChatTTS model replica decoded by ttsq's own loop. Blocking; one inference thread."""
 
-    def __init__(self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool = False) -> None:
+    def __init__(
+        self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool, first_chunk_slots: int, overlap: bool
+    ) -> None:
         super().__init__(config)
         self.cuda_graphs = cuda_graphs
         self.batch_invariant = batch_invariant
+        self.first_chunk_slots = first_chunk_slots
+        self.overlap = overlap
+        """Prefill and audio decoding in two threads beside the decode loop (on a CPU; on CUDA they stay in
+        the loop until a GPU run has measured the overlap with streams of their own)."""
+        self._pools: tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None = None
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
         """A small scheduler of its own for :meth:`synthesize_batch` (warm-up, scripts, tests)."""
@@ -72,8 +83,21 @@ class DecoderEngine(ChatTTSEngine):
     # ---- the batcher ------------------------------------------------------------------------
 
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
-        """A scheduler over ``slots`` decoder slots; on CUDA with graphs on, each bucket's step is captured now."""
-        return self._scheduler(slots, self._limits(), oom_recover_s=oom_recover_s, capture=True)
+        """A scheduler of ``slots`` rows (some kept for first chunks); on CUDA with graphs, every bucket's step is captured now."""
+        return self._scheduler(
+            slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots, overlap=self.overlap
+        )
+
+    def _overlap_pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None:
+        """One prefill thread and one audio thread, made once per engine (on a CPU only)."""
+        if self._device.startswith("cuda"):
+            return None
+        if self._pools is None:
+            self._pools = (
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-prefill"),
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-audio"),
+            )
+        return self._pools
 
     def _limits(self, tokens: int | None = None) -> DecodeLimits:
         config = self.config
@@ -81,7 +105,16 @@ class DecoderEngine(ChatTTSEngine):
             return DecodeLimits(max_new_token=tokens, min_new_token=tokens, refine_max_new_token=config.refine_max_new_token)
         return DecodeLimits(config.max_new_token, config.min_new_token, config.refine_max_new_token)
 
-    def _scheduler(self, slots: int, limits: DecodeLimits, *, oom_recover_s: float, capture: bool) -> Scheduler:
+    def _scheduler(
+        self,
+        slots: int,
+        limits: DecodeLimits,
+        *,
+        oom_recover_s: float,
+        capture: bool,
+        reserve: int = 0,
+        overlap: bool = False,
+    ) -> Scheduler:
         rows = self._loaded_rows()
         chat = self._loaded_chat()
         code_prompt, text_prompt = prompt_budget(self.config.max_chunk_chars, limits.refine_max_new_token)
@@ -113,6 +146,8 @@ class DecoderEngine(ChatTTSEngine):
             self._split,
             limits,
             oom_recover_s=oom_recover_s,
+            first_chunk_slots=reserve,
+            overlap=self._overlap_pools() if overlap else None,
         )
 
     def _gpt_dtype(self) -> torch.dtype:

@@ -7,6 +7,12 @@ are served first-chunk-first (a request's first audio should not wait behind ano
 tenth sentence), then in arrival order. A row asking for ``refine_text`` first runs as a text row
 on the same GPT (its own slots), then comes back as an audio row with the refined text.
 
+With ``overlap`` (two single-thread executors), the work that is one row's alone runs beside the
+decode loop instead of inside it: the next rows' prompts are built and prefilled ahead of their
+admission, and a finished row's audio is decoded while the loop goes on. The loop itself only
+places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
+the same pure function of the row as inline, so a row's result does not change.
+
 Failures stay with their row wherever the code can tell whose they are (a prompt, a prefill, an
 audio decode). A failure inside a shared decode step cannot be pinned on one row, so every row of
 that step is put back as a *suspect* that then runs alone: the guilty one fails alone, and the
@@ -22,8 +28,12 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.text import detect_language
@@ -40,13 +50,16 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import Finished, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, stream_seed
 from ttsq.inference.rows import ChatTTSRows
 
 __all__ = ["DecodeLimits", "Scheduler"]
 
 log = logging.getLogger(__name__)
 
+_BACKGROUND_WAIT_S = 0.05
+"""The longest a step with nothing to decode waits for a prefill or an audio decode (the inference
+thread then takes new commands again)."""
 CODE_REPETITION_PENALTY = 1.05
 """ChatTTS's ``InferCodeParams`` default; ttsq has always used it."""
 REFINE_TEMPERATURE, REFINE_TOP_P, REFINE_TOP_K, REFINE_REPETITION_PENALTY = 0.7, 0.7, 20, 1.0
@@ -81,6 +94,8 @@ class _Row:
     suspect: bool = False
     slot: int | None = None
     order: int = 0
+    prefill: Future[Prefilled] | None = None
+    """Its prompt being prefilled ahead of admission (``overlap`` only); cleared once it is placed."""
 
     def priority(self) -> tuple[int, int, int, int]:
         """First chunks first, then arrival; a refined row (work already spent) ahead of its peers."""
@@ -120,6 +135,8 @@ class Scheduler:
         limits: DecodeLimits,
         *,
         oom_recover_s: float,
+        first_chunk_slots: int = 0,
+        overlap: tuple[Executor, Executor] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rows = rows
@@ -132,6 +149,11 @@ class Scheduler:
         self.clock = clock
         self.hook: StepHook | None = None
         self.stats = BatcherStats()
+        if first_chunk_slots < 0:
+            raise ValueError(f"first_chunk_slots must not be negative, got {first_chunk_slots}")
+        self.first_chunk_slots = first_chunk_slots
+        """Slots of the limit kept for requests' first chunks: later chunks leave them free (always one
+        slot at least for later chunks, so a limit of 1 keeps nothing back)."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
         self._active: dict[tuple[str, int], _Row] = {}
@@ -140,6 +162,10 @@ class Scheduler:
         self._arrivals = itertools.count()
         self._orders = itertools.count()
         self._exclusive: str | None = None
+        self._prefill_pool: Executor | None = overlap[0] if overlap is not None else None
+        self._audio_pool: Executor | None = overlap[1] if overlap is not None else None
+        self._audio: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
+        """Finished rows whose audio is being decoded (``overlap`` only), in the order they ended."""
 
     # ---- what the worker sees ----------------------------------------------------------------
 
@@ -162,7 +188,7 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self._waiting or self._active)
+        return bool(self._waiting or self._active or self._audio)
 
 
     def requests(self) -> list[str]:
@@ -194,12 +220,22 @@ class Scheduler:
         self._drop(key)
 
     def step(self) -> list[BatchEvent]:
-        """Admit waiting rows into free slots, advance every occupied slot one token, report what ended."""
+        """Admit waiting rows into free slots, advance every occupied slot one token, report what ended.
+
+        With ``overlap``, also start prefilling the next rows and collect audio decoded meanwhile; a
+        step with nothing to decode waits (briefly) for that background work instead of spinning."""
         events: list[BatchEvent] = []
+        self._collect_audio(events)
         self._admit(events)
+        self._prefill_ahead()
+        stepped = False
         for decoder in (self.code, self.text):
             if decoder is not None and decoder.occupied:
                 self._advance(decoder, events)
+                stepped = True
+        self._collect_audio(events)
+        if not stepped and not events:
+            self._wait_for_background()
         return events
 
     # ---- admission ---------------------------------------------------------------------------
@@ -207,6 +243,24 @@ class Scheduler:
     def _push(self, row: _Row) -> None:
         row.slot = None
         heapq.heappush(self._waiting, _Waiting(row.priority(), next(self._orders), row))
+
+    def _wait_for_background(self) -> None:
+        """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
+        pending: list[Future[Any]] = [future for _, future in self._audio]
+        pending += [entry.row.prefill for entry in self._waiting if entry.row.prefill is not None]
+        if pending:
+            wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
+
+    def _collect_audio(self, events: list[BatchEvent]) -> None:
+        """Hand on the rows whose audio has been decoded (in the order they ended, as far as they are done)."""
+        while self._audio and self._audio[0][1].done():
+            row, future = self._audio.pop(0)
+            try:
+                samples = future.result()
+            except Exception as exc:  # noqa: BLE001 - this row's own failure
+                self._fail(row.request.key, _typed(exc), events)
+                continue
+            self._chunk_ready(row, samples, events)
 
     def _decoder(self, row: _Row) -> SlotDecoder:
         if row.phase == "code":
@@ -216,12 +270,15 @@ class Scheduler:
         return self.text
 
     def _admit(self, events: list[BatchEvent]) -> None:
-        """Fill free slots in priority order. A row that must run alone waits for the slots to
-        drain (nothing is admitted past it meanwhile), and while it runs only its own kind joins it."""
+        """Fill free slots in priority order. Later chunks leave :attr:`first_chunk_slots` of the limit
+        free, so a new request starts at the next step even when long requests have chunks to spare.
+        A row that must run alone waits for the slots to drain (nothing is admitted past it
+        meanwhile), and while it runs only its own kind joins it."""
         limit = self.slot_limit
-        room = {decoder: min(decoder.free_slots, limit - decoder.occupied) for decoder in (self.code, self.text) if decoder}
+        later = max(1, limit - self.first_chunk_slots)
+        decoders = [decoder for decoder in (self.code, self.text) if decoder is not None]
         held: list[_Waiting] = []
-        while self._waiting and any(free > 0 for free in room.values()):
+        while self._waiting and any(d.free_slots and d.occupied < limit for d in decoders):
             if self._exclusive is not None and not self._active:
                 self._exclusive = None
             entry = heapq.heappop(self._waiting)
@@ -236,13 +293,17 @@ class Scheduler:
             decoder = self._decoder_or_fail(row, events)
             if decoder is None:
                 continue
-            if room[decoder] <= 0:
+            if decoder not in decoders:
+                decoders.append(decoder)
+            if not decoder.free_slots or decoder.occupied >= (limit if row.index == 0 else later):
                 held.append(entry)
+                continue
+            if self._prefill_pool is not None and (row.prefill is None or not row.prefill.done()):
+                held.append(entry)  # its prompt is still being prefilled; a ready row behind it may go first
                 continue
             if token is not None:
                 self._exclusive = token
             self._admit_row(decoder, row, events)
-            room[decoder] = min(decoder.free_slots, limit - decoder.occupied)
         for entry in held:
             heapq.heappush(self._waiting, entry)
 
@@ -256,18 +317,46 @@ class Scheduler:
     def _name(self, decoder: SlotDecoder) -> str:
         return "code" if decoder is self.code else "text"
 
-    def _admit_row(self, decoder: SlotDecoder, row: _Row, events: list[BatchEvent]) -> None:
-        """Prefill one row alone and sample its first token; a failure here is that row's alone."""
+    def _prefilled(self, decoder: SlotDecoder, row: _Row) -> Prefilled:
+        """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
         request = row.request.request
+        if row.phase == "code":
+            prompt = self.rows.code_prompt(row.text, request.sampling.speed, request.speaker)
+        else:
+            prompt = self.rows.text_prompt(row.text)
+        return decoder.prefill(prompt.embeddings)
+
+    def _prefill_ahead(self) -> None:
+        """Keep the next rows' prefills running: as many as there are free slots, and a few more."""
+        pool = self._prefill_pool
+        if pool is None or not self._waiting:
+            return
+        free = sum(decoder.free_slots for decoder in (self.code, self.text) if decoder is not None)
+        wanted = free + max(2, self.slot_limit // 2)
+        started = 0
+        for entry in heapq.nsmallest(wanted, self._waiting):
+            row = entry.row
+            if row.prefill is not None:
+                started += 1
+                continue
+            if started >= wanted:
+                break
+            try:
+                decoder = self._decoder(row)
+            except PermanentError:
+                continue  # admission fails it, with its reason
+            row.prefill = pool.submit(self._prefilled, decoder, row)
+            started += 1
+
+    def _admit_row(self, decoder: SlotDecoder, row: _Row, events: list[BatchEvent]) -> None:
+        """Place one row, prefilled alone, and sample its first token; a failure here is that row's alone."""
         try:
-            if row.phase == "code":
-                prompt = self.rows.code_prompt(row.text, request.sampling.speed, request.speaker)
-                params = self._code_params(row)
-            else:
-                prompt = self.rows.text_prompt(row.text)
-                params = self._refine_params(row)
-            slot, ended = decoder.admit(prompt.embeddings, params)
+            params = self._code_params(row) if row.phase == "code" else self._refine_params(row)
+            prefilled = row.prefill.result() if row.prefill is not None else self._prefilled(decoder, row)
+            row.prefill = None
+            slot, ended = decoder.place(prefilled, params)
         except Exception as exc:  # noqa: BLE001 - typed below; the loop carries on
+            row.prefill = None
             error = _typed(exc)
             if isinstance(error, OutOfMemory) and self._active:
                 self._out_of_memory(events, requeue=[row])
@@ -348,15 +437,25 @@ class Scheduler:
             row.suspect = False
             self._push(row)
             return
+        if ended.hit_limit:
+            log.debug("chunk %d of %s hit max_new_token", row.index, request.key)
+        if ended.hiddens is None:
+            self._fail(request.key, TransientError("an audio row ended without its states"), events)
+            return
+        if self._audio_pool is not None:
+            self._audio.append((row, self._audio_pool.submit(self.rows.audio, ended.hiddens)))
+            return
         try:
-            if ended.hiddens is None:
-                raise TransientError("an audio row ended without its states")
             samples = self.rows.audio(ended.hiddens)
         except Exception as exc:  # noqa: BLE001 - this row's own failure
             self._fail(request.key, _typed(exc), events)
             return
-        if ended.hit_limit:
-            log.debug("chunk %d of %s hit max_new_token", row.index, request.key)
+        self._chunk_ready(row, samples, events)
+
+    def _chunk_ready(self, row: _Row, samples: npt.NDArray[np.float32], events: list[BatchEvent]) -> None:
+        request = row.request
+        if self._requests.get(request.key) is not request:
+            return  # cancelled or failed while its audio was decoded
         request.done += 1
         events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples)))
         if request.done == request.total:
@@ -389,7 +488,7 @@ class Scheduler:
         row.slot = None
 
     def _fail(self, key: str, error: BaseException, events: list[BatchEvent]) -> None:
-        if key not in self._requests and not any(entry.row.request.key == key for entry in self._waiting):
+        if key not in self._requests:
             return
         self._drop(key)
         events.append(RequestFailed(key, error))
@@ -402,6 +501,7 @@ class Scheduler:
         if len(kept) != len(self._waiting):
             self._waiting = kept
             heapq.heapify(self._waiting)
+        self._audio = [(row, future) for row, future in self._audio if row.request.key != key]
 
 
 def _typed(exc: BaseException) -> BaseException:

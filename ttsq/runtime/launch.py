@@ -17,7 +17,23 @@ import httpx
 
 from ttsq.store.local_redis import free_port
 
-__all__ = ["ProcessExited", "api_command", "free_port", "spawn", "wait_until", "wait_until_ok", "worker_command"]
+__all__ = [
+    "CONFIG_ERROR_EXIT",
+    "ProcessExited",
+    "api_command",
+    "free_port",
+    "spawn",
+    "wait_until",
+    "wait_until_ok",
+    "worker_command",
+]
+
+CONFIG_ERROR_EXIT = 78
+"""The exit code of a worker that cannot run as it is configured — settings that do not validate, a model that
+cannot be loaded from what ``MODEL`` names, a Redis that may evict jobs under ``REQUIRE_NOEVICTION`` — after it
+has logged why. Starting it again would fail the same way, so ``make up``'s supervisor stops the stack on it
+instead of restarting (every other exit is restarted). 78 is ``EX_CONFIG`` of sysexits.h; systemd's
+``RestartPreventExitStatus=`` takes it."""
 
 
 def api_command(port: int, *, host: str = "127.0.0.1", app: str = "app:app", access_log: bool = False) -> list[str]:

@@ -7,7 +7,10 @@ held one lease, not the whole stack. A child with a liveness URL is also restart
 keeps failing (503, or no answer) for ``unhealthy_after_s`` — the worker's ``/healthz`` turns 503
 when an inference hangs past ``JOB_TIMEOUT_S`` — but only once it has answered 200 at least once,
 so a worker still loading its model is never killed for being slow to start (Kubernetes'
-startup probe does the same).
+startup probe does the same). A child that dies while it starts — the OOM killer in the middle of a
+model load — is restarted with the same backoff as one that dies later. The one exit that is not
+restarted is a configuration error (:data:`~ttsq.runtime.launch.CONFIG_ERROR_EXIT`: starting it again
+would fail the same way): the child is given up on, and its owner (``make up``) stops.
 
 Time and probes are injected, so the policy is tested by stepping :meth:`Supervisor.tick` on a
 fake clock with real child processes.
@@ -24,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
+
+from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 
 log = logging.getLogger("ttsq.supervise")
 
@@ -48,6 +53,8 @@ class Policy:
     """A child that stayed up this long starts its backoff from the beginning again."""
     unhealthy_after_s: float = 15.0
     """Liveness failing continuously this long (Kubernetes: periodSeconds 5 × failureThreshold 3) → restart."""
+    give_up_on: frozenset[int] = frozenset({CONFIG_ERROR_EXIT})
+    """Exit codes that are not restarted (systemd's ``RestartPreventExitStatus=``): the child said it cannot run."""
 
 
 @dataclass
@@ -67,6 +74,8 @@ class Child:
     failing_since: float | None = None
     history: list[str] = field(default_factory=list)
     """What happened to it (exits, kills, restarts), for logs and tests."""
+    gave_up: str | None = None
+    """Why it is no longer restarted (it exited with a code in ``Policy.give_up_on``); None while it is kept running."""
 
 
 class Supervisor:
@@ -113,6 +122,9 @@ class Supervisor:
                     self.launch(child)
                 continue
             code = child.process.poll()
+            if code in self.policy.give_up_on:
+                self._give_up(child, f"exited with code {code} (a configuration error)")
+                continue
             if code is not None:
                 self._ended(child, now, f"exited with code {code}")
                 continue
@@ -148,6 +160,17 @@ class Supervisor:
         log.error("ttsq: %s %s after %.0f s up; starting it again in %.0f s (the rest runs on)", child.name, what, up_s, delay)
         child.process = None
         child.next_start_at = now + delay
+
+    def _give_up(self, child: Child, what: str) -> None:
+        child.history.append(what)
+        child.gave_up = what
+        log.error("ttsq: %s %s; not restarting it: it would fail the same way", child.name, what)
+        child.process = None
+        child.next_start_at = None
+
+    def given_up(self) -> list[Child]:
+        """The children that will not be restarted (configuration errors), in the order they were given."""
+        return [child for child in self.children if child.gave_up is not None]
 
     def stop(self, grace_s: float = 30.0, order: Sequence[Sequence[Child]] | None = None) -> None:
         """SIGTERM each group in turn (workers finish their jobs within their grace period), then SIGKILL

@@ -171,6 +171,9 @@ class Worker:
         self._in_flight: dict[str, _InFlight] = {}
         self._running: dict[str, int] = {}
         """Claimed jobs whose outcome is not stored yet, id → the claim's fencing token: upkeep renews their leases."""
+        self._alone: set[str] = set()
+        """Ids of jobs that must run alone (their last worker was lost) whose outcome is not stored yet: until it is,
+        nothing else is claimed, so a job that kills the process takes no other job's synthesis or storing with it."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._speakers: OrderedDict[int, str] = OrderedDict()
         """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
@@ -332,10 +335,11 @@ class Worker:
             await self._start(await self._claim(room))
 
     def _free_room(self) -> int:
-        """How many more jobs to claim now: none while a batch of rows already waits for slots, else up
-        to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
+        """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
+        stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
+        else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
         batcher = self._batcher
-        if batcher is None:
+        if batcher is None or self._alone:
             return 0
         limit = batcher.slot_limit
         self.metrics.batch_limit.set(limit)
@@ -398,6 +402,8 @@ class Worker:
             return
         claimed_at = time.perf_counter()
         self._running.update((job.id, _token(job)) for job in jobs)
+        self._alone.update(job.id for job in jobs if job.isolate)
+        jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
         for job, hit in zip(jobs, hits, strict=True):
             if hit is not None:
@@ -409,6 +415,23 @@ class Worker:
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
             self._thread.add(job.id, functools.partial(self._request, job.params), alone=job.isolate)
+
+    def _adopted(self, job: Job) -> bool:
+        """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
+        (the worker stalled past its lease, the sweep requeued the job and nobody else took it): the synthesis
+        under way is that job's, so it goes on under the new claim — its outcome is stored with the new token —
+        instead of starting the job a second time beside itself."""
+        flight = self._in_flight.get(job.id)
+        if flight is None:
+            return False
+        log.warning(
+            "%s claimed again (claim %d) while its lapsed claim %d still runs here: that synthesis goes on under the new claim",
+            job.id,
+            _token(job),
+            _token(flight.job),
+        )
+        flight.job = job
+        return True
 
     async def _from_cache(self, job: Job) -> CachedAudio | None:
         """An identical job may have finished since this one was queued (e.g. on another worker)."""
@@ -478,7 +501,7 @@ class Worker:
         """Publish a piece to the job's Redis stream, in order, without holding up the loop."""
         if flight.pieces is None:
             flight.pieces = asyncio.Queue()
-            flight.publisher = asyncio.create_task(self._publish(flight.job, flight.pieces))
+            flight.publisher = asyncio.create_task(self._publish(flight, flight.pieces))
         flight.pieces.put_nowait(piece)
 
     async def _finish(self, flight: _InFlight) -> None:
@@ -525,8 +548,11 @@ class Worker:
         """Store one job's outcome: its result (and cache entry), or its failure."""
         with context.working_on(job.id):
             await self._store(job, outcome, claimed_at)
-        # Its lease is released with its outcome: renewing it after that would report it lost.
-        self._running.pop(job.id, None)
+        # Its lease is released with its outcome: renewing it after that would report it lost. Unless the job was
+        # claimed again meanwhile (a stale outcome, refused): the newer claim stays in hand.
+        if self._running.get(job.id) == _token(job):
+            del self._running[job.id]
+            self._alone.discard(job.id)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
@@ -591,16 +617,18 @@ class Worker:
             self.metrics.ended("cancelled", job.attempts)
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
-    async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
+    async def _publish(self, flight: _InFlight, pieces: asyncio.Queue[Piece | None]) -> None:
         """Forward a job's audio pieces to its Redis stream, in order.
 
         Streaming is best effort: a piece that cannot be published is logged and skipped; the
         stored result, written at the end, is what a job owes its client. A retried attempt
         starts the stream afresh; a first attempt has nothing to clear. A stale claim (the job was
-        claimed again after this worker's lease lapsed) publishes nothing more.
+        claimed again after this worker's lease lapsed) publishes nothing more; a job this worker claimed again
+        while it ran (:meth:`_adopted`) publishes on under its new claim.
         """
-        fresh = job.attempts > 1
+        fresh = flight.job.attempts > 1
         while (piece := await pieces.get()) is not None:
+            job = flight.job
             try:
                 published = await self.streams.publish(job.id, _token(job), *piece, fresh=fresh)
             except REDIS_ERRORS as exc:

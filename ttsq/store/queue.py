@@ -1,4 +1,4 @@
-"""The reliable job queue: the only code that speaks Redis commands about jobs.
+"""The reliable job queue: the only code that writes a job to Redis.
 
 Design (the "reliable queue" pattern):
 
@@ -25,7 +25,9 @@ Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash betw
 cannot leave a job half-moved; every script reply is read into a named Python type by
 :mod:`ttsq.store.replies`. What lives beside the jobs has modules of its own: a job's audio stream
 (:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
-task-id secret (:mod:`ttsq.store.task_ids`). Time is Redis's own (``TIME`` inside every script that
+task-id secret (:mod:`ttsq.store.task_ids`); two webhook scripts read a job's key without changing
+it (``deliveries_lease.lua``: does the task still exist; ``deliveries_settle.lua``: how long it has
+left). Time is Redis's own (``TIME`` inside every script that
 keeps time, :mod:`ttsq.store.clock`): leases, backoffs, the sweep's judgements and the rate limit
 never depend on a host's clock, however far apart the hosts drift. Tests pin the clock instead, so a
 lease lapses or a backoff ends exactly when they advance it, without sleeping.
