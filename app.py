@@ -33,6 +33,7 @@ from ttsq.api.service import TTSService, Webhooks
 from ttsq.api.stream_slots import releasing
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
+from ttsq.runtime.clock_skew import skew_host_clock
 from ttsq.runtime.deliverer import Deliverer, system_resolver
 from ttsq.runtime.health import api_probes
 from ttsq.runtime.logs import configure_logging
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_logging(config.log_level, config.log_format)
+        skew_host_clock(config.fault_clock_skew_s, log)  # a test's drifted host; nothing but tests sets it
         check_single_process()
         for warning in startup_warnings():
             log.warning(warning)

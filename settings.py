@@ -69,12 +69,13 @@ class Settings(BaseSettings):
     # --- Redis -------------------------------------------------------------------------------
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        description="The queue's Redis (`rediss://` for TLS); `make up` starts an embedded one when unset.",
+        description="The queue's Redis (`rediss://` for TLS; `redis+cluster://host:port,host:port` for a Redis Cluster, "
+        "`rediss+cluster://` over TLS; see docs/scale-out.md); `make up` starts an embedded one when unset.",
         json_schema_extra=_group("Redis"),
     )
     redis_namespace: str = Field(
         "ttsq",
-        description="Hash tag of every key (`{ttsq}:…`), so the queue works on Redis Cluster.",
+        description="Hash tag of every key (`{ttsq}:…`): each script's keys share one Redis Cluster slot.",
         json_schema_extra=_group("Redis"),
     )
     redis_socket_timeout_s: float = Field(5.0, gt=0, description="Bound on every Redis command.", json_schema_extra=_group("Redis"))
@@ -120,6 +121,14 @@ class Settings(BaseSettings):
         50 * 1024 * 1024, ge=1024, description="A larger result fails its job.", json_schema_extra=_group("Queue")
     )
     max_queue_depth: int = Field(10_000, ge=1, description="Submit answers 429 at this depth.", json_schema_extra=_group("Queue"))
+    queue_shards: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Queue shards (`{ttsq}`, `{ttsq:<n>}`, …): N queues a Redis Cluster spreads over its masters; jobs are "
+        "placed by cache key, workers claim from every shard in turn (docs/scale-out.md). Change it only on a drained queue.",
+        json_schema_extra=_group("Queue"),
+    )
     block_s: float = Field(
         2.0,
         gt=0,
@@ -555,6 +564,11 @@ class Settings(BaseSettings):
         description="Test only: how long a `hang` lasts before inference goes on.",
         json_schema_extra=_group("Fault injection (tests only)"),
     )
+    fault_clock_skew_s: float = Field(
+        0.0,
+        description="Test only: run this process's wall clock this many seconds off, as on a host whose clock drifted.",
+        json_schema_extra=_group("Fault injection (tests only)"),
+    )
 
     @field_validator("cache_dir", mode="before")
     @classmethod
@@ -664,12 +678,13 @@ class Settings(BaseSettings):
         )
 
     def queue_config(self) -> QueueConfig:
-        return self._project(QueueConfig, namespace=self.redis_namespace)
+        return self._project(QueueConfig, namespace=self.redis_namespace, shards=self.queue_shards)
 
     def cache_config(self) -> CacheConfig:
         return CacheConfig(
             enabled=self.cache_enabled,
             namespace=self.redis_namespace,
+            shards=self.queue_shards,
             l1_max_bytes=self.cache_l1_max_bytes,
             l2_ttl_s=self.cache_ttl_s,
             l2_max_entry_bytes=self.cache_l2_max_entry_bytes,
@@ -701,7 +716,9 @@ class Settings(BaseSettings):
 
     def delivery_config(self) -> DeliveryConfig:
         """The webhook delivery queue's: its lease (``WEBHOOK_LEASE_S``) and the expiry of its logs (``RESULT_TTL_S``)."""
-        return DeliveryConfig(namespace=self.redis_namespace, lease_s=self.webhook_lease_s, result_ttl_s=self.result_ttl_s)
+        return DeliveryConfig(
+            namespace=self.redis_namespace, shards=self.queue_shards, lease_s=self.webhook_lease_s, result_ttl_s=self.result_ttl_s
+        )
 
     def webhook_allow_list(self) -> list[str]:
         return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from settings import Settings, get_settings, startup_warnings
+from ttsq.runtime.clock_skew import skew_host_clock
 from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 from ttsq.runtime.logs import configure_logging
 
@@ -30,6 +31,7 @@ log = logging.getLogger("ttsq.worker")
 
 def _configure_process(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
+    skew_host_clock(settings.fault_clock_skew_s, log)  # a test's drifted host; nothing but tests sets it
     for warning in startup_warnings():
         log.warning(warning)
     os.environ.setdefault(_alloc_conf_variable(), settings.cuda_alloc_conf)

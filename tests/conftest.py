@@ -24,7 +24,7 @@ from tests.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.faults import FaultConfig
 from ttsq.store.connection import create_redis
-from ttsq.store.queue import JobQueue, QueueConfig
+from ttsq.store.queue import Claim, JobQueue, QueueConfig
 
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
 
@@ -78,6 +78,14 @@ def params(text: str = "hello", **overrides: Any) -> TTSParams:
     return TTSParams(text=text, speaker_seed=7, seed=7, **overrides)
 
 
+async def claimed(queue: JobQueue, worker: str = "w") -> Claim:
+    """Claim the next job for ``worker`` (there must be one): its claim carries the fencing token the
+    queue wants back with the job's renewals, completion or failure."""
+    claim = await queue.claim(worker, block_s=0.1)
+    assert claim is not None, "there was no job to claim"
+    return claim
+
+
 @dataclass
 class FakeClock:
     """The queue's clock, set by the test: leases lapse and backoffs end when the test says so."""
@@ -102,6 +110,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """A client on a freshly flushed database; every test starts from an empty Redis."""
     client = create_redis(settings(redis_url=redis_server.url).redis_config())
+    assert isinstance(client, Redis)
     await client.flushall()
     yield client
     await client.aclose()

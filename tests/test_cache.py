@@ -140,12 +140,12 @@ async def test_reads_fall_through_the_levels_and_fill_the_faster_ones(redis: Red
     assert await fresh.get(key(1)) is not None
     assert fresh.stats.hits["l1"] == 1
 
-    await redis.delete(fresh.keys.cache(key(1)))
+    await redis.delete(fresh.l2_key(key(1)))
     from_disk = ResultCache(redis, config)
     assert await from_disk.get(key(1)) == entry(2000, b"w")
     assert from_disk.stats.hits["l3"] == 1 and from_disk.stats.misses["l2"] == 1
-    assert await redis.exists(fresh.keys.cache(key(1))), "an L3 hit refills L2"
-    assert 0 < await redis.ttl(fresh.keys.cache(key(1))) <= config.l2_ttl_s
+    assert await redis.exists(fresh.l2_key(key(1))), "an L3 hit refills L2"
+    assert 0 < await redis.ttl(fresh.l2_key(key(1))) <= config.l2_ttl_s
 
     assert await from_disk.get(key(2)) is None
     assert from_disk.stats.misses["l3"] == 1
@@ -154,7 +154,7 @@ async def test_reads_fall_through_the_levels_and_fill_the_faster_ones(redis: Red
 async def test_oversized_entries_skip_redis(redis: Redis) -> None:
     cache = ResultCache(redis, cache_config(cache_l2_max_entry_bytes=4096))
     await cache.put(key(1), entry(10_000))
-    assert not await redis.exists(cache.keys.cache(key(1)))
+    assert not await redis.exists(cache.l2_key(key(1)))
     assert await cache.get(key(1)) is not None, "still served from memory"
 
 

@@ -210,7 +210,7 @@ async def test_a_lease_script_after_the_grace_lease_still_wins(deliveries: Deliv
     await redis.lmove(deliveries.keys.deliveries, deliveries.keys.deliveries_processing, "RIGHT", "LEFT")
     await deliveries.sweep()
     clock.advance(1)
-    reply = await deliveries._lease(keys=deliveries._lease_keys(job_id), args=[job_id, clock.now + LEASE_S])
+    reply = await deliveries._lease(keys=deliveries._lease_keys(job_id), args=[job_id, deliveries.clock.arg(), LEASE_S])
     assert LeaseReply.parse(reply).leased is Leased.LEASED
     assert await redis.zscore(deliveries.keys.delivery_leases, job_id) == clock.now + LEASE_S
 

@@ -1,7 +1,7 @@
 """Workers' heartbeats against a real redis-server: who counts as live, and for how long.
 
-Time is the test's (:class:`tests.conftest.FakeClock`): a heartbeat ages out exactly when the test
-advances the clock past ``HEARTBEAT_TTL_S``.
+Time is the test's (:class:`tests.conftest.FakeClock`, pinning the Redis clock the beats are timed by):
+a heartbeat ages out exactly when the test advances the clock past ``HEARTBEAT_TTL_S``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import json
 from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, queue_config
+from ttsq.store.clock import RedisClock
 from ttsq.store.heartbeats import FORGET_AFTER_TTLS, Heartbeats
-from ttsq.store.keys import Keys
+from ttsq.store.keys import Shards
 
 
 def heartbeats(redis: Redis, clock: FakeClock, ttl_s: int = 5) -> Heartbeats:
-    return Heartbeats(redis, Keys(queue_config().namespace), ttl_s, clock)
+    shards = Shards(queue_config().namespace, 1)
+    return Heartbeats(redis, shards, ttl_s, RedisClock(redis, clock, shards.home.stats))
 
 
 async def test_heartbeats_count_live_workers(redis: Redis, clock: FakeClock) -> None:

@@ -51,7 +51,7 @@ async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itsel
             crashes += 1
             await lapse(queue, redis, clock)
         else:
-            done = await queue.complete(claim.job.id, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
+            done = await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
             assert str(done) == "done"
 
     finals = {job_id: await queue.get(job_id) for job_id in ids}
@@ -83,12 +83,13 @@ async def test_a_fresh_batch_stops_at_a_marked_job_and_exceptions_mark_nothing(
     assert alone is not None and alone.job.id == lost and alone.job.isolate
     head = await queue.claim("w", block_s=0.1)
     assert head is not None and head.job.id == failing and not head.job.isolate
-    assert [c.job.id for c in await queue.claim_more("w", 4)] == [fresh]
-    for job_id in (lost, fresh):
-        assert str(await queue.complete(job_id, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
+    more = await queue.claim_more("w", 4)
+    assert [c.job.id for c in more] == [fresh]
+    for claim in (alone, *more):
+        assert str(await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
 
     # A Python exception is recorded by the worker: the job is retried, but not isolated.
-    assert await queue.fail(failing, "boom", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.fail(head.job, "boom", retryable=True, cache_key=None) is Failed.RETRY
     clock.advance(3600)
     await redis.delete(queue.keys.sweep_lock)
     await queue.sweep(SWEEP, "sweeper")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, params, queue_config, settings, task_id
+from tests.conftest import FakeClock, claimed, params, queue_config, settings, task_id
 from ttsq.domain.jobs import Status
 from ttsq.store.connection import (
     EvictionRisk,
@@ -45,7 +45,7 @@ async def test_claim_complete_stores_result_with_ttl(make_queue: Any, redis: Red
     assert claim is not None and claim.started is Started.RUN
     assert claim.job.status is Status.RUNNING and claim.job.attempts == 1 and claim.job.worker == "w1"
     assert await redis.lrange(queue.keys.processing, 0, -1) == [job_id.encode()]
-    assert await queue.complete(job_id, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
+    assert await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.DONE and job.duration_s == 1.5
     assert job.result_bytes == len(b"RIFFaudio")
@@ -122,12 +122,13 @@ async def test_renewal_keeps_the_lease_and_reports_leases_not_held(make_queue: A
     mine, other = task_id(), task_id()
     await queue.enqueue(mine, params(), single_flight=False)
     await queue.enqueue(other, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    await queue.claim("someone-else", block_s=0.1)
+    token = (await claimed(queue, "w")).token
+    await claimed(queue, "someone-else")
     requeued = []
     for _ in range(4):
         clock.advance(20)
-        assert (await queue.renew_leases("w", [mine, other])).lost == {other}, "w never held the other job's lease"
+        renewed = await queue.renew_leases({mine: token, other: token})
+        assert renewed.lost == {other}, "w never held the other job's lease: its token is not that claim's"
         await redis.delete(queue.keys.sweep_lock)
         requeued.append((await queue.sweep(SWEEP, "w")).requeued)
     assert requeued == [0, 1, 0, 0], "the unrenewed lease lapses at t=30 and is swept at t=40; the renewed one never"
@@ -147,7 +148,7 @@ async def test_only_one_worker_sweeps_per_interval(make_queue: Any, clock: FakeC
 
 
 async def test_claimed_but_unstarted_job_is_swept_only_after_grace(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
-    """A worker that died between BLMOVE and its start script leaves a lease-less queued id."""
+    """An older release's worker that died between its BLMOVE and its start script left a lease-less queued id."""
     queue: JobQueue = make_queue(lease_s=10)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
@@ -183,9 +184,9 @@ async def test_retryable_failure_waits_out_an_exponential_backoff(make_queue: An
     queue: JobQueue = make_queue(max_attempts=3, retry_base_s=2.0)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
+    held = await claimed(queue)
     failed_at = clock.now
-    assert await queue.fail(job_id, "inference failed: boom", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.error == "inference failed: boom"
     assert job.not_before == failed_at + 2.0, "after attempt 1: 2 ** 1 seconds"
@@ -198,7 +199,7 @@ async def test_retryable_failure_waits_out_an_exponential_backoff(make_queue: An
     assert await queue.depth() == 1
     claim = await queue.claim("w", block_s=0.1)
     assert claim is not None and claim.job.attempts == 2
-    assert await queue.fail(job_id, "boom again", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.fail(claim.job, "boom again", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
     assert job is not None and job.not_before == clock.now + 4.0, "after attempt 2: 2 ** 2 seconds"
 
@@ -207,8 +208,8 @@ async def test_final_failure_after_last_attempt(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_attempts=1)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    assert await queue.fail(job_id, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
+    held = await claimed(queue)
+    assert await queue.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error == "inference failed: boom"
     assert [d.id for d in await queue.dead_letters()] == [job_id]
@@ -218,8 +219,8 @@ async def test_permanent_failure_is_not_retried(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_attempts=3)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    assert await queue.fail(job_id, "invalid job: bad voice", retryable=False, cache_key=None) is Failed.FAILED
+    held = await claimed(queue)
+    assert await queue.fail(held.job, "invalid job: bad voice", retryable=False, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.attempts == 1
 
@@ -228,9 +229,9 @@ async def test_failing_a_finished_job_changes_nothing(make_queue: Any) -> None:
     queue: JobQueue = make_queue()
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    await queue.complete(job_id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
-    assert await queue.fail(job_id, "late", retryable=True, cache_key=None) is Failed.GONE
+    held = await claimed(queue)
+    await queue.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+    assert await queue.fail(held.job, "late", retryable=True, cache_key=None) is Failed.GONE
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.DONE
 
@@ -240,10 +241,10 @@ async def test_queued_and_running_jobs_never_expire(make_queue: Any, redis: Redi
     waiting, running = task_id(), task_id()
     await queue.enqueue(running, params(), single_flight=False)
     await queue.enqueue(waiting, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
+    held = await claimed(queue)
     assert await redis.ttl(queue.keys.job(waiting)) == -1
     assert await redis.ttl(queue.keys.job(running)) == -1
-    await queue.fail(running, "boom", retryable=True, cache_key=None)
+    await queue.fail(held.job, "boom", retryable=True, cache_key=None)
     assert await redis.ttl(queue.keys.job(running)) == -1, "a job waiting for its retry must not expire"
 
 
@@ -251,8 +252,8 @@ async def test_oversized_result_fails_the_job(make_queue: Any) -> None:
     queue: JobQueue = make_queue(max_result_bytes=1024)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    assert await queue.complete(job_id, b"x" * 2048, "audio/wav", 1.0, 0.1, cache_key=None) is Failed.FAILED
+    held = await claimed(queue)
+    assert await queue.complete(held.job, b"x" * 2048, "audio/wav", 1.0, 0.1, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error is not None and "limit" in job.error
 
@@ -275,16 +276,34 @@ async def test_single_flight_joins_an_identical_job_only_when_asked(make_queue: 
     assert separate.outcome is Enqueued.CREATED and separate.job.id != first.job.id
 
 
-async def test_complete_after_sweeping_does_not_run_the_job_twice(make_queue: Any, clock: FakeClock) -> None:
-    """A slow (not dead) worker finishes after its job was requeued: the requeued copy is skipped."""
+async def test_a_stale_owner_is_refused_and_cannot_touch_the_new_owners_lease(
+    make_queue: Any, redis: Redis, clock: FakeClock
+) -> None:
+    """Issue 19's late worker: it stalled past its lease, the sweep requeued its job and another worker claimed it.
+    Everything the stale owner sends with its old fencing token is refused; the new owner's lease is untouched."""
     queue: JobQueue = make_queue(lease_s=10)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("slow", block_s=0.1)
+    slow = await claimed(queue, "slow")
+    stale = slow.token
     clock.advance(11)
     assert (await queue.sweep(SWEEP, "w")).requeued == 1
-    assert await queue.complete(job_id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
-    assert await queue.claim("other", block_s=0.1) is None
+    assert await queue.complete(slow.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE, (
+        "a requeued job is not the stale owner's to complete"
+    )
+    fresh = await claimed(queue, "other")
+    assert fresh.job.id == job_id and fresh.token > stale, "every claim takes a larger token"
+    assert (await queue.renew_leases({job_id: stale})).lost == {job_id}
+    assert await queue.complete(slow.job, b"old", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE
+    assert await queue.fail(slow.job, "late", retryable=True, cache_key=None) is Failed.STALE
+    deadline = clock.now + 10
+    assert await redis.zscore(queue.keys.leases, job_id) == deadline, "the new owner's lease is untouched"
+    assert await redis.lrange(queue.keys.processing, 0, -1) == [job_id.encode()]
+    job = await queue.get(job_id)
+    assert job is not None and job.status is Status.RUNNING and job.worker == "other" and job.claim == fresh.token
+    assert (await queue.renew_leases({job_id: fresh.token})).lost == set()
+    assert await queue.complete(fresh.job, b"new", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.result(job_id) == b"new"
 
 
 async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
@@ -292,11 +311,10 @@ async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
     a, b = task_id(), task_id()
     await queue.enqueue(a, params(cache_key="k" * 64), single_flight=True)
     await queue.enqueue(b, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    await queue.claim("w", block_s=0.1)
+    first, second = await claimed(queue), await claimed(queue)
     await queue.sweep(SWEEP, "w")
-    await queue.complete(a, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
-    await queue.fail(b, "boom", retryable=False, cache_key=None)
+    await queue.complete(first.job, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
+    await queue.fail(second.job, "boom", retryable=False, cache_key=None)
     keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
 

@@ -8,14 +8,13 @@ The scripts themselves run against a real redis-server in ``tests/test_queue.py`
 from __future__ import annotations
 
 from ttsq.store.replies import (
+    ClaimReply,
     Enqueued,
     EnqueueReply,
     Leased,
     LeaseReply,
     Requeued,
     RequeueReply,
-    Started,
-    StartReply,
     SweepReport,
     TokenTaken,
 )
@@ -40,10 +39,11 @@ def test_a_refused_enqueue_says_when_a_token_is_back() -> None:
 
 
 def test_replies_without_values() -> None:
-    assert StartReply.parse([b"gone"]) == StartReply(Started.GONE, None)
+    assert ClaimReply.parse([b"claimed"]) == ClaimReply(repeated=False, started=[])
+    assert ClaimReply.parse([b"repeated"]) == ClaimReply(repeated=True, started=[])
     assert SweepReport.parse([b"skipped"]) == SweepReport(swept=False)
     assert SweepReport.parse([b"swept", 1, 2, 3]) == SweepReport(swept=True, requeued=1, orphans=2, promoted=3)
     assert RequeueReply.parse([b"active", b"queued"]) == RequeueReply(Requeued.ACTIVE, None)
     assert RequeueReply.parse([b"requeued", 4]) == RequeueReply(Requeued.REQUEUED, 4)
     assert LeaseReply.parse([b"finished"]) == LeaseReply(Leased.FINISHED, 0)
-    assert LeaseReply.parse([b"leased", 2]) == LeaseReply(Leased.LEASED, 2)
+    assert LeaseReply.parse([b"leased", 2, b"1800000030.5"]) == LeaseReply(Leased.LEASED, 2, 1800000030.5)

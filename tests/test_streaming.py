@@ -11,12 +11,13 @@ import numpy as np
 import soundfile as sf
 from redis.asyncio import Redis
 
-from tests.conftest import api_client, queue_config, task_id
+from tests.conftest import FakeClock, api_client, claimed, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.audio import decode_to_pcm16, encode_audio
 from ttsq.domain.jobs import Status
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Completed
 from ttsq.store.streams import AudioStreams, StreamFailed, open_ended_wav_header, pcm_pieces
 
 LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth is near the end. Fifth ends it."
@@ -24,7 +25,7 @@ LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth i
 
 def streams_of(queue: JobQueue) -> AudioStreams:
     """The audio streams beside ``queue`` (on its connection and names, expiring with its results)."""
-    return AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
+    return AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
 
 
 async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
@@ -71,8 +72,8 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
     queue: JobQueue = make_queue(max_attempts=1)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("w", block_s=0.1)
-    await queue.fail(job_id, "inference failed: boom", retryable=False, cache_key=None)
+    held = await claimed(queue)
+    await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
     try:
         await collect(queue, job_id)
     except StreamFailed as exc:
@@ -81,13 +82,14 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
         raise AssertionError("a failed job must not look like a finished stream")
 
 
-async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: Any) -> None:
-    queue: JobQueue = make_queue()
+async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=10)
     streams = streams_of(queue)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
+    first = (await claimed(queue, "lost")).token
     for index in (0, 1):
-        await streams.publish(job_id, index, 3, bytes([index]) * 4)
+        assert await streams.publish(job_id, first, index, 3, bytes([index]) * 4)
     received: list[bytes] = []
     first_two = asyncio.Event()
 
@@ -99,12 +101,30 @@ async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: A
 
     reader = asyncio.create_task(read())
     await asyncio.wait_for(first_two.wait(), 10)
-    await streams.reset(job_id)
+    clock.advance(11)  # the first worker's lease lapses; the job runs again elsewhere
+    assert (await queue.sweep(5.0, "sweeper")).requeued == 1
+    retry = await claimed(queue, "w")
     for index in (0, 1, 2):
-        await streams.publish(job_id, index, 3, bytes([index]) * 4)
-    await streams.end(job_id)
+        assert await streams.publish(job_id, retry.token, index, 3, bytes([index]) * 4, fresh=index == 0)
+    assert await queue.complete(retry.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
+
+
+async def test_a_stale_owner_cannot_write_into_the_new_owners_stream(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
+    queue: JobQueue = make_queue(lease_s=10)
+    streams = streams_of(queue)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    stale = (await claimed(queue, "stalled")).token
+    clock.advance(11)
+    await queue.sweep(5.0, "sweeper")
+    fresh = (await claimed(queue, "w")).token
+    assert await streams.publish(job_id, fresh, 0, 2, b"\1\1", fresh=True)
+    assert not await streams.publish(job_id, stale, 1, 2, b"\x09\x09"), "the stale owner's piece is refused"
+    assert not await streams.publish(job_id, stale, 0, 2, b"\x09\x09", fresh=True), "and it cannot reset the stream"
+    entries: Any = await redis.xrange(queue.keys.stream(job_id))
+    assert [fields[b"pcm"] for _, fields in entries] == [b"\1\1"]
 
 
 def test_open_ended_wav_header_is_read_as_a_stream() -> None:
@@ -137,6 +157,6 @@ async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEng
         assert (await client.get(f"/v1/tts/events/{unknown}")).status_code == 404, "a plain 404, not a broken event stream"
         failed = (await client.post("/v1/tts/submit", json={"text": "fails", "seed": 5})).json()["task_id"]
         queue = JobQueue(redis, queue_config())
-        await queue.claim("w", block_s=0.1)
-        await queue.fail(failed, "inference failed: boom", retryable=False, cache_key=None)
+        held = await claimed(queue)
+        await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
         assert (await client.get(f"/v1/tts/stream/{failed}")).status_code == 409

@@ -44,7 +44,7 @@ async def test_an_outage_is_reported_once_marked_and_its_end_said_once(caplog: p
         redis.back()
         redis.back()
     assert [record.getMessage() for record in caplog.records] == [
-        "Redis unavailable (claim: refused); retrying until it is back",
+        "Redis unavailable (claim: ConnectionError: refused); retrying until it is back",
         "Redis is reachable again; work resumes",
     ]
     assert redis.ok and changes == [False, True], "each change of state is heard once"
@@ -181,3 +181,24 @@ async def test_a_chore_that_never_returns_is_cancelled_after_the_wait() -> None:
     task = upkeep._task
     await upkeep.stop(wait_s=0.01)
     assert task is not None and task.cancelled()
+
+
+async def test_a_chore_that_called_no_redis_never_ends_an_outage() -> None:
+    """Issue 19: a worker pointed at a Redis that refused every command logged "reachable again" once a second,
+    because a chore with nothing to do (no lease to renew, a memory chore) counted as a Redis success."""
+    redis = outage()
+    calls: list[str] = []
+
+    async def nothing_to_do() -> bool:
+        calls.append("idle")
+        return False
+
+    async def wrote() -> None:
+        calls.append("wrote")
+
+    upkeep = Upkeep([Chore("idle", 1.0, nothing_to_do), Chore("wrote", 1.0, wrote)], redis, log, clock=FakeClock())
+    redis.lost("claim", RedisConnectionError("refused"))
+    await upkeep.run_chore(upkeep.chores[0])
+    assert not redis.ok, "a chore that called no Redis says nothing about it"
+    await upkeep.run_chore(upkeep.chores[1])
+    assert redis.ok and calls == ["idle", "wrote"]

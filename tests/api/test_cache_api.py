@@ -9,7 +9,7 @@ from typing import Any, cast
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from tests.conftest import api_client, queue_config
+from tests.conftest import api_client, claimed, queue_config
 from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import TTSService
 from ttsq.domain.voices import builtin
@@ -84,7 +84,7 @@ async def test_a_finished_job_releases_its_single_flight_marker(redis: Redis, ma
         queue = JobQueue(redis, queue_config())
         claim = await queue.claim("w", block_s=0.1)
         assert claim is not None
-        await queue.complete(first, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=claim.job.params.cache_key)
+        await queue.complete(claim.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=claim.job.params.cache_key)
         second = (await client.post("/v1/tts/submit", json=REQUEST)).json()
         assert second["task_id"] != first and second["joined"] is False
 
@@ -94,8 +94,8 @@ async def test_a_stale_single_flight_marker_is_replaced(redis: Redis, make_setti
     async with api_client(make_settings(cache_enabled=False)) as (client, _):
         first = (await client.post("/v1/tts/submit", json=REQUEST)).json()["task_id"]
         queue = JobQueue(redis, queue_config())
-        await queue.claim("w", block_s=0.1)
-        await queue.complete(first, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
+        held = await claimed(queue)
+        await queue.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
         second = (await client.post("/v1/tts/submit", json=REQUEST)).json()
         assert second["task_id"] != first and second["joined"] is False
         assert await redis.llen(queue.keys.queue) == 1

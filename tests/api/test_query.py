@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from tests.conftest import api_client, queue_config
+from tests.conftest import api_client, claimed, queue_config
 from tests.redis_server import free_port
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
@@ -54,8 +54,8 @@ async def test_result_is_202_with_retry_after_while_waiting(client: httpx.AsyncC
 async def test_done_result_downloads_bytes_with_type_and_length(client: httpx.AsyncClient, redis: Redis) -> None:
     task_id = await queued_task(client, format="mp3")
     queue = JobQueue(redis, queue_config())
-    await queue.claim("w", block_s=0.1)
-    await queue.complete(task_id, b"ID3fake-mp3-bytes", "audio/mpeg", 2.5, 0.3, cache_key=None)
+    held = await claimed(queue)
+    await queue.complete(held.job, b"ID3fake-mp3-bytes", "audio/mpeg", 2.5, 0.3, cache_key=None)
     response = await client.get(f"/v1/tts/result/{task_id}")
     assert response.status_code == 200
     assert response.content == b"ID3fake-mp3-bytes"
@@ -68,8 +68,8 @@ async def test_done_result_downloads_bytes_with_type_and_length(client: httpx.As
 async def test_failed_task_is_409_with_its_reason(client: httpx.AsyncClient, redis: Redis) -> None:
     task_id = await queued_task(client)
     queue = JobQueue(redis, queue_config())
-    await queue.claim("w", block_s=0.1)
-    await queue.fail(task_id, "inference failed: boom", retryable=False, cache_key=None)
+    held = await claimed(queue)
+    await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
     response = await client.get(f"/v1/tts/result/{task_id}")
     assert response.status_code == 409
     assert response.json()["status"] == "failed" and response.json()["error"] == "inference failed: boom"
@@ -78,8 +78,8 @@ async def test_failed_task_is_409_with_its_reason(client: httpx.AsyncClient, red
 async def test_expired_result_is_404(client: httpx.AsyncClient, redis: Redis) -> None:
     task_id = await queued_task(client)
     queue = JobQueue(redis, queue_config())
-    await queue.claim("w", block_s=0.1)
-    await queue.complete(task_id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+    held = await claimed(queue)
+    await queue.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
     await redis.delete(queue.keys.result(task_id), queue.keys.job(task_id))
     assert (await client.get(f"/v1/tts/result/{task_id}")).status_code == 404
 
@@ -89,7 +89,7 @@ async def test_readyz_does_not_depend_on_workers(client: httpx.AsyncClient, redi
     assert body["status"] == "ready" and body["redis"] == "ok" and body["workers"] == 0
     assert "noise" in body["notice"]
     queue = JobQueue(redis, queue_config())
-    await Heartbeats(redis, queue.keys, queue.config.heartbeat_ttl_s).write("w1", {"worker_id": "w1"})
+    await Heartbeats(redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock).write("w1", {"worker_id": "w1"})
     assert (await client.get("/readyz")).json()["workers"] == 1
     assert (await client.get("/healthz")).json() == {
         "status": "ok",

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from redis.asyncio import Redis
 
-from tests.conftest import api_client, queue_config
+from tests.conftest import api_client, claimed, queue_config
 from ttsq.api.headers import CONTENT_SECURITY_POLICY
 from ttsq.api.schemas import SubmitRequest
 from ttsq.domain.voices import builtin
@@ -173,8 +173,8 @@ async def test_every_valid_submit_pays_once_and_a_refused_one_records_nothing(re
         assert (await submit(client, None, voice="no-such-voice")).status_code == 422
 
         # A stale single-flight marker: the job ended without clearing it, so the script is run twice.
-        await queue.claim("w", block_s=0.1)
-        await queue.complete(first.json()["task_id"], b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
+        held = await claimed(queue)
+        await queue.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
         again = await submit(client, None, text="Queued once.", voice="zh_female")
         assert again.json()["joined"] is False and remaining(again) == 2, "paid once, not once per attempt"
 
@@ -210,7 +210,7 @@ async def test_a_key_cannot_fill_the_shared_queue_and_others_still_get_in_fifo(r
         queue = JobQueue(redis, queue_config())
         claim = await queue.claim("w", block_s=0.1)
         assert claim is not None and claim.job.id == first["task_id"]
-        await queue.complete(claim.job.id, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
         assert (await submit(client, flood, seed=5)).status_code == 202, "a finished job frees its place"
 
 
@@ -238,7 +238,7 @@ async def test_cancelling_a_running_task_drops_its_result_when_the_batch_ends(re
         assert claim is not None
         cancelling = await client.delete(f"/v1/tts/tasks/{task}")
         assert cancelling.status_code == 202 and cancelling.json()["status"] == "cancelling"
-        assert str(await queue.complete(task, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)) == "cancelled"
+        assert str(await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)) == "cancelled"
         assert await queue.result(task) is None
         assert (await client.get(f"/v1/tts/tasks/{task}")).json()["status"] == "cancelled"
         assert (await client.delete(f"/v1/tts/tasks/{task}")).status_code == 200

@@ -45,7 +45,7 @@ async def run_next_job(app: FastAPI) -> str:
     key = claim.job.params.cache_key
     assert key is not None
     await service.cache.put(key, CachedAudio(b"audio of " + claim.job.id.encode(), "audio/wav", 1.0))
-    await queue.complete(claim.job.id, b"audio", "audio/wav", 1.0, 0.1, cache_key=key)
+    await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=key)
     return claim.job.id
 
 

@@ -288,19 +288,53 @@ def settle(deployment: Deployment, client: Client, namespace: str, timeout_s: fl
     return outcomes
 
 
+def settle_through_api(client: Client, timeout_s: float) -> dict[str, Outcome]:
+    """:func:`settle` for a deployment whose Redis the test does not read directly (a Redis Cluster): every
+    acknowledged job's status polled through the API until it is final (or ``timeout_s`` passes), then read once
+    more, its result downloaded twice (a result that changes shows up)."""
+    pending = set(client.acks)
+    first: dict[str, bytes | None] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        for task_id in list(pending):
+            body = client.status(task_id)
+            if body is None or body.get("status") in FINAL:
+                pending.discard(task_id)
+                if body is not None and body.get("status") == "done":
+                    first[task_id] = client.result(task_id)
+        if pending:
+            time.sleep(0.3)
+    outcomes: dict[str, Outcome] = {}
+    for task_id, ack in client.acks.items():
+        body = client.status(task_id)
+        if body is None:
+            outcomes[task_id] = Outcome(task_id, ack.request, "lost")
+            continue
+        outcome = Outcome(task_id, ack.request, str(body["status"]), int(body.get("attempts") or 0), body.get("error"))
+        if outcome.status == "done":
+            outcome.audio = client.result(task_id)
+            outcome.first_audio = first.get(task_id, outcome.audio)
+        outcomes[task_id] = outcome
+    return outcomes
+
+
+def completions_in(logs: Iterable[Path]) -> Counter[str]:
+    """How many times each task id was completed (a "✓" log line) in ``logs``."""
+    done: Counter[str] = Counter()
+    pattern = re.compile(r"✓ (\S+) attempt \d+")
+    for path in logs:
+        if path.exists():
+            done.update(pattern.findall(path.read_text(errors="replace")))
+    return done
+
+
 def completions(slots: Iterable[WorkerSlot]) -> Counter[str]:
     """How many times each task id was completed (a "✓" log line) across every incarnation of ``slots``.
 
     A job finished twice (its lease lapsed while its first worker was still alive) is not an error —
     the queue keeps the first result and refuses the second — but it is counted.
     """
-    done: Counter[str] = Counter()
-    pattern = re.compile(r"✓ (\S+) attempt \d+")
-    for slot in slots:
-        for path in slot.all_logs():
-            if path.exists():
-                done.update(pattern.findall(path.read_text(errors="replace")))
-    return done
+    return completions_in(path for slot in slots for path in slot.all_logs())
 
 
 class Reference:

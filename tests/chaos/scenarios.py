@@ -53,6 +53,7 @@ MOMENTS = ("idle", "claiming", "mid-batch", "storing")
 RAISE_MARK = "Toxicraise"
 CRASH_MARK = "Crashmark"
 HANG_MARK = "Stallmark"
+LATE_MARK = "Latemark"
 """Made-up words that only the poison and hang jobs contain (``FAULT_MATCH``)."""
 DISK_FULL_LINE = "No space left on device"
 READ_ONLY_LINE = "Read-only file system"
@@ -74,10 +75,16 @@ class Sizes:
     queue_cap: int
     crash_attempts: int
     settle_s: float
+    late_jobs: int
+    """Jobs held by the worker that is frozen past its lease (issue 19 froze one with eight)."""
 
 
-BOUNDED = Sizes(kills=12, pool=3, jobs=8, outage_s=3.0, pause_ms=5000, flood=150, queue_cap=8, crash_attempts=2, settle_s=300)
-FULL = Sizes(kills=100, pool=3, jobs=30, outage_s=10.0, pause_ms=8000, flood=1500, queue_cap=20, crash_attempts=3, settle_s=900)
+BOUNDED = Sizes(
+    kills=12, pool=3, jobs=8, outage_s=3.0, pause_ms=5000, flood=150, queue_cap=8, crash_attempts=2, settle_s=300, late_jobs=2
+)
+FULL = Sizes(
+    kills=100, pool=3, jobs=30, outage_s=10.0, pause_ms=8000, flood=1500, queue_cap=20, crash_attempts=3, settle_s=900, late_jobs=8
+)
 GRACE_S = ("60", "0.2", "60")
 """SHUTDOWN_GRACE_S of the pool's workers: the SIGTERM scenario stops the first (its batch surely finishes
 within the grace period) and the second (it surely does not: its jobs are left to the sweep)."""
@@ -773,6 +780,93 @@ def hung_inference(chaos: Chaos) -> Figures:
     return chaos.finish(figures)
 
 
+# ---- 9. a late worker ----------------------------------------------------------------------------
+
+_REFUSED = re.compile(r"⊘ (\S+) attempt \d+: (\w+) refused, claim \d+ is stale")
+
+
+def refusals(slot: WorkerSlot) -> Counter[str]:
+    """What the queue refused ``slot`` for a stale claim, by kind (renew, stream, completion, failure), from its logs."""
+    refused: Counter[str] = Counter()
+    for path in slot.all_logs():
+        if path.exists():
+            refused.update(kind for _task, kind in _REFUSED.findall(path.read_text(errors="replace")))
+    text = "".join(path.read_text(errors="replace") for path in slot.all_logs() if path.exists())
+    refused["renew"] += text.count("was lost: it lapsed and the job went back to the queue")
+    return refused
+
+
+def refused_ids(slot: WorkerSlot, kind: str) -> set[str]:
+    """The task ids whose ``kind`` of write (renew, stream, completion, failure) the queue refused ``slot`` as stale."""
+    text = "".join(path.read_text(errors="replace") for path in slot.all_logs() if path.exists())
+    return {task for task, refused in _REFUSED.findall(text) if refused == kind}
+
+
+def late_worker(chaos: Chaos) -> Figures:
+    """Scenario 9 (issue 19): a worker frozen by SIGSTOP past its lease while it runs jobs. The sweep requeues
+    them and a second worker takes them; when the frozen one is woken (SIGCONT) and finishes its inference,
+    everything it sends for a job another worker now holds carries a stale fencing token and is refused — its
+    renewals, its audio, its completions — so the new owner's leases and results are untouched: every job is
+    done exactly once, with the clean run's audio.
+
+    The requeued jobs' last worker was lost, so each runs alone and the second worker holds one at a time; a
+    job still queued when the frozen worker wakes may be claimed by it again, and then it is done under that
+    new claim (its synthesis in hand goes on, or its stale outcome is refused and it runs afresh) — also once.
+    Both workers hold each job in an injected hang (``FAULT_MODE=hang``), so the order is certain rather than
+    raced: the frozen worker's hang (8 s) is long over when it wakes, the second's (15 s per job) is not."""
+    figures = Figures("S9", "late worker (SIGSTOP past its lease)")
+    namespace = "late"
+    api = chaos.api_for("api-late", namespace)
+    hang = {"FAULT_MODE": "hang", "FAULT_MATCH": LATE_MARK}
+    frozen = chaos.deployment.add_worker("late-a", namespace, supervised=False, FAULT_HANG_S="8", **hang)
+    taker: WorkerSlot | None = None
+    try:
+        chaos.deployment.wait_ready([frozen])
+        client = chaos.client("S9", api)
+        acks = [client.submit(chaos.requests.new("Late", marker=LATE_MARK)) for _ in range(chaos.sizes.late_jobs)]
+        ids = [ack.task_id for ack in acks if ack is not None]
+
+        def held_by(slot: WorkerSlot) -> list[str]:
+            records = job_records(chaos.deployment, namespace, ids)
+            return [i for i, r in records.items() if r and r.get("status") == "running" and r.get("worker") == slot.worker_id]
+
+        wait_for(lambda: len(held_by(frozen)) == len(ids), 120, "the first worker to run every job")
+        chaos.deployment.kill(frozen, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        taker = chaos.deployment.add_worker("late-b", namespace, supervised=False, FAULT_HANG_S="15", **hang)
+        chaos.deployment.wait_ready([taker])
+        wait_for(lambda: bool(held_by(taker)), 120, "the second worker to take a requeued job")
+        taken = set(held_by(taker))
+        chaos.deployment.kill(frozen, signal.SIGCONT)
+        frozen_s = time.monotonic() - frozen_at
+        wait_for(lambda: taken <= refused_ids(frozen, "completion"), 120, "the woken worker's completions to be refused")
+        late = chaos.sizes.late_jobs
+        chaos.conclude(figures, client, Expect(acked=late, done=late), namespace, slots=[frozen, taker])
+        refused = refusals(frozen)
+        applied = set(completions([frozen])) & taken
+        if applied:
+            figures.violations.append(f"the woken worker's stale completions were applied: {sorted(applied)}")
+        twice = {task: n for task, n in completions([frozen, taker]).items() if n > 1}
+        if twice:
+            figures.violations.append(f"completed more than once: {twice}")
+        lost_by_taker = refusals(taker)
+        if sum(lost_by_taker.values()):
+            figures.violations.append(f"the second worker lost a lease or a write to the woken one: {dict(lost_by_taker)}")
+        again = len(set(completions([frozen])))
+        figures.recovery = f"frozen {frozen_s:.0f}s (LEASE_S=3); every job done once ({again} by the woken worker, claimed again)"
+        figures.faults = (
+            f"SIGSTOP/SIGCONT of a worker holding {len(ids)} job(s); refused from it: "
+            + ", ".join(f"{count} {kind}" for kind, count in sorted(refused.items()) if count)
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            chaos.deployment.kill(frozen, signal.SIGCONT)
+        chaos.deployment.retire(frozen)
+        if taker is not None:
+            chaos.deployment.retire(taker)
+    return chaos.finish(figures)
+
+
 # ---- 7. flood ------------------------------------------------------------------------------------
 
 
@@ -888,6 +982,7 @@ SCENARIOS: dict[str, Callable[[Chaos], Figures]] = {
     "S5a": poison_raise,
     "S5b": poison_crash,
     "S6": hung_inference,
+    "S9": late_worker,
     "S2": sigterm,
     "S3b": redis_restart_without_persistence,
     "S3c": replicas_after_data_loss,

@@ -20,6 +20,7 @@ from tests.chaos.scenarios import (
     flood,
     hung_inference,
     kill9,
+    late_worker,
     poison_crash,
     poison_raise,
     redis_restart,
@@ -73,6 +74,10 @@ def test_a_job_that_crashes_its_worker_is_dead_lettered_alone_and_its_batch_mate
 
 def test_a_hung_inference_fails_liveness_and_its_job_finishes_after_the_restart(chaos: Chaos) -> None:
     check(chaos, hung_inference(chaos))
+
+
+def test_a_worker_frozen_past_its_lease_is_refused_when_it_wakes_and_no_job_runs_twice(chaos: Chaos) -> None:
+    check(chaos, late_worker(chaos))
 
 
 def test_sigterm_mid_batch_exits_0_and_loses_nothing(chaos: Chaos) -> None:

@@ -25,7 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
@@ -365,6 +365,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     app.add_exception_handler(Forbidden, forbidden)
     app.add_exception_handler(Exception, unexpected)
     app.add_exception_handler(RedisError, redis_down)
+    app.add_exception_handler(RedisClusterException, redis_down)  # the cluster client's own: an outage too, never a 500
     app.add_exception_handler(QueueFullError, too_many)
     app.add_exception_handler(RateLimitExceeded, too_many)
     app.add_exception_handler(TooManyStreams, too_many_streams)

@@ -20,8 +20,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from redis.exceptions import RedisError
-
 from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
@@ -35,6 +33,7 @@ from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
 from ttsq.store.cache import ResultCache
+from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
@@ -88,9 +87,9 @@ __all__ += [
 
 log = logging.getLogger("ttsq.api")
 
-StoreUnavailable = RedisError
-"""The job store (Redis) cannot be reached: redis-py's own error, named for what it means to a router
-(one that has started a stream ends it with an error event; anywhere else it is a 503)."""
+StoreUnavailable = STORE_ERRORS
+"""The job store (Redis) cannot be reached: redis-py's own errors (its cluster client's included), named for
+what they mean to a router (one that has started a stream ends it with an error event; anywhere else it is a 503)."""
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""
@@ -236,9 +235,9 @@ class TTSService:
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
-        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
-        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
-        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys, queue.clock)
+        self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
+        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys)
         self.rate_limiter = rate_limiter
         self.cache = cache
         self.voices = voices
@@ -274,13 +273,15 @@ class TTSService:
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
         signer = await self.signer()
+        # The job's shard, by its cache key (identical requests meet on one shard: single-flight, the cache); its id names it.
+        shard = self.queue.shards.place(params.cache_key).label
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
                 rate = await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
-                    signer.new(), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
+                    signer.new(shard), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
                 )
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
@@ -298,7 +299,7 @@ class TTSService:
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
         result = await self.queue.enqueue(
-            signer.new(),
+            signer.new(shard),
             params,
             # A joiner would never be called back: the job in flight carries the first submitter's callback.
             single_flight=self.config.single_flight and params.callback_url is None,

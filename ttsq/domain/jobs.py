@@ -89,6 +89,11 @@ class Job(BaseModel):
     cancel_requested: bool = Field(
         default=False, description="Cancelled while running: its result is discarded when its batch ends."
     )
+    claim: int | None = Field(
+        default=None,
+        description="The fencing token of its latest claim (a number that only grows): only the worker holding this "
+        "claim may renew its lease, stream its audio, complete or fail it.",
+    )
 
 
 def draw_seed() -> int:

@@ -32,7 +32,6 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import certifi
@@ -177,7 +176,7 @@ class Deliverer:
     """Delivers due webhooks until stopped (:meth:`run`), beside the API's routes.
 
     ``verify`` is the TLS context for https receivers (certifi's roots by default); ``rng`` draws
-    the jitter. Time comes from the delivery queue's clock.
+    the jitter. Time comes from the delivery queue's clock: Redis's, so the deliverers' hosts need not agree.
     """
 
     def __init__(
@@ -204,9 +203,9 @@ class Deliverer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.outage = RedisOutage(log, "webhook deliveries wait until it is back", resumed="webhook deliveries resume")
 
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self.queue.clock
+    async def now(self) -> float:
+        """Unix seconds by the delivery queue's clock (Redis's ``TIME``; a test's pinned clock)."""
+        return await self.queue.clock.now()
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -294,10 +293,10 @@ class Deliverer:
         """Attempt the claimed delivery, then log it and act on it: done, retry later, or give up."""
         job_id = entry.lease.job_id
         number = entry.lease.attempts + 1
-        started_at = self.clock()
+        started_at = await self.now()
         job = await self.jobs.get(job_id)
         result = await self._attempt(job, number)
-        now = self.clock()
+        now = await self.now()
         if result.delivered:
             record = DeliveryAttempt(number, started_at, AttemptOutcome.DELIVERED, result.status_code, None, result.elapsed_s)
             log.info("webhook for task %s delivered (attempt %d, HTTP %s)", job_id, number, result.status_code)
@@ -377,7 +376,7 @@ class Deliverer:
                 target = await self.guard.check(url)
                 body = json.dumps(webhook_payload(job, self.config.public_url), separators=(",", ":")).encode()
                 headers = {
-                    **self.signer.headers(event_id(job), body, int(self.clock())),
+                    **self.signer.headers(event_id(job), body, int(await self.now())),
                     ATTEMPT_HEADER: str(attempt),
                     "content-type": "application/json",
                     "user-agent": USER_AGENT,
@@ -443,8 +442,11 @@ class Deliverer:
 
     # ---- upkeep: the chores beside the loop (run by ttsq.runtime.upkeep) -------------------------
 
-    async def _renew_leases(self) -> None:
-        """Move every lease in hand forward (every third of a lease, so one missed renewal never loses one)."""
+    async def _renew_leases(self) -> bool:
+        """Move every lease in hand forward (every third of a lease, so one missed renewal never loses one); False
+        when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
+        if not self._inflight:
+            return False
         for entry in list(self._inflight.values()):
             async with entry.lock:
                 if entry.settling:
@@ -455,6 +457,7 @@ class Deliverer:
                     log.warning("webhook lease on task %s was lost; another deliverer may deliver it too", entry.lease.job_id)
                 else:
                     entry.lease = renewed
+        return True
 
     async def _sweep(self) -> None:
         report = await self.queue.sweep()

@@ -7,6 +7,12 @@ different failures apart: a *stalled loop* stops answering at all (the probe tim
 *hung inference* (the executor thread stuck past the job's deadline) answers 503. A Redis outage
 is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
 
+``/readyz`` answers 200 while the worker can take jobs: its model is loaded and warmed, it is not
+stopping, and its last claim reached the queue. A worker whose claims fail — Redis away, or a Redis
+that answers every command with an error (``MOVED`` from a cluster node a plain client was pointed
+at, ``CLUSTERDOWN``, ``NOAUTH``) — is not ready, so an orchestrator never counts a pod that serves no
+job; liveness stays local, so it is not restarted for it either.
+
 API (routes of the app): ``/healthz`` answers while the process serves requests; ``/readyz``
 answers 200 while Redis is reachable — never depending on workers, so an API in front of a pool
 scaled to zero still accepts and queues jobs.
@@ -49,6 +55,8 @@ class HeartbeatRecord:
     ready: bool = False
     stopping: bool = False
     redis_ok: bool = True
+    claim_error: str | None = None
+    """Why the last claim failed (None: it reached the queue, or none was tried yet): readiness fails meanwhile."""
     last_tick: float = field(default_factory=time.time)
     last_heartbeat: float | None = None
     """When the heartbeat was last written to Redis (None: not yet)."""
@@ -89,12 +97,14 @@ def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[
         return JSONResponse(body, status_code=200 if alive else 503)
 
     async def readyz(_: Request) -> JSONResponse:
-        ready = record.ready and not record.stopping
-        body = {
+        claiming = record.claim_error is None
+        ready = record.ready and not record.stopping and claiming
+        body: dict[str, Any] = {
             "status": "ready" if ready else "not ready",
             "model_loaded": record.model_loaded,
             "model": record.model,
             "speaks_noise": record.speaks_noise,
+            "claiming": "ok" if claiming else f"cannot claim jobs: {record.claim_error}",
         }
         if record.speaks_noise:
             body["notice"] = "random-weight test checkpoint: the audio is noise"

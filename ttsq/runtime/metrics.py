@@ -130,6 +130,15 @@ class WorkerMetrics:
             "Jobs run alone because their worker was lost during their last attempt (poison isolation).",
             registry=registry,
         )
+        self.stale = Counter(
+            "ttsq_stale_claims",
+            "Writes the queue refused because this worker's claim on the job was stale (its lease lapsed and the job was "
+            "requeued, perhaps claimed by another worker), by what was refused (renew, stream, completion, failure).",
+            ["refused"],
+            registry=registry,
+        )
+        for refused in ("renew", "stream", "completion", "failure"):
+            self.stale.labels(refused)
         self.batch_limit = Gauge(
             "ttsq_batch_limit", "The largest batch the worker will run now (MAX_BATCH, or less after an OOM).", registry=registry
         )

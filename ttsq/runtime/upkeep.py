@@ -27,7 +27,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import AskError
+
+from ttsq.store.connection import STORE_ERRORS
 
 T = TypeVar("T")
 
@@ -38,8 +40,19 @@ MAX_BACKOFF_S = 10.0
 FIRST_RETRY_S = 0.2
 """The first pause before a write that must land is tried again (:meth:`RedisOutage.persist`)."""
 
-REDIS_ERRORS = (RedisError, OSError)
-"""What a Redis outage raises: redis-py's errors, and the socket's own."""
+REDIS_ERRORS = (*STORE_ERRORS, OSError)
+"""What a Redis outage raises: redis-py's errors (its cluster client's included), and the socket's own."""
+
+
+def describe(exc: BaseException) -> str:
+    """A Redis failure as the operator needs to read it: its kind, what it said, and for a redirection what it means."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, AskError):  # MOVED too (a MovedError is an AskError)
+        text += (
+            " (another Redis Cluster node serves this key: this client is not a cluster client;"
+            " name the cluster with a redis+cluster:// REDIS_URL)"
+        )
+    return text
 
 
 class RedisOutage:
@@ -70,7 +83,7 @@ class RedisOutage:
     def lost(self, what: str, exc: BaseException) -> None:
         """A Redis call failed: warn once per outage, mark it, and hold every pause until Redis is back."""
         if self.ok:
-            self._log.warning("Redis unavailable (%s: %s); %s", what, exc, self._consequence)
+            self._log.warning("Redis unavailable (%s: %s); %s", what, describe(exc), self._consequence)
         self._mark(False)
         self._up.clear()
 
@@ -132,7 +145,9 @@ class Chore:
 
     name: str
     interval_s: float
-    run: Callable[[], Awaitable[None]]
+    run: Callable[[], Awaitable[bool | None]]
+    """One run; it returns False when it called no Redis this time (nothing to renew, a memory chore): its
+    success then says nothing about Redis, and must not end an outage."""
     due: float = 0.0
     """When it runs next (on the upkeep's clock); 0: on the first pass."""
 
@@ -188,13 +203,14 @@ class Upkeep:
     async def run_chore(self, chore: Chore) -> None:
         """One run of ``chore``, under the policy: a failure is reported, and the chore runs again at its next interval."""
         try:
-            await chore.run()
+            touched_redis = await chore.run()
         except REDIS_ERRORS as exc:
             self.outage.lost(chore.name, exc)
         except Exception:  # noqa: BLE001 - a failing chore never ends the upkeep; it runs again at its interval
             self._log.exception("%s failed; trying again in %.1fs", chore.name, chore.interval_s)
         else:
-            self.outage.back()
+            if touched_redis is not False:
+                self.outage.back()
 
     async def stop(self, wait_s: float) -> None:
         """Signal the task to end and wait up to ``wait_s`` for it; cancel it only if it does not."""

@@ -50,7 +50,7 @@ from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
-from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep
+from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import Claim, JobQueue
@@ -151,8 +151,8 @@ class Worker:
     def __init__(self, queue: JobQueue, engine: Engine, config: WorkerConfig, cache: ResultCache | None = None) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
-        self.streams = AudioStreams(queue.redis, queue.keys, queue.config.result_ttl_s)
-        self.heartbeats = Heartbeats(queue.redis, queue.keys, queue.config.heartbeat_ttl_s, queue.clock)
+        self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
+        self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
         self.engine = engine
         self.cache = cache
         self.config = config
@@ -169,8 +169,11 @@ class Worker:
         self._stop_deadline: float | None = None
         self._abandoned = False
         self._in_flight: dict[str, _InFlight] = {}
-        self._running: set[str] = set()
-        """Ids of claimed jobs whose outcome is not stored yet: upkeep renews their leases."""
+        self._running: dict[str, int] = {}
+        """Claimed jobs whose outcome is not stored yet, id → the claim's fencing token: upkeep renews their leases."""
+        self._alone: set[str] = set()
+        """Ids of jobs that must run alone (their last worker was lost) whose outcome is not stored yet: until it is,
+        nothing else is claimed, so a job that kills the process takes no other job's synthesis or storing with it."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._speakers: OrderedDict[int, str] = OrderedDict()
         """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
@@ -332,11 +335,11 @@ class Worker:
             await self._start(await self._claim(room))
 
     def _free_room(self) -> int:
-        """How many more jobs to claim now: none while a job that must run alone is in hand (if it takes
-        the process down, nothing else goes with it) or while a batch of rows already waits for slots,
+        """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
+        stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
         else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
         batcher = self._batcher
-        if batcher is None or any(flight.job.isolate for flight in self._in_flight.values()):
+        if batcher is None or self._alone:
             return 0
         limit = batcher.slot_limit
         self.metrics.batch_limit.set(limit)
@@ -357,6 +360,7 @@ class Worker:
             claim = await self.queue.claim(self.config.worker_id)
             if claim is None:
                 self.outage.back()
+                self.record.claim_error = None
                 return []
             jobs += self._claimed([claim])
             if claim.job.isolate:
@@ -370,10 +374,12 @@ class Worker:
                 await asyncio.sleep(min(0.005, remaining))
         except REDIS_ERRORS as exc:
             self.outage.lost("claim", exc)
+            self.record.claim_error = describe(exc)[:300]
             if not jobs:
                 await self.outage.back_off(self._stop)
             return jobs
         self.outage.back()
+        self.record.claim_error = None
         return jobs
 
     def _claimed(self, claims: list[Claim]) -> list[Job]:
@@ -395,7 +401,9 @@ class Worker:
         if not jobs:
             return
         claimed_at = time.perf_counter()
-        self._running.update(job.id for job in jobs)
+        self._running.update((job.id, _token(job)) for job in jobs)
+        self._alone.update(job.id for job in jobs if job.isolate)
+        jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
         for job, hit in zip(jobs, hits, strict=True):
             if hit is not None:
@@ -407,6 +415,23 @@ class Worker:
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
             self._thread.add(job.id, functools.partial(self._request, job.params), alone=job.isolate)
+
+    def _adopted(self, job: Job) -> bool:
+        """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
+        (the worker stalled past its lease, the sweep requeued the job and nobody else took it): the synthesis
+        under way is that job's, so it goes on under the new claim — its outcome is stored with the new token —
+        instead of starting the job a second time beside itself."""
+        flight = self._in_flight.get(job.id)
+        if flight is None:
+            return False
+        log.warning(
+            "%s claimed again (claim %d) while its lapsed claim %d still runs here: that synthesis goes on under the new claim",
+            job.id,
+            _token(job),
+            _token(flight.job),
+        )
+        flight.job = job
+        return True
 
     async def _from_cache(self, job: Job) -> CachedAudio | None:
         """An identical job may have finished since this one was queued (e.g. on another worker)."""
@@ -476,7 +501,7 @@ class Worker:
         """Publish a piece to the job's Redis stream, in order, without holding up the loop."""
         if flight.pieces is None:
             flight.pieces = asyncio.Queue()
-            flight.publisher = asyncio.create_task(self._publish(flight.job, flight.pieces))
+            flight.publisher = asyncio.create_task(self._publish(flight, flight.pieces))
         flight.pieces.put_nowait(piece)
 
     async def _finish(self, flight: _InFlight) -> None:
@@ -523,8 +548,11 @@ class Worker:
         """Store one job's outcome: its result (and cache entry), or its failure."""
         with context.working_on(job.id):
             await self._store(job, outcome, claimed_at)
-        # Its lease is released with its outcome: renewing it after that would report it lost.
-        self._running.discard(job.id)
+        # Its lease is released with its outcome: renewing it after that would report it lost. Unless the job was
+        # claimed again meanwhile (a stale outcome, refused): the newer claim stays in hand.
+        if self._running.get(job.id) == _token(job):
+            del self._running[job.id]
+            self._alone.discard(job.id)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
@@ -535,27 +563,32 @@ class Worker:
         result = outcome.audio
         stored = await self._persist(
             lambda: self.queue.complete(
-                job.id, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
+                job, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
             )
         )
-        if stored is Completed.DONE:
-            self.metrics.ended("done", job.attempts)
-            self.metrics.audio_seconds.inc(result.duration_s)
-            if not outcome.from_cache and result.duration_s > 0:
-                self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
-            if outcome.first_audio_at is not None:
-                self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
-        elif stored is Failed.FAILED:
-            self.metrics.ended("failed", job.attempts)
-        elif stored is Completed.CANCELLED:
+        if stored is Completed.STALE or stored is Failed.STALE:
+            self._refused(job, "completion")
+            return
+        if stored is Completed.CANCELLED:
             self.metrics.ended("cancelled", job.attempts)
             # The audio stays in the result cache (put above): the work is done, and an identical
             # request later is answered from it; the cancelled task itself never gets it.
             log.info("  ⊘ %s cancelled while it ran: its audio is dropped", job.id)
             return
-        # After completion, so a reader that sees the end of the stream finds the job done (and a
-        # reader waiting on a job that streamed nothing — one chunk — wakes up at once).
-        await self._best_effort(self.streams.end(job.id), "end the audio stream")
+        if stored is Failed.FAILED:
+            self.metrics.ended("failed", job.attempts)
+            log.warning("  ✗ %s attempt %d: its result is over MAX_RESULT_BYTES → failed", job.id, job.attempts)
+            return
+        if stored is not Completed.DONE:
+            if stored is not None:
+                log.info("  ⊘ %s had already ended: this attempt's result is dropped", job.id)
+            return
+        self.metrics.ended("done", job.attempts)
+        self.metrics.audio_seconds.inc(result.duration_s)
+        if not outcome.from_cache and result.duration_s > 0:
+            self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
+        if outcome.first_audio_at is not None:
+            self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
         self.record.jobs_done += 1
         log.info(
             "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
@@ -570,7 +603,12 @@ class Worker:
     async def _record_failure(self, job: Job, error: BaseException) -> None:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
-        outcome = await self._persist(lambda: self.queue.fail(job.id, reason, retryable=retryable, cache_key=job.params.cache_key))
+        outcome = await self._persist(
+            lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key)
+        )
+        if outcome is Failed.STALE:
+            self._refused(job, "failure")
+            return
         if outcome is Failed.RETRY:
             self.metrics.ended("retried", job.attempts)
         elif outcome is Failed.FAILED:
@@ -579,19 +617,29 @@ class Worker:
             self.metrics.ended("cancelled", job.attempts)
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
-    async def _publish(self, job: Job, pieces: asyncio.Queue[Piece | None]) -> None:
+    async def _publish(self, flight: _InFlight, pieces: asyncio.Queue[Piece | None]) -> None:
         """Forward a job's audio pieces to its Redis stream, in order.
 
         Streaming is best effort: a piece that cannot be published is logged and skipped; the
         stored result, written at the end, is what a job owes its client. A retried attempt
-        starts the stream afresh; a first attempt has nothing to clear.
+        starts the stream afresh; a first attempt has nothing to clear. A stale claim (the job was
+        claimed again after this worker's lease lapsed) publishes nothing more; a job this worker claimed again
+        while it ran (:meth:`_adopted`) publishes on under its new claim.
         """
-        fresh = job.attempts <= 1
+        fresh = flight.job.attempts > 1
         while (piece := await pieces.get()) is not None:
-            if not fresh:
-                await self._best_effort(self.streams.reset(job.id), "reset the audio stream")
-                fresh = True
-            await self._best_effort(self.streams.publish(job.id, *piece), "publish audio")
+            job = flight.job
+            try:
+                published = await self.streams.publish(job.id, _token(job), *piece, fresh=fresh)
+            except REDIS_ERRORS as exc:
+                log.warning("could not publish audio: %s", exc)
+                continue
+            fresh = False
+            if not published:
+                self._refused(job, "stream")
+                while await pieces.get() is not None:
+                    pass
+                return
 
     # ---- in the inference thread ------------------------------------------------------------
 
@@ -629,12 +677,17 @@ class Worker:
             log.error("could not store a job outcome before shutdown: %s", exc)
             return None
 
-    @staticmethod
-    async def _best_effort(write: Awaitable[None], what: str) -> None:
-        try:
-            await write
-        except REDIS_ERRORS as exc:
-            log.warning("could not %s: %s", what, exc)
+    def _refused(self, job: Job, what: str) -> None:
+        """The queue refused this worker's write: its claim on ``job`` is stale (fencing). Counted and logged."""
+        self.metrics.stale.labels(what).inc()
+        log.warning(
+            "  ⊘ %s attempt %d: %s refused, claim %d is stale (the lease lapsed and the job was requeued, perhaps "
+            "claimed by another worker); nothing of this attempt was applied",
+            job.id,
+            job.attempts,
+            what,
+            _token(job),
+        )
 
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok
@@ -658,27 +711,46 @@ class Worker:
             self._systemd.notify(f"STATUS=unhealthy: {reason}")
         self._was_alive = alive
 
-    async def _release_when_idle(self) -> None:
-        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free)."""
+    async def _release_when_idle(self) -> bool:
+        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free).
+        False: it calls no Redis (see :class:`ttsq.runtime.upkeep.Chore`)."""
         if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_step_at):
             await asyncio.wrap_future(self._thread.call(self.engine.release_memory))
+        return False
 
     async def _beat(self) -> None:
         await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
         self.record.last_heartbeat = time.time()
 
-    async def _renew_leases(self) -> None:
-        renewed = await self.queue.renew_leases(self.config.worker_id, list(self._running))
-        for job_id in renewed.lost & self._running:
-            log.warning("lease on %s was lost; another worker may run it too", job_id)
+    async def _renew_leases(self) -> bool:
+        """Renew every lease in hand; False when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
+        if not self._running:
+            return False
+        renewed = await self.queue.renew_leases(dict(self._running))
+        for job_id in renewed.lost & self._running.keys():
+            self.metrics.stale.labels("renew").inc()
+            log.warning(
+                "lease on %s (claim %d) was lost: it lapsed and the job went back to the queue, perhaps to another "
+                "worker; this worker's outcome for it will be refused",
+                job_id,
+                self._running[job_id],
+            )
         for job_id in renewed.cancelling & self._in_flight.keys():
             # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
             # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
             self._thread.cancel(job_id)
             self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
+        return True
 
     async def _sweep(self) -> None:
         await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
+
+
+def _token(job: Job) -> int:
+    """A claimed job's fencing token (``claim.lua`` sets it on every claim)."""
+    if job.claim is None:
+        raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
+    return job.claim
 
 
 def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 Scope = Literal["tts", "admin", "metrics"]
@@ -76,7 +76,7 @@ def _digest(key: str) -> str:
 
 
 class ApiKeyStore:
-    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.keys = keys
         self.clock = clock

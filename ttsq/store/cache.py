@@ -28,10 +28,9 @@ from typing import Literal
 
 import aiofiles
 import aiofiles.os
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ttsq.store.keys import Keys
+from ttsq.store.connection import STORE_ERRORS, RedisClient
+from ttsq.store.keys import Shards
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,8 @@ class CacheConfig:
 
     enabled: bool
     namespace: str
+    shards: int
+    """Queue shards: an L2 entry lives on the shard its cache key places jobs on (so entries spread over a cluster)."""
     l1_max_bytes: int
     l2_ttl_s: int
     l2_max_entry_bytes: int
@@ -251,13 +252,17 @@ def _mtime(path: Path) -> float:
 class ResultCache:
     """The three levels behind one get/put. ``redis`` is the cache's Redis (may be the queue's)."""
 
-    def __init__(self, redis: Redis, config: CacheConfig) -> None:
+    def __init__(self, redis: RedisClient, config: CacheConfig) -> None:
         self.redis = redis
         self.config = config
-        self.keys = Keys(config.namespace)
+        self.shards = Shards(config.namespace, config.shards)
         self.stats = CacheStats()
         self.l1 = MemoryLRU(config.l1_max_bytes)
         self.l3 = DiskCache(config.l3_dir, config.l3_max_bytes) if config.l3_dir is not None else None
+
+    def l2_key(self, key: str) -> str:
+        """Where an entry lives in Redis (L2): on the shard its cache key places jobs on."""
+        return self.shards.place(key).cache(key)
 
     async def get(self, key: str) -> CachedAudio | None:
         hit = await self.find(key)
@@ -302,8 +307,8 @@ class ResultCache:
 
     async def _get_l2(self, key: str) -> CachedAudio | None:
         try:
-            blob = await self.redis.get(self.keys.cache(key))
-        except (RedisError, OSError) as exc:
+            blob = await self.redis.get(self.l2_key(key))
+        except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache read failed: %s", exc)
             return None
         if not isinstance(blob, bytes):
@@ -318,8 +323,8 @@ class ResultCache:
         if len(blob) > self.config.l2_max_entry_bytes:
             return
         try:
-            await self.redis.set(self.keys.cache(key), blob, ex=self.config.l2_ttl_s)
-        except (RedisError, OSError) as exc:
+            await self.redis.set(self.l2_key(key), blob, ex=self.config.l2_ttl_s)
+        except (*STORE_ERRORS, OSError) as exc:
             log.warning("L2 cache write failed: %s", exc)
             return
         self.stats.puts["l2"] += 1

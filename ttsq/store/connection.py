@@ -1,9 +1,18 @@
 """Connecting to Redis the same way in every process, and checking that it will not lose jobs.
 
+``REDIS_URL``'s scheme says what Redis is there:
+
+* ``redis://`` / ``rediss://`` (TLS): one server (or a provider's single endpoint);
+* ``redis+cluster://`` / ``rediss+cluster://``: a Redis Cluster, named by one or more of its nodes
+  (``redis+cluster://user:password@host1:6379,host2:6379``): redis-py's ``RedisCluster`` follows its
+  slots, ``MOVED``/``ASK`` redirections and failovers. Every key ttsq uses carries a hash tag, so each
+  script's keys live in one slot (:mod:`ttsq.store.keys`).
+
 The socket timeout bounds every command, so a dead Redis surfaces as an error within seconds
 instead of hanging a request; blocking reads stay shorter than it (validated in settings).
 Retries are few and short: the API turns a Redis outage into ``503 Retry-After`` rather than
-holding the client while it waits.
+holding the client while it waits. :data:`STORE_ERRORS` is what an outage raises, the cluster
+client's own exceptions (``RedisClusterException`` is not a ``RedisError``) included.
 """
 
 from __future__ import annotations
@@ -11,13 +20,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+RedisClient = Redis | RedisCluster
+"""A connection to one Redis server or to a Redis Cluster: every store module takes either."""
+
+STORE_ERRORS = (RedisError, RedisClusterException)
+"""What a Redis outage raises: redis-py's errors, and the cluster client's own (not ``RedisError``s)."""
+
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+"""URL schemes that name a Redis Cluster, and whether they speak TLS."""
 
 
 @dataclass(frozen=True)
@@ -32,17 +53,47 @@ class RedisConfig:
     """Quick retries of a command after a connection error or a timeout, before the error surfaces."""
 
 
-def create_redis(config: RedisConfig) -> Redis:
-    """A client with bytes replies (audio is binary), bounded timeouts and a few quick retries."""
-    return Redis.from_url(
-        config.url,
-        decode_responses=False,
-        socket_timeout=config.socket_timeout_s,
-        socket_connect_timeout=config.connect_timeout_s,
-        max_connections=config.max_connections,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), config.retries),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        health_check_interval=30,
+def create_redis(config: RedisConfig) -> RedisClient:
+    """A client with bytes replies (audio is binary), bounded timeouts and a few quick retries; a cluster
+    client when the URL names a Redis Cluster."""
+    common: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_timeout": config.socket_timeout_s,
+        "socket_connect_timeout": config.connect_timeout_s,
+        "max_connections": config.max_connections,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), config.retries),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+    }
+    scheme = urlsplit(config.url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        return _cluster(config.url, tls=CLUSTER_SCHEMES[scheme], **common)
+    return Redis.from_url(config.url, health_check_interval=30, **common)
+
+
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
+    """The seed nodes (host, port), user name and password of a ``redis+cluster://`` URL."""
+    rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    credentials, _, hosts = rest.rpartition("@")
+    username, _, password = credentials.partition(":")
+    nodes = []
+    for address in hosts.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a cluster URL names nodes as host:port, comma-separated; got {address!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes, unquote(username) or None, unquote(password) or None
+
+
+def _cluster(url: str, *, tls: bool, **common: Any) -> RedisCluster:
+    """redis-py's cluster client on the URL's seed nodes: it learns the slots from them, follows ``MOVED`` and
+    ``ASK``, and relearns the slots after a failover (its own retries, then ours: the caller backs off)."""
+    nodes, username, password = cluster_nodes(url)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        username=username,
+        password=password,
+        ssl=tls,
+        **common,
     )
 
 
@@ -64,16 +115,29 @@ class EvictionCheck:
     """What to tell the operator; None when there is nothing to say."""
 
 
-async def check_eviction_policy(redis: Redis) -> EvictionCheck:
+async def _policies(redis: RedisClient) -> list[str]:
+    """``maxmemory-policy`` of the server, or of every master of a cluster (each holds part of the queue)."""
+    if isinstance(redis, RedisCluster):
+        await redis.initialize()
+        replies = [await redis.config_get("maxmemory-policy", target_nodes=node) for node in redis.get_primaries()]
+    else:
+        replies = [await redis.config_get("maxmemory-policy")]
+    policies = []
+    for reply in replies:
+        values = list(reply.values()) if reply else []
+        policies.append(values[0].decode() if values and isinstance(values[0], bytes) else str(values[0]) if values else "unknown")
+    return policies
+
+
+async def check_eviction_policy(redis: RedisClient) -> EvictionCheck:
     """Read ``maxmemory-policy`` once at start-up; the caller decides whether to refuse to run."""
     try:
-        reply = await redis.config_get("maxmemory-policy")
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        policies = await _policies(redis)
+    except (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError) as exc:
         return EvictionCheck(EvictionRisk.UNREACHABLE, f"cannot reach Redis at start-up ({exc}); will keep retrying")
     except RedisError as exc:
         return EvictionCheck(EvictionRisk.UNKNOWN, f"cannot read Redis maxmemory-policy ({exc}); make sure it is 'noeviction'")
-    values = list(reply.values()) if reply else []
-    policy = values[0].decode() if values and isinstance(values[0], bytes) else str(values[0]) if values else "unknown"
+    policy = next((policy for policy in policies if policy != "noeviction"), "noeviction")
     if policy == "noeviction":
         return EvictionCheck(EvictionRisk.NONE, None)
     return EvictionCheck(
@@ -94,7 +158,7 @@ def enforce_eviction_policy(check: EvictionCheck, *, require_noeviction: bool) -
         raise UnsafeRedisError(check.message)
 
 
-async def verify_redis(redis: Redis, *, require_noeviction: bool, warn: Callable[[str], object]) -> EvictionCheck:
+async def verify_redis(redis: RedisClient, *, require_noeviction: bool, warn: Callable[[str], object]) -> EvictionCheck:
     """The start-up check both processes run: report any risk through ``warn``, refuse to run if required."""
     check = await check_eviction_policy(redis)
     if check.message is not None:

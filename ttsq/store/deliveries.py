@@ -19,27 +19,27 @@ It is the job queue's reliable-queue pattern again, for a job's completion notic
 Deliveries are at least once: a deliverer that dies after the receiver answered but before the
 acknowledgement causes a second POST with the same ``ttsq-event-id``. Once the log ends in a final
 record (delivered or given up), any further claim of that id is dropped without a POST.
-Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+Leases run on Redis's clock (:mod:`ttsq.store.clock`): the scripts set each deadline themselves and hand
+it back as the holder's token, and the deliverer asks Redis for "now" (:meth:`RedisClock.now`) when it
+schedules a retry, so no deliverer's host clock decides when a lease lapses or a retry is due.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from ttsq.store.keys import Keys
+from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
+from ttsq.store.keys import Keys, Shards
 from ttsq.store.replies import DeliverySweep, Leased, LeaseReply, Settled, renewed, text
-
-Clock = Callable[[], float]
-"""Unix seconds; ``time.time`` in production, a settable value in tests."""
 
 LOG_MAX = 100
 """Most attempt records kept per job (the newest); a day of capped backoff is far fewer."""
@@ -54,6 +54,8 @@ class DeliveryConfig:
 
     namespace: str
     """Hash tag of every key (``REDIS_NAMESPACE``), as the job queue's."""
+    shards: int
+    """The job queue's shards (``QUEUE_SHARDS``): a job's deliveries live on its shard."""
     lease_s: float
     """How long a claimed delivery stays with its deliverer without a renewal (``WEBHOOK_LEASE_S``)."""
     result_ttl_s: int
@@ -162,58 +164,71 @@ class DeliveryDepths:
     delayed: int
 
 
-def _script(redis: Redis, name: str) -> AsyncScript:
-    return redis.register_script(files("ttsq.store").joinpath("lua", f"{name}.lua").read_text())
+def _script(redis: RedisClient, name: str, *, timed: bool = True) -> AsyncScript:
+    lua = files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
+    return redis.register_script((clock_lua() + "\n" if timed else "") + lua)
 
 
 class DeliveryQueue:
     """Delivery-queue semantics over one Redis connection pool (``decode_responses=False``)."""
 
-    def __init__(self, redis: Redis, config: DeliveryConfig, clock: Clock = time.time) -> None:
+    def __init__(self, redis: RedisClient, config: DeliveryConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
-        self.keys = Keys(config.namespace)
-        self.clock = clock
+        self.shards = Shards(config.namespace, config.shards)
+        self.keys = self.shards.home
+        self.clock = RedisClock(redis, clock, self.keys.deliveries)
+        self._turn = 0
+        """Redis's clock (a test may pin it)."""
         self._lease = _script(redis, "deliveries_lease")
         self._renew = _script(redis, "deliveries_renew")
-        self._settle = _script(redis, "deliveries_settle")
+        self._settle = _script(redis, "deliveries_settle", timed=False)
         self._sweep = _script(redis, "deliveries_sweep")
 
     async def claim(self, holder: str, block_s: float) -> DeliveryLease | None:
         """Wait up to ``block_s`` (0: do not wait) for a due delivery and lease it to ``holder``.
 
-        Ids with nothing left to deliver (already delivered, given up, task expired) are dropped
-        here and the claim answers None, as when nothing is due.
+        Every shard's deliveries are looked at in turn (without waiting), then one shard is waited on for a
+        share of ``block_s``. Ids with nothing left to deliver (already delivered, given up, task expired) are
+        dropped here and the claim answers None, as when nothing is due.
         """
-        if block_s > 0:
+        self._turn = (self._turn + 1) % self.shards.count
+        rotation = self.shards.all[self._turn :] + self.shards.all[: self._turn]
+        raw = None
+        for keys in rotation:
+            raw = await self.redis.lmove(keys.deliveries, keys.deliveries_processing, "RIGHT", "LEFT")
+            if raw is not None:
+                break
+        if raw is None and block_s > 0:
+            keys = rotation[0]
             # Redis takes fractional block timeouts; redis-py's annotation says int.
-            raw = await self.redis.blmove(self.keys.deliveries, self.keys.deliveries_processing, block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
-        else:
-            raw = await self.redis.lmove(self.keys.deliveries, self.keys.deliveries_processing, "RIGHT", "LEFT")
+            wait = block_s / self.shards.count
+            raw = await self.redis.blmove(keys.deliveries, keys.deliveries_processing, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
         if raw is None:
             return None
         job_id = text(raw)
-        deadline = self.clock() + self.config.lease_s
-        reply = LeaseReply.parse(await self._lease(keys=self._lease_keys(job_id), args=[job_id, deadline]))
-        if reply.leased is not Leased.LEASED:
+        args: list[Any] = [job_id, self.clock.arg(), self.config.lease_s]
+        reply = LeaseReply.parse(await self._lease(keys=self._lease_keys(job_id), args=args))
+        if reply.leased is not Leased.LEASED or reply.deadline is None:
             return None
-        return DeliveryLease(job_id=job_id, holder=holder, deadline=deadline, attempts=reply.attempts)
+        return DeliveryLease(job_id=job_id, holder=holder, deadline=reply.deadline, attempts=reply.attempts)
 
     def _lease_keys(self, job_id: str) -> list[str]:
-        """What the lease and settle scripts touch: the claim, the lease, a retry's slot, the log, the job."""
+        """What the lease and settle scripts touch, on the job's shard: the claim, the lease, a retry's slot, the log, the job."""
+        keys = self.shards.of(job_id)
         return [
-            self.keys.deliveries_processing,
-            self.keys.delivery_leases,
-            self.keys.deliveries_delayed,
-            self.keys.delivery_log(job_id),
-            self.keys.job(job_id),
+            keys.deliveries_processing,
+            keys.delivery_leases,
+            keys.deliveries_delayed,
+            keys.delivery_log(job_id),
+            keys.job(job_id),
         ]
 
     async def renew(self, lease: DeliveryLease) -> DeliveryLease | None:
         """Move the lease forward; the new lease (new token) is returned, None if it was lost."""
-        deadline = self.clock() + self.config.lease_s
-        reply = await self._renew(keys=[self.keys.delivery_leases], args=[lease.job_id, lease.deadline, deadline])
-        if not renewed(reply):
+        args: list[Any] = [lease.job_id, repr(lease.deadline), self.clock.arg(), self.config.lease_s]
+        deadline = renewed(await self._renew(keys=[self.shards.of(lease.job_id).delivery_leases], args=args))
+        if deadline is None:
             return None
         return DeliveryLease(job_id=lease.job_id, holder=lease.holder, deadline=deadline, attempts=lease.attempts)
 
@@ -240,7 +255,7 @@ class DeliveryQueue:
             keys=self._lease_keys(lease.job_id),
             args=[
                 lease.job_id,
-                lease.deadline,
+                repr(lease.deadline),
                 record.to_json(),
                 "" if retry_at is None else retry_at,
                 LOG_MAX,
@@ -249,23 +264,35 @@ class DeliveryQueue:
         )
         return Settled.parse(reply)
 
-    async def sweep(self, now: float | None = None) -> DeliverySweep:
-        """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries."""
-        reply = await self._sweep(
-            keys=[self.keys.delivery_leases, self.keys.deliveries_processing, self.keys.deliveries, self.keys.deliveries_delayed],
-            args=[self.clock() if now is None else now, self.config.lease_s, _PROMOTE_LIMIT],
-        )
-        return DeliverySweep.parse(reply)
+    async def sweep(self) -> DeliverySweep:
+        """Requeue lapsed leases, grace-lease ids claimed but never leased, release due retries — on every shard."""
+
+        async def one(keys: Keys) -> DeliverySweep:
+            reply = await self._sweep(
+                keys=[keys.delivery_leases, keys.deliveries_processing, keys.deliveries, keys.deliveries_delayed],
+                args=[self.clock.arg(), self.config.lease_s, _PROMOTE_LIMIT],
+            )
+            return DeliverySweep.parse(reply)
+
+        reports = await asyncio.gather(*(one(keys) for keys in self.shards.all))
+        return DeliverySweep(*(sum(getattr(report, name) for report in reports) for name in ("requeued", "orphans", "promoted")))
 
     async def log(self, job_id: str) -> list[DeliveryAttempt]:
         """The job's delivery attempts, oldest first (empty: none finished yet, or it has no webhook)."""
-        raw = await self.redis.lrange(self.keys.delivery_log(job_id), 0, -1)
+        raw = await self.redis.lrange(self.shards.of(job_id).delivery_log(job_id), 0, -1)
         return [DeliveryAttempt.from_json(item) for item in raw]
 
     async def depths(self) -> DeliveryDepths:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(self.keys.deliveries)
-            pipe.llen(self.keys.deliveries_processing)
-            pipe.zcard(self.keys.deliveries_delayed)
-            due, in_flight, delayed = await pipe.execute()
-        return DeliveryDepths(int(due), int(in_flight), int(delayed))
+        """Due, in flight and delayed deliveries, summed over the shards."""
+
+        async def one(keys: Keys) -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.llen(keys.deliveries)
+                pipe.llen(keys.deliveries_processing)
+                pipe.zcard(keys.deliveries_delayed)
+                result: list[Any] = await pipe.execute()
+            return result
+
+        shards = await asyncio.gather(*(one(keys) for keys in self.shards.all))
+        due, in_flight, delayed = (sum(int(shard[n]) for shard in shards) for n in range(3))
+        return DeliveryDepths(due, in_flight, delayed)

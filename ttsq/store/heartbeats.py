@@ -1,22 +1,24 @@
 """Workers' heartbeats: who is alive in the pool, for readiness, metrics and the queue's wait estimates.
 
 Each worker writes its record (:class:`ttsq.runtime.health.HeartbeatRecord`, as JSON) every
-``HEARTBEAT_INTERVAL_S`` under a key that expires after ``HEARTBEAT_TTL_S``, and its last beat's time
-in the :attr:`Keys.workers` sorted set. A worker counts as live while its last beat is younger than the
-TTL; the scripts that queue jobs read the same set (``enqueue.lua`` spreads its wait estimate over the
-live workers). Time comes from an injectable clock, as in :mod:`ttsq.store.queue`.
+``HEARTBEAT_INTERVAL_S`` under a key on the home shard that expires after ``HEARTBEAT_TTL_S``, and the
+time of its beat in every queue shard's :attr:`Keys.workers` sorted set (the enqueue script of each
+shard spreads its wait estimate over the live workers it counts there). A worker counts as live while
+its last beat is younger than the TTL. Every beat is timed by the shard's Redis clock
+(:mod:`ttsq.store.clock`), so a worker on a host whose clock runs ahead or behind is neither counted
+dead nor kept alive for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
-from collections.abc import Callable
+from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
-
-from ttsq.store.keys import Keys
+from ttsq.store.clock import RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
+from ttsq.store.keys import Shards
 
 FORGET_AFTER_TTLS = 10
 """A worker silent for this many TTLs leaves the set altogether (it stopped counting long before)."""
@@ -25,31 +27,34 @@ FORGET_AFTER_TTLS = 10
 class Heartbeats:
     """The pool's heartbeats over one Redis connection pool; ``ttl_s`` is ``HEARTBEAT_TTL_S``."""
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisClient, shards: Shards, ttl_s: int, clock: RedisClock) -> None:
         self.redis = redis
-        self.keys = keys
+        self.shards = shards
+        self.keys = shards.home
         self.ttl_s = ttl_s
         self.clock = clock
+        self._beat = redis.register_script(clock_lua() + "\n" + files("ttsq.store").joinpath("lua", "heartbeat.lua").read_text())
 
     async def write(self, worker_id: str, record: dict[str, Any]) -> None:
-        """One beat: the worker's record (expiring after the TTL) and the time of its beat."""
-        now = self.clock()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(self.keys.worker(worker_id), json.dumps(record), ex=self.ttl_s)
-            pipe.zadd(self.keys.workers, {worker_id: now})
-            pipe.zremrangebyscore(self.keys.workers, "-inf", now - FORGET_AFTER_TTLS * self.ttl_s)
-            await pipe.execute()
+        """One beat: the worker's record (expiring after the TTL) and the time of its beat, on every shard."""
+        record_json = json.dumps(record)
+        forget_after = FORGET_AFTER_TTLS * self.ttl_s
+
+        async def beat(index: int) -> None:
+            keys = self.shards.all[index]
+            declared = [keys.workers, keys.worker(worker_id)] if index == 0 else [keys.workers]
+            await self._beat(keys=declared, args=[worker_id, self.clock.arg(), forget_after, record_json, self.ttl_s])
+
+        await asyncio.gather(*(beat(index) for index in range(self.shards.count)))
 
     async def remove(self, worker_id: str) -> None:
         """A worker that stops says so at once, rather than counting as live for another TTL."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self.keys.worker(worker_id))
-            pipe.zrem(self.keys.workers, worker_id)
-            await pipe.execute()
+        await self.redis.delete(self.keys.worker(worker_id))
+        await asyncio.gather(*(self.redis.zrem(keys.workers, worker_id) for keys in self.shards.all))
 
-    def live_since(self) -> float:
-        """The oldest beat that still counts as live (a score of :attr:`Keys.workers`)."""
-        return self.clock() - self.ttl_s
+    async def live_since(self) -> float:
+        """The oldest beat that still counts as live (a score of the home shard's :attr:`Keys.workers`)."""
+        return await self.clock.now() - self.ttl_s
 
     async def live_count(self) -> int:
-        return int(await self.redis.zcount(self.keys.workers, self.live_since(), "+inf"))
+        return int(await self.redis.zcount(self.keys.workers, await self.live_since(), "+inf"))

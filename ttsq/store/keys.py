@@ -1,19 +1,70 @@
-"""Every Redis key name ttsq uses, in one place.
+"""Every Redis key name ttsq uses, in one place; and the queue's shards.
 
-All keys share the hash tag ``{namespace}`` so that they live in one Redis Cluster slot: the queue's
-multi-key operations (BLMOVE between two lists, the Lua scripts) require that.
+Every key carries a hash tag, so that every script's keys live in one Redis Cluster slot: the queue's
+multi-key operations (the Lua scripts) require that. With one shard (``QUEUE_SHARDS=1``, the
+default) every key shares the namespace's tag, ``{ttsq}``. With N shards the queue is N queues:
+shard 0 keeps ``{ttsq}``, shard *i* has ``{ttsq:<label>}``, and a job lives whole on one shard (its
+record, result, stream, lease, single-flight marker, its owner's count there, its webhook's delivery).
+What is one per deployment — API keys, voices, the task-id secret, rate buckets, workers' records —
+stays on shard 0, the *home* shard.
+
+A shard's label is chosen so that the shards' slots spread evenly over the slot space: shard 0's
+``{ttsq}`` falls in one of N equal slot ranges, and shard *i* takes the first label (1, 2, 3, …) whose
+slot falls in the *i*-th of the others. A cluster whose masters split the slots evenly (``redis-cli
+--cluster create``, managed services) then serves each shard from another master, as far as there
+are masters. A job's id names its shard's label (:func:`shard_label`), so a task is found whatever
+the shard count is now.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
+
+from redis.crc import key_slot
+
+SLOTS = 16384
+"""A Redis Cluster's hash slots."""
+
+
+def shard_label(job_id: str) -> str:
+    """The shard label a job id names ('' for shard 0): a task id is ``<uuid>_<label>.<tag>`` (signed whole)."""
+    head = job_id.split(".", 1)[0]
+    return head.partition("_")[2]
+
+
+def _slot(tag: str) -> int:
+    return int(key_slot(tag.encode()))
+
+
+def spread_labels(namespace: str, count: int) -> list[str]:
+    """The labels of shards 1 … count-1: each the first unused number whose slot falls in the next of the equal slot
+    ranges that shard 0's tag (the namespace) does not fall in."""
+    if count <= 1:
+        return []
+    ranges = [(index * SLOTS // count, (index + 1) * SLOTS // count) for index in range(count)]
+    home = next(index for index, (start, end) in enumerate(ranges) if start <= _slot(namespace) < end)
+    labels: list[str] = []
+    candidate = 0
+    for start, end in (span for index, span in enumerate(ranges) if index != home):
+        candidate = 1
+        while str(candidate) in labels or not start <= _slot(f"{namespace}:{candidate}") < end:
+            candidate += 1
+        labels.append(str(candidate))
+    return labels
+
 
 class Keys:
-    """Key builder for one namespace (``ttsq`` → keys look like ``{ttsq}:queue``)."""
+    """Key builder for one shard of a namespace (``ttsq`` → keys look like ``{ttsq}:queue``; shard label ``7`` →
+    ``{ttsq:7}:queue``)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, label: str = "") -> None:
         if not namespace or any(c in namespace for c in "{}: "):
             raise ValueError(f"invalid Redis namespace {namespace!r}")
-        self.prefix = f"{{{namespace}}}:"
+        if label and not label.isdigit():
+            raise ValueError(f"invalid shard label {label!r}")
+        self.label = label
+        self.prefix = f"{{{namespace}:{label}}}:" if label else f"{{{namespace}}}:"
 
     @property
     def queue(self) -> str:
@@ -22,13 +73,22 @@ class Keys:
 
     @property
     def processing(self) -> str:
-        """List of claimed job ids (running, or moved by BLMOVE and about to start)."""
+        """List of claimed job ids (running; an id an older release moved here and never started is swept back)."""
         return self.prefix + "processing"
 
     @property
     def leases(self) -> str:
         """Sorted set of running job ids scored by their lease deadline (Unix seconds); the sweep requeues lapsed ones."""
         return self.prefix + "leases"
+
+    @property
+    def claims(self) -> str:
+        """Counter of claims ever made: each claim takes the next number as its fencing token (see ``claim.lua``)."""
+        return self.prefix + "claims"
+
+    def claim_record(self, worker_id: str) -> str:
+        """A worker's last claim (its request id and the jobs it got), so a repeated claim answers the same jobs."""
+        return f"{self.prefix}claim:{worker_id}"
 
     @property
     def sweep_lock(self) -> str:
@@ -131,3 +191,44 @@ class Keys:
     def voices(self) -> str:
         """Hash of registered voices: name → JSON record."""
         return self.prefix + "voices"
+
+
+class Shards:
+    """The queue's ``count`` shards of ``namespace``: where a job goes, and where a job id says it is."""
+
+    def __init__(self, namespace: str, count: int) -> None:
+        if count < 1:
+            raise ValueError("a queue has at least one shard")
+        self.namespace = namespace
+        self.all = [Keys(namespace), *(Keys(namespace, label) for label in spread_labels(namespace, count))]
+        """Every shard's keys, shard 0 (the home shard) first."""
+        self._by_label = {keys.label: keys for keys in self.all}
+
+    @property
+    def home(self) -> Keys:
+        """Shard 0: the job queue's first shard, and what is one per deployment."""
+        return self.all[0]
+
+    @property
+    def count(self) -> int:
+        return len(self.all)
+
+    def of(self, job_id: str) -> Keys:
+        """The shard a job id names (shard 0 when it names none), also one no longer in use.
+
+        An id whose label no shard could have (not ASCII digits: a caller's typo, a fuzzer's ``_\\x18``) names none: it is
+        looked up on shard 0 and not found there, a 404, where building its keys would raise (a 500)."""
+        label = shard_label(job_id)
+        if not (label.isascii() and label.isdigit()):
+            return self.home
+        known = self._by_label.get(label)
+        return known if known is not None else Keys(self.namespace, label)
+
+    def place(self, cache_key: str | None) -> Keys:
+        """Where a new job goes: by its cache key (so identical requests meet on one shard: single-flight and the
+        cache), else anywhere."""
+        if self.count == 1:
+            return self.home
+        if cache_key is None:
+            return random.choice(self.all)
+        return self.all[int.from_bytes(hashlib.sha256(cache_key.encode()).digest()[:8], "big") % self.count]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ class RedisServer:
     workdir: Path
     binary: str
     persist: bool = False
+    args: tuple[str, ...] = ()
+    """More ``redis-server`` arguments (a cluster node's, a replica's), kept for :meth:`restart`."""
 
     @property
     def url(self) -> str:
@@ -51,10 +54,10 @@ class RedisServer:
 
     def restart(self) -> None:
         """Start it again on the same port (after :meth:`stop`), e.g. after an outage test."""
-        self.process = _spawn(self.binary, self.port, self.workdir, self.persist)
+        self.process = _spawn(self.binary, self.port, self.workdir, self.persist, self.args)
 
 
-def _spawn(binary: str, port: int, workdir: Path, persist: bool) -> subprocess.Popen[bytes]:
+def _spawn(binary: str, port: int, workdir: Path, persist: bool, args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [
             binary,
@@ -64,6 +67,7 @@ def _spawn(binary: str, port: int, workdir: Path, persist: bool) -> subprocess.P
             "--appendonly", "yes" if persist else "no",
             "--dir", str(workdir),
             "--maxmemory-policy", "noeviction",
+            *args,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -82,13 +86,17 @@ def _spawn(binary: str, port: int, workdir: Path, persist: bool) -> subprocess.P
             time.sleep(0.02)
 
 
-def start_redis_server(workdir: Path, *, binary: str | None = None, port: int | None = None, persist: bool = False) -> RedisServer:
+def start_redis_server(
+    workdir: Path, *, binary: str | None = None, port: int | None = None, persist: bool = False, args: Sequence[str] = ()
+) -> RedisServer:
     """Start a redis-server (on a free port unless one is given) and wait until it answers.
 
     ``persist`` turns the append-only file on, so data (queued jobs, voices) survives a restart of
-    the server itself; test servers leave it off.
+    the server itself; test servers leave it off. ``args`` are more server arguments (a cluster
+    node's: :mod:`ttsq.store.local_topology`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     chosen = binary or bundled_redis_server()
     chosen_port = port or free_port()
-    return RedisServer(chosen_port, _spawn(chosen, chosen_port, workdir, persist), workdir, chosen, persist)
+    extra = tuple(args)
+    return RedisServer(chosen_port, _spawn(chosen, chosen_port, workdir, persist, extra), workdir, chosen, persist, extra)

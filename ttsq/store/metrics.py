@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
 
 from ttsq.store.cache import LEVELS, ResultCache
+from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import JobQueue
 
 
@@ -58,7 +58,13 @@ class QueueGauges:
     def __init__(self, registry: CollectorRegistry, queue: JobQueue, timeout_s: float) -> None:
         self.queue = queue
         self.timeout_s = timeout_s
-        self.depth = Gauge("ttsq_queue_depth", "Jobs waiting in the queue.", registry=registry)
+        self.depth = Gauge("ttsq_queue_depth", "Jobs waiting in the queue (every shard).", registry=registry)
+        self.shard_depth = Gauge(
+            "ttsq_queue_shard_depth",
+            "Jobs waiting in each queue shard (QUEUE_SHARDS; 0 is the home shard).",
+            ["shard"],
+            registry=registry,
+        )
         self.depth_limit = Gauge("ttsq_queue_depth_limit", "MAX_QUEUE_DEPTH: submits get 429 at this depth.", registry=registry)
         self.processing = Gauge("ttsq_jobs_processing", "Jobs claimed by a worker and not finished.", registry=registry)
         self.delayed = Gauge("ttsq_jobs_retry_waiting", "Failed attempts waiting out their retry backoff.", registry=registry)
@@ -71,11 +77,13 @@ class QueueGauges:
         try:
             async with asyncio.timeout(self.timeout_s):
                 snapshot = await self.queue.snapshot()
-        except (RedisError, OSError, TimeoutError):
+        except (*STORE_ERRORS, OSError, TimeoutError):
             self.redis_up.set(0)
             return
         self.redis_up.set(1)
         self.depth.set(snapshot.queued)
+        for index, queued in enumerate(snapshot.queued_by_shard):
+            self.shard_depth.labels(str(index)).set(queued)
         self.processing.set(snapshot.processing)
         self.delayed.set(snapshot.delayed)
         self.dead.set(snapshot.dead_letters)

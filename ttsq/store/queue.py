@@ -4,9 +4,15 @@ Design (the "reliable queue" pattern):
 
 * **enqueue** records the job (``SET NX``) and ``LPUSH``-es its id in one script, so a retried
   enqueue (a lost reply, a client retry) never creates a second job.
-* **claim** moves an id with ``BLMOVE`` from the queue into a processing list, then a script
-  counts the attempt, marks the job running and grants a *lease*: a deadline in the ``leases``
-  sorted set. The worker moves its deadlines forward while inference runs.
+* **claim** is one script: it moves ids from the queue into a processing list, counts each one's
+  attempt, marks it running and grants a *lease* (a deadline in the ``leases`` sorted set) under a
+  *fencing token* (the next number of a counter, kept on the job). The worker moves its deadlines
+  forward while inference runs; renewing, streaming, completing and failing all name the token, and
+  a stale one (the lease lapsed and the job was requeued, perhaps claimed by another worker) is
+  refused, so a worker that wakes after a long stall changes nothing. A claim is safe to repeat: the
+  script keeps its answer under the caller's request id, so a retry whose first answer was lost gets
+  the same jobs, never more; when the queue is empty, the worker waits with a ``BLMOVE`` of the queue
+  onto itself, which moves nothing and is harmless to retry.
 * **sweep** (one worker per interval, under a short lock): a job whose lease deadline has passed
   belonged to a dead worker and goes back to the front of the queue; so does an id that was
   claimed but never started; retries whose backoff is over are released. Attempts are counted at
@@ -21,55 +27,62 @@ cannot leave a job half-moved; every script reply is read into a named Python ty
 (:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
 task-id secret (:mod:`ttsq.store.task_ids`); two webhook scripts read a job's key without changing
 it (``deliveries_lease.lua``: does the task still exist; ``deliveries_settle.lua``: how long it has
-left). Time comes
-from an injectable clock (``time.time`` by default), so lease expiry and backoff can be tested
-without sleeping; workers' clocks are assumed to agree to well within a lease (NTP).
-Blocking reads are kept short (``block_s`` < the socket timeout) and are never cancelled
-mid-flight, because a cancelled BLMOVE reply would leave an id in limbo until swept.
+left). Time is Redis's own (``TIME`` inside every script that
+keeps time, :mod:`ttsq.store.clock`): leases, backoffs, the sweep's judgements and the rate limit
+never depend on a host's clock, however far apart the hosts drift. Tests pin the clock instead, so a
+lease lapses or a backoff ends exactly when they advance it, without sleeping.
+Blocking reads are kept short (``block_s`` < the socket timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
 from ttsq.store.heartbeats import Heartbeats
-from ttsq.store.keys import Keys
-from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, token_bucket_lua
+from ttsq.store.keys import Keys, Shards
+from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, charge_script, token_bucket_lua
 from ttsq.store.replies import (
     Cancelled,
+    ClaimReply,
     Completed,
     Enqueued,
     EnqueueReply,
     Failed,
+    Peeked,
     Renewed,
     Requeued,
     RequeueReply,
     Started,
-    StartReply,
     SweepReport,
-    listed_ids,
-    text,
+    SweepScan,
+    TokenTaken,
 )
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
-"""Unix seconds; ``time.time`` in production, a settable value in tests."""
 
 DEFAULT_JOB_S = 5.0
 """The wait estimate per job before any job has finished."""
 
 _PROMOTE_LIMIT = 1000
 """Most retries released per sweep (the rest wait one interval)."""
+_SWEEP_LIMIT = 1000
+"""Most lapsed leases (and unleased ids) one sweep looks at (the rest wait one interval)."""
+_CLAIM_RACES = 5
+"""Peeks a claim makes while other workers keep taking the ids it peeked, before it waits for work instead."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class QueueConfig:
     retry_base_s: float
     heartbeat_ttl_s: int
     dead_letter_max: int
+    shards: int
+    """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
 
 
 class QueueFullError(Exception):
@@ -132,16 +147,26 @@ class Claim:
     def runnable(self) -> bool:
         return self.started is Started.RUN
 
+    @property
+    def token(self) -> int:
+        """The claim's fencing token: what :meth:`JobQueue.renew_leases`, :meth:`JobQueue.complete` and
+        :meth:`JobQueue.fail` (and the job's audio stream) need to act as the job's holder."""
+        if self.job.claim is None:
+            raise ValueError(f"the claim of job {self.job.id} carries no fencing token")
+        return self.job.claim
+
 
 @dataclass(frozen=True)
 class QueueSnapshot:
-    """How the pool stands, in one round trip (for metrics)."""
+    """How the pool stands, in one round trip per shard (for metrics): totals over every shard."""
 
     queued: int
     processing: int
     delayed: int
     dead_letters: int
     live_workers: int
+    queued_by_shard: tuple[int, ...] = ()
+    """Jobs waiting on each shard, shard 0 first (how evenly the load spreads)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,43 +176,88 @@ def _lua(name: str) -> str:
     return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _script(redis: Redis, name: str, *, ends_jobs: bool = False) -> AsyncScript:
-    """A script from ``lua/``; one that can end a job gets ``finish.lua`` (owner count, webhook) in front."""
-    return redis.register_script((_lua("finish") + "\n" if ends_jobs else "") + _lua(name))
+def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True) -> AsyncScript:
+    """A script from ``lua/``, with Redis's clock (``clock.lua``) in front unless it keeps no time; one that can
+    end a job also gets ``finish.lua`` (owner count, webhook)."""
+    prelude = (clock_lua() + "\n" if timed else "") + (_lua("finish") + "\n" if ends_jobs else "")
+    return redis.register_script(prelude + _lua(name))
 
 
-def _estimate(position: int, average_job_s: float, live_workers: int) -> float:
-    return round((position + 1) * average_job_s / max(1, live_workers), 1)
+def _estimate(position: int, average_job_s: float, live_workers: int, shards: int = 1) -> float:
+    """Seconds until the job at ``position`` of its shard is done: workers claim from every shard in turn, so each
+    shard gets a ``1/shards`` share of them."""
+    return round((position + 1) * average_job_s * shards / max(1, live_workers), 1)
 
 
 def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
-class JobQueue:
-    """Queue semantics over one Redis connection pool (``decode_responses=False``)."""
+def _claimed(job: Job) -> int:
+    """A claimed job's fencing token (``claim.lua`` sets it on every claim)."""
+    if job.claim is None:
+        raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
+    return job.claim
 
-    def __init__(self, redis: Redis, config: QueueConfig, clock: Clock = time.time) -> None:
+
+def _claim_record_ms(config: QueueConfig) -> int:
+    """How long a worker's last claim is remembered for a repeat: a lease (whatever it claimed is back in the
+    queue by then anyway), and at least a minute."""
+    return int(max(config.lease_s, 60.0) * 1000)
+
+
+class JobQueue:
+    """Queue semantics over one Redis connection pool (``decode_responses=False``), on ``config.shards`` shards.
+
+    A job lives whole on one shard, named by its id (:meth:`Shards.of`); the API places a new job by its cache
+    key (:meth:`Shards.place`), so identical requests meet on one shard (single-flight, the cache). Workers claim
+    from every shard in turn, the sweep and the dead letters cover every shard, and what is counted (depth, dead
+    letters, the snapshot) is summed over them. The depth cap and the per-owner cap hold per shard, each a
+    ``1/shards`` share of the whole (rounded up).
+    """
+
+    def __init__(self, redis: RedisClient, config: QueueConfig, clock: Clock | None = None) -> None:
         self.redis = redis
         self.config = config
-        self.clock = clock
-        self.keys = Keys(config.namespace)
-        self._enqueue = redis.register_script(token_bucket_lua() + "\n" + _lua("enqueue"))
-        self._start = _script(redis, "start", ends_jobs=True)
+        self.shards = Shards(config.namespace, config.shards)
+        self.keys = self.shards.home
+        """Shard 0, the home shard: also where what is one per deployment lives (voices, API keys, the task-id secret)."""
+        self.clock = RedisClock(redis, clock, self.keys.stats)
+        """Redis's clock (a test may pin it): every deadline's."""
+        self._enqueue = redis.register_script(clock_lua() + "\n" + token_bucket_lua() + "\n" + _lua("enqueue"))
+        self._charge = charge_script(redis)
+        self._peek = _script(redis, "peek", timed=False)
+        self._claim_script = _script(redis, "claim", ends_jobs=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
         self._fail = _script(redis, "fail", ends_jobs=True)
         self._cancel = _script(redis, "cancel", ends_jobs=True)
+        self._sweep_scan = _script(redis, "sweep_scan")
         self._sweep = _script(redis, "sweep")
-        self._take = _script(redis, "take")
-        self._requeue_dead = _script(redis, "requeue_dead")
-        self._clear_inflight = _script(redis, "clear_inflight")
-        self._heartbeats = Heartbeats(redis, self.keys, config.heartbeat_ttl_s, clock)
+        self._requeue_dead = _script(redis, "requeue_dead", timed=False)
+        self._clear_inflight = _script(redis, "clear_inflight", timed=False)
+        self._heartbeats = Heartbeats(redis, self.shards, config.heartbeat_ttl_s, self.clock)
         """Read for the wait estimate: how many workers share the queue."""
+        self._unanswered: dict[str, str] = {}
+        """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
+        self._turn = 0
+        """Which shard a claim looks at first (every shard in turn, so each gets its share of the workers)."""
 
-    def _inflight_key(self, cache_key: str | None) -> str:
+    def _share(self, cap: int) -> int:
+        """A shard's share of a cap over the whole queue."""
+        return max(1, math.ceil(cap / self.shards.count)) if cap else cap
+
+    @staticmethod
+    def _ending_keys(keys: Keys, job: Job) -> list[str]:
+        """What ending ``job`` touches besides its own keys (``finish.lua``): its owner's count, the webhook queue.
+        Declared, never built inside a script: on a Redis Cluster whose slot is moving, Redis can then refuse the
+        script rather than let it write a key the move has already taken away."""
+        return [keys.owner_jobs(job.owner or "-"), keys.deliveries]
+
+    @staticmethod
+    def _inflight_key(keys: Keys, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
-        return self.keys.inflight(cache_key or "-")
+        return keys.inflight(cache_key or "-")
 
     # ---- producer side -------------------------------------------------------------------
 
@@ -202,46 +272,50 @@ class JobQueue:
         max_per_owner: int = 0,
         charge: Charge | None = None,
     ) -> EnqueueResult:
-        """Record and queue a job; calling it again with the same id changes nothing.
+        """Record and queue a job on the shard its id names; calling it again with the same id changes nothing.
 
-        With a ``charge`` the caller's token bucket pays first, in the same script; an empty bucket
-        raises :class:`~ttsq.store.rate_limit.RateLimitExceeded` and records nothing.
+        With a ``charge`` the caller's token bucket pays first: in the same script when the job goes to the home
+        shard (where the buckets are), else in a script of its own just before. An empty bucket raises
+        :class:`~ttsq.store.rate_limit.RateLimitExceeded` and records nothing.
 
         Single-flight: when ``params.cache_key`` is set and an identical job is queued or running,
         that job is returned instead (outcome ``JOINED``) and nothing new is queued.
-        Raises :class:`QueueFullError` when ``max_queue_depth`` jobs are already waiting, and
-        :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has
-        ``max_per_owner`` jobs queued or running. ``reader`` (an API key id) may read and cancel
+        Raises :class:`QueueFullError` when the shard holds its share of ``max_queue_depth`` jobs, and
+        :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has its share
+        of ``max_per_owner`` jobs queued or running there. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
         """
-        now = self.clock()
+        keys_of = self.shards.of(job_id)
         job = Job.model_construct(
             id=job_id,
             params=params,
             max_attempts=self.config.max_attempts,
-            created_at=now,
+            created_at=time.time(),  # this copy's only: the stored record takes Redis's time (enqueue.lua)
             owner=owner,
             readers=[reader] if reader else None,
             holders=[owner] if owner else None,
         )
+        rate: RateDecision | None = None
+        if charge is not None and keys_of is not self.keys:
+            rate = await self._pay_apart(charge)
+            charge = None
         joining = single_flight and params.cache_key is not None
         keys = [
-            self.keys.job(job_id),
-            self.keys.queue,
-            self.keys.stats,
-            self.keys.workers,
-            self._inflight_key(params.cache_key),
-            self.keys.owner_jobs(owner or "-"),
-            charge.key if charge is not None else self.keys.rate_limit("-"),
+            keys_of.job(job_id),
+            keys_of.queue,
+            keys_of.stats,
+            keys_of.workers,
+            self._inflight_key(keys_of, params.cache_key),
+            keys_of.owner_jobs(owner or "-"),
+            charge.key if charge is not None else keys_of.rate_limit("-"),
         ]
         stale = ""
-        rate: RateDecision | None = None
         for _ in range(3):
-            args: list[Any] = [job.model_dump_json(), job_id, self.config.max_queue_depth, _flag(joining), stale]
-            args += [self._heartbeats.live_since(), self.keys.job_prefix, reader or "", owner or "", max_per_owner]
+            args: list[Any] = [job.model_dump_json(), job_id, self._share(self.config.max_queue_depth), _flag(joining), stale]
+            args += [self.config.heartbeat_ttl_s, keys_of.job_prefix, reader or "", owner or "", self._share(max_per_owner)]
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
-            args += [charge.now, charge.rate_per_s, charge.burst] if paying and charge is not None else [0, "", 0]
+            args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
             reply = EnqueueReply.parse(await self._enqueue(keys=keys, args=args))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
@@ -252,29 +326,38 @@ class JobQueue:
             other = await self.get(reply.other_id) if reply.other_id is not None else None
             if other is not None and not other.status.is_final:
                 position = await self.position(other.id)
-                estimate = await self.estimate_wait_s(position or 0)
+                estimate = await self.estimate_wait_s(position or 0, keys_of)
                 return EnqueueResult(job=other, outcome=reply.outcome, position=position, estimate_s=estimate, rate=rate)
             stale = reply.other_id or ""
         else:
             raise RuntimeError("single-flight marker kept changing; giving up on this enqueue")
         outcome, depth = reply.outcome, reply.depth
         if outcome is Enqueued.FULL:
-            raise QueueFullError(depth)
+            raise QueueFullError(depth * self.shards.count)
         if outcome is Enqueued.OWNER_FULL:
             raise OwnerQueueFullError(depth, max_per_owner)
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
-            estimate = await self.estimate_wait_s(depth)
+            estimate = await self.estimate_wait_s(depth, keys_of)
             return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
         average = reply.busy_s / reply.jobs_done if reply.jobs_done else DEFAULT_JOB_S
-        estimate = _estimate(depth, average, reply.live_workers)
+        estimate = _estimate(depth, average, reply.live_workers, self.shards.count)
         return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
+
+    async def _pay_apart(self, charge: Charge) -> RateDecision:
+        """Take the caller's token in a script of its own (the job goes to a shard other than the buckets')."""
+        reply = await self._charge(keys=[charge.key], args=[charge.clock, charge.rate_per_s, charge.burst])
+        decision = charge.decision(TokenTaken.parse(reply))
+        if not decision.allowed:
+            raise RateLimitExceeded(decision)
+        return decision
 
     async def record_done(
         self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
     ) -> Job:
-        """Record a task that is finished on arrival (a cache hit): status and result at once."""
-        now = self.clock()
+        """Record a task that is finished on arrival (a cache hit): status and result at once, on its id's shard."""
+        keys = self.shards.of(job_id)
+        now = await self.clock.now()
         job = Job(
             id=job_id,
             status=Status.DONE,
@@ -288,22 +371,23 @@ class JobQueue:
             readers=[reader] if reader else None,
         )
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.result(job_id), audio, ex=self.config.result_ttl_s)
-            pipe.set(self.keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
+            pipe.set(keys.result(job_id), audio, ex=self.config.result_ttl_s)
+            pipe.set(keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
             if params.callback_url is not None:  # finished on arrival: its webhook is due at once
-                pipe.lpush(self.keys.deliveries, job_id)
+                pipe.lpush(keys.deliveries, job_id)
             await pipe.execute()
         return job
 
     async def get(self, job_id: str) -> Job | None:
-        raw = await self.redis.get(self.keys.job(job_id))
+        raw = await self.redis.get(self.shards.of(job_id).job(job_id))
         return None if raw is None else Job.model_validate_json(raw)
 
     async def position(self, job_id: str) -> int | None:
-        """Jobs ahead of this one in the queue (0 = next), or None when it is not waiting in line."""
+        """Jobs ahead of this one in its shard's queue (0 = next), or None when it is not waiting in line."""
+        keys = self.shards.of(job_id)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lpos(self.keys.queue, job_id, rank=-1)
-            pipe.llen(self.keys.queue)
+            pipe.lpos(keys.queue, job_id, rank=-1)
+            pipe.llen(keys.queue)
             index, length = await pipe.execute()
         if index is None:
             return None
@@ -314,55 +398,70 @@ class JobQueue:
         await self.redis.ping()
 
     async def depth(self) -> int:
-        return int(await self.redis.llen(self.keys.queue))
+        """Jobs waiting, on every shard."""
+        return sum(await asyncio.gather(*(self.redis.llen(keys.queue) for keys in self.shards.all)))
 
     async def result(self, job_id: str) -> bytes | None:
-        value = await self.redis.get(self.keys.result(job_id))
+        value = await self.redis.get(self.shards.of(job_id).result(job_id))
         return value if isinstance(value, bytes) else None
 
-    async def estimate_wait_s(self, position: int) -> float:
-        """Rough seconds until a job at ``position`` is done: the average job time spread over live workers."""
-        jobs, busy = await self.redis.hmget(self.keys.stats, ["jobs", "busy_s"])
+    async def estimate_wait_s(self, position: int, keys: Keys | None = None) -> float:
+        """Rough seconds until a job at ``position`` of a shard's queue is done: the shard's average job time,
+        spread over its share of the live workers."""
+        jobs, busy = await self.redis.hmget((keys or self.keys).stats, ["jobs", "busy_s"])
         average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
-        return _estimate(position, average, await self._heartbeats.live_count())
+        return _estimate(position, average, await self._heartbeats.live_count(), self.shards.count)
 
     async def snapshot(self) -> QueueSnapshot:
-        """Queue depth, claimed jobs, retries waiting, dead letters and live workers, in one pipeline."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(self.keys.queue)
-            pipe.llen(self.keys.processing)
-            pipe.zcard(self.keys.delayed)
-            pipe.llen(self.keys.dead)
-            pipe.zcount(self.keys.workers, self._heartbeats.live_since(), "+inf")
-            queued, processing, delayed, dead, workers = await pipe.execute()
-        return QueueSnapshot(int(queued), int(processing), int(delayed), int(dead), int(workers))
+        """Queue depth, claimed jobs, retries waiting, dead letters (summed over the shards) and live workers."""
+        live_since = await self._heartbeats.live_since()
+
+        async def one(keys: Keys) -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.llen(keys.queue)
+                pipe.llen(keys.processing)
+                pipe.zcard(keys.delayed)
+                pipe.llen(keys.dead)
+                result: list[Any] = await pipe.execute()
+            return result
+
+        shards = await asyncio.gather(*(one(keys) for keys in self.shards.all))
+        workers = await self.redis.zcount(self.keys.workers, live_since, "+inf")
+        queued, processing, delayed, dead = (sum(int(shard[n]) for shard in shards) for n in range(4))
+        by_shard = tuple(int(shard[0]) for shard in shards)
+        return QueueSnapshot(queued, processing, delayed, dead, int(workers), by_shard)
 
     async def dead_letters(self, limit: int = 100) -> list[Job]:
-        """The newest dead-lettered jobs' final records, newest first."""
-        raw = await self.redis.lrange(self.keys.dead, 0, limit - 1)
-        return [Job.model_validate_json(item) for item in raw]
+        """The newest dead-lettered jobs' final records, newest first (over every shard)."""
+        lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
+        jobs = [Job.model_validate_json(item) for raw in lists for item in raw]
+        if self.shards.count > 1:
+            jobs.sort(key=lambda job: job.finished_at or 0.0, reverse=True)
+        return jobs[:limit]
 
     async def dead_letter_count(self) -> int:
-        """How many dead letters are held (at most ``dead_letter_max``)."""
-        return int(await self.redis.llen(self.keys.dead))
+        """How many dead letters are held (at most ``dead_letter_max`` per shard)."""
+        return sum(await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all)))
 
     async def dead_letter(self, job_id: str) -> Job | None:
         """One dead letter's final record (its reason and attempts), or None."""
-        return next((job for job in await self.dead_letters(self.config.dead_letter_max) if job.id == job_id), None)
+        raw = await self.redis.lrange(self.shards.of(job_id).dead, 0, -1)
+        return next((job for job in (Job.model_validate_json(item) for item in raw) if job.id == job_id), None)
 
     async def requeue_dead(self, job_id: str) -> Requeued:
-        """Put a dead letter back in the queue under its own id (see ``lua/requeue_dead.lua``)."""
+        """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
+        keys_of = self.shards.of(job_id)
         job = await self.dead_letter(job_id)
         owner = job.owner if job is not None and job.owner else "-"
         keys = [
-            self.keys.dead,
-            self.keys.queue,
-            self.keys.job(job_id),
-            self.keys.stream(job_id),
-            self.keys.delivery_log(job_id),
-            self.keys.owner_jobs(owner),
+            keys_of.dead,
+            keys_of.queue,
+            keys_of.job(job_id),
+            keys_of.stream(job_id),
+            keys_of.delivery_log(job_id),
+            keys_of.owner_jobs(owner),
         ]
-        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock()]))
+        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock.arg()]))
         if reply.outcome is Requeued.REQUEUED:
             log.warning("dead letter %s requeued (position %s)", job_id, reply.position)
         return reply.outcome
@@ -371,90 +470,135 @@ class JobQueue:
         """Drop one dead letter (or, with None, all of them); return how many went. Their task
         records still answer "failed" until they expire."""
         if job_id is None:
-            count = int(await self.redis.llen(self.keys.dead))
-            await self.redis.delete(self.keys.dead)
-            return count
+            counts = await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all))
+            await asyncio.gather(*(self.redis.delete(keys.dead) for keys in self.shards.all))
+            return sum(int(count) for count in counts)
+        dead = self.shards.of(job_id).dead
         removed = 0
-        for raw in await self.redis.lrange(self.keys.dead, 0, -1):
+        for raw in await self.redis.lrange(dead, 0, -1):
             if Job.model_validate_json(raw).id == job_id:
-                removed += int(await self.redis.lrem(self.keys.dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
+                removed += int(await self.redis.lrem(dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
         return removed
 
     # ---- consumer side -------------------------------------------------------------------
 
+    def _rotation(self) -> list[Keys]:
+        """Every shard, starting with the next in turn."""
+        self._turn = (self._turn + 1) % self.shards.count
+        return self.shards.all[self._turn :] + self.shards.all[: self._turn]
+
     async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
-        """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``."""
-        timeout = self.config.block_s if block_s is None else block_s
+        """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``.
+
+        Every shard is looked at in turn; a job whose last worker was lost (``isolate``) may be claimed here, alone.
+        The wait is a ``BLMOVE`` of one shard's queue onto itself (the last id back to where it was; with several
+        shards, each waits in turn for a share of ``block_s``): it changes nothing, so a retried wait is
+        harmless, and the claim itself is :meth:`claim_more`'s idempotent script.
+        """
+        rotation = self._rotation()
+        for keys in rotation:
+            claims = await self._claim(keys, worker_id, 1, alone_first=True)
+            if claims:
+                return claims[0]
+        timeout = (self.config.block_s if block_s is None else block_s) / self.shards.count
+        waited = rotation[0]
         # Redis takes fractional block timeouts; redis-py's annotation says int.
-        raw_id = await self.redis.blmove(self.keys.queue, self.keys.processing, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
-        if raw_id is None:
+        if await self.redis.blmove(waited.queue, waited.queue, timeout, "RIGHT", "RIGHT") is None:  # type: ignore[arg-type]
             return None
-        job_id = text(raw_id)
-        reply = await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id))
-        return await self._claim_from(job_id, reply)
+        claims = await self._claim(waited, worker_id, 1, alone_first=True)
+        return claims[0] if claims else None
 
     async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
-        """Claim up to ``count`` more jobs without blocking (to fill a batch): two round trips, any count.
+        """Claim up to ``count`` more jobs without blocking (to fill a batch), from every shard in turn.
 
-        Stops before a job marked ``isolate`` (its last worker was lost): that one is left for a
+        Stops, on each shard, before a job marked ``isolate`` (its last worker was lost): that one is left for a
         blocking :meth:`claim`, and the worker runs it alone.
         """
-        if count <= 0:
-            return []
-        taken = await self._take(keys=[self.keys.queue, self.keys.processing], args=[count, self.keys.job_prefix])
-        ids = listed_ids(taken)
-        if not ids:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                await self._start(keys=self._start_keys(job_id), args=self._start_args(job_id, worker_id), client=pipe)
-            replies = await pipe.execute()
-        claims = [await self._claim_from(job_id, reply) for job_id, reply in zip(ids, replies, strict=True)]
-        return [claim for claim in claims if claim is not None]
+        claims: list[Claim] = []
+        for keys in self._rotation():
+            if len(claims) >= count:
+                break
+            claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False)
+        return claims
 
-    def _start_keys(self, job_id: str) -> list[str]:
-        return [self.keys.job(job_id), self.keys.leases, self.keys.processing, self.keys.dead]
+    async def _claim(self, keys_of: Keys, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
+        """``peek.lua`` names the ids at the front of a shard's queue, then ``claim.lua`` claims them with every key
+        it touches declared (so a Redis Cluster moving the slot refuses it rather than let it misread a job).
+        Another worker may take those ids first: then the claim takes none and this peeks again, a few times.
 
-    def _start_args(self, job_id: str, worker_id: str) -> list[Any]:
-        now = self.clock()
-        return [
-            job_id,
-            worker_id,
-            now,
-            now + self.config.lease_s,
-            self.config.result_ttl_s,
-            self.config.dead_letter_max,
-            self.keys.prefix,
-        ]
+        Safe to repeat: a claim whose answer was lost (a timeout, a dropped connection, after redis-py's own
+        retries) is asked again under the same request id by this worker's next claim on that shard, and the
+        script answers the jobs it claimed then instead of claiming more. So no job is ever leased to a worker
+        that does not know it holds it."""
+        lost = f"{worker_id}|{keys_of.prefix}"
+        request = self._unanswered.pop(lost, None)
+        repeating = request is not None
+        for _ in range(_CLAIM_RACES):
+            peeked = Peeked.parse(await self._peek(keys=[keys_of.queue], args=[count, keys_of.job_prefix]))
+            if not peeked.ids and not repeating:
+                return []
+            request = request or uuid.uuid4().hex
+            keys = [keys_of.queue, keys_of.processing, keys_of.leases, keys_of.dead, keys_of.claims]
+            keys += [keys_of.claim_record(worker_id), keys_of.deliveries]
+            for job_id, owner in zip(peeked.ids, peeked.owners, strict=True):
+                keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-")]
+            args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
+            args += [self.config.dead_letter_max, keys_of.prefix, _claim_record_ms(self.config), _flag(alone_first)]
+            args += peeked.ids
+            try:
+                reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
+            except BaseException:
+                self._unanswered[lost] = request
+                raise
+            if reply.repeated:
+                log.warning(
+                    "a claim's answer was lost on its way (a timeout or a dropped connection); asked again, it named "
+                    "%d job(s), now in hand: none is stranded",
+                    len(reply.started),
+                )
+            elif repeating and reply.started:
+                log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
+            if reply.repeated or reply.started or not peeked.ids:
+                return await self._claimed(keys_of, reply)
+            request, repeating = None, False  # another worker took the peeked ids first: peek again
+        return []
 
-    async def _claim_from(self, job_id: str, raw: Any) -> Claim | None:
-        """The start script's reply as a claim; a job dead-lettered at claim frees its single-flight marker."""
-        reply = StartReply.parse(raw)
-        job = reply.job
-        if reply.started is Started.GONE or job is None:
-            return None
-        if reply.started is Started.DEAD:
-            log.warning("job %s dead-lettered at claim: %s", job_id, job.error)
-            if job.params.cache_key is not None:
-                await self._clear_inflight(keys=[self.keys.inflight(job.params.cache_key)], args=[job_id])
-        return Claim(job=job, started=reply.started)
+    async def _claimed(self, keys: Keys, reply: ClaimReply) -> list[Claim]:
+        claims = [Claim(job=started.job, started=started.started) for started in reply.started]
+        for claim in claims:
+            if claim.started is Started.DEAD:
+                log.warning("job %s dead-lettered at claim: %s", claim.job.id, claim.job.error)
+                if claim.job.params.cache_key is not None:
+                    await self._clear_inflight(keys=[keys.inflight(claim.job.params.cache_key)], args=[claim.job.id])
+        return claims
 
-    async def renew_leases(self, worker_id: str, job_ids: Iterable[str]) -> Renewed:
-        """Move the lease deadline of every job in ``job_ids`` forward; which are no longer held, and
-        which were cancelled while running (their work may stop: :meth:`fail` ends them as cancelled)."""
-        ids = list(job_ids)
-        if not ids:
-            return Renewed(frozenset(), frozenset())
+    async def renew_leases(self, held: Mapping[str, int]) -> Renewed:
+        """Move the lease deadline of every job in ``held`` (job id → its claim's fencing token) forward;
+        which are no longer held (the token is stale), and which were cancelled while running (their work
+        may stop: :meth:`fail` ends them as cancelled). One script per shard."""
+        by_shard: dict[str, dict[str, int]] = {}
+        for job_id, token in held.items():
+            by_shard.setdefault(self.shards.of(job_id).label, {})[job_id] = token
+        replies = await asyncio.gather(*(self._renew_on(self.shards.of(next(iter(jobs))), jobs) for jobs in by_shard.values()))
+        return Renewed(
+            frozenset(job_id for reply in replies for job_id in reply.lost),
+            frozenset(job_id for reply in replies for job_id in reply.cancelling),
+        )
+
+    async def _renew_on(self, keys: Keys, held: Mapping[str, int]) -> Renewed:
+        pairs = [value for job_id, token in held.items() for value in (job_id, token)]
         reply = await self._renew(
-            keys=[self.keys.leases, *(self.keys.job(job_id) for job_id in ids)],
-            args=[worker_id, self.clock() + self.config.lease_s, *ids],
+            keys=[keys.leases, *(keys.job(job_id) for job_id in held)],
+            args=[self.clock.arg(), self.config.lease_s, *pairs],
         )
         return Renewed.parse(reply)
 
     async def complete(
-        self, job_id: str, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
+        self, job: Job, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
     ) -> Completed | Failed:
-        """Store the result and mark the job done (both expire after ``result_ttl_s``).
+        """Store the result of a claimed ``job`` and mark it done (both expire after ``result_ttl_s``), if its
+        claim (:attr:`Job.claim`, the fencing token) is still the job's current one (:attr:`Completed.STALE`,
+        and nothing changes, otherwise).
 
         ``cache_key`` releases the job's single-flight marker, so later identical requests are
         served from the cache instead of joining a finished job. A result over
@@ -462,69 +606,76 @@ class JobQueue:
         """
         if len(audio) > self.config.max_result_bytes:
             reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
-            return await self.fail(job_id, reason, retryable=False, cache_key=cache_key)
+            return await self.fail(job, reason, retryable=False, cache_key=cache_key)
+        job_id, token, keys_of = job.id, _claimed(job), self.shards.of(job.id)
         keys = [
-            self.keys.job(job_id),
-            self.keys.result(job_id),
-            self.keys.leases,
-            self.keys.processing,
-            self.keys.stats,
-            self._inflight_key(cache_key),
+            keys_of.job(job_id),
+            keys_of.result(job_id),
+            keys_of.leases,
+            keys_of.processing,
+            keys_of.stats,
+            self._inflight_key(keys_of, cache_key),
+            keys_of.stream(job_id),
+            *self._ending_keys(keys_of, job),
         ]
-        args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock(), duration_s, content_type, busy_s]
-        args += [_flag(cache_key is not None), self.keys.prefix]
+        args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
+        args += [_flag(cache_key is not None), keys_of.prefix, token]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
-    async def fail(self, job_id: str, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
-        """Record a failed attempt: retry later with backoff, or fail for good and dead-letter."""
+    async def fail(self, job: Job, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:
+        """Record a failed attempt of a claimed ``job``: retry later with backoff, or fail for good and dead-letter —
+        if its claim is still the job's current one (:attr:`Failed.STALE`, and nothing changes, otherwise)."""
+        job_id, token, keys_of = job.id, _claimed(job), self.shards.of(job.id)
         keys = [
-            self.keys.job(job_id),
-            self.keys.leases,
-            self.keys.processing,
-            self.keys.delayed,
-            self.keys.dead,
-            self._inflight_key(cache_key),
+            keys_of.job(job_id),
+            keys_of.leases,
+            keys_of.processing,
+            keys_of.delayed,
+            keys_of.dead,
+            self._inflight_key(keys_of, cache_key),
+            *self._ending_keys(keys_of, job),
         ]
         args: list[Any] = [
             job_id,
             reason[:2000],
             _flag(retryable),
-            self.clock(),
+            self.clock.arg(),
             self.config.retry_base_s,
             self.config.result_ttl_s,
             self.config.dead_letter_max,
             _flag(cache_key is not None),
-            self.keys.prefix,
+            keys_of.prefix,
+            token,
         ]
         return Failed.parse(await self._fail(keys=keys, args=args))
 
     async def cancel(self, job: Job, reader: str | None, holder: str | None = None) -> Cancelled:
         """Cancel ``job`` for the caller — ``reader`` its key id, ``holder`` its owner name (see
         :class:`Cancelled`); calling it again changes nothing."""
+        keys_of = self.shards.of(job.id)
         keys = [
-            self.keys.job(job.id),
-            self.keys.queue,
-            self.keys.processing,
-            self.keys.delayed,
-            self._inflight_key(job.params.cache_key),
-            self.keys.stream(job.id),
+            keys_of.job(job.id),
+            keys_of.queue,
+            keys_of.processing,
+            keys_of.delayed,
+            self._inflight_key(keys_of, job.params.cache_key),
+            keys_of.stream(job.id),
+            *self._ending_keys(keys_of, job),
         ]
-        args: list[Any] = [job.id, reader or "", self.clock(), self.config.result_ttl_s, self.keys.prefix, holder or ""]
+        args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
-        """Requeue lapsed leases and never-started claims, release due retries — unless another
-        worker already swept within ``interval_s`` (the lock lasts one interval)."""
-        keys = [self.keys.sweep_lock, self.keys.leases, self.keys.processing, self.keys.queue, self.keys.delayed]
-        args: list[Any] = [
-            self.clock(),
-            max(1, int(interval_s * 1000)),
-            self.config.lease_s,
-            self.keys.job_prefix,
-            _PROMOTE_LIMIT,
-            holder,
-        ]
-        report = SweepReport.parse(await self._sweep(keys=keys, args=args))
+        """Requeue lapsed leases and never-started claims, release due retries, on every shard — each unless
+        another worker already swept it within ``interval_s`` (its lock lasts one interval). Swept when any
+        shard was; the counts are summed."""
+        reports = await asyncio.gather(*(self._sweep_shard(keys, interval_s, holder) for keys in self.shards.all))
+        report = SweepReport(
+            swept=any(report.swept for report in reports),
+            requeued=sum(report.requeued for report in reports),
+            orphans=sum(report.orphans for report in reports),
+            promoted=sum(report.promoted for report in reports),
+        )
         if report.requeued or report.orphans:
             log.warning(
                 "sweep requeued %d job(s) whose worker stopped renewing its lease and %d claimed but never started",
@@ -534,3 +685,17 @@ class JobQueue:
         if report.promoted:
             log.info("released %d job(s) whose retry backoff is over", report.promoted)
         return report
+
+    async def _sweep_shard(self, keys_of: Keys, interval_s: float, holder: str) -> SweepReport:
+        """Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
+        keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
+        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing]
+        scan = SweepScan.parse(await self._sweep_scan(keys=scanned, args=[self.clock.arg(), _SWEEP_LIMIT]))
+        if scan is None:
+            return SweepReport(swept=False)
+        ids = [*scan.lapsed, *scan.unleased]
+        keys = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.queue, keys_of.delayed]
+        keys += [keys_of.job(job_id) for job_id in ids]
+        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, _PROMOTE_LIMIT, holder]
+        args += [len(scan.lapsed), *ids]
+        return SweepReport.parse(await self._sweep(keys=keys, args=args))

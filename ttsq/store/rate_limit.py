@@ -2,18 +2,19 @@
 
 A submit that queues a job pays inside the enqueue script itself (:meth:`RateLimiter.charge` gives
 the queue what it needs), so paying costs no round trip of its own; one that does not queue (a cache
-hit) pays with :meth:`RateLimiter.take`. Both run ``lua/token_bucket.lua``.
+hit) pays with :meth:`RateLimiter.take`. Both run ``lua/token_bucket.lua`` by Redis's clock
+(:mod:`ttsq.store.clock`): replicas on hosts whose clocks disagree share one bucket that refills at one rate.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
-from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
+from ttsq.store.clock import Clock, RedisClock, clock_lua
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 from ttsq.store.replies import TokenTaken
 
@@ -55,7 +56,9 @@ class Charge:
     """One submit's payment, made by the script that queues the job: the bucket and its arguments."""
 
     key: str
-    now: float
+    clock: str
+    """The scripts' clock argument: '' (Redis's ``TIME``: the bucket never depends on a replica's clock), or a
+    test's pinned time."""
     rate_per_s: float
     burst: int
 
@@ -65,27 +68,32 @@ class Charge:
 
 
 def token_bucket_lua() -> str:
-    """The Lua function ``take_token`` that every charging script starts with."""
+    """The Lua function ``take_token`` that every charging script starts with (after ``clock.lua``)."""
     return files("ttsq.store").joinpath("lua", "token_bucket.lua").read_text()
+
+
+def charge_script(redis: RedisClient) -> AsyncScript:
+    """``lua/rate_limit.lua`` (after ``clock.lua`` and ``token_bucket.lua``): one token taken on its own."""
+    lua = "\n".join([clock_lua(), token_bucket_lua(), files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()])
+    return redis.register_script(lua)
 
 
 class RateLimiter:
     """``rate_per_s`` tokens a second, at most ``burst`` saved up, per subject (an API key or a client address)."""
 
-    def __init__(self, redis: Redis, keys: Keys, rate_per_s: float, burst: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, rate_per_s: float, burst: int, clock: Clock | None = None) -> None:
         self.keys = keys
         self.rate_per_s = rate_per_s
         self.burst = burst
-        self.clock = clock
-        lua = token_bucket_lua() + "\n" + files("ttsq.store").joinpath("lua", "rate_limit.lua").read_text()
-        self._script = redis.register_script(lua)
+        self.clock = RedisClock(redis, clock, keys.stats)
+        self._script = charge_script(redis)
 
     def charge(self, subject: str) -> Charge:
         """What the enqueue script needs to take ``subject``'s token in the same step."""
-        return Charge(self.keys.rate_limit(subject), self.clock(), self.rate_per_s, self.burst)
+        return Charge(self.keys.rate_limit(subject), self.clock.arg(), self.rate_per_s, self.burst)
 
     async def take(self, subject: str) -> RateDecision:
         """Take a token now, on its own (for a submit that queues nothing)."""
         charge = self.charge(subject)
-        reply = await self._script(keys=[charge.key], args=[charge.now, charge.rate_per_s, charge.burst])
+        reply = await self._script(keys=[charge.key], args=[charge.clock, charge.rate_per_s, charge.burst])
         return charge.decision(TokenTaken.parse(reply))

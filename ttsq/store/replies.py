@@ -40,13 +40,14 @@ class Outcome(StrEnum):
 
 
 def listed_ids(raw: Sequence[Any]) -> list[str]:
-    """A reply that lists job ids: ``take.lua`` (the ids taken, in claim order), and parts of ``renew.lua``'s."""
+    """A reply that lists job ids: parts of ``renew.lua``'s."""
     return [text(job_id) for job_id in raw]
 
 
 @dataclass(frozen=True)
 class Renewed:
-    """``renew.lua``: the leases this worker no longer holds, and the jobs it holds that were cancelled while running."""
+    """``renew.lua``: the leases this worker no longer holds (lapsed and swept, claimed again: its claim is stale), and
+    the jobs it holds that were cancelled while running."""
 
     lost: frozenset[str]
     cancelling: frozenset[str]
@@ -55,6 +56,11 @@ class Renewed:
     def parse(cls, raw: Sequence[Any]) -> Self:
         lost, cancelling = raw
         return cls(frozenset(listed_ids(lost)), frozenset(listed_ids(cancelling)))
+
+
+def appended(raw: Any) -> bool:
+    """``stream_append.lua``: 1 when the piece was appended, 0 when the caller's claim was stale."""
+    return bool(int(raw))
 
 
 # ---- token_bucket.lua (alone in rate_limit.lua, and in front of enqueue.lua) -------------------
@@ -149,22 +155,49 @@ class Started(Outcome):
     """The attempt is counted and leased to this worker: run it."""
     DEAD = "dead"
     """The job had used up its attempts: it was failed for good and dead-lettered instead."""
-    GONE = "gone"
-    """The job had already finished or expired."""
 
 
 @dataclass(frozen=True)
 class StartReply:
-    """``start.lua``: ``{'run', job}`` | ``{'dead', job}`` | ``{'gone'}``."""
+    """One job of ``claim.lua``'s reply: ``{'run', job}`` | ``{'dead', job}``."""
 
     started: Started
-    job: Job | None
-    """The job as the script left it (None when gone)."""
+    job: Job
+    """The job as the script left it."""
 
     @classmethod
     def parse(cls, raw: Any) -> StartReply:
         name, values = _outcome(raw)
-        return cls(Started(name), Job.model_validate_json(values[0]) if values else None)
+        return cls(Started(name), Job.model_validate_json(values[0]))
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """``claim.lua``: ``{'claimed' | 'repeated', {started, job}, ...}``."""
+
+    repeated: bool
+    """The request had been answered already (its first answer was lost): these are the same jobs again."""
+    started: list[StartReply]
+
+    @classmethod
+    def parse(cls, raw: Any) -> ClaimReply:
+        name, values = _outcome(raw)
+        if name not in ("claimed", "repeated"):
+            raise ValueError(f"claim.lua answered {name!r}")
+        return cls(name == "repeated", [StartReply.parse(item) for item in values])
+
+
+@dataclass(frozen=True)
+class Peeked:
+    """``peek.lua``: the ids at the front of the queue in claim order, and each one's owner ('' for none)."""
+
+    ids: list[str]
+    owners: list[str]
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any]) -> Peeked:
+        values = [text(value) for value in raw]
+        return cls(values[0::2], values[1::2])
 
 
 class Completed(Outcome):
@@ -175,6 +208,9 @@ class Completed(Outcome):
     """The job had been cancelled while it ran: its audio was dropped."""
     GONE = "gone"
     """The job had already finished (e.g. a requeued copy ran elsewhere) or expired."""
+    STALE = "stale"
+    """The caller's claim is not the job's current one (its lease lapsed; the job was requeued, perhaps
+    claimed again): refused, nothing changed."""
 
 
 class Failed(Outcome):
@@ -188,6 +224,8 @@ class Failed(Outcome):
     """The job had been cancelled while it ran: it ends cancelled, not retried."""
     GONE = "gone"
     """The job had already finished or expired; nothing changed."""
+    STALE = "stale"
+    """The caller's claim is not the job's current one: refused, nothing changed (see :attr:`Completed.STALE`)."""
 
 
 class Cancelled(Outcome):
@@ -225,6 +263,25 @@ class RequeueReply:
         name, values = _outcome(raw)
         outcome = Requeued(name)
         return cls(outcome, int(values[0]) if outcome is Requeued.REQUEUED else None)
+
+
+@dataclass(frozen=True)
+class SweepScan:
+    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased}``: the ids a sweep looks at."""
+
+    lapsed: list[str]
+    """Leases whose deadline has passed."""
+    unleased: list[str]
+    """Ids in the processing list with no lease."""
+
+    @classmethod
+    def parse(cls, raw: Any) -> SweepScan | None:
+        """None for ``{'skipped'}``: another worker holds this interval's sweep lock."""
+        name, values = _outcome(raw)
+        if name == "skipped":
+            return None
+        lapsed, unleased = values
+        return cls(listed_ids(lapsed), listed_ids(unleased))
 
 
 class Swept(Outcome):
@@ -272,21 +329,27 @@ class Leased(Outcome):
 
 @dataclass(frozen=True)
 class LeaseReply:
-    """``deliveries_lease.lua``: ``{'leased', attempts_so_far}`` | ``{'finished'}`` | ``{'gone'}`` | ``{'lost'}``."""
+    """``deliveries_lease.lua``: ``{'leased', attempts_so_far, deadline}`` | ``{'finished'}`` | ``{'gone'}`` | ``{'lost'}``."""
 
     leased: Leased
     attempts: int
     """Attempts already logged for the job (leased only; 0 otherwise)."""
+    deadline: float | None = None
+    """The lease's deadline by Redis's clock, the holder's fencing token (leased only)."""
 
     @classmethod
     def parse(cls, raw: Any) -> LeaseReply:
         name, values = _outcome(raw)
-        return cls(Leased(name), int(values[0]) if values else 0)
+        if not values:
+            return cls(Leased(name), 0)
+        return cls(Leased(name), int(values[0]), float(text(values[1])))
 
 
-def renewed(raw: Any) -> bool:
-    """``deliveries_renew.lua``: 1 when the lease still carried the holder's token and moved forward, else 0."""
-    return bool(int(raw))
+def renewed(raw: Any) -> float | None:
+    """``deliveries_renew.lua``: the lease's new deadline (the holder's new token) when it still carried the
+    holder's token, else None (0: lost)."""
+    deadline = float(text(raw)) if isinstance(raw, bytes | str) else float(raw)
+    return deadline if deadline > 0 else None
 
 
 class Settled(Outcome):

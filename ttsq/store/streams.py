@@ -1,7 +1,7 @@
 """A job's audio as it is produced, for progressive playback: the only code that speaks Redis about streams.
 
 The worker publishes each sentence chunk's joined piece as PCM16 to the job's Redis Stream
-(:class:`AudioStreams`), and an end marker once the job's result is stored. Readers follow that
+(:class:`AudioStreams`); the script that stores the job's result ends the stream in the same step. Readers follow that
 stream (:func:`pcm_pieces`); a job that has no stream (a cache hit, or a stream that expired) is
 served from its stored result instead, so every finished task can be streamed. A stream expires
 with the job's result (``RESULT_TTL_S``).
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import AsyncIterator
+from importlib.resources import files
 from typing import Any, Literal
-
-from redis.asyncio import Redis
 
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
 from ttsq.domain.jobs import Status
-from ttsq.store.keys import Keys
+from ttsq.store.connection import RedisClient
+from ttsq.store.keys import Shards
 from ttsq.store.queue import JobQueue
-from ttsq.store.replies import text
+from ttsq.store.replies import appended, text
 
 StreamFormat = Literal["wav", "pcm"]
 STREAM_CONTENT_TYPES: dict[str, str] = {"wav": "audio/wav", "pcm": "audio/pcm"}
@@ -44,35 +44,33 @@ def open_ended_wav_header(sample_rate: int = SAMPLE_RATE) -> bytes:
 
 
 class AudioStreams:
-    """Every job's audio stream over one Redis connection pool; entries expire after ``ttl_s`` (``RESULT_TTL_S``)."""
+    """Every job's audio stream over one Redis connection pool; entries expire after ``ttl_s`` (``RESULT_TTL_S``).
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: int) -> None:
+    Writing is fenced like every other change to a running job: only the worker holding the job's
+    current claim (its fencing token, :attr:`ttsq.domain.jobs.Job.claim`) may append, so a stale owner
+    woken after its lease lapsed cannot interleave its pieces with the new owner's. The end marker is
+    written by the queue's completing script itself (``complete.lua``), in the step that makes the job done.
+    """
+
+    def __init__(self, redis: RedisClient, shards: Shards, ttl_s: int) -> None:
         self.redis = redis
-        self.keys = keys
+        self.shards = shards
         self.ttl_s = ttl_s
+        self._append = redis.register_script(files("ttsq.store").joinpath("lua", "stream_append.lua").read_text())
 
-    async def reset(self, job_id: str) -> None:
-        """Start an attempt's audio stream afresh (a retry re-synthesises from the first piece)."""
-        await self.redis.delete(self.keys.stream(job_id))
-
-    async def publish(self, job_id: str, index: int, total: int, pcm: bytes) -> None:
-        """Append one piece of PCM16 audio; readers see it at once."""
-        await self._append(job_id, {"index": index, "total": total, "pcm": pcm})
-
-    async def end(self, job_id: str) -> None:
-        """Mark the stream complete (after the job's outcome is stored, so a reader at the end finds it)."""
-        await self._append(job_id, {"end": 1})
-
-    async def _append(self, job_id: str, fields: dict[Any, Any]) -> None:
-        key = self.keys.stream(job_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(key, fields)
-            pipe.expire(key, self.ttl_s)
-            await pipe.execute()
+    async def publish(self, job_id: str, token: int, index: int, total: int, pcm: bytes, *, fresh: bool = False) -> bool:
+        """Append one piece of PCM16 audio (readers see it at once); ``fresh`` starts the stream afresh
+        (a retried attempt re-synthesises from its first piece). False: the claim ``token`` is stale,
+        and nothing was written."""
+        reply = await self._append(
+            keys=[self.shards.of(job_id).job(job_id), self.shards.of(job_id).stream(job_id)],
+            args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm],
+        )
+        return appended(reply)
 
     async def read(self, job_id: str, after: str, block_ms: int | None) -> list[tuple[str, dict[str, bytes]]]:
         """Pieces after entry id ``after`` ("0" = from the start), waiting up to ``block_ms`` (None: no wait)."""
-        reply: Any = await self.redis.xread({self.keys.stream(job_id): after}, count=64, block=block_ms)
+        reply: Any = await self.redis.xread({self.shards.of(job_id).stream(job_id): after}, count=64, block=block_ms)
         if not reply:
             return []
         [(_key, entries)] = reply
@@ -80,7 +78,7 @@ class AudioStreams:
 
     async def progress(self, job_id: str) -> tuple[int, int] | None:
         """(chunks done, chunks total) of the current attempt, or None before the first piece."""
-        last: Any = await self.redis.xrevrange(self.keys.stream(job_id), count=2)
+        last: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=2)
         for _entry_id, fields in last:
             if b"total" in fields:
                 return int(fields[b"index"]) + 1, int(fields[b"total"])

@@ -1,9 +1,11 @@
 """Signed task ids: forged or random ids are refused without touching Redis.
 
 An id is ``<uuid4>.<tag>`` where the tag is a truncated HMAC-SHA256 of the UUID under a secret
-shared by every API replica. Checking it is pure CPU, so a flood of made-up ids (cache
-penetration) costs Redis nothing, and — unlike a per-process Bloom filter of issued ids — every
-replica accepts every other replica's ids, including ids issued before a restart.
+shared by every API replica; a job placed on a queue shard other than the first names the shard's
+label after the UUID, signed with it (``<uuid4>_<label>.<tag>``, :func:`ttsq.store.keys.shard_label`).
+Checking it is pure CPU, so a flood of made-up ids (cache penetration) costs Redis nothing, and —
+unlike a per-process Bloom filter of issued ids — every replica accepts every other replica's ids,
+including ids issued before a restart.
 
 The secret is ``TASK_ID_SECRET``, or, when that is unset, one drawn at random and kept in Redis
 (:class:`SharedTaskIdSecret`), so that the replicas still share it.
@@ -20,8 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,15 @@ class TaskIdSigner:
         digest = hmac.new(self._secret, random_part.encode(), hashlib.sha256).digest()[:_TAG_BYTES]
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
-    def new(self) -> str:
-        """A fresh id: 122 random bits from the OS CSPRNG (uuid4) plus its 96-bit tag."""
-        random_part = str(uuid.uuid4())
+    def new(self, shard: str = "") -> str:
+        """A fresh id: 122 random bits from the OS CSPRNG (uuid4), the queue shard's label if any, its 96-bit tag."""
+        random_part = str(uuid.uuid4()) + (f"_{shard}" if shard else "")
         return f"{random_part}.{self._tag(random_part)}"
 
     def verify(self, task_id: str) -> bool:
         random_part, dot, tag = task_id.partition(".")
-        if not dot or len(random_part) != 36 or len(tag) != 16:
+        uuid_part, underscore, shard = random_part.partition("_")
+        if not dot or len(uuid_part) != 36 or len(tag) != 16 or (underscore and not (shard.isdigit() and len(shard) <= 6)):
             return False
         return hmac.compare_digest(tag, self._tag(random_part))
 
@@ -63,7 +65,7 @@ class SharedTaskIdSecret:
     ``TASK_ID_SECRET``) never writes one.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.keys = keys
         self.clock = clock

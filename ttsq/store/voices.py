@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import time
 
-from redis.asyncio import Redis
-
 from ttsq.domain.voices import BUILTIN_VOICES, OPENAI_VOICES, Voice, VoiceError, builtin, speaker_dimension
+from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 
 class VoiceRegistry:
     """Built-in voices plus user voices in Redis (``{ns}:voices``, a hash of name → JSON)."""
 
-    def __init__(self, redis: Redis, keys: Keys, speaker_dim: int | None = None) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, speaker_dim: int | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.speaker_dim = speaker_dim

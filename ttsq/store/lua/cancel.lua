@@ -3,8 +3,8 @@
 -- to which the API shows the task as cancelled. Otherwise a job still
 -- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
 -- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
--- KEYS: job, queue, processing, delayed, inflight, stream
--- ARGV: id, reader (not read: a detached reader stays one), now, ttl_s, prefix, holder (the caller's owner name)
+-- KEYS: job, queue, processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries
+-- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {'gone'} end
@@ -38,10 +38,10 @@ redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
 job.status = 'cancelled'
-job.finished_at = tonumber(ARGV[3])
+job.finished_at = clock(ARGV[3])
 job.not_before = cjson.null
 redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[4])
 redis.call('XADD', KEYS[6], '*', 'end', '1')
 redis.call('EXPIRE', KEYS[6], ARGV[4])
-ended(job, ARGV[5], ARGV[1])
+ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[5])
 return {'cancelled'}

@@ -1,9 +1,10 @@
 -- Lease a delivery that BLMOVE/LMOVE just moved into the processing list, unless there is nothing
--- left to deliver. The lease deadline is also the claim's fencing token: renewals and the final
--- acknowledgement only act while the lease still carries the deadline this holder set.
+-- left to deliver. The lease deadline (Redis's clock + lease_s, clock.lua in front) is also the claim's
+-- fencing token: renewals and the final acknowledgement only act while the lease still carries the
+-- deadline this holder was given.
 -- KEYS: processing, leases, delayed, log, job
--- ARGV: id, deadline
--- Reply: {'leased', attempts_so_far} | {'finished'} (already delivered or given up: dropped)
+-- ARGV: id, clock ('' = Redis's TIME), lease_s
+-- Reply: {'leased', attempts_so_far, deadline} | {'finished'} (already delivered or given up: dropped)
 --      | {'gone'} (the task expired: dropped) | {'lost'} (the sweep took it back before this ran)
 if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return {'lost'}
@@ -24,6 +25,7 @@ if last then
   end
   attempts = tonumber(record.attempt) or 0
 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local until_ = deadline(clock(ARGV[2]) + tonumber(ARGV[3]))
+redis.call('ZADD', KEYS[2], until_, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return {'leased', attempts}
+return {'leased', attempts, tostring(until_)}

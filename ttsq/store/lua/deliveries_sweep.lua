@@ -5,9 +5,9 @@
 --     id is requeued by step 1 once the grace lease lapses;
 --  3. release retries whose backoff is over (to the back of the queue).
 -- KEYS: leases, processing, deliveries, delayed
--- ARGV: now, lease_s, promote_limit
+-- ARGV: clock ('' = Redis's TIME; clock.lua in front), lease_s, promote_limit
 -- Reply: {requeued, orphans, promoted}
-local now = tonumber(ARGV[1])
+local now = clock(ARGV[1])
 
 local requeued = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do

@@ -5,10 +5,11 @@
 -- id the caller found finished, which may be replaced. An owner (API key or client address) may
 -- have at most max_per_owner jobs queued or running. With a rate (ARGV[12]) the submit first takes a
 -- token from the caller's bucket (token_bucket.lua is put in front): one round trip pays and queues.
+-- The job's created_at is set here, by Redis's clock (clock.lua is put in front).
 -- KEYS: job, queue, stats, workers, inflight, owner_jobs, bucket
--- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, live_since,
+-- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, heartbeat_ttl_s,
 --       job_key_prefix, reader ('' = none), owner ('' = none), max_per_owner,
---       now (wall clock), rate ('' = do not charge), burst
+--       clock ('' = Redis's TIME), rate ('' = do not charge), burst
 -- Reply: {'limited', tokens_left, seconds_until_a_token, seconds_until_full}
 --      | {'joined', other_id} | {'exists', depth} | {'full', depth} | {'owner_full', owned}
 --      | {'created', depth, jobs_done, busy_s, live_workers}  (what the wait estimate needs)
@@ -19,9 +20,10 @@ local function contains(list, value)
   end
   return false
 end
+local now = clock(ARGV[11])
 local charged = {}
 if ARGV[12] ~= '' then
-  local allowed, left, wait, full = take_token(KEYS[7], tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]))
+  local allowed, left, wait, full = take_token(KEYS[7], now, tonumber(ARGV[12]), tonumber(ARGV[13]))
   if allowed == 0 then return {'limited', left, wait, full} end
   charged = {left, full}
 end
@@ -70,10 +72,12 @@ if ARGV[9] ~= '' then
   end
   redis.call('INCR', KEYS[6])
 end
-redis.call('SET', KEYS[1], ARGV[1])
+local job = cjson.decode(ARGV[1])
+job.created_at = now
+redis.call('SET', KEYS[1], cjson.encode(job))
 redis.call('LPUSH', KEYS[2], ARGV[2])
 if single_flight then
   redis.call('SET', KEYS[5], ARGV[2])
 end
 local stats = redis.call('HMGET', KEYS[3], 'jobs', 'busy_s')
-return reply({'created', depth, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], ARGV[6], '+inf')})
+return reply({'created', depth, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], now - tonumber(ARGV[6]), '+inf')})

@@ -1,12 +1,14 @@
 -- Shared by the scripts that end a job (loaded in front of them): release its owner's count and
--- queue its completion webhook, in the same atomic step that makes it final.
--- Expects: job (decoded), prefix (the namespace's key prefix).
-local function ended(job, prefix, id)
-  if type(job.owner) == 'string' then
-    local key = prefix .. 'owner-jobs:' .. job.owner
-    if tonumber(redis.call('DECR', key)) <= 0 then redis.call('DEL', key) end
+-- queue its completion webhook, in the same atomic step that makes it final. Both keys are declared
+-- by the caller (KEYS), never built here: on a Redis Cluster whose slot is being moved, a script may
+-- only touch keys Redis knows it touches, or it could write a key the move has already taken away.
+-- Expects: job (decoded), id, owner_key (the owner-jobs key of job.owner, or a placeholder when it has
+-- none), deliveries_key, prefix (the namespace's key prefix, to check owner_key names this job's owner).
+local function ended(job, id, owner_key, deliveries_key, prefix)
+  if type(job.owner) == 'string' and owner_key == prefix .. 'owner-jobs:' .. job.owner then
+    if tonumber(redis.call('DECR', owner_key)) <= 0 then redis.call('DEL', owner_key) end
   end
   if type(job.params) == 'table' and type(job.params.callback_url) == 'string' then
-    redis.call('LPUSH', prefix .. 'deliveries', id)
+    redis.call('LPUSH', deliveries_key, id)
   end
 end

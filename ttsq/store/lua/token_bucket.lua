@@ -1,6 +1,6 @@
 -- A token bucket per API key (or anonymous client address), shared by every API replica; put in
 -- front of the scripts that charge a submit (rate_limit.lua alone, enqueue.lua in the same step as
--- the job it pays for). The bucket holds at most `burst` tokens and refills at `rate` per second;
+-- the job it pays for), after clock.lua: the bucket refills by Redis's clock, never a replica's. The bucket holds at most `burst` tokens and refills at `rate` per second;
 -- a request takes one.
 -- Returns: allowed (1 | 0), tokens_left (floor), seconds_until_a_token (ceil, 0 when allowed),
 --          seconds_until_full (ceil)

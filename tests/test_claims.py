@@ -1,0 +1,92 @@
+"""A claim is safe to repeat: a lost answer never strands a job (issue 19: a timed-out BLMOVE re-sent by redis-py).
+
+The queue runs on a real redis-server, behind a proxy that loses chosen replies on their way back
+(:mod:`tests.redis_proxy`): Redis does the work, the client never hears of it and times out, and
+redis-py sends the same command again on a new connection (or, with its retries spent, raises).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from tests.conftest import params, queue_config, settings, task_id
+from tests.redis_proxy import redis_proxy
+from ttsq.store.connection import create_redis
+from ttsq.store.queue import JobQueue
+
+WORKER = "claim-tester"
+
+
+async def proxied_queue(url: str, retries: int) -> JobQueue:
+    """A queue whose client gives up on a reply after half a second, then retries ``retries`` times. Its claim
+    script is loaded already (on an empty queue), so the command whose answer a test loses is the claim itself,
+    not a first EVALSHA answered NOSCRIPT."""
+    config = settings(redis_url=url, redis_socket_timeout_s=0.5, redis_retries=retries, block_s=0.3)
+    queue = JobQueue(create_redis(config.redis_config()), queue_config(block_s=0.3))
+    assert await queue.claim_more("warm-up", 1) == []
+    return queue
+
+
+async def queued(redis: Redis, count: int) -> list[str]:
+    queue = JobQueue(redis, queue_config())
+    ids = [task_id() for _ in range(count)]
+    for job_id in ids:
+        await queue.enqueue(job_id, params(job_id), single_flight=False)
+    return ids
+
+
+async def test_a_retried_claim_is_answered_with_the_same_job_not_another(redis_server: Any, redis: Redis) -> None:
+    async with redis_proxy(redis_server.port) as proxy:
+        queue = await proxied_queue(proxy.url, retries=1)
+        ids = await queued(redis, 3)
+        try:
+            proxy.lose_reply_to(WORKER.encode())
+            claim = await queue.claim(WORKER)
+        finally:
+            await queue.redis.aclose()
+    assert len(proxy.lost) == 1, "the first answer was lost, and redis-py sent the claim again"
+    assert claim is not None and claim.job.id == ids[0] and claim.job.attempts == 1
+    assert await redis.zrange(queue.keys.leases, 0, -1) == [ids[0].encode()], "one job leased, and it is the one in hand"
+    assert await redis.lrange(queue.keys.queue, 0, -1) == [job_id.encode() for job_id in reversed(ids[1:])]
+
+
+async def test_a_claim_that_raised_is_asked_again_and_gets_its_jobs(redis_server: Any, redis: Redis, caplog: Any) -> None:
+    """With redis-py's retries spent the claim raises; the worker's next claim repeats the same request and gets
+    the jobs the lost one took, instead of leaving them leased to nobody until their leases lapse."""
+    async with redis_proxy(redis_server.port) as proxy:
+        queue = await proxied_queue(proxy.url, retries=0)
+        ids = await queued(redis, 4)
+        try:
+            proxy.lose_reply_to(WORKER.encode())
+            with pytest.raises(RedisTimeoutError):
+                await queue.claim_more(WORKER, 2)
+            again = await queue.claim_more(WORKER, 2)
+            more = await queue.claim_more(WORKER, 2)
+        finally:
+            await queue.redis.aclose()
+    assert [claim.job.id for claim in again] == ids[:2], "the lost claim's jobs, not two more"
+    assert all(claim.job.attempts == 1 for claim in again)
+    assert [claim.job.id for claim in more] == ids[2:], "the next claim goes on where it left off"
+    assert await redis.zcard(queue.keys.leases) == 4 and await redis.llen(queue.keys.queue) == 0
+    assert "none is stranded" in caplog.text
+
+
+async def test_a_retried_wait_for_work_moves_nothing(redis_server: Any, redis: Redis) -> None:
+    """The blocking part of a claim is a BLMOVE of the queue onto itself: its lost answer, re-sent, changes nothing."""
+    async with redis_proxy(redis_server.port) as proxy:
+        queue = await proxied_queue(proxy.url, retries=1)
+        try:
+            proxy.lose_reply_to(b"BLMOVE")
+            waiting = asyncio.create_task(queue.claim(WORKER, block_s=0.3))
+            await asyncio.wait_for(proxy.losing.wait(), 10)  # the claim found nothing and is waiting
+            [job_id] = await queued(redis, 1)
+            claim = await asyncio.wait_for(waiting, 10)
+        finally:
+            await queue.redis.aclose()
+    assert claim is not None and claim.job.id == job_id and claim.job.attempts == 1
+    assert await redis.llen(queue.keys.queue) == 0 and await redis.zcard(queue.keys.leases) == 1

