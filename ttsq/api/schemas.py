@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
+from ttsq.domain.jobs import Priority as Priority
 from ttsq.domain.sampling import SamplingFields
 
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
@@ -46,6 +47,11 @@ class SubmitRequest(SamplingFields):
         max_length=2048,
         description="An http(s) URL to POST the outcome to when the task ends (a signed webhook; see README). "
         "Private, loopback and link-local addresses are refused unless allow-listed.",
+    )
+    priority: Priority | None = Field(
+        None,
+        description="The task's lane in the fair queue: `interactive` is served first, `batch` (bulk work) gets a bounded "
+        "share while interactive work waits (docs/fairness.md). Default: the API key's priority, else interactive.",
     )
 
 

@@ -1,4 +1,4 @@
-"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|revoke`` and
+"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|weight|revoke`` and
 ``python -m ttsq dead-letters list|show|requeue|purge``.
 
 Run them where the queue's Redis is reachable (a shell in an API pod, the GPU host); they read the
@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
+from ttsq.domain.jobs import PRIORITIES
+from ttsq.store.api_keys import MAX_WEIGHT, SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue, QueueConfig
@@ -32,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--scopes", default="tts", help=f"comma-separated, of {', '.join(SCOPES)} (default: tts)")
     create.add_argument("--expires-in-days", type=float, help="the key stops working after this many days")
     create.add_argument("--callback-url", help="default completion webhook for this key's submits")
+    create.add_argument("--weight", type=int, default=1, help=f"share of the workers, 1-{MAX_WEIGHT} (default 1; docs/fairness.md)")
+    create.add_argument("--priority", choices=PRIORITIES, default="interactive", help="lane of submits that name none")
     actions.add_parser("list", help="list keys (never the keys themselves)")
+    weight = actions.add_parser("weight", help="set a key's share of the workers (claims per fair-queuing turn)")
+    weight.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
+    weight.add_argument("weight", type=int, help=f"1-{MAX_WEIGHT}")
     revoke = actions.add_parser("revoke", help="revoke a key at once, on every API replica")
     revoke.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
 
@@ -68,7 +74,17 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
                 print(f"ttsq: unknown scope(s) {', '.join(sorted(unknown))}; use {', '.join(SCOPES)}", file=sys.stderr)
                 return 2
             expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days else None
-            key, record = await store.create(args.name, scopes, expires_at=expires, callback_url=args.callback_url)
+            if not 1 <= args.weight <= MAX_WEIGHT:
+                print(f"ttsq: a weight is 1-{MAX_WEIGHT}; got {args.weight}", file=sys.stderr)
+                return 2
+            key, record = await store.create(
+                args.name,
+                scopes,
+                expires_at=expires,
+                callback_url=args.callback_url,
+                weight=args.weight,
+                priority=args.priority,
+            )
             print(key)
             print(
                 f"created key {record.id} ({record.name}; scopes {', '.join(record.scopes)}; expires {_when(record.expires_at)}). "
@@ -78,13 +94,15 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
             return 0
         if args.action == "list":
             records = await store.list()
-            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'CREATED':<20}  EXPIRES")
+            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'CREATED':<20}  {'EXPIRES':<20}  {'WEIGHT':>6}  PRIORITY")
             for record in records:
                 print(
                     f"{record.id:<12}  {record.name[:24]:<24}  {','.join(record.scopes):<10}  "
-                    f"{_when(record.created_at):<20}  {_when(record.expires_at)}"
+                    f"{_when(record.created_at):<20}  {_when(record.expires_at):<20}  {record.weight:>6}  {record.priority}"
                 )
             return 0
+        if args.action == "weight":
+            return await set_weight(store, args.key_id, args.weight)
         if await store.revoke(args.key_id):
             print(f"revoked key {args.key_id}: every API replica refuses it from its next request on")
             return 0
@@ -92,6 +110,18 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
         return 1
     finally:
         await redis.aclose()
+
+
+async def set_weight(store: ApiKeyStore, key_id: str, weight: int) -> int:
+    if not 1 <= weight <= MAX_WEIGHT:
+        print(f"ttsq: a weight is 1-{MAX_WEIGHT}; got {weight}", file=sys.stderr)
+        return 2
+    record = await store.set_weight(key_id, weight)
+    if record is None:
+        print(f"ttsq: no key with id {key_id!r}", file=sys.stderr)
+        return 1
+    print(f"key {key_id} now has weight {weight}: its tenant's next submit on each shard carries it into the round robin")
+    return 0
 
 
 async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:

@@ -19,12 +19,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ttsq.domain.jobs import Priority
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
 Scope = Literal["tts", "admin"]
 SCOPES: tuple[Scope, ...] = ("tts", "admin")
 """``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters."""
+
+MAX_WEIGHT = 1000
+"""The largest weight an admin may give a key: a tenant's turn is at most this many claims in a row."""
 
 _KEY = re.compile(r"ttsq_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 
@@ -38,6 +42,13 @@ class ApiKey(BaseModel):
     created_at: float
     expires_at: float | None = None
     callback_url: str | None = Field(default=None, description="Default completion webhook for this key's submits.")
+    weight: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_WEIGHT,
+        description="The key's tenant's share of the workers: claims per deficit-round-robin turn (docs/fairness.md).",
+    )
+    priority: Priority = Field(default="interactive", description="The lane of this key's submits that name none.")
     digest: str = Field(description="SHA-256 of the whole key, hex.")
 
     def allows(self, scope: Scope) -> bool:
@@ -63,7 +74,14 @@ class ApiKeyStore:
         self.clock = clock
 
     async def create(
-        self, name: str, scopes: list[Scope], *, expires_at: float | None = None, callback_url: str | None = None
+        self,
+        name: str,
+        scopes: list[Scope],
+        *,
+        expires_at: float | None = None,
+        callback_url: str | None = None,
+        weight: int = 1,
+        priority: Priority = "interactive",
     ) -> tuple[str, ApiKey]:
         """A new key and its record; the key is returned once and never stored."""
         unknown = set(scopes) - set(SCOPES)
@@ -72,6 +90,8 @@ class ApiKeyStore:
         key_id = secrets.token_hex(6)
         key = f"ttsq_{key_id}_{secrets.token_urlsafe(32)}"
         record = ApiKey(
+            weight=weight,
+            priority=priority,
             id=key_id,
             name=name,
             scopes=sorted(set(scopes)),
@@ -99,6 +119,17 @@ class ApiKeyStore:
     async def list(self) -> list[ApiKey]:
         stored = await self.redis.hgetall(self.keys.api_keys)
         return sorted((ApiKey.model_validate_json(raw) for raw in stored.values()), key=lambda k: k.created_at)
+
+    async def set_weight(self, key_id: str, weight: int) -> ApiKey | None:
+        """Give a key a new weight (its tenant's claims per turn), kept with the key; the record, or None when there is
+        no such key. Its queued jobs' shard records it at the key's next submit (docs/fairness.md)."""
+        raw = await self.redis.hget(self.keys.api_keys, key_id)
+        if raw is None:
+            return None
+        record = ApiKey.model_validate_json(raw).model_copy(update={"weight": weight})
+        ApiKey.model_validate(record.model_dump())  # the bounds, checked as at creation
+        await self.redis.hset(self.keys.api_keys, key_id, record.model_dump_json())
+        return record
 
     async def revoke(self, key_id: str) -> bool:
         """Delete the record: every replica refuses the key from its next request on."""
