@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from tests.conftest import FakeClock, params, queue_config, task_id
 from ttsq.domain.jobs import Priority
 from ttsq.store.queue import JobQueue, QueueFullError
+from ttsq.store.replies import text
 
 SWEEP = 1.0
 
@@ -200,7 +201,7 @@ async def test_round_robin_invariants_hold_on_any_history(redis: Redis, steps: l
         lengths = {(t, lane): await redis.llen(queue.keys.tenant_queue(lane, t)) for t in _TENANTS for lane in lanes}
         assert await queue.depth() == sum(lengths.values()) == len(queued)
         for lane in ("interactive", "batch"):
-            ring = [item.decode() for item in await redis.lrange(queue.keys.ring(lane), 0, -1)]
+            ring = [text(item) for item in await redis.lrange(queue.keys.ring(lane), 0, -1)]
             assert sorted(ring) == sorted(t for t in _TENANTS if lengths[(t, lane)] > 0), "the ring is who waits, once each"
     assert len(claimed) == len(set(claimed)), "no job claimed twice"
     for ids in order.values():
