@@ -14,10 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, params, queue_config, task_id
 from ttsq.domain.jobs import Priority
+from ttsq.runtime.metrics import WorkerMetrics
+from ttsq.store.metrics import TOP_TENANTS, QueueGauges
 from ttsq.store.queue import JobQueue, QueueFullError
 from ttsq.store.replies import text
 
@@ -153,6 +156,32 @@ async def test_the_depth_cap_counts_every_tenant(make_queue: Any) -> None:
     await flood(queue, "B", 1, priority="batch")
     with pytest.raises(QueueFullError):
         await flood(queue, "C", 1)
+
+
+async def test_tenant_depth_metrics_name_the_top_tenants_and_sum_the_rest(make_queue: Any) -> None:
+    queue: JobQueue = make_queue()
+    for n in range(TOP_TENANTS + 2):
+        await flood(queue, f"tenant{n:02d}", n + 1)
+    await flood(queue, "tenant00", 1, priority="batch")
+    registry = CollectorRegistry()
+    gauges = QueueGauges(registry, queue, timeout_s=5.0)
+    await gauges.refresh()
+    scrape = generate_latest(registry).decode()
+    series = [line for line in scrape.splitlines() if line.startswith("ttsq_tenant_queue_depth{")]
+    assert len(series) == TOP_TENANTS + 2, "ten tenants by name, the rest as other in each lane"
+    assert 'ttsq_tenant_queue_depth{priority="interactive",tenant="tenant11"} 12.0' in series
+    assert 'ttsq_tenant_queue_depth{priority="interactive",tenant="other"} 3.0' in series, "tenant00's 1 and tenant01's 2"
+    assert 'ttsq_tenant_queue_depth{priority="batch",tenant="other"} 1.0' in series
+
+
+def test_claims_per_tenant_keep_a_bounded_set_of_labels() -> None:
+    metrics = WorkerMetrics(tenant_labels=2)
+    for tenant in ("a", "b", "c", "a", "d"):
+        metrics.claimed(tenant, "interactive")
+    scrape = metrics.exposition().decode()
+    assert 'ttsq_tenant_jobs_claimed_total{priority="interactive",tenant="a"} 2.0' in scrape
+    assert 'ttsq_tenant_jobs_claimed_total{priority="interactive",tenant="other"} 2.0' in scrape, "c and d"
+    assert 'tenant="c"' not in scrape
 
 
 # ---- the round robin's invariants, on random histories -------------------------------------------------------
