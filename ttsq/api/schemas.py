@@ -58,7 +58,10 @@ class SubmitRequest(SamplingFields):
 class SubmitResponse(BaseModel):
     task_id: str
     status: Status
-    queue_position: int | None = Field(description="Jobs ahead of this one (0 = next).")
+    queue_position: int | None = Field(
+        description="About how many claims come before this one on its shard (0 = next): an estimate in the fair queue's "
+        "order, with nobody else arriving (docs/fairness.md)."
+    )
     estimate_s: float = Field(description="Rough seconds until the result is ready.")
     seed: int = Field(description="The sampling seed used; resubmit it to keep a randomly drawn voice.")
     deterministic: bool = Field(description="True when the request names a voice or a seed.")

@@ -102,7 +102,7 @@ class QueueConfig:
     dead_letter_max: int
     shards: int
     """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
-    interactive_burst: int = 9
+    interactive_burst: int
     """``INTERACTIVE_BURST``: interactive claims in a row while batch jobs wait, before one batch claim (so a batch
     backlog gets at least one claim in ``interactive_burst + 1``; docs/fairness.md)."""
 
