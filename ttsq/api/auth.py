@@ -63,11 +63,12 @@ class Principal:
 
     @property
     def tenant(self) -> str:
-        """Whose fair share of the workers a submit is queued under (docs/fairness.md): the key's id, or the one
-        anonymous tenant. The one place the tenant is decided: where keys are grouped into tenants, the key's tenant
-        goes here. Anonymous callers share one tenant, not one per address: an address is no identity (NAT and
-        proxies share one, a client can rotate many), and per-address queues would sell fair shares by the address."""
-        return self.key.id if self.key is not None else ANONYMOUS_TENANT
+        """Whose fair share of the workers a submit is queued under (docs/fairness.md), decided here only: the tenant
+        an admin grouped the key into (``tenant:<name>``), else the key itself (``key:<id>``) — the key's sharing
+        scope, so the names never collide — or the one anonymous tenant. Anonymous callers share one tenant, not one
+        per address: an address is no identity (NAT and proxies share one, a client can rotate many), and
+        per-address queues would sell fair shares by the address."""
+        return self.key.sharing_scope if self.key is not None else ANONYMOUS_TENANT
 
     @property
     def weight(self) -> int:
