@@ -311,6 +311,9 @@ class TTSService:
             reader=caller.reader,
             max_per_owner=self.config.max_queued_per_key,
             charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+            tenant=caller.tenant,
+            priority=caller.priority(body.priority),
+            weight=caller.weight,
         )
         self._on_submit("joined" if result.joined else "queued")
         context.task_id.set(result.job.id)
