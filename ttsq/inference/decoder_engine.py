@@ -16,11 +16,11 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
+from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.decoder import DecoderShape, SlotDecoder
@@ -62,7 +62,7 @@ class DecoderEngine(ChatTTSEngine):
         self.overlap = overlap
         """Prefill and audio decoding in two threads beside the decode loop (on a CPU; on CUDA they stay in
         the loop until a GPU run has measured the overlap with streams of their own)."""
-        self._pools: tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None = None
+        self._pools: tuple[RankedExecutor, RankedExecutor] | None = None
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
         """A small scheduler of its own for :meth:`synthesize_batch` (warm-up, scripts, tests)."""
@@ -88,14 +88,14 @@ class DecoderEngine(ChatTTSEngine):
             slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots, overlap=self.overlap
         )
 
-    def _overlap_pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None:
+    def _overlap_pools(self) -> tuple[RankedExecutor, RankedExecutor] | None:
         """One prefill thread and one audio thread, made once per engine (on a CPU only)."""
         if self._device.startswith("cuda"):
             return None
         if self._pools is None:
             self._pools = (
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-prefill"),
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-audio"),
+                RankedExecutor("ttsq-prefill"),
+                RankedExecutor("ttsq-audio"),
             )
         return self._pools
 

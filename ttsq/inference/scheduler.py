@@ -7,9 +7,9 @@ are served first-chunk-first (a request's first audio should not wait behind ano
 tenth sentence), then in arrival order. A row asking for ``refine_text`` first runs as a text row
 on the same GPT (its own slots), then comes back as an audio row with the refined text.
 
-With ``overlap`` (two single-thread executors), the work that is one row's alone runs beside the
-decode loop instead of inside it: the next rows' prompts are built and prefilled ahead of their
-admission, and a finished row's audio is decoded while the loop goes on. The loop itself only
+With ``overlap`` (two single-thread executors, ranked like the waiting rows), the work that is one
+row's alone runs beside the decode loop instead of inside it: the next rows' prompts are built and
+prefilled ahead of their admission, and a finished row's audio is decoded while the loop goes on. The loop itself only
 places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
 the same pure function of the row as inline, so a row's result does not change.
 
@@ -28,7 +28,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.text import detect_language
+from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import (
     BatcherStats,
     BatchEvent,
@@ -64,6 +65,7 @@ CODE_REPETITION_PENALTY = 1.05
 """ChatTTS's ``InferCodeParams`` default; ttsq has always used it."""
 REFINE_TEMPERATURE, REFINE_TOP_P, REFINE_TOP_K, REFINE_REPETITION_PENALTY = 0.7, 0.7, 20, 1.0
 """ChatTTS's ``RefineTextParams`` defaults, which ttsq has always used for ``refine_text``."""
+
 
 @dataclass(frozen=True)
 class DecodeLimits:
@@ -136,7 +138,7 @@ class Scheduler:
         *,
         oom_recover_s: float,
         first_chunk_slots: int = 0,
-        overlap: tuple[Executor, Executor] | None = None,
+        overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rows = rows
@@ -162,10 +164,10 @@ class Scheduler:
         self._arrivals = itertools.count()
         self._orders = itertools.count()
         self._exclusive: str | None = None
-        self._prefill_pool: Executor | None = overlap[0] if overlap is not None else None
-        self._audio_pool: Executor | None = overlap[1] if overlap is not None else None
+        self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
+        self._audio_pool: RankedExecutor | None = overlap[1] if overlap is not None else None
         self._audio: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
-        """Finished rows whose audio is being decoded (``overlap`` only), in the order they ended."""
+        """Finished rows whose audio is being decoded (``overlap`` only): first chunks first, then by arrival."""
 
     # ---- what the worker sees ----------------------------------------------------------------
 
@@ -189,7 +191,6 @@ class Scheduler:
     @property
     def busy(self) -> bool:
         return bool(self._waiting or self._active or self._audio)
-
 
     def requests(self) -> list[str]:
         return list(self._requests)
@@ -252,9 +253,14 @@ class Scheduler:
             wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
 
     def _collect_audio(self, events: list[BatchEvent]) -> None:
-        """Hand on the rows whose audio has been decoded (in the order they ended, as far as they are done)."""
-        while self._audio and self._audio[0][1].done():
-            row, future = self._audio.pop(0)
+        """Hand on the rows whose audio has been decoded, whichever they are (the worker puts a request's
+        chunks in order; a short request's audio must not wait for a long one's decoded before it)."""
+        done: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
+        pending: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
+        for entry in self._audio:  # one look at each future: one that ends meanwhile waits for the next call
+            (done if entry[1].done() else pending).append(entry)
+        self._audio = pending
+        for row, future in done:
             try:
                 samples = future.result()
             except Exception as exc:  # noqa: BLE001 - this row's own failure
@@ -345,7 +351,7 @@ class Scheduler:
                 decoder = self._decoder(row)
             except PermanentError:
                 continue  # admission fails it, with its reason
-            row.prefill = pool.submit(self._prefilled, decoder, row)
+            row.prefill = pool.submit(row.priority(), self._prefilled, decoder, row)
             started += 1
 
     def _admit_row(self, decoder: SlotDecoder, row: _Row, events: list[BatchEvent]) -> None:
@@ -443,7 +449,7 @@ class Scheduler:
             self._fail(request.key, TransientError("an audio row ended without its states"), events)
             return
         if self._audio_pool is not None:
-            self._audio.append((row, self._audio_pool.submit(self.rows.audio, ended.hiddens)))
+            self._audio.append((row, self._audio_pool.submit(row.priority(), self.rows.audio, ended.hiddens)))
             return
         try:
             samples = self.rows.audio(ended.hiddens)
