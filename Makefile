@@ -58,12 +58,14 @@ bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput
 	$(PY) -m bench.decoder
+	$(PY) -m bench.shards
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput --quick
 	$(PY) -m bench.decoder --quick --checkpoints tiny
+	$(PY) -m bench.shards --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install
