@@ -1,24 +1,29 @@
 """``make bench-gpu``: ttsq on a GPU in one time-boxed command (the GPU-serving issue, item 5).
 
-    python -m bench.gpu [--phases engine,e2e,compile] [--budget-s 780] [--out DIR] [--model full|tiny|DIR]
+    python -m bench.gpu [--phases engine,decoder,e2e,compile] [--budget-s 780] [--out DIR] [--model full|tiny|DIR]
                         [--device auto|cuda|cpu] [--batches 1,8,32,64,128,256] [--clients 64,256]
-                        [--max-batches auto,8,1] [--tokens 256] [--quick]
+                        [--max-batches auto,8,1] [--tokens 256] [--e2e-backend ttsq|chattts|auto] [--quick]
 
 First the checkpoint (``--model full``: the full-size random-weight one, built into
-``var/full-random-checkpoint`` when missing), then three phases, each in its own process group with
+``var/full-random-checkpoint`` when missing), then four phases, each in its own process group with
 its own time limit inside ``--budget-s``; a phase still running at its limit is stopped (SIGTERM,
 then SIGKILL for everything it started) and the next one runs:
 
 1. ``engine`` (:mod:`bench.gpu_engine`): ``ChatTTSEngine.synthesize_batch`` alone per batch size —
    wall time, GPT ms per decode step apart from mel decode + vocoder, audio-seconds per
    wall-second, jobs/s, peak GPU memory, GPU busy (NVML).
-2. ``e2e`` (:mod:`bench.gpu_e2e`): redis-server + ``uvicorn app:app`` + one ``python worker.py`` per
-   ``MAX_BATCH`` (``auto``, 8, 1), closed-loop clients (64, 256) — jobs/s, p50/p99, the mean batch
-   and the batch limit from the worker's ``/metrics``, GPU utilisation, and the service's jobs/s over
-   the engine's at the same batch size (the issue's done-when ratio).
-3. ``compile``: the same with ``COMPILE=true`` and ``MAX_BATCH=auto`` — warm-up (worker ready) time,
-   jobs/s, and graphs compiled while serving (``ttsq_compile_recompiles_total``; "absent" if the
-   worker does not export it).
+2. ``decoder`` (:mod:`bench.gpu_engine` ``--engine ttsq --cuda-graphs``): ttsq's decoder alone at the
+   same batch sizes, through one batcher whose CUDA graphs (one per batch bucket) are captured first
+   — the same figures, the capture time, the decode step's own ms, rows per step (the decoder
+   issue's GPU acceptance: ms per step at batch 1 and 64, GPU busy).
+3. ``e2e`` (:mod:`bench.gpu_e2e`): redis-server + ``uvicorn app:app`` + one ``python worker.py`` per
+   ``MAX_BATCH`` (``auto``, 8, 1), workers on ``ENGINE_BACKEND=ttsq`` (``--e2e-backend``), closed-loop
+   clients (64, 256) — jobs/s, p50/p99, the mean batch and the batch limit from the worker's
+   ``/metrics``, GPU utilisation, and the service's jobs/s over its engine's alone at the same batch
+   size (the GPU-serving issue's done-when ratio).
+4. ``compile``: the same with ``COMPILE=true``, ``MAX_BATCH=auto`` and ``ENGINE_BACKEND=chattts``
+   (torch.compile is ChatTTS's path) — warm-up (worker ready) time, jobs/s, and graphs compiled while
+   serving (``ttsq_compile_recompiles_total``; "absent" if the worker does not export it).
 
 ``results.json`` and ``results.md`` (:mod:`bench.gpu_report`) are rewritten after the checkpoint and
 after every phase, so a run cut off anywhere keeps what finished; each phase's own JSON is
@@ -58,16 +63,17 @@ from bench.machine import cpu_model
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "var" / "bench-gpu"
 CHECKPOINTS = {"full": ROOT / "var" / "full-random-checkpoint", "tiny": ROOT / "var" / "tiny-checkpoint"}
-PHASES = ("engine", "e2e", "compile")
-WEIGHTS = {"engine": 0.17, "e2e": 0.43, "compile": 0.4}
+PHASES = ("engine", "decoder", "e2e", "compile")
+WEIGHTS = {"engine": 0.14, "decoder": 0.18, "e2e": 0.38, "compile": 0.3}
 """How the budget left after the checkpoint is shared out; what a phase leaves unused goes to the later ones."""
-MIN_PHASE_S = {"engine": 20.0, "e2e": 40.0, "compile": 40.0}
+MIN_PHASE_S = {"engine": 20.0, "decoder": 20.0, "e2e": 40.0, "compile": 40.0}
+E2E_BACKENDS = ("ttsq", "chattts", "auto")
 STOP_GRACE_S = 20.0
 """How long a phase told to stop (SIGTERM) has to write its results and stop its stacks before SIGKILL."""
 MARKER = "TTSQ_BENCH_GPU_RUN"
 RUNS_FILE = Path(tempfile.gettempdir()) / "ttsq-bench-gpu-runs"
 """Run ids of ``bench.gpu`` runs on this machine, so a later run can end what a killed one left running."""
-OUTPUT_FILES = ("results.json", "results.md", "engine.json", "e2e.json", "compile.json", "process_logs.txt")
+OUTPUT_FILES = ("results.json", "results.md", *(f"{phase}.json" for phase in PHASES), "process_logs.txt")
 T0 = time.monotonic()
 
 
@@ -348,7 +354,8 @@ def model_name(path: Path) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="ttsq on a GPU: the engine alone, the service end to end, torch.compile; each phase time-boxed.",
+        description="ttsq on a GPU: ChatTTS's loop and ttsq's decoder alone, the service end to end, torch.compile; "
+        "each phase time-boxed.",
         epilog="Defaults not given on the command line come from the profile: the full one, or --quick.",
     )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
@@ -370,6 +377,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "window empty; 0 on a GPU, where a window without a completed job is a stall to report)",
     )
     parser.add_argument("--ready-timeout-s", type=float, default=300.0, help="longest wait for a worker's /readyz")
+    parser.add_argument(
+        "--e2e-backend",
+        choices=E2E_BACKENDS,
+        default="ttsq",
+        help="ENGINE_BACKEND of the e2e phase's workers (ttsq: the decoder, CUDA graphs on); the compile phase always runs "
+        "chattts, whose loop COMPILE=true compiles",
+    )
     for phase in PHASES:
         parser.add_argument(f"--{phase}-max-s", type=float, help=f"cap on the {phase} phase's time limit")
     parser.add_argument("--quick", action="store_true", help="smoke profile: tiny checkpoint, 24 tokens, short windows")
@@ -406,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(args.device),
         "versions": versions(),
         "tokens": args.tokens,
+        "e2e_backend": args.e2e_backend,
         "budget_s": args.budget_s,
         "phases_planned": args.phase_list,
         "phases": {},
@@ -490,8 +505,10 @@ def _run_phase(phase: str, args: argparse.Namespace, model: Path, limit: float, 
     own_budget = f"{max(5.0, limit - 12):.0f}"  # the phase ends itself before its limit; the limit is the backstop
     common = ["--model", str(model), "--device", args.device, "--tokens", str(args.tokens), "--budget-s", own_budget]
     path = out / f"{phase}.json"
-    if phase == "engine":
+    if phase in ("engine", "decoder"):
         cmd = [sys.executable, "-m", "bench.gpu_engine", *common, "--batches", args.batches, "--reps", str(args.reps)]
+        if phase == "decoder":
+            cmd += ["--engine", "ttsq", "--cuda-graphs"]
     else:
         cmd = [
             sys.executable, "-m", "bench.gpu_e2e", *common,
@@ -501,6 +518,7 @@ def _run_phase(phase: str, args: argparse.Namespace, model: Path, limit: float, 
             "--drain-s", str(args.drain_s),
             "--min-jobs", str(args.min_jobs),
             "--ready-timeout-s", str(args.ready_timeout_s),
+            "--engine-backend", "chattts" if phase == "compile" else args.e2e_backend,
             "--tmp", str(_tmp(marker.split("/")[0]) / phase),
         ]  # fmt: skip
         if phase == "compile":
@@ -539,7 +557,7 @@ def _tmp(run_id: str) -> Path:
 
 
 def _annotate_gpu(results: dict[str, Any], sampler: GpuSampler) -> None:
-    """Pair every engine call and end-to-end window with the GPU samples taken meanwhile."""
+    """Pair every engine or decoder call and end-to-end window with the GPU samples taken meanwhile."""
     for phase in PHASES:
         data = (results["phases"].get(phase) or {}).get("data") or {}
         for row in [*data.get("runs", []), *data.get("summary", [])]:

@@ -1,16 +1,18 @@
 """The GPU benchmark's service phases: the whole service under closed-loop clients, per ``MAX_BATCH``.
 
     python -m bench.gpu_e2e --model DIR --device cuda --tokens 256 --max-batches auto,8,1 --clients 64,256 \\
-        --window-s 30 --drain-s 15 --budget-s 250 --out e2e.json [--compile]
+        --window-s 30 --drain-s 15 --budget-s 250 --out e2e.json [--compile] [--engine-backend ttsq|chattts|auto]
 
 Run by :mod:`bench.gpu` in its own process group (its ``e2e`` and ``compile`` phases); it can be run
 by hand too. Each ``MAX_BATCH`` setting gets its own stack: a ``redis-server``
 (:func:`ttsq.store.local_redis.start_redis_server`), ``uvicorn app:app`` and one ``python worker.py``,
 started the way ``make up`` starts them (:mod:`ttsq.runtime.launch`) and configured only through
 their environment: ``MODEL``, ``DEVICE``, ``MAX_BATCH``, ``MIN_NEW_TOKEN = MAX_NEW_TOKEN``, cache and
-single-flight off, normalization off, ``COMPILE``. On CUDA a ``MAX_BATCH=auto`` stack starts alone
-(its worker measures the GPU at start, which other workers loading at the same time would disturb);
-the fixed settings start together and are measured one after the other.
+single-flight off, normalization off, ``COMPILE``, ``ENGINE_BACKEND`` (``--engine-backend``: ``ttsq``
+with ``CUDA_GRAPHS=true`` by default, ``chattts`` with ``--compile``, which compiles ChatTTS's loop).
+On CUDA a ``MAX_BATCH=auto`` stack starts alone (its worker measures the GPU at start, which other
+workers loading at the same time would disturb); the fixed settings start together and are
+measured one after the other.
 
 Per stack and client count, one window: ``clients`` closed-loop clients (submit, poll every 100 ms,
 download: :func:`bench.closed_loop.ttsq_job`), spread over client processes (64 clients each) so
@@ -21,7 +23,8 @@ says — it starts them after the window if need be and they are never abandoned
 busy CPU makes a window longer, never empty: the dry run checks the benchmark's plumbing, and a
 window of a few seconds on a shared 2-core machine may see no job through otherwise.
 The worker's ``/metrics`` is scraped before and after: ``ttsq_batch_size_sum``/``_count`` give the
-mean batch actually formed, ``ttsq_batch_limit`` the batch limit the worker chose,
+mean batch actually formed (rows per engine step), ``ttsq_real_time_factor_count`` the jobs done
+(audio seconds per job from it), ``ttsq_batch_limit`` the batch limit the worker chose,
 ``ttsq_compile_recompiles_total`` (where the worker exports it) the graphs compiled while serving.
 A window that leaves jobs behind gets a fresh worker and an empty Redis before the next one.
 
@@ -335,13 +338,16 @@ def _metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[st
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
 
-    jobs, batches = delta("ttsq_batch_size_sum"), delta("ttsq_batch_size_count")
+    # ttsq_batch_size counts rows per engine step (one decode step of ttsq's decoder, one grouped call of ChatTTS's
+    # loop), so jobs come from a per-job metric instead: the real-time factor is observed once per job done.
+    rows, steps = delta("ttsq_batch_size_sum"), delta("ttsq_batch_size_count")
+    jobs = delta("ttsq_real_time_factor_count")
     audio = delta("ttsq_audio_seconds_total")
     rec_before, rec_after = recompiles(before), recompiles(after)
     return {
         "worker_jobs": int(jobs),
-        "worker_batches": int(batches),
-        "mean_batch": round(jobs / batches, 2) if batches else None,
+        "worker_steps": int(steps),
+        "mean_batch": round(rows / steps, 2) if steps else None,
         "audio_s_per_job": round(audio / jobs, 3) if jobs else None,
         "batch_limit": _whole(after.get("ttsq_batch_limit")),
         "oom_splits": int(delta("ttsq_oom_splits_total")),
@@ -385,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
         "--min-jobs", type=int, default=0, help="jobs each client completes whatever the window (a dry run: 1; a GPU run: 0)"
     )
     parser.add_argument("--compile", action="store_true", help="COMPILE=true for every stack")
+    parser.add_argument(
+        "--engine-backend",
+        choices=("ttsq", "chattts", "auto"),
+        help="the workers' ENGINE_BACKEND (default: ttsq, with CUDA_GRAPHS=true; chattts with --compile)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tmp", type=Path, help="process logs and Redis files (default: next to --out)")
     args = parser.parse_args(argv)
@@ -393,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     max_batches = [b.strip() for b in args.max_batches.split(",") if b.strip()]
     clients_list = sorted({int(c) for c in args.clients.split(",") if c.strip()})
     tmp = args.tmp or args.out.parent / f"{args.out.stem}-processes"
+    backend = args.engine_backend or ("chattts" if args.compile else "ttsq")
     base_env = dict(
         os.environ,
         MODEL=args.model,
@@ -413,11 +425,14 @@ def main(argv: list[str] | None = None) -> int:
         LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
         SHUTDOWN_GRACE_S=str(SHUTDOWN_GRACE_S),
+        ENGINE_BACKEND=backend,
+        CUDA_GRAPHS="true",  # what ENGINE_BACKEND=ttsq serves with on CUDA (the decoder phase measures the same)
     )
     rec = Recorder(
         args.out,
         {
             "compile": args.compile,
+            "engine_backend": backend,
             "device": args.device,
             "tokens_per_job": args.tokens,
             "max_batches": max_batches,

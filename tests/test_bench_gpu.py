@@ -1,7 +1,8 @@
 """``make bench-gpu`` (``python -m bench.gpu``) without a GPU: a real dry run on CPU, and its parts.
 
-The dry run starts everything the GPU run starts (the engine phase, redis-server + ``uvicorn app:app``
-+ ``python worker.py`` per ``MAX_BATCH``, the ``COMPILE=true`` stack) on the tiny checkpoint, with
+The dry run starts everything the GPU run starts (the engine phase, ttsq's decoder phase,
+redis-server + ``uvicorn app:app`` + ``python worker.py`` per ``MAX_BATCH``, the ``COMPILE=true``
+stack) on the tiny checkpoint, with
 short windows, and checks that the results files are rewritten after every phase, hold the fields
 the issue asks for, leave the GPU fields empty and say "dry run on CPU" wherever a figure appears.
 The report's verdicts are checked on made-up GPU numbers, and the time limit on a stand-in phase.
@@ -68,13 +69,14 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
     assert proc.returncode == 0, output[-4000:]
 
     # Rewritten after every phase, not only at the end: a cut-off run keeps what finished.
+    phases = ["checkpoint", "engine", "decoder", "e2e", "compile"]
     assert seen[0] == ["checkpoint"], seen
-    assert ["checkpoint", "engine"] in seen, seen
-    assert ["checkpoint", "engine", "e2e"] in seen, seen
-    assert seen[-1] == ["checkpoint", "engine", "e2e", "compile"], seen
+    for done in range(2, len(phases)):
+        assert phases[:done] in seen, seen
+    assert seen[-1] == phases, seen
     marker = "results written after "
     written = [line.split(marker)[1].split(":")[0] for line in output.splitlines() if marker in line]
-    assert written == ["checkpoint", "engine", "e2e", "compile", "the run"]
+    assert written == [*phases, "the run"]
 
     results: dict[str, Any] = json.loads((out / "results.json").read_text())
     assert results["dry_run"] is True
@@ -82,9 +84,8 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
     assert results["command"].startswith("python -m bench.gpu --quick")
     assert results["date"].endswith("UTC")
     assert results["machine"]["gpu"] is None
-    assert {name: results["phases"][name]["status"] for name in ("checkpoint", "engine", "e2e", "compile")} == dict.fromkeys(
-        ("checkpoint", "engine", "e2e", "compile"), "ok"
-    )
+    assert {name: results["phases"][name]["status"] for name in phases} == dict.fromkeys(phases, "ok")
+    assert results["e2e_backend"] == "ttsq"
 
     engine = results["phases"]["engine"]["data"]
     assert [row["batch"] for row in engine["summary"]] == [1, 4, 8]
@@ -93,7 +94,27 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         assert row["audio_s_per_wall_s"] > 0 and row["jobs_per_s"] > 0 and row["empty_items"] == 0
         assert row["max_mem_alloc_mib"] is None and row["gpu_util_mean"] is None  # no GPU: empty, not made up
 
+    # ttsq's decoder through one batcher of the largest batch's slots: every request of a size shares every step.
+    decoder = results["phases"]["decoder"]["data"]
+    assert decoder["engine"] == "ttsq" and decoder["cuda_graphs_requested"] is True
+    assert decoder["batcher"]["slots"] == 8
+    assert decoder["batcher"]["cuda_graphs"] is False  # on a CPU nothing is captured, and nothing is made up:
+    assert decoder["batcher"]["graph_buckets"] is None and decoder["batcher"]["capture_s"] is None
+    assert decoder["batcher"]["alloc_mib"] is None
+    assert [row["batch"] for row in decoder["summary"]] == [1, 4, 8]
+    for row in decoder["summary"]:
+        assert row["wall_s"] > 0 and row["gpt_ms_per_step"] > 0 and row["decode_vocoder_s"] > 0 and row["prefill_s"] > 0
+        assert row["decode_step_ms"] > 0 and row["decode_step_ms_median"] > 0 and row["decode_steps_s"] < row["wall_s"]
+        assert row["steps"] >= results["tokens"] - 1 and row["rows_per_step"] >= 1
+        assert row["rows_per_step"] == row["batch"] == row["computed_per_step"]  # forced token counts: all end together
+        assert row["prefills"] == row["chattts_calls"] == row["batch"]  # each row prefilled and decoded to audio alone
+        assert row["audio_s_per_wall_s"] > 0 and row["jobs_per_s"] > 0 and row["empty_items"] == 0
+        assert row["out_of_memory"] == 0 and row["suspects"] == 0
+        assert row["max_mem_alloc_mib"] is None and row["gpu_util_mean"] is None
+    audio_per_item = decoder["summary"][0]["audio_s_per_item"]
+
     e2e = results["phases"]["e2e"]["data"]
+    assert e2e["engine_backend"] == "ttsq"
     assert [s["max_batch"] for s in e2e["stacks"]] == ["auto", "1"]
     assert all(s["ready_s"] > 0 and "error" not in s for s in e2e["stacks"])
     windows = {(w["max_batch"], w["clients"]): w for w in e2e["windows"]}
@@ -104,11 +125,13 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         assert w["errors"] == 0 and w["jobs_per_s"] > 0, _why(w, out, output)
         assert w["p50_s"] > 0 and w["p99_s"] >= w["p50_s"] and w["mean_batch"] >= 1
         assert w["gpu_util_mean"] is None
+        # A job is one row of the same forced token count: its audio is an item's, not a step's share of it.
+        assert w["worker_jobs"] >= w["completed"] and 0.5 < w["audio_s_per_job"] / audio_per_item < 2, _why(w, out, output)
     assert windows[("1", 8)]["batch_limit"] == 1 and windows[("1", 8)]["mean_batch"] == 1
     assert windows[("auto", 8)]["batch_limit"] == 8  # MAX_BATCH=auto on a CPU is 8
 
     compile_ = results["phases"]["compile"]["data"]
-    assert compile_["compile"] is True and compile_["stacks"][0]["ready_s"] > 0
+    assert compile_["compile"] is True and compile_["engine_backend"] == "chattts" and compile_["stacks"][0]["ready_s"] > 0
     assert {w["clients"] for w in compile_["windows"]} == {4, 8}
     for w in compile_["windows"]:
         assert w["completed"] >= w["clients"] and w["errors"] == 0 and w["jobs_per_s"] > 0, _why(w, out, output)
@@ -118,15 +141,31 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
     same_batch = [row for name, row in criteria.items() if "the engine's at the same batch" in name]
     assert len(same_batch) == 4  # auto at 4 and 8 clients, eager and COMPILE=true
     assert all(row["met"] is not None and "dry run on CPU" in row["note"] for row in same_batch)
+    # Each service is compared with the engine its workers ran: ttsq's decoder, or ChatTTS's loop for COMPILE=true.
+    assert all(row["note"].startswith("ttsq's decoder") for row in same_batch if row["criterion"].startswith("ENGINE_BACKEND"))
+    assert all(row["note"].startswith("ChatTTS's engine") for row in same_batch if row["criterion"].startswith("COMPILE"))
     assert criteria["COMPILE=true: graphs compiled while serving (ttsq_compile_recompiles_total)"]["measured"].startswith("absent")
+    step_1 = criteria["ttsq decoder, batch 1: ≤ 4 ms per decode step"]
+    assert step_1["met"] is not None and step_1["note"].endswith(gpu_report.DRY_RUN_NOTE)
+    step_64 = criteria["ttsq decoder, batch 64: ≤ 3 ms per decode step"]
+    assert step_64["met"] is None and step_64["measured"] == "batch 64 not measured"
+    busy = criteria["ttsq decoder: GPU busy ≥ 70% at batch 1 and 64"]
+    assert busy["met"] is None and "no GPU samples at batch 1 and 64" in busy["note"]  # never a verdict without a GPU sample
 
     md = (out / "results.md").read_text()
     assert md.startswith("# ttsq GPU benchmark: DRY RUN ON CPU (not a GPU result)")
     assert "none is a GPU result" in md
-    assert md.count(results["command"]) >= 4  # the title block and every table name the command
-    headings = ("## Done-when criteria", "## Engine alone", "## Service end to end, eager", "## Service end to end, COMPILE=true")
+    assert md.count(results["command"]) >= 5  # the title block and every table name the command
+    headings = (
+        "## Done-when criteria",
+        "## Engine alone",
+        "## ttsq's decoder alone",
+        "## Service end to end, ENGINE_BACKEND=ttsq",
+        "## Service end to end, COMPILE=true",
+    )
     assert all(heading in md for heading in headings)
-    assert (out / "engine.json").exists() and (out / "e2e.json").exists() and (out / "compile.json").exists()
+    assert "no CUDA graphs (not on CUDA, or not asked for): every step eager" in md  # no capture claimed on a CPU
+    assert all((out / f"{phase}.json").exists() for phase in phases[1:])
     assert "MAX_BATCH=auto" in (out / "process_logs.txt").read_text()
 
 
@@ -203,6 +242,7 @@ def _gpu_results(recompiles_during: float | None = 0.0) -> dict[str, Any]:
         "dry_run": False,
         "device": "cuda",
         "machine": {"gpu": "NVIDIA H200", "driver": "580", "cpu": "x", "cores": 16},
+        "model": {"name": "full-random", "size_arg": "full", "path": "var/full-random-checkpoint"},
         "tokens": 256,
         "phases_planned": ["engine", "e2e", "compile"],
         "phases": {
@@ -211,6 +251,56 @@ def _gpu_results(recompiles_during: float | None = 0.0) -> dict[str, Any]:
             "compile": {"status": "ok", "data": {"stacks": [], "windows": compiled}},
         },
     }
+
+
+def _with_decoder(results: dict[str, Any], steps_ms: dict[int, float], busy: dict[int, float]) -> dict[str, Any]:
+    """Made-up decoder-phase rows (ttsq's decoder alone at 1/64/256, graphs captured) added to ``results``."""
+    rows: list[dict[str, Any]] = []
+    for batch, wall in ((1, 1.2), (64, 1.6), (256, 4.0)):
+        rows.append(
+            {
+                "batch": batch, "wall_s": wall, "wall_s_all": [wall], "gpt_ms_per_step": steps_ms.get(batch, 2.0) + 0.4,
+                "decode_step_ms_median": steps_ms.get(batch, 2.0), "steps": 255, "rows_per_step": float(batch),
+                "computed_per_step": float(batch), "prefill_s": 0.004 * batch, "decode_vocoder_s": 0.01 * batch,
+                "audio_s_per_wall_s": batch * 5.46 / wall, "jobs_per_s": batch / wall, "gpu_util_mean": busy.get(batch),
+            }
+        )  # fmt: skip
+    batcher = {
+        "slots": 256, "cuda_graphs": True, "graph_buckets": [1, 2, 4, 8, 16, 32, 64, 128, 256], "capture_s": 6.5,
+        "attended_positions": 753, "max_prompt": 496, "max_new": 256,
+    }  # fmt: skip
+    results["phases"]["decoder"] = {"status": "ok", "data": {"engine": "ttsq", "batcher": batcher, "summary": rows}}
+    results["phases_planned"] = ["engine", "decoder", "e2e", "compile"]
+    return results
+
+
+def test_the_decoder_acceptance_is_judged_per_step_on_the_full_size_checkpoint_only() -> None:
+    results = _with_decoder(_gpu_results(), {1: 3.6, 64: 3.2}, {1: 81.0, 64: 64.0})
+    rows = {row["criterion"]: row for row in gpu_report.criteria(results)}
+    at_1 = rows["ttsq decoder, batch 1: ≤ 4 ms per decode step"]
+    assert at_1["met"] is True and at_1["measured"].startswith("3.6 ms per step") and "CUDA graphs on" in at_1["measured"]
+    assert rows["ttsq decoder, batch 64: ≤ 3 ms per decode step"]["met"] is False
+    busy = rows["ttsq decoder: GPU busy ≥ 70% at batch 1 and 64"]
+    assert busy["met"] is False and busy["measured"] == "batch 1: 81%, batch 64: 64%"
+    md = gpu_report.render(results)
+    assert "## ttsq's decoder alone" in md
+    assert "buckets [1, 2, 4, 8, 16, 32, 64, 128, 256] captured in 6.50 s, every step attends 753 positions" in md
+    assert "| 64 | 13.9 | 3.6 | 3.86× | 3.20 |" in md  # ChatTTS's GPT ms/step beside ttsq's, at the same batch
+
+    results["model"] = {"name": "tiny-random", "size_arg": "tiny"}
+    for row in gpu_report.decoder_criteria(results):
+        assert row["met"] is None and row["note"].startswith("n/a: needs the full-size checkpoint")
+
+
+def test_a_service_on_ttsqs_decoder_is_compared_with_the_decoder_alone() -> None:
+    results = _with_decoder(_gpu_results(), {}, {})
+    results["phases"]["e2e"]["data"]["engine_backend"] = "ttsq"
+    rows = {row["criterion"]: row for row in gpu_report.criteria(results)}
+    auto64 = rows["ENGINE_BACKEND=ttsq, MAX_BATCH=auto, 64 clients: service jobs/s ≥ 0.9× the engine's at the same batch (64)"]
+    assert "= 0.412×" in auto64["measured"] and auto64["note"].startswith("ttsq's decoder measured")  # 16.5 / (64 / 1.6)
+    assert "ttsq's decoder alone at the same batch size" in gpu_report.render(results)
+    compiled = rows["COMPILE=true, MAX_BATCH=auto, 64 clients: service jobs/s ≥ 0.9× the engine's at the same batch (64)"]
+    assert compiled["note"].startswith("ChatTTS's engine measured")  # COMPILE=true runs ChatTTS's loop
 
 
 def test_the_done_when_verdicts_compare_the_service_with_the_engine_at_the_same_batch() -> None:
@@ -237,8 +327,11 @@ def test_absent_recompile_metric_and_a_dry_run_are_never_passed_off_as_gpu_verdi
     rows = {row["criterion"]: row for row in gpu_report.criteria(results)}
     assert rows["COMPILE=true: graphs compiled while serving (ttsq_compile_recompiles_total)"]["met"] is None
     results["dry_run"] = True
-    for row in gpu_report.criteria(results):
-        assert row["met"] is None or row["note"].endswith(gpu_report.DRY_RUN_NOTE)
+    _with_decoder(results, {1: 3.0, 64: 2.0}, {1: 90.0, 64: 90.0})
+    judged = [row for row in gpu_report.criteria(results) if row["met"] is not None]
+    assert any(row["criterion"].startswith("ttsq decoder") for row in judged)
+    for row in judged:
+        assert row["note"].endswith(gpu_report.DRY_RUN_NOTE)
     assert gpu_report.render(results).startswith("# ttsq GPU benchmark: DRY RUN ON CPU (not a GPU result)")
 
 

@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 if TYPE_CHECKING:
     import torch
 
@@ -377,7 +379,8 @@ class SlotDecoder:
         top_k = min(max(params.top_k, MIN_TOKENS_TO_KEEP), self.vocab)
         self.kth[slot] = self.vocab - top_k
         self._top_k[slot] = top_k
-        self.top_p_floor64[slot] = float(self.top_p_floor[slot])
+        # float64 of the float32 floor, computed on the host: reading the device tensor back would wait for the GPU
+        self.top_p_floor64[slot] = float(np.float32(1 - float(params.top_p)))
         self.within_top_k[slot] = self._ranks_host_mask(0, top_k)
         self.decided[slot] = self._ranks_host_mask(MIN_TOKENS_TO_KEEP, top_k)
         self.penalty[slot] = params.repetition_penalty
@@ -634,8 +637,9 @@ class SlotDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.inference_mode(), torch.cuda.stream(stream):
             snapshot = self._snapshot()
-            for _ in range(2):  # warm the kernels (cuBLAS workspaces, autotuning) outside capture
-                self._decode(self.shape.slots, self.shape.max_len + 1)
+            for bucket in self.buckets():
+                for _ in range(2):  # warm each shape's kernels (cuBLAS workspaces, autotuning) outside capture
+                    self._decode(bucket, self.shape.max_len + 1)
             self._restore(snapshot)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         for bucket in self.buckets():
