@@ -37,6 +37,7 @@ from typing import Any
 import redis
 from redis.asyncio.cluster import RedisCluster
 
+from bench.job_records import done_jobs
 from bench.machine import machine
 from bench.noop_engine import NOOP_LABEL
 from settings import Settings
@@ -114,13 +115,7 @@ async def _window(cluster: LocalCluster, shards: int, ids: list[str], since: flo
             by_shard.setdefault(queue.shards.of(job_id).prefix, []).append(job_id)
         for group in by_shard.values():
             keys = queue.shards.of(group[0])
-            for start in range(0, len(group), 500):
-                for raw in await client.mget([keys.job(i) for i in group[start : start + 500]]):
-                    if raw is None:
-                        continue
-                    job = Job.model_validate_json(raw)
-                    if job.status == "done" and job.started_at is not None and job.finished_at is not None:
-                        jobs.append(job)
+            jobs += await done_jobs(client, [keys.job(i) for i in group])
     finally:
         await client.aclose()
     counted = [job for job in jobs if (job.started_at or 0.0) >= since]
