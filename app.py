@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -20,14 +21,16 @@ import openai_api
 import query_api
 import submit_api
 import voices_api
-from deps import document_security
+from deps import ApiKeyCaller, MetricsCaller, document_security
 from settings import Settings, get_settings, startup_warnings
 from ttsq.api.auth import Authenticator, KeyPolicy
+from ttsq.api.bodies import strict_json
 from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
 from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, Webhooks
+from ttsq.api.stream_slots import releasing
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
 from ttsq.runtime.clock_skew import skew_host_clock
@@ -112,6 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="ChatTTS as a service: submit text, get a task id, fetch the audio.",
         lifespan=lifespan,
+        openapi_url=None,  # served below, as API_DOCS says
+        docs_url=None,
+        redoc_url=None,
     )
     origins = [origin.strip() for origin in config.cors_origins.split(",") if origin.strip()]
     if origins:
@@ -130,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-TTSQ-Task-Id",
             ],
         )
+    app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
+    app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
@@ -139,12 +147,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
     app.include_router(admin_api.router)
-    app.include_router(api_probes(lambda: app.state.service.readiness(), {503: ERROR_RESPONSES[503]}))
+
+    async def readiness() -> dict[str, Any]:
+        """The probes answer anyone (kubelet sends no key): where keys are required, they say ready or not and nothing
+        more — the live workers and the queue's depth are in ``/metrics``, behind a key."""
+        report: dict[str, Any] = await app.state.service.readiness()
+        if cast(Authenticator, app.state.authenticator).policy.keys_required():
+            return {"redis": report["redis"]}
+        return report
+
+    app.include_router(api_probes(readiness, {503: ERROR_RESPONSES[503]}))
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus_metrics() -> Response:
-        """Prometheus text format; the queue's state is read from Redis now, within METRICS_SCRAPE_TIMEOUT_S."""
+    async def prometheus_metrics(caller: MetricsCaller) -> Response:
+        """Prometheus text format; the queue's state is read from Redis now, within METRICS_SCRAPE_TIMEOUT_S. Where keys
+        are required, only for a key with scope ``metrics`` (or ``admin``): it shows queue depth, workers and counters."""
         return Response(await metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    if config.api_docs != "off":
+        # API_DOCS=auto: the documentation shows every route and limit of the deployment, so where keys are required
+        # it needs one (any scope); public: anyone (a published API). The page itself needs no data of ours.
+        guard = [] if config.api_docs == "public" else [Security(ApiKeyCaller(None))]
+
+        @app.get("/openapi.json", include_in_schema=False, dependencies=guard)
+        async def openapi_document() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+        @app.get("/docs", include_in_schema=False, dependencies=guard)
+        async def swagger_ui() -> HTMLResponse:
+            return get_swagger_ui_html(openapi_url="/openapi.json", title="ttsq — API docs")
+
+        @app.get("/redoc", include_in_schema=False, dependencies=guard)
+        async def redoc() -> HTMLResponse:
+            return get_redoc_html(openapi_url="/openapi.json", title="ttsq — API docs")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

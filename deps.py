@@ -13,7 +13,9 @@ OpenAPI document still offers both. Providers are ``async def``: FastAPI runs pl
 dependencies in a thread pool.
 
 Who may call what: ``TTSCaller`` (scope ``tts``: submit, read and cancel one's own tasks, list
-voices) and ``AdminCaller`` (scope ``admin``: voices, dead letters, everyone's tasks). A submit's
+voices), ``AdminCaller`` (scope ``admin``: voices, dead letters, everyone's tasks), ``MetricsCaller``
+(scope ``metrics``: ``/metrics``) and ``KeyedCaller`` (any key: the documentation), each only where
+keys are required. A submit's
 token is not taken here but by the service, inside the script that queues the job (one round trip).
 """
 
@@ -26,6 +28,7 @@ from fastapi.openapi.models import APIKey, APIKeyIn, HTTPBearer
 from fastapi.security.base import SecurityBase
 
 from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key
+from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import TTSService
 
 BEARER_SCHEME = "HTTPBearer"
@@ -48,8 +51,11 @@ class ApiKeyCaller(SecurityBase):
     which ``ttsq.api.errors`` answers in the route's own error shape.
     """
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope | None, *, stream: bool = False) -> None:
         self.scope = scope
+        """None: any valid key (where keys are required) will do."""
+        self.stream = stream
+        """The route streams for as long as its task lasts: the caller takes one of the process's stream slots."""
         self.model = HTTPBearer(description="An API key as a bearer token (what the OpenAI SDK sends).")
         self.scheme_name = BEARER_SCHEME
 
@@ -58,13 +64,22 @@ class ApiKeyCaller(SecurityBase):
         headers = request.headers
         presented = presented_key(headers.get("authorization"), headers.get("x-api-key"))
         principal = await authenticator.principal(presented, request.client.host if request.client else "unknown")
-        if not principal.allows(self.scope):
+        if self.scope is not None and not principal.allows(self.scope):
             raise Forbidden(self.scope)
+        raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
+        if self.stream:
+            cast(TTSService, request.app.state.service).open_stream(principal, request.state)
         return principal
 
 
 TTSCaller = Annotated[Principal, Security(ApiKeyCaller("tts"))]
 AdminCaller = Annotated[Principal, Security(ApiKeyCaller("admin"))]
+StreamCaller = Annotated[Principal, Security(ApiKeyCaller("tts", stream=True))]
+"""A ``tts`` caller of a route that streams until its task ends: 429 past its share of streams, 503 past the process's."""
+MetricsCaller = Annotated[Principal, Security(ApiKeyCaller("metrics"))]
+"""``/metrics``: where keys are required, a key with scope ``metrics`` (or ``admin``), as Prometheus sends it."""
+KeyedCaller = Annotated[Principal, Security(ApiKeyCaller(None))]
+"""Any valid key where keys are required: the API's documentation (``API_DOCS=auto``)."""
 
 
 def document_security(schema: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import ServiceDep, TTSCaller
+from deps import ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import SubmitRequest, sse_schema, task_links
 from ttsq.api.service import (
@@ -117,7 +117,7 @@ _SPEECH_EVENT = {
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep, caller: TTSCaller) -> Response:
+async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
     voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))

@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from deps import ServiceDep, TTSCaller
-from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
+from deps import ServiceDep, StreamCaller, TTSCaller
+from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
 from ttsq.api.service import CONTENT_TYPES, STREAM_CONTENT_TYPES, Cancelled, Job, Status, StoreUnavailable, StreamFormat
 
@@ -115,13 +115,14 @@ def _poll_after_s(job: Job) -> int:
         409: _FAILED,
         **ERROR_RESPONSES,
         **AUTH_RESPONSES,
+        **TOO_MANY_STREAMS_RESPONSES,
     },
     summary="Stream a task's audio sentence by sentence (works while it is queued or running)",
 )
 async def task_stream(
     task_id: str,
     service: ServiceDep,
-    caller: TTSCaller,
+    caller: StreamCaller,
     format: Annotated[StreamFormat, Query(description="wav (open-ended header) or pcm (raw PCM16)")] = "wav",
 ) -> Response:
     job = await service.job(task_id, caller)
@@ -154,12 +155,12 @@ async def task_stream(
             },
         },
         404: _NOT_FOUND,
-        503: ERROR_RESPONSES[503],
         **AUTH_RESPONSES,
+        **TOO_MANY_STREAMS_RESPONSES,
     },
     summary="Server-sent `status` events (queue position, chunks done/total) until the task ends",
 )
-async def task_events(task_id: str, service: ServiceDep, caller: TTSCaller) -> StreamingResponse:
+async def task_events(task_id: str, service: ServiceDep, caller: StreamCaller) -> StreamingResponse:
     """The task is looked up before the stream starts, so an unknown id is a plain 404 (not a 200 whose
     stream then breaks). Once streaming, the status is already sent, so a Redis outage ends the stream
     with an ``error`` event instead of a broken connection."""
@@ -167,7 +168,7 @@ async def task_events(task_id: str, service: ServiceDep, caller: TTSCaller) -> S
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for event in service.events(job):
+            async for event in service.events(job, caller):
                 yield f"event: status\ndata: {json.dumps(event)}\n\n"
         except StoreUnavailable:
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)

@@ -197,10 +197,29 @@ class Settings(BaseSettings):
         description="Jobs one key (or anonymous client) may have queued or running at once, so no one fills the shared queue.",
         json_schema_extra=_group("Security and fair use"),
     )
+    max_streams: int = Field(
+        32,
+        ge=1,
+        description="Event and audio streams (and OpenAI speech requests, which wait for their audio) one API process serves "
+        "at once; past it, 503 with Retry-After. Keep it under REDIS_MAX_CONNECTIONS: an audio stream holds a connection.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    max_streams_per_key: int = Field(
+        8,
+        ge=1,
+        description="Of those, how many one key (or anonymous client address) may hold; past it, 429 with Retry-After.",
+        json_schema_extra=_group("Security and fair use"),
+    )
     max_body_bytes: int = Field(
         65_536,
         ge=1024,
         description="Largest request body; a larger one is refused with 413 before it is read (Content-Length or streamed).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    api_docs: Literal["auto", "public", "off"] = Field(
+        "auto",
+        description="`/docs`, `/redoc` and `/openapi.json`: `auto` = to anyone where keys are optional, only to a valid key "
+        "where they are required; `public` = to anyone (publish the schema); `off` = not served.",
         json_schema_extra=_group("Security and fair use"),
     )
     cors_origins: str = Field(
@@ -215,7 +234,9 @@ class Settings(BaseSettings):
     )
     webhook_allow: str = Field(
         "",
-        description="Comma-separated networks (CIDR) or host names webhooks may reach although private or loopback.",
+        description="Comma-separated networks (CIDR), addresses or host names webhooks may reach although private or "
+        "loopback, each on ports 80 and 443 only unless it names its port (`hooks.internal:8080`, `[fd00::/8]:8443`) "
+        "or every port (`10.20.0.0/16:*`).",
         json_schema_extra=_group("Security and fair use"),
     )
     webhook_timeout_s: float = Field(
@@ -295,6 +316,13 @@ class Settings(BaseSettings):
     single_flight: bool = Field(
         True,
         description="Identical deterministic requests queued or running share one job.",
+        json_schema_extra=_group("Result cache"),
+    )
+    cache_scope: Literal["tenant", "global"] = Field(
+        "tenant",
+        description="Who shares cached results and jobs in flight: `tenant` = each key with itself, or with the keys an admin "
+        "grouped into its tenant, and callers without a key with each other; `global` = every caller (one tenant only: "
+        "any key could test whether a text was synthesised for another).",
         json_schema_extra=_group("Result cache"),
     )
     cache_redis_url: str | None = Field(
@@ -611,6 +639,8 @@ class Settings(BaseSettings):
                 "SUBMIT_WAIT_REPLICAS is not supported with a Redis Cluster (redis+cluster://): a WAIT must follow the "
                 "job's write on the same connection to its slot's master, which the cluster client does not offer"
             )
+        if self.max_streams_per_key > self.max_streams:
+            raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")
         if self.min_new_token > self.max_new_token:
             raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
         return self

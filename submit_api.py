@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from deps import ServiceDep, TTSCaller
-from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, QUEUE_FULL_RESPONSE, RATE_LIMIT_HEADERS
+from ttsq.api.errors import (
+    AUTH_RESPONSES,
+    BODY_TOO_LARGE_RESPONSE,
+    ERROR_RESPONSES,
+    QUEUE_FULL_RESPONSE,
+    RATE_LIMIT_HEADERS,
+    UNSUPPORTED_MEDIA_TYPE_RESPONSE,
+)
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, task_links
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
@@ -27,6 +34,7 @@ TASK_LINKS = task_links("$response.body#/task_id")
         },
         202: {"description": "Queued, or joined an identical task in flight.", "headers": RATE_LIMIT_HEADERS, "links": TASK_LINKS},
         413: BODY_TOO_LARGE_RESPONSE,
+        415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,
         **AUTH_RESPONSES,
         429: QUEUE_FULL_RESPONSE,

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from deps import AdminCaller, ServiceDep, TTSCaller
-from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, invalid_field
+from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE, invalid_field
 from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
 from ttsq.api.service import MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
@@ -81,6 +81,7 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
         201: {"description": "The voice, usable by name at once.", "links": _VOICE_LINKS},
         409: {"model": ErrorBody, "description": "The name is taken, or a built-in voice's."},
         413: BODY_TOO_LARGE_RESPONSE,
+        415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,
         **AUTH_RESPONSES,
     },

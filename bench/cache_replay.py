@@ -17,6 +17,12 @@ key made of the tokens the model really sees — ChatTTS's own normalizer, then 
 tokenizer — so a variant counts as a repeat exactly when the model cannot tell it apart. No service
 is needed: this measures the keys.
 
+**Sharing scopes.** The same replays sent by many API keys measure what tenant isolation costs: with
+``CACHE_SCOPE=global`` every key hits every other's entries; with ``CACHE_SCOPE=tenant`` (the
+default, one key per tenant) a request hits only what its own key asked for before. Each request is
+given one of 10 or 100 keys, evenly or Zipf-like (a few keys send most requests), and the ttsq key is
+computed with that key's scope, as the API computes it.
+
     python -m bench.cache_replay [--requests 2000] [--seed 0]
 """
 
@@ -143,11 +149,38 @@ def hit_ratio(keys: list[Any]) -> float:
     return hits / len(keys)
 
 
-def ttsq_key(text: str) -> str:
+def ttsq_key(text: str, scope: str | None = None) -> str:
     body = SubmitRequest(text=text, voice="zh_female")
-    key = build_params(body, builtin("zh_female"), max_text_chars=2000, model_identity="bench").cache_key
+    key = build_params(body, builtin("zh_female"), max_text_chars=2000, model_identity="bench", scope=scope).cache_key
     assert key is not None
     return key
+
+
+CALLERS = (10, 100)
+"""How many API keys send a replay, in the sharing-scope comparison."""
+
+
+def scope_report(name: str, requests: list[tuple[int, str]], seed: int) -> list[str]:
+    """The hit ratio of one replay sent by many keys: shared by all (``CACHE_SCOPE=global``), or per key (``tenant``)."""
+    texts = [text for _, text in requests]
+    rng = random.Random(seed)
+    rows = [("one scope for every key (`CACHE_SCOPE=global`)", hit_ratio([ttsq_key(text) for text in texts]))]
+    for callers in CALLERS:
+        zipf = [1 / (rank + 1) for rank in range(callers)]
+        for spread, owners in (
+            ("evenly", [rng.randrange(callers) for _ in texts]),
+            ("Zipf-like", rng.choices(range(callers), zipf, k=len(texts))),
+        ):
+            keys = [ttsq_key(text, f"key:{owner}") for owner, text in zip(owners, texts, strict=True)]
+            rows.append((f"a scope per key (`CACHE_SCOPE=tenant`), {callers} keys sending {spread}", hit_ratio(keys)))
+    return [
+        f"### sharing scopes, {name}: the same {len(requests)} requests sent by several API keys",
+        "",
+        "| sharing | hit ratio |",
+        "|---|---|",
+        *(f"| {label} | {ratio:.1%} |" for label, ratio in rows),
+        "",
+    ]
 
 
 def model_tokens() -> Callable[[str], tuple[str, ...]]:
@@ -194,13 +227,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tokens = model_tokens()
+    ours = workload(args.requests, args.seed)
     independent = [(index, text) for index, text, _ in retype.replay(args.requests, args.seed)]
     lines = [
         f"Command: `.venv/bin/python -m bench.cache_replay --requests {args.requests} --seed {args.seed}`",
         f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         "",
-        *report("ours (bench/cache_replay.py variants)", workload(args.requests, args.seed), SENTENCES, tokens),
+        *report("ours (bench/cache_replay.py variants)", ours, SENTENCES, tokens),
         *report("independent (bench/retype.py, written without the key code)", independent, retype.SENTENCES, tokens),
+        *scope_report("ours", ours, args.seed),
+        *scope_report("independent", independent, args.seed),
     ]
     output = "\n".join(lines)
     print(output)

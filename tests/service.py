@@ -89,6 +89,11 @@ class Service:
         wait_for(lambda: self.status(task_id)["status"] in wanted, timeout_s, f"task {task_id} to be {wanted}")
         return self.status(task_id)
 
+    def log(self, name: str) -> bytes:
+        """The whole log of one process so far (``name`` as it was started with)."""
+        path = self.tmp / f"{name}.log"
+        return path.read_bytes() if path.exists() else b""
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in self.tmp.glob("*.log"))
 

@@ -132,3 +132,13 @@ KNOWN_KEYS = {
 @pytest.mark.parametrize(("body", "key"), KNOWN_KEYS.items())
 def test_known_requests_keep_their_keys(body: str, key: str) -> None:
     assert params_for(SubmitRequest.model_validate_json(body), 10_000, MODEL).cache_key == key
+
+
+def test_the_sharing_scope_is_part_of_the_key_and_no_scope_keeps_the_key_it_always_had() -> None:
+    """Two tenants never compute the same key (so neither the cache nor single-flight joins them); no scope is the key
+    as it was before scopes, so a single-tenant deployment keeps its cache."""
+    params = params_for(SubmitRequest(**BASE), 500, MODEL)
+    keys = {cache_key(params, MODEL, scope) for scope in (None, "key:0123456789ab", "key:ba9876543210", "tenant:acme")}
+    assert len(keys) == 4
+    assert cache_key(params, MODEL, None) == cache_key(params, MODEL) == params.cache_key
+    assert cache_key(params, MODEL, "tenant:acme") == cache_key(params.model_copy(), MODEL, "tenant:acme")

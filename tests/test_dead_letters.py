@@ -71,9 +71,10 @@ async def test_a_dead_letter_whose_task_is_active_again_is_left_alone(make_queue
     assert (await queue.get(job_id)) == running, "the queued job is untouched"
 
 
-def ttsq(redis_server: RedisServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("REDIS_")}
-    env["REDIS_URL"] = redis_server.url
+def ttsq(redis_server: RedisServer, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ttsq ARGS`` as an operator runs it, on this Redis, with ``settings`` in its environment."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("REDIS_", "WEBHOOK_", "PUBLIC_URL"))}
+    env.update(settings, REDIS_URL=redis_server.url)
     return subprocess.run(
         [sys.executable, "-m", "ttsq", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
     )

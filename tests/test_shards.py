@@ -64,6 +64,14 @@ def test_a_job_id_names_its_shard_and_the_signature_covers_it() -> None:
     assert Shards("ttsq", 3).of(labelled).prefix == "{ttsq:7}:", "a label no longer in use still finds its keys"
 
 
+def test_an_id_naming_no_shard_a_signer_could_make_is_looked_up_on_shard_0() -> None:
+    """What a caller may put in a task id's place (the fuzzer's ``DELETE /v1/admin/dead-letters/ó_\\x18`` was a 500):
+    a label that is not ASCII digits names no shard, so the id is looked for on shard 0 and answers 404."""
+    shards = Shards("ttsq", 3)
+    for hostile in ("\u00f3\u00d2\x0b\u00dd_\x18", "x_\u00b2", "x_7a", "x_-1", "x_{ttsq}", "x_.sig"):
+        assert shards.of(hostile) is shards.home, hostile
+
+
 async def test_identical_requests_meet_on_one_shard_and_others_spread(redis: Redis) -> None:
     queue = sharded(redis)
     homes = Counter(queue.shards.place(f"{n:064x}").label for n in range(300))

@@ -242,7 +242,7 @@ async def test_an_overlong_url_is_refused() -> None:
 async def test_the_allow_list_opens_only_what_it_names() -> None:
     guard = make_guard(["10.20.0.0/16", "127.0.0.1", "hooks.internal"], resolver=table({"hooks.internal": ["192.168.7.7"]}))
     assert [str(a) for a in (await guard.check("http://10.20.3.4/")).addresses] == ["10.20.3.4"]
-    assert [str(a) for a in (await guard.check("http://127.0.0.1:9000/")).addresses] == ["127.0.0.1"]
+    assert [str(a) for a in (await guard.check("https://127.0.0.1/")).addresses] == ["127.0.0.1"]
     assert [str(a) for a in (await guard.check("http://[::ffff:127.0.0.1]/")).addresses] == ["::ffff:7f00:1"]
     assert [str(a) for a in (await guard.check("https://hooks.internal/x")).addresses] == ["192.168.7.7"]
     for url in ("http://10.21.0.1/", "http://127.0.0.2/", "http://192.168.7.7/", "http://169.254.169.254/"):
@@ -250,9 +250,48 @@ async def test_the_allow_list_opens_only_what_it_names() -> None:
             await guard.check(url)
 
 
-def test_a_bad_allow_list_entry_is_refused_at_start() -> None:
-    with pytest.raises(ValueError, match="neither a network nor a host name"):
-        make_guard(["10.0.0.0/8", "http://x/"])
+async def test_an_allow_list_entry_opens_only_its_ports() -> None:
+    """A bare entry opens http's and https's ports, not every port of the host: an allow-listed name is no way to scan
+    what else it runs (its Redis, its admin port) and read the answers back."""
+    internal = table({"hooks.internal": ["192.168.7.7"], "other.internal": ["192.168.7.8"]})
+    guard = make_guard(
+        ["hooks.internal", "other.internal:8080", "10.20.0.0/16:9000", "[fd00::/8]:8443", "127.0.0.1:*"], resolver=internal
+    )
+    for url in (
+        "http://hooks.internal/",
+        "https://hooks.internal:443/",
+        "http://other.internal:8080/",
+        "http://10.20.3.4:9000/",
+        "https://[fd00::5]:8443/",
+        "http://127.0.0.1:6379/",
+    ):
+        await guard.check(url)
+    for url in (
+        "http://hooks.internal:6379/",
+        "http://hooks.internal:8080/",
+        "http://other.internal/",
+        "http://10.20.3.4/",
+        "http://10.20.3.4:9001/",
+        "https://[fd00::5]/",
+    ):
+        with pytest.raises(RefusedUrl, match="refused"):
+            await guard.check(url)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("http://x/", "neither a network nor a host name"),
+        ("hooks.internal:0", "no valid port"),
+        ("hooks.internal:65536", "no valid port"),
+        ("[fd00::/8", "not \\[IPv6\\]:port"),
+        ("[fd00::/8]8443", "not \\[IPv6\\]:port"),
+        ("[fd00::/8]:x", "no valid port"),
+    ],
+)
+def test_a_bad_allow_list_entry_is_refused_at_start(entry: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_guard(["10.0.0.0/8", entry])
 
 
 async def test_a_name_that_does_not_resolve_is_unresolvable_not_refused() -> None:
@@ -387,7 +426,7 @@ class Setup:
 @pytest.fixture
 def setup(redis: Redis, clock: FakeClock, make_queue: Any) -> Callable[..., Setup]:
     def build(
-        allow: Sequence[str] = ("127.0.0.1",),
+        allow: Sequence[str] = ("127.0.0.1:*",),  # the receivers listen on whatever port is free
         resolver: Callable[[str, int], Awaitable[Sequence[str]]] = system_resolver,
         verify_tls: ssl.SSLContext | None = None,
         **config: Any,
@@ -471,7 +510,8 @@ async def test_two_failures_then_success_takes_three_attempts_paced_by_the_sweep
         (2, AttemptOutcome.RETRYING, 500),
         (3, AttemptOutcome.DELIVERED, 200),
     ]
-    assert log[0].error == "the receiver answered 500: database down"
+    assert log[0].error == "the receiver answered 500", "the class of the failure, never what the receiver said"
+    assert "database down" not in json.dumps([dataclasses.asdict(record) for record in log])
 
 
 def test_retry_delays_are_exponential_with_full_jitter_under_the_cap() -> None:
@@ -489,8 +529,35 @@ async def test_a_redirect_is_not_followed_and_counts_as_a_failed_attempt(setup: 
         delivery = await s.deliverer.run_once()
     assert hooks.paths() == ["/hook"], "the redirect target is never requested"
     assert delivery is not None and delivery.attempt.outcome is AttemptOutcome.RETRYING
-    assert delivery.attempt.status_code == 302 and "redirects are not followed" in (delivery.attempt.error or "")
+    assert delivery.attempt.status_code == 302
+    assert delivery.attempt.error == "the receiver answered 302 (a redirect); redirects are not followed"
     assert (await s.deliveries.log(job_id))[0].status_code == 302
+
+
+async def test_what_the_receiver_said_reaches_the_log_never_the_task_status(
+    setup: Callable[..., Setup], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The submitter reads the status: a receiver inside the network must not be readable through it."""
+    s = setup()
+    internal = b'{"redis_version":"7.0.15","role":"master"}'
+    async with receiver(lambda request: Answer(405, body=internal)) as hooks:
+        job_id = await s.job(hooks.url("/hook"))
+        await s.deliverer.run_once()
+    record = (await s.deliveries.log(job_id))[0]
+    assert (record.status_code, record.error) == (405, "the receiver answered 405")
+    assert any("redis_version" in line.getMessage() for line in caplog.records), "the operator still sees it"
+
+
+async def test_a_refused_connection_is_named_as_such_without_its_address(setup: Callable[..., Setup]) -> None:
+    s = setup()
+    with socket.socket() as probe:  # a port nothing listens on once the probe closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    job_id = await s.job(f"http://127.0.0.1:{port}/hook")
+    delivery = await s.deliverer.run_once()
+    assert delivery is not None and delivery.attempt.outcome is AttemptOutcome.RETRYING
+    assert delivery.attempt.error == "connection refused"
+    assert (await s.deliveries.log(job_id))[0].error == "connection refused"
 
 
 async def test_a_receiver_that_never_succeeds_is_given_up_after_max_age(setup: Callable[..., Setup]) -> None:

@@ -18,6 +18,7 @@ import jsonschema_rs
 import pytest
 from redis.asyncio import Redis
 
+from tests.api.test_security import new_key
 from tests.conftest import api_client
 from tests.service import Service
 from ttsq.store.task_ids import TaskIdSigner
@@ -25,8 +26,11 @@ from ttsq.store.task_ids import TaskIdSigner
 SECRET = "contract-tests-secret-0123"
 
 
-async def spec(client: httpx.AsyncClient) -> dict[str, Any]:
-    body: dict[str, Any] = (await client.get("/openapi.json")).json()
+async def spec(client: httpx.AsyncClient, key: str | None = None) -> dict[str, Any]:
+    """The deployment's OpenAPI document (with ``key``: where keys are required, so is one to read it)."""
+    answer = await client.get("/openapi.json", headers={"Authorization": f"Bearer {key}"} if key else {})
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
     return body
 
 
@@ -264,7 +268,7 @@ async def test_the_schema_says_when_a_key_is_optional(redis: Redis, make_setting
         submit = (await spec(client))["paths"]["/v1/tts/submit"]["post"]
         assert {} in submit["security"] and {"HTTPBearer": []} in submit["security"]
     async with api_client(make_settings(auth="on")) as (client, _):
-        submit = (await spec(client))["paths"]["/v1/tts/submit"]["post"]
+        submit = (await spec(client, await new_key(redis, "tts")))["paths"]["/v1/tts/submit"]["post"]
         assert {} not in submit["security"] and {"HTTPBearer": []} in submit["security"]
 
 
@@ -272,7 +276,7 @@ async def test_every_operation_but_the_probes_offers_both_ways_of_presenting_a_k
     """The caller reads ``Authorization: Bearer`` and ``X-API-Key``; the schema must offer both, on every route that takes a
     caller (a fuzzer or a generated client sends only what the schema declares)."""
     async with api_client(make_settings(auth="on")) as (client, _):
-        document = await spec(client)
+        document = await spec(client, await new_key(redis, "tts"))
         for header in ({"X-API-Key": "not-a-key"}, {"Authorization": "Bearer not-a-key"}):  # both are read, both refuse
             answer = await client.get("/v1/voices", headers=header)
             assert answer.status_code == 401, (header, answer.text)

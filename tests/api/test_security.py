@@ -3,6 +3,7 @@ through the real app (lifespan included) on a real Redis."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from redis.asyncio import Redis
 
 from tests.conftest import api_client, claimed, queue_config
@@ -243,7 +245,9 @@ async def test_cancelling_a_running_task_drops_its_result_when_the_batch_ends(re
 
 
 async def test_a_joiners_cancel_leaves_the_job_to_the_others(redis: Redis, make_settings: Any) -> None:
-    async with keyed_api(make_settings) as (client, _):
+    """Keys share jobs in flight when an operator opts in (``CACHE_SCOPE=global``); a joiner's cancel detaches it alone,
+    and its task id answers it ``cancelled`` from then on (tests/api/test_tenants.py: the same within a tenant)."""
+    async with keyed_api(make_settings, cache_scope="global") as (client, _):
         first, joiner = await new_key(redis, "tts"), await new_key(redis, "tts")
         body = {"text": "Shared sentence.", "voice": "zh_female"}
         task = (await submit(client, first, **body)).json()["task_id"]
@@ -253,12 +257,12 @@ async def test_a_joiners_cancel_leaves_the_job_to_the_others(redis: Redis, make_
         detached = await client.delete(f"/v1/tts/tasks/{task}", headers=bearer(joiner))
         assert detached.status_code == 200 and detached.json()["status"] == "cancelled"
         assert (await client.get(f"/v1/tts/tasks/{task}", headers=bearer(first))).json()["status"] == "queued"
-        assert (await client.get(f"/v1/tts/tasks/{task}", headers=bearer(joiner))).status_code == 404
+        assert (await client.get(f"/v1/tts/tasks/{task}", headers=bearer(joiner))).json()["status"] == "cancelled"
         assert (await client.delete(f"/v1/tts/tasks/{task}", headers=bearer(first))).json()["status"] == "cancelled"
 
 
 async def test_keyed_and_anonymous_callers_share_work_but_never_each_others_cancel(redis: Redis, make_settings: Any) -> None:
-    async with api_client(make_settings()) as (client, _):  # keys optional: both kinds of caller at once
+    async with api_client(make_settings(cache_scope="global")) as (client, _):  # keys optional: both kinds of caller
         key = await new_key(redis, "tts")
         body = {"text": "Shared by all.", "voice": "zh_male"}
         anonymous = (await submit(client, None, **body)).json()
@@ -365,3 +369,55 @@ async def test_a_keys_default_callback_url_applies_unless_the_submit_names_anoth
         assert (await client.get(f"/v1/tts/tasks/{plain}", headers=bearer(other))).json()["webhook"] is None, (
             "a key without a default asks for no webhook"
         )
+
+
+def ready(answer: httpx.Response) -> dict[str, Any]:
+    """What a readiness answer says (its fields that are set)."""
+    assert answer.status_code == 200, answer.text
+    return {name: value for name, value in answer.json().items() if value is not None}
+
+
+PUBLIC_WITH_KEYS_REQUIRED = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/"), ("HEAD", "/")}
+"""What answers a caller without a key where keys are required (besides the page's static files): the probes, which
+say up or not and nothing more, and the page, which holds no data."""
+
+
+async def test_anyone_who_can_connect_gets_nothing_but_a_401_where_keys_are_required(redis: Redis, make_settings: Any) -> None:
+    """docs/security.md's table, as written: every route of the app — the API, the documentation and the metrics — is a
+    401 without a key, but the probes (no numbers) and the page. A route added without a caller fails here."""
+    async with keyed_api(make_settings) as (client, app):
+        documented = [(method.upper(), path) for path, operations in app.openapi()["paths"].items() for method in operations]
+        undocumented = [(method, r.path) for r in app.routes if isinstance(r, APIRoute) for method in sorted(r.methods or ())]
+        routes = documented + undocumented  # the routers' routes are all in the schema; the app's own are not
+        assert {"/metrics", "/docs", "/redoc", "/openapi.json", "/v1/tts/submit"} <= {path for _, path in routes}
+        for method, path in routes:
+            answer = await client.request(method, re.sub(r"\{[^}]+\}", "x", path), json={})
+            if (method, path) in PUBLIC_WITH_KEYS_REQUIRED:
+                assert answer.status_code == 200, (method, path, answer.text)
+            else:
+                assert answer.status_code == 401, (method, path, answer.status_code, answer.text[:200])
+        assert ready(await client.get("/readyz")) == {"status": "ready", "redis": "ok"}, "the probes show no numbers"
+        assert (await client.get("/static/app.js")).status_code == 200, "the page's own files hold no data"
+
+
+async def test_metrics_need_the_metrics_scope_and_docs_follow_api_docs(redis: Redis, make_settings: Any) -> None:
+    async with keyed_api(make_settings) as (client, _):
+        prometheus, user, admin = await new_key(redis, "metrics"), await new_key(redis, "tts"), await new_key(redis, "admin")
+        scraped = await client.get("/metrics", headers=bearer(prometheus))
+        assert scraped.status_code == 200 and "ttsq_queue_depth" in scraped.text
+        assert (await client.get("/metrics", headers=bearer(admin))).status_code == 200
+        assert (await client.get("/metrics", headers=bearer(user))).status_code == 403, "a tts key reads no metrics"
+        assert (await submit(client, prometheus)).status_code == 403, "a metrics key submits nothing"
+        assert (await client.get("/openapi.json", headers=bearer(user))).status_code == 200, "any key reads the docs"
+        assert (await client.get("/docs", headers=bearer(prometheus))).status_code == 200
+        assert ready(await client.get("/readyz", headers=bearer(admin))) == {"status": "ready", "redis": "ok"}
+    async with keyed_api(make_settings, api_docs="public") as (client, _):
+        assert (await client.get("/openapi.json")).status_code == 200 and (await client.get("/docs")).status_code == 200
+        assert (await client.get("/metrics")).status_code == 401, "publishing the docs publishes no metrics"
+    async with keyed_api(make_settings, api_docs="off") as (client, _):
+        key = await new_key(redis, "admin")
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            assert (await client.get(path, headers=bearer(key))).status_code == 404
+    async with api_client(make_settings()) as (client, _):  # keys optional (loopback): everything as before
+        assert (await client.get("/metrics")).status_code == 200 and (await client.get("/openapi.json")).status_code == 200
+        assert {"workers", "queue_depth"} <= set((await client.get("/readyz")).json())

@@ -286,6 +286,12 @@ def test_secret_example_holds_placeholders_and_every_referenced_key(objects: dic
                     if ref:
                         assert ref["name"] == example["metadata"]["name"]
                         referenced.add(ref["key"])
+        for monitor in (obj for obj in objects[overlay] if obj.kind in ("ServiceMonitor", "PodMonitor")):
+            for endpoint in monitor.doc["spec"].get("endpoints", []) + monitor.doc["spec"].get("podMetricsEndpoints", []):
+                credentials = endpoint.get("authorization", {}).get("credentials")
+                if credentials:  # Prometheus's key for the API's /metrics
+                    assert credentials["name"] == example["metadata"]["name"]
+                    referenced.add(credentials["key"])
     assert referenced == set(example["stringData"]), "the example names exactly the keys the manifests read"
     secrets = [obj for overlay in OVERLAYS for obj in objects[overlay] if obj.kind == "Secret"]
     assert not secrets, "no placeholder Secret is ever applied"

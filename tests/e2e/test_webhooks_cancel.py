@@ -60,8 +60,9 @@ def receiver() -> Iterator[Receiver]:
 def test_a_finished_task_is_posted_signed_to_its_callback_and_the_status_records_it(
     service: Service, receiver: Receiver
 ) -> None:
+    receiver_port = str(httpx.URL(receiver.url).port)  # an allow-list entry opens only the ports it names
     api = service.start_api(
-        "api-webhooks", WEBHOOK_SECRET=SECRET, PUBLIC_URL="https://tts.example.test", WEBHOOK_ALLOW="127.0.0.1"
+        "api-webhooks", WEBHOOK_SECRET=SECRET, PUBLIC_URL="https://tts.example.test", WEBHOOK_ALLOW=f"127.0.0.1:{receiver_port}"
     )
     service.start_worker("worker-1")
     submitted = httpx.post(f"{api}/v1/tts/submit", json={"text": "call me back", "seed": 4, "callback_url": receiver.url})

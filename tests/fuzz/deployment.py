@@ -50,6 +50,8 @@ class Target:
     url: str
     key: str | None
     name: str
+    process: str
+    """The API process's name in the deployment (its log)."""
 
 
 @dataclass
@@ -103,7 +105,8 @@ def deployment(tmp: Path, checkpoint_dir: Path) -> Iterator[Deployment]:
         keyed_url = service.start_api("api-keyed", AUTH="on")
         asyncio.run(_make_dead_letters(redis.url, DEAD_LETTERS))
         service.start_worker("worker")
-        yield Deployment(service, Target(open_url, None, "keys optional"), Target(keyed_url, key, "AUTH=on, admin key"))
+        open_target = Target(open_url, None, "keys optional", "api-open")
+        yield Deployment(service, open_target, Target(keyed_url, key, "AUTH=on, admin key", "api-keyed"))
     finally:
         service.kill_all()
         redis.stop()

@@ -6,11 +6,17 @@ uvicorn; nothing is served in-process. The tests in ``test_fuzz_api.py`` and ``m
 its seed. Besides its own report, each run writes schemathesis's JSON and NDJSON reports, from which
 :class:`Outcome` counts the test cases and each check's passes and failures (the CLI prints only the
 failures), which ``make fuzz`` writes to ``bench/results/fuzz.md``.
+
+Both also send the hostile-JSON corpus (:mod:`tests.fuzz.hostile`: what schemathesis never sends) to every
+route of each API, through :func:`hostile_run`: the fixed corpus and some drawn combinations in ``make test``,
+many more in ``make fuzz``; no answer may be a 5xx or a dropped connection, every refusal must name its field,
+and the API may log nothing above WARNING meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
@@ -25,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fuzz.deployment import Target, deployment
+import httpx
+
+from tests.fuzz import hostile
+from tests.fuzz.deployment import Deployment, Target, deployment
 from tests.service import ROOT
 
 CHECKS = "all"
@@ -157,6 +166,59 @@ def fuzz(target: Target, *, max_examples: int, seed: int | None = None, workers:
     return Outcome(result.returncode, output, seconds, shown, report, checks)
 
 
+@dataclass(frozen=True)
+class HostileOutcome:
+    """The hostile-JSON corpus against one API: its answers, and what the API logged above WARNING meanwhile."""
+
+    outcome: hostile.Outcome
+    fixed: int
+    drawn: int
+    logged: list[str]
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.outcome.problems and self.outcome.server_errors == 0 and not self.logged
+
+
+def hostile_run(deployed: Deployment, target: Target, *, draws: int, seed: int) -> HostileOutcome:
+    """Send the fixed corpus and ``draws`` drawn cases per operation with a body to ``target`` (with its key)."""
+    before = len(deployed.service.log(target.process))
+    headers = {"Authorization": f"Bearer {target.key}"} if target.key else {}
+
+    async def send() -> tuple[hostile.Outcome, int, int]:
+        async with httpx.AsyncClient(base_url=target.url, timeout=REQUEST_TIMEOUT_S) as client:
+            spec = (await client.get("/openapi.json", headers=headers)).raise_for_status().json()
+            fixed, drawn = hostile.cases(spec), hostile.random_cases(spec, draws, seed)
+            return await hostile.send(client, fixed + drawn, key=target.key), len(fixed), len(drawn)
+
+    started = time.monotonic()
+    outcome, fixed, drawn = asyncio.run(send())
+    seconds = time.monotonic() - started
+    logged = hostile.log_lines_above_warning(deployed.service.log(target.process)[before:].decode("utf-8", "replace"))
+    return HostileOutcome(outcome, fixed, drawn, logged, seconds)
+
+
+def hostile_markdown(target: Target, result: HostileOutcome) -> list[str]:
+    """The hostile corpus's section of ``bench/results/fuzz.md`` for one target."""
+    outcome = result.outcome
+    statuses = ", ".join(f"{status}: {count}" for status, count in sorted(outcome.statuses.items()))
+    lines = [
+        f"## hostile JSON corpus, {target.name}: {'passed' if result.passed else 'FAILED'}",
+        "",
+        f"- requests: {outcome.sent} ({result.fixed} of the fixed corpus, {result.drawn} drawn) in {result.seconds:.0f}s, "
+        "to every operation of the schema",
+        f"- answers by status: {statuses}",
+        f"- server errors (5xx or a dropped connection): {outcome.server_errors}",
+        f"- answers breaking a rule (not refused, field not named, status not documented): {len(outcome.problems)}",
+        f"- API log lines above WARNING meanwhile: {len(result.logged)}",
+    ]
+    shown = [*outcome.problems[:20], *result.logged[:20]]
+    if shown:
+        lines += ["", "```", *shown, "```"]
+    return [*lines, ""]
+
+
 def _cli_section(output: str, title: str) -> str:
     """One ``=== title ===`` section of the CLI's report (FAILURES, WARNINGS, SUMMARY), or ''."""
     found = re.search(rf"^=+ {title} =+$\n(.*?)(?=^=+ [A-Z0-9 ,]+ =+$|\Z)", output, re.MULTILINE | re.DOTALL)
@@ -202,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-examples", type=int, default=100, help="examples per operation and phase")
     parser.add_argument("--seed", type=int, help="reproduce a run (default: a fresh one, printed in the report)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--hostile-draws", type=int, default=500, help="hostile-JSON bodies drawn per operation with a body (and the fixed corpus)"
+    )
     parser.add_argument("--output", type=Path, help="write the summary here (markdown: date, command, cases, each check)")
     parser.add_argument(
         "--logs", type=Path, default=ROOT / "var" / "fuzz", help="the CLI's full reports and, on failure, the processes' logs"
@@ -224,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- command: `{invocation.strip()}`, seed {seed} (reproduce with `--seed {seed}`)",
         f"- examples per operation and phase: {args.max_examples}; schemathesis checks: {CHECKS} (positive_data_acceptance as "
         "schema_valid_requests_are_served, use_after_free as deleted_resources_are_gone), plus no_internal_details",
+        f"- hostile-JSON corpus (`tests/fuzz/hostile.py`): the fixed corpus and {args.hostile_draws} drawn bodies per operation "
+        "with a body, on every operation of each API",
         "- deployment: redis-server, one worker on the tiny checkpoint, two API replicas "
         "(keys optional; AUTH=on with an admin key)",
         "",
@@ -240,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(outcome.output, flush=True)
                 (args.logs / f"{slug}-deployment.log").write_text(deployed.logs())
             report += markdown(target, outcome)
+        for target in (deployed.open, deployed.keyed):
+            result = hostile_run(deployed, target, draws=args.hostile_draws, seed=seed)
+            print(f"hostile JSON corpus, {target.name}: {'passed' if result.passed else 'FAILED'}", flush=True)
+            if not result.passed:
+                failed = True
+                (args.logs / f"hostile-{target.process}-deployment.log").write_text(deployed.logs())
+            report += hostile_markdown(target, result)
     minutes = (datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60
     report.insert(3, f"- wall time: {minutes:.1f} min; verdict: {'FAILED' if failed else 'passed'}")
     text = "\n".join(report)

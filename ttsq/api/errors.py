@@ -17,6 +17,7 @@ else: the use cases let the store's exceptions through as they are.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +30,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from ttsq.api.auth import Forbidden, Unauthorized
+from ttsq.api.bodies import REFUSAL
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
 from ttsq.api.service import InvalidInput, TaskNotFound
+from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
 from ttsq.store.queue import QueueFullError
@@ -66,10 +69,32 @@ BODY_TOO_LARGE_RESPONSE: dict[str, Any] = {
 }
 """413, on every route that takes a body."""
 
+UNSUPPORTED_MEDIA_TYPE_RESPONSE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`); nothing was read.",
+}
+"""415, on every route that takes a body (:mod:`ttsq.api.bodies`)."""
+
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "An API key is needed, or the one sent is not valid.", "headers": _WWW_AUTHENTICATE},
     403: {"model": ErrorBody, "description": "The API key lacks the scope this route needs."},
 }
+
+TOO_MANY_STREAMS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorBody,
+        "description": "This caller holds its share of the process's streams (`MAX_STREAMS_PER_KEY`); retry after "
+        "`Retry-After` seconds, or close one.",
+        "headers": _RETRY_AFTER,
+    },
+    503: {
+        "model": ErrorBody,
+        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
+        "`Retry-After` seconds.",
+        "headers": _RETRY_AFTER,
+    },
+}
+"""What a route that streams until its task ends answers past the stream limits (:mod:`ttsq.api.stream_slots`)."""
 
 QUEUE_FULL_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
@@ -102,7 +127,18 @@ OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **OPENAI_ERROR_RESPONSES,
+    429: {
+        **OPENAI_ERROR_RESPONSES[429],
+        "description": "The queue is full, this key has its cap of queued jobs or of open streams, or it submits too fast; "
+        "retry after `Retry-After` seconds.",
+    },
+    503: {
+        **OPENAI_ERROR_RESPONSES[503],
+        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
+        "`Retry-After` seconds.",
+    },
     413: {"model": OpenAIErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
+    415: {"model": OpenAIErrorBody, "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`)."},
     500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
 }
 
@@ -112,6 +148,7 @@ _OPENAI_TYPES = {
     403: "permission_error",
     404: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
 }
 
@@ -129,6 +166,15 @@ def error_response(
     if request.url.path.startswith(OPENAI_PREFIX):
         return openai_error(status, message, param, headers)
     return JSONResponse(status_code=status, content={"detail": message}, headers=headers)
+
+
+def raise_refused_body(request: Request) -> None:
+    """Raise what :func:`ttsq.api.bodies.strict_json` refused in this request's body, if anything: a 422
+    naming each field, or a 415. Called once the caller is authenticated (``deps.py``), so that a caller without a
+    valid key learns nothing about its body."""
+    refusal = getattr(request.state, REFUSAL, None)
+    if isinstance(refusal, Exception):
+        raise refusal
 
 
 def invalid_field(field: str, message: str, value: Any = None) -> RequestValidationError:
@@ -174,6 +220,43 @@ def _explained(error: Any) -> Any:
     if expected is None:
         return error
     return {**error, "msg": f"expected {expected}, got {_json_kind(error.get('input'))}"}
+
+
+_ECHO_CHARS = 1000
+"""Longest string (or bytes) an answer echoes back from the input; the rest is cut."""
+
+
+def _echoable(value: Any, depth: int = 0) -> Any:
+    """``value`` as an answer can carry it in strict JSON and UTF-8: non-finite numbers and bytes as text, lone
+    surrogates escaped, long strings cut. What a request sent is echoed in its 422, and an echo that cannot be
+    encoded turned a client's mistake into a 500 (``ttsq.api.bodies`` refuses such bodies first; this holds for
+    whatever else a validator echoes)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value[:_ECHO_CHARS]).decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value[:_ECHO_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+    if depth > 8:
+        return "…"
+    if isinstance(value, dict):
+        return {_echoable(str(key), depth + 1): _echoable(item, depth + 1) for key, item in list(value.items())[:50]}
+    if isinstance(value, list | tuple):
+        return [_echoable(item, depth + 1) for item in list(value)[:50]]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _echoable(str(value), depth + 1)
+
+
+def _encodable(error: Any) -> Any:
+    """A validation error whose every part (``loc``, ``msg``, ``input``, ``ctx``) survives strict JSON in UTF-8."""
+    safe: dict[str, Any] = {}
+    for key, value in error.items():
+        if key == "loc":
+            safe[key] = tuple(part if isinstance(part, int) else _echoable(part) for part in value)
+        else:
+            safe[key] = value if key == "url" else _echoable(value)
+    return safe
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -224,6 +307,13 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
         rejected(request, "queue_full")
         return error_response(request, 429, str(exc), headers=retry)
 
+    async def too_many_streams(request: Request, exc: Exception) -> Response:
+        """Past the caller's share of this process's streams: 429; past the process's own limit: 503 (another replica
+        may have room). Both say when to come back."""
+        assert isinstance(exc, TooManyStreams)
+        rejected(request, "rate_limited" if exc.per_key else "unavailable")
+        return error_response(request, 429 if exc.per_key else 503, str(exc), headers=retry)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
 
@@ -252,11 +342,12 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         rejected(request, "invalid")
-        exc = RequestValidationError([_explained(error) for error in exc.errors()], body=exc.body)
+        exc = RequestValidationError([_encodable(_explained(error)) for error in exc.errors()], body=exc.body)
         if not request.url.path.startswith(OPENAI_PREFIX):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        param = str(first["loc"][-1]) if first.get("loc") else None
+        loc = first.get("loc") or ()
+        param = str(loc[1] if len(loc) > 1 else loc[-1]) if loc else None  # the top-level field, however deep the error
         field = _OPENAI_FIELD_NAMES.get(param or "", param)
         return openai_error(400, f"{field}: {first['msg']}" if field else str(first["msg"]), field)
 
@@ -277,6 +368,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     app.add_exception_handler(RedisClusterException, redis_down)  # the cluster client's own: an outage too, never a 500
     app.add_exception_handler(QueueFullError, too_many)
     app.add_exception_handler(RateLimitExceeded, too_many)
+    app.add_exception_handler(TooManyStreams, too_many_streams)
     app.add_exception_handler(TaskNotFound, not_found)
     app.add_exception_handler(VoiceError, voice_error)
     app.add_exception_handler(InvalidInput, invalid_input)

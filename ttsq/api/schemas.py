@@ -245,6 +245,55 @@ LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD), ("SpeechRequest", "input")
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)
 """The request fields that exist only where completion webhooks are configured."""
 
+NO_NUL = {"pattern": "^[^\\u0000]*$"}
+"""A string without NUL, as JSON Schema says it: the request bodies' strings and keys (``ttsq.api.bodies``)."""
+
+JSON_WITHOUT_NUL = "JsonWithoutNul"
+JSON_WITHOUT_NUL_REF = {"$ref": f"#/components/schemas/{JSON_WITHOUT_NUL}"}
+JSON_WITHOUT_NUL_SCHEMA: dict[str, Any] = {
+    "title": JSON_WITHOUT_NUL,
+    "description": "Any JSON value whose strings and keys hold no NUL (what a body's fields that are taken and ignored may be).",
+    "anyOf": [
+        {"type": "string", **NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": JSON_WITHOUT_NUL_REF},
+        {"type": "object", "propertyNames": NO_NUL, "additionalProperties": JSON_WITHOUT_NUL_REF},
+    ],
+}
+"""The value of a field a request body may carry beyond its own (OpenAI's, which are ignored)."""
+
+
+def _request_bodies(schema: dict[str, Any]) -> set[str]:
+    """The components that are some operation's JSON request body."""
+    names = set()
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
+            ref = body.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+            if ref.startswith("#/components/schemas/"):
+                names.add(ref.rsplit("/", 1)[1])
+    return names
+
+
+def _refuse_nul(node: Any) -> None:
+    """Say, in ``node`` (a request body's schema, changed in place), that its strings and keys hold no NUL: a string
+    without a pattern or a fixed set of values gets :data:`NO_NUL`, an object open to other keys a ``propertyNames``."""
+    if isinstance(node, list):
+        for item in node:
+            _refuse_nul(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "string" and not {"pattern", "enum", "const"} & set(node):
+        node.update(NO_NUL)
+    if node.get("type") == "object" and node.get("additionalProperties") is not False:
+        node.setdefault("propertyNames", dict(NO_NUL))
+        if node.get("additionalProperties", True) in (True, {}):
+            node["additionalProperties"] = dict(JSON_WITHOUT_NUL_REF)
+    for key in ("properties", "anyOf", "oneOf", "allOf", "items"):
+        child = node.get(key)
+        _refuse_nul(list(child.values()) if key == "properties" and isinstance(child, dict) else child)
+
 
 def deployment_openapi(base: dict[str, Any], *, max_text_chars: int, anonymous_allowed: bool, webhooks: bool) -> dict[str, Any]:
     """The OpenAPI document of this deployment: ``base`` (generated from the routes) with what settings decide.
@@ -253,10 +302,15 @@ def deployment_openapi(base: dict[str, Any], *, max_text_chars: int, anonymous_a
     * where callers may come without a key (``AUTH=off``, or ``auto`` on loopback), every operation's
       security lists the empty requirement ``{}`` as well: the key is optional, as OpenAPI says it;
     * without webhooks (no ``WEBHOOK_SECRET`` or ``PUBLIC_URL``) there is no ``callback_url``: it is refused,
-      so the schema does not offer it.
+      so the schema does not offer it;
+    * no string of a request body, and no key of one, may hold NUL (:mod:`ttsq.api.bodies` refuses it).
     """
     schema = copy.deepcopy(base)
     components = schema.get("components", {}).get("schemas", {})
+    for name in _request_bodies(schema):
+        _refuse_nul(components.get(name, {}))
+    if any(node.get("additionalProperties") == JSON_WITHOUT_NUL_REF for node in components.values()):
+        components[JSON_WITHOUT_NUL] = copy.deepcopy(JSON_WITHOUT_NUL_SCHEMA)
     for model, field in LIMITED_TEXT_FIELDS:
         prop = components.get(model, {}).get("properties", {}).get(field)
         if prop is not None:

@@ -18,11 +18,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ttsq.api.auth import Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
+from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.cache_key import cache_key
@@ -106,6 +107,12 @@ class ServiceConfig:
     notice: str | None
     """A warning about the model that every submit answer carries (random weights)."""
     max_queued_per_key: int
+    cache_scope: Literal["tenant", "global"]
+    """Who shares cached results and jobs in flight: each key's tenant (its own, unless an admin grouped it),
+    or every caller (``CACHE_SCOPE``; see :meth:`TTSService.sharing_scope`)."""
+    max_streams: int
+    """Event and audio streams this process serves at once (:mod:`ttsq.api.stream_slots`)."""
+    max_streams_per_key: int
 
 
 class InvalidInput(Exception):
@@ -131,12 +138,15 @@ class Download:
     status: TaskStatus | None
 
 
-def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: int, model_identity: str) -> TTSParams:
+def build_params(
+    body: SubmitRequest, voice: Voice | None, *, max_text_chars: int, model_identity: str, scope: str | None = None
+) -> TTSParams:
     """A job's parameters from a request: the voice/seed rule and the checks that need settings.
 
     A ``voice`` (already resolved from ``body.voice``) fixes the speaker; a ``seed`` seeds
     sampling and, without a voice, also draws the speaker. With neither, a fresh seed is drawn
-    here (and reported) — the only random case.
+    here (and reported) — the only random case. ``scope`` is the caller's sharing scope, part of the
+    cache key (:func:`ttsq.domain.cache_key.cache_key`).
     """
     try:
         text = validate_text(body.text, max_text_chars)
@@ -161,13 +171,37 @@ def build_params(body: SubmitRequest, voice: Voice | None, *, max_text_chars: in
         deterministic=deterministic,
         **dict(body.sampling),
     )
-    params.cache_key = cache_key(params, model_identity)
+    params.cache_key = cache_key(params, model_identity, scope)
     return params
 
 
 def readable(job: Job, caller: Principal) -> bool:
     """Tasks submitted with a key are its (and admins'); tasks submitted without one, anyone holding the id's."""
     return job.readers is None or caller.is_admin or (caller.reader is not None and caller.reader in job.readers)
+
+
+def detached(job: Job, caller: Principal) -> bool:
+    """``caller`` joined ``job`` (or submitted it and others joined), then cancelled while others still held it.
+
+    Its cancel only detached it (``cancel.lua``): it stays a reader but holds no share. To it the task is
+    ``cancelled`` from then on — the answer it was given — while the job goes on for the others. Without a
+    key a caller has no identity beyond its address, which anyone holding the id shares, so an anonymous
+    caller sees the job as it is.
+    """
+    return (
+        caller.reader is not None
+        and job.readers is not None
+        and caller.reader in job.readers
+        and job.holders is not None
+        and caller.subject not in job.holders
+    )
+
+
+def as_seen_by(job: Job, caller: Principal) -> Job:
+    """The job as ``caller`` may see it: ``cancelled`` once it detached itself (:func:`detached`)."""
+    if job.status is not Status.CANCELLED and detached(job, caller):
+        return job.model_copy(update={"status": Status.CANCELLED})
+    return job
 
 
 @dataclass(frozen=True)
@@ -211,6 +245,7 @@ class TTSService:
         self._signer = signer
         self._on_submit = on_submit or (lambda outcome: None)
         self.webhooks = webhooks
+        self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -224,14 +259,16 @@ class TTSService:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
         ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
-        The task is readable by ``caller``'s key (and admins); cache hits share audio across keys,
-        never task records. A valid submit pays one token of ``caller``'s bucket — inside the script
-        that queues the job, so paying costs no round trip of its own (a cache hit pays on its own) —
-        and raises :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
+        The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
+        ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
+        for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
+        submit pays one token of ``caller``'s bucket — inside the script that queues the job, so paying
+        costs no round trip of its own (a cache hit pays on its own) — and raises
+        :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
-        params = self.build_params(body, voice)
+        params = self.build_params(body, voice, self.sharing_scope(caller))
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
@@ -326,8 +363,20 @@ class TTSService:
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
 
-    def build_params(self, body: SubmitRequest, voice: Voice | None) -> TTSParams:
-        return build_params(body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity)
+    def sharing_scope(self, caller: Principal) -> str | None:
+        """Whom ``caller`` shares cached results and jobs in flight with (part of the cache key).
+
+        ``CACHE_SCOPE=tenant``: a key, its tenant's keys (itself alone unless an admin grouped it); callers without a
+        key, each other (they can read any task whose id they hold anyway). ``CACHE_SCOPE=global``: everyone.
+        """
+        if self.config.cache_scope == "global" or caller.key is None:
+            return None
+        return caller.key.sharing_scope
+
+    def build_params(self, body: SubmitRequest, voice: Voice | None, scope: str | None = None) -> TTSParams:
+        return build_params(
+            body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity, scope=scope
+        )
 
     # ---- look up ---------------------------------------------------------------------------
 
@@ -335,8 +384,12 @@ class TTSService:
         """The job, or :class:`TaskNotFound`. A forged, random or malformed id costs no Redis command.
 
         Another key's task is "not found" too, exactly like a task that never existed: the answer
-        never tells a caller that an id it guessed or saw belongs to someone else.
+        never tells a caller that an id it guessed or saw belongs to someone else. A task the caller
+        detached itself from is ``cancelled`` to it (:func:`as_seen_by`).
         """
+        return as_seen_by(await self._readable_job(task_id, caller), caller)
+
+    async def _readable_job(self, task_id: str, caller: Principal) -> Job:
         job = await self.queue.get(task_id) if (await self.signer()).verify(task_id) else None
         if job is None or not readable(job, caller):
             raise TaskNotFound(f"no task {task_id!r}: it never existed or its result has expired")
@@ -344,8 +397,14 @@ class TTSService:
         return job
 
     async def cancel(self, task_id: str, caller: Principal) -> Cancelled:
-        """Cancel the caller's interest in a task (see :class:`ttsq.store.replies.Cancelled`); idempotent."""
-        job = await self.job(task_id, caller)
+        """Cancel the caller's interest in a task (see :class:`ttsq.store.replies.Cancelled`); idempotent.
+
+        A caller that detached itself already is answered ``cancelled`` again and changes nothing: the job
+        is the others' now.
+        """
+        job = await self._readable_job(task_id, caller)
+        if detached(job, caller):
+            return Cancelled.DETACHED
         outcome = await self.queue.cancel(job, caller.reader, caller.subject)
         log.info("task %s cancel by %s: %s", job.id, caller.subject, outcome)
         return outcome
@@ -389,8 +448,8 @@ class TTSService:
             return Download(job, audio, None)
         return Download(job, None, await self.status(job))
 
-    async def events(self, job: Job) -> AsyncIterator[dict[str, Any]]:
-        """The task's status each time it changes, until it ends."""
+    async def events(self, job: Job, caller: Principal) -> AsyncIterator[dict[str, Any]]:
+        """The task's status, as ``caller`` sees it, each time it changes, until it ends."""
         last: dict[str, Any] | None = None
         current: Job | None = job
         while current is not None:
@@ -404,6 +463,13 @@ class TTSService:
                 return
             await asyncio.sleep(EVENT_POLL_S)
             current = await self.queue.get(job.id)
+            current = as_seen_by(current, caller) if current is not None else None
+
+    def open_stream(self, caller: Principal, request_state: Any) -> None:
+        """Take one of this process's stream slots for ``caller`` (kept in ``request_state`` until the response is over),
+        or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream polls or blocks on Redis for as long as its task
+        lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one caller."""
+        hold(self.stream_slots, caller.subject, request_state)
 
     def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
         """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""

@@ -1,10 +1,15 @@
-"""The result-cache key: one hash of everything that changes the audio, and nothing else.
+"""The result-cache key: one hash of everything that changes the audio, and of who may share it.
 
 The key covers the exact text the engine receives (already canonical: see
 :func:`ttsq.domain.text.canonical_text`), the speaker identity, every sampling parameter, the output
-format, and a model identity. The speaker is identified by what produces the embedding — a
-speaker seed on a given model — never by a voice's *name*, so a voice re-created under the same
-name with a different speaker cannot hit the old entry. The model identity comes from settings
+format, a model identity, and the caller's **sharing scope**. The scope is what keeps tenants
+apart: the cache and single-flight (whose marker is named by the key) find only entries and jobs
+of the same scope, so a caller can never test whether another scope synthesised a text. No scope
+(``None``: one tenant, or callers without a key) leaves the key as it was before scopes existed.
+
+The speaker is identified by what produces the embedding — a speaker seed on a given model — never
+by a voice's *name*, so a voice re-created under the same name with a different speaker cannot hit
+the old entry. The model identity comes from settings
 (the API loads no model), and it also covers the synthesis settings that shape the audio.
 """
 
@@ -34,10 +39,16 @@ def engine_input(params: TTSParams) -> dict[str, object]:
     return {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
 
 
-def cache_key(params: TTSParams, model_identity: str) -> str | None:
-    """The sha256 hex key of a deterministic request; None for a random one (never cached)."""
+def cache_key(params: TTSParams, model_identity: str, scope: str | None = None) -> str | None:
+    """The sha256 hex key of a deterministic request; None for a random one (never cached).
+
+    ``scope`` names who shares the entry (``key:<id>``, ``tenant:<name>``); None shares it with every
+    caller without a scope. Two scopes never compute the same key.
+    """
     if not params.deterministic:
         return None
-    material = {"v": KEY_VERSION, "model": model_identity, "format": params.format, **engine_input(params)}
+    material: dict[str, object] = {"v": KEY_VERSION, "model": model_identity, "format": params.format, **engine_input(params)}
+    if scope is not None:
+        material["scope"] = scope
     encoded = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(encoded.encode()).hexdigest()

@@ -138,27 +138,71 @@ class Target:
     addresses: tuple[IPAddress, ...]
 
 
+DEFAULT_PORTS = frozenset({80, 443})
+"""The ports an allow-list entry without one opens: http's and https's own."""
+
+Ports = frozenset[int] | None
+"""The ports an allow-list entry opens; None: every port (``:*``)."""
+
+
+def _ports(entry: str, text: str) -> Ports:
+    if text == "*":
+        return None
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"webhook allow-list entry {entry!r} has no valid port (1-65535, or * for every port)")
+    return frozenset({int(text)})
+
+
+def _allow_entry(entry: str) -> tuple[str, Ports]:
+    """An allow-list entry's target (a network, an address or a host name) and the ports it opens.
+
+    ``TARGET`` opens ports 80 and 443, ``TARGET:PORT`` that port, ``TARGET:*`` every port; an IPv6 target with a
+    port is written in brackets (``[fd00::/8]:8443``), and one without brackets has no port.
+    """
+    try:
+        ipaddress.ip_network(entry, strict=False)
+        return entry, DEFAULT_PORTS
+    except ValueError:
+        pass
+    if entry.startswith("["):
+        inner, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"webhook allow-list entry {entry!r} is not [IPv6]:port")
+        return inner, _ports(entry, rest[1:]) if rest else DEFAULT_PORTS
+    target, colon, port = entry.rpartition(":")
+    if not colon or not (port.isdigit() or port == "*"):
+        return entry, DEFAULT_PORTS  # no port (a ':' elsewhere makes it no host name either: refused below)
+    return target, _ports(entry, port)
+
+
+def _opens(ports: Ports, port: int) -> bool:
+    return ports is None or port in ports
+
+
 class SsrfGuard:
     """Only http(s), no credentials in the URL, and every resolved address globally routable.
 
     ``allow`` names exceptions (``WEBHOOK_ALLOW``): CIDR networks or single addresses
     (``10.20.0.0/16``, ``127.0.0.1``, ``fd00::/8``), or host names whose every address is then
-    accepted (an allow-listed name trusts its DNS: prefer networks).
+    accepted (an allow-listed name trusts its DNS: prefer networks). Each opens only its ports: 80 and
+    443 unless the entry names one (``hooks.internal:8080``, ``[fd00::/8]:8443``) or every one
+    (``10.20.0.0/16:*``), so an allow-listed host is not a port scanner's way into everything it runs.
     """
 
     def __init__(self, allow: Iterable[str], *, resolver: Resolver, resolve_timeout_s: float) -> None:
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        self.hosts: set[str] = set()
+        self.networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, Ports]] = []
+        self.hosts: list[tuple[str, Ports]] = []
         for entry in (item.strip() for item in allow):
             if not entry:
                 continue
+            target, ports = _allow_entry(entry)
             try:
-                self.networks.append(ipaddress.ip_network(entry, strict=False))
+                self.networks.append((ipaddress.ip_network(target, strict=False), ports))
             except ValueError:
-                host = entry.lower().rstrip(".")
+                host = target.lower().rstrip(".")
                 if not host or any(not (c.isalnum() or c in "-._") for c in host):
                     raise ValueError(f"webhook allow-list entry {entry!r} is neither a network nor a host name") from None
-                self.hosts.add(host)
+                self.hosts.append((host, ports))
         self.resolver = resolver
         self.resolve_timeout_s = resolve_timeout_s
 
@@ -180,11 +224,11 @@ class SsrfGuard:
             raise RefusedUrl("callback_url has no host")
         return parsed
 
-    def _allowed(self, address: IPAddress) -> bool:
+    def _allowed(self, address: IPAddress, port: int) -> bool:
         candidates: list[IPAddress] = [address]
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             candidates.append(address.ipv4_mapped)
-        return any(candidate in net for candidate in candidates for net in self.networks)
+        return any(candidate in net and _opens(ports, port) for candidate in candidates for net, ports in self.networks)
 
     async def check(self, url: str) -> Target:
         """Approve ``url`` and the addresses to connect to, or raise :class:`RefusedUrl` / :class:`UnresolvableUrl`."""
@@ -195,10 +239,10 @@ class SsrfGuard:
             addresses: list[IPAddress] = [ipaddress.ip_address(host)]
         except ValueError:
             addresses = await self._resolve(host, port)
-        named = host.lower().rstrip(".") in self.hosts
+        named = any(name == host.lower().rstrip(".") and _opens(ports, port) for name, ports in self.hosts)
         for address in addresses:
             refusal = classify(address)
-            if refusal is not None and not named and not self._allowed(address):
+            if refusal is not None and not named and not self._allowed(address, port):
                 raise RefusedUrl(f"callback_url resolves to {address}, {refusal.describe()}; refused", refusal)
         return Target(url=parsed, port=port, addresses=tuple(addresses))
 

@@ -1,4 +1,4 @@
-"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|revoke`` and
+"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|tenant|revoke`` and
 ``python -m ttsq dead-letters list|show|requeue|purge``.
 
 Run them where the queue's Redis is reachable (a shell in an API pod, the GPU host); they read the
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.keys import Keys
@@ -25,14 +28,26 @@ from ttsq.store.replies import Requeued
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ttsq", description="Manage ttsq (talks to its Redis directly).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    keys = commands.add_parser("keys", help="API keys: create, list, revoke")
+    keys = commands.add_parser("keys", help="API keys: create, list, group into tenants, revoke")
     actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="create a key and print it (once)")
     create.add_argument("--name", required=True, help="who or what the key is for")
     create.add_argument("--scopes", default="tts", help=f"comma-separated, of {', '.join(SCOPES)} (default: tts)")
-    create.add_argument("--expires-in-days", type=float, help="the key stops working after this many days")
-    create.add_argument("--callback-url", help="default completion webhook for this key's submits")
+    create.add_argument(
+        "--expires-in-days", type=_days, help="the key stops working after this many days (more than 0; leave it out: never)"
+    )
+    create.add_argument(
+        "--callback-url", help="default completion webhook for this key's submits (checked as a submit's callback_url is)"
+    )
+    create.add_argument(
+        "--tenant", help="group the key into this tenant: its keys share cached results and jobs in flight (CACHE_SCOPE=tenant)"
+    )
     actions.add_parser("list", help="list keys (never the keys themselves)")
+    tenant = actions.add_parser("tenant", help="group a key into a tenant, or (--none) make it a tenant of its own")
+    tenant.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
+    which_tenant = tenant.add_mutually_exclusive_group(required=True)
+    which_tenant.add_argument("name", nargs="?", help="the tenant's name")
+    which_tenant.add_argument("--none", action="store_true", help="a tenant of its own (shares with no other key)")
     revoke = actions.add_parser("revoke", help="revoke a key at once, on every API replica")
     revoke.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
 
@@ -51,11 +66,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _days(text: str) -> float:
+    """A key's lifetime in days: a positive, finite number. ``0`` once made a key that never expired."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if not math.isfinite(days) or days <= 0:
+        never = "leave --expires-in-days out for a key that never expires"
+        raise argparse.ArgumentTypeError(f"must be more than 0 days ({never}); got {text}")
+    return days
+
+
+async def _check_callback(url: str, guard: SsrfGuard, webhooks_configured: bool) -> str | None:
+    """Why a key's default ``callback_url`` would be refused at every submit (None: it would not).
+
+    The same checks as a submit's: http(s) without credentials, and an address that is public or allow-listed
+    (``WEBHOOK_ALLOW``). A name that does not resolve now is accepted, as at submit (the receiver may not be up).
+    """
+    try:
+        await guard.check(url)
+    except RefusedUrl as exc:
+        return str(exc)
+    except UnresolvableUrl:
+        pass
+    if not webhooks_configured:
+        print(
+            "ttsq: note: webhooks are not configured here (WEBHOOK_SECRET, PUBLIC_URL); an API without them refuses "
+            "every submit of a key with a callback_url",
+            file=sys.stderr,
+        )
+    return None
+
+
 def _when(stamp: float | None) -> str:
     return "never" if stamp is None else datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config: QueueConfig) -> int:
+@dataclass(frozen=True)
+class Callbacks:
+    """What ``keys create --callback-url`` checks a URL with: the API's own SSRF guard (``WEBHOOK_ALLOW``), and
+    whether webhooks are configured (``WEBHOOK_SECRET`` and ``PUBLIC_URL``)."""
+
+    guard: SsrfGuard
+    configured: bool
+
+
+async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config: QueueConfig, callbacks: Callbacks) -> int:
+    if args.command == "keys" and args.action == "create" and args.callback_url is not None:
+        refused = await _check_callback(args.callback_url, callbacks.guard, callbacks.configured)
+        if refused is not None:
+            print(f"ttsq: --callback-url is refused: {refused}", file=sys.stderr)
+            return 2
     redis = create_redis(redis_config)
     try:
         if args.command == "dead-letters":
@@ -67,23 +129,40 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
             if unknown:
                 print(f"ttsq: unknown scope(s) {', '.join(sorted(unknown))}; use {', '.join(SCOPES)}", file=sys.stderr)
                 return 2
-            expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days else None
-            key, record = await store.create(args.name, scopes, expires_at=expires, callback_url=args.callback_url)
+            expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days is not None else None
+            try:
+                key, record = await store.create(
+                    args.name, scopes, expires_at=expires, callback_url=args.callback_url, tenant=args.tenant
+                )
+            except ValueError as exc:
+                print(f"ttsq: {exc}", file=sys.stderr)
+                return 2
             print(key)
             print(
-                f"created key {record.id} ({record.name}; scopes {', '.join(record.scopes)}; expires {_when(record.expires_at)}). "
-                "It is shown only now: store it.",
+                f"created key {record.id} ({record.name}; scopes {', '.join(record.scopes)}; expires {_when(record.expires_at)}"
+                f"{f'; tenant {record.tenant}' if record.tenant else ''}). It is shown only now: store it.",
                 file=sys.stderr,
             )
             return 0
         if args.action == "list":
             records = await store.list()
-            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'CREATED':<20}  EXPIRES")
+            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'TENANT':<16}  {'CREATED':<20}  EXPIRES")
             for record in records:
                 print(
-                    f"{record.id:<12}  {record.name[:24]:<24}  {','.join(record.scopes):<10}  "
+                    f"{record.id:<12}  {record.name[:24]:<24}  {','.join(record.scopes):<10}  {(record.tenant or '-')[:16]:<16}  "
                     f"{_when(record.created_at):<20}  {_when(record.expires_at)}"
                 )
+            return 0
+        if args.action == "tenant":
+            try:
+                grouped = await store.set_tenant(args.key_id, None if args.none else args.name)
+            except ValueError as exc:
+                print(f"ttsq: {exc}", file=sys.stderr)
+                return 2
+            if grouped is None:
+                print(f"ttsq: no key with id {args.key_id!r}", file=sys.stderr)
+                return 1
+            print(f"key {grouped.id} is " + (f"in tenant {grouped.tenant}" if grouped.tenant else "a tenant of its own"))
             return 0
         if await store.revoke(args.key_id):
             print(f"revoked key {args.key_id}: every API replica refuses it from its next request on")
@@ -126,5 +205,5 @@ async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
     return 0 if removed or args.all else 1
 
 
-def main(argv: Sequence[str], redis_config: RedisConfig, queue_config: QueueConfig) -> int:
-    return asyncio.run(run(build_parser().parse_args(argv), redis_config, queue_config))
+def main(argv: Sequence[str], redis_config: RedisConfig, queue_config: QueueConfig, callbacks: Callbacks) -> int:
+    return asyncio.run(run(build_parser().parse_args(argv), redis_config, queue_config, callbacks))

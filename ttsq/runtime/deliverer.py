@@ -23,6 +23,7 @@ is decompressed).
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -98,11 +99,15 @@ class AttemptResult:
 
     status_code: int | None
     error: str | None
+    """The class of the failure — the status code, a timeout, a refused connection — as the task's status shows it
+    to whoever submitted it: never what the receiver said, which may be an internal service's answer."""
     elapsed_s: float
     response_bytes: int = 0
     """Bytes of the answer's body read (never more than ``max_response_bytes``)."""
     permanent: bool = False
     """A failure no retry can fix (a refused URL, a task without a callback)."""
+    detail: str | None = None
+    """More than the class, for the operator's log only: the start of the receiver's answer, the connection error."""
 
     @property
     def delivered(self) -> bool:
@@ -132,6 +137,39 @@ class _InFlight:
 def _excerpt(raw: bytes) -> str:
     text = raw[:200].decode("utf-8", errors="replace")
     return "".join(c if c.isprintable() else " " for c in text).strip()
+
+
+def _more(result: AttemptResult) -> str:
+    """The log's extra about a failed attempt (never shown to the submitter)."""
+    return f"; {result.detail}" if result.detail else ""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it was raised from (httpx wraps httpcore's, which wraps the socket's)."""
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in found:
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def connection_failure(exc: Exception) -> str:
+    """The class of a failed connection or exchange, in words, without the addresses or text the error carries."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out connecting" if isinstance(exc, httpx.ConnectTimeout) else "timed out"
+    chain = _chain(exc)
+    if any(isinstance(cause, ssl.SSLCertVerificationError) for cause in chain):
+        return "the receiver's TLS certificate did not verify"
+    if any(isinstance(cause, ssl.SSLError) for cause in chain):
+        return "the TLS handshake failed"
+    if any(isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED for cause in chain):
+        return "connection refused"
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "the receiver broke the HTTP exchange"
+    return f"the connection failed ({type(exc).__name__})"
 
 
 class Deliverer:
@@ -272,7 +310,7 @@ class Deliverer:
                     else f"{result.error}; gave up {self.config.max_age_s:.0f}s after the task ended"
                 )
                 record = DeliveryAttempt(number, started_at, AttemptOutcome.GAVE_UP, result.status_code, error, result.elapsed_s)
-                log.warning("webhook for task %s: attempt %d failed, giving up: %s", job_id, number, error)
+                log.warning("webhook for task %s: attempt %d failed, giving up: %s%s", job_id, number, error, _more(result))
             else:
                 delay = retry_delay_s(number, self.config.retry_base_s, self.config.retry_cap_s, self._rng)
                 at = min(now + delay, give_up_at)
@@ -280,7 +318,12 @@ class Deliverer:
                     number, started_at, AttemptOutcome.RETRYING, result.status_code, result.error, result.elapsed_s, at
                 )
                 log.warning(
-                    "webhook for task %s: attempt %d failed (%s); retrying in %.0fs", job_id, number, result.error, at - now
+                    "webhook for task %s: attempt %d failed (%s%s); retrying in %.0fs",
+                    job_id,
+                    number,
+                    result.error,
+                    _more(result),
+                    at - now,
                 )
         settled = await self._settle(entry, record)
         if settled is Settled.LOST:
@@ -340,19 +383,21 @@ class Deliverer:
                     "accept-encoding": "identity",
                     "connection": "close",
                 }
-                status, read, error = await self._send(target, body, headers)
+                status, read, error, detail = await self._send(target, body, headers)
         except RefusedUrl as exc:
             return AttemptResult(None, str(exc), elapsed(), permanent=True)
         except UnresolvableUrl as exc:
-            return AttemptResult(None, str(exc), elapsed())
+            return AttemptResult(None, "the host did not resolve", elapsed(), detail=str(exc))
         except TimeoutError:
             return AttemptResult(None, f"no complete answer within {self.config.timeout_s:g}s", elapsed())
         except (httpx.HTTPError, OSError) as exc:
-            return AttemptResult(None, f"{type(exc).__name__}: {exc}".rstrip(": "), elapsed())
-        return AttemptResult(status, error, elapsed(), read)
+            detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            return AttemptResult(None, connection_failure(exc), elapsed(), detail=detail)
+        return AttemptResult(status, error, elapsed(), read, detail=detail)
 
-    async def _send(self, target: Target, body: bytes, headers: dict[str, str]) -> tuple[int, int, str | None]:
-        """POST to the approved addresses in turn (the next only when connecting fails): (status, bytes read, error)."""
+    async def _send(self, target: Target, body: bytes, headers: dict[str, str]) -> tuple[int, int, str | None, str | None]:
+        """POST to the approved addresses in turn (the next only when connecting fails): (status, bytes read, error, and
+        for the log only, what the receiver said)."""
         last: httpx.HTTPError | None = None
         for address in target.addresses[:_MAX_ADDRESSES_TRIED]:
             try:
@@ -364,7 +409,7 @@ class Deliverer:
 
     async def _send_to(
         self, target: Target, address: IPAddress, body: bytes, headers: dict[str, str]
-    ) -> tuple[int, int, str | None]:
+    ) -> tuple[int, int, str | None, str | None]:
         pinned = target.url.copy_with(host=str(address))
         timeout = httpx.Timeout(self.config.timeout_s, connect=self.config.connect_timeout_s)
         # A fresh client per attempt: no connection verified for another name is ever reused.
@@ -387,16 +432,13 @@ class Deliverer:
                 await response.aclose()
         status = response.status_code
         if 200 <= status < 300:
-            return status, len(head), None
+            return status, len(head), None, None
+        excerpt = _excerpt(bytes(head))
         if 300 <= status < 400:
             location = response.headers.get("location", "")
-            return (
-                status,
-                len(head),
-                f"the receiver answered {status} (a redirect to {location[:200]!r}); redirects are not followed",
-            )
-        detail = _excerpt(bytes(head))
-        return status, len(head), f"the receiver answered {status}" + (f": {detail}" if detail else "")
+            error = f"the receiver answered {status} (a redirect); redirects are not followed"
+            return status, len(head), error, f"a redirect to {location[:200]!r}"
+        return status, len(head), f"the receiver answered {status}", f"it said: {excerpt}" if excerpt else None
 
     # ---- upkeep: the chores beside the loop (run by ttsq.runtime.upkeep) -------------------------
 

@@ -18,15 +18,19 @@ from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from redis.exceptions import WatchError
 
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
-Scope = Literal["tts", "admin"]
-SCOPES: tuple[Scope, ...] = ("tts", "admin")
-"""``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters."""
+Scope = Literal["tts", "admin", "metrics"]
+SCOPES: tuple[Scope, ...] = ("tts", "admin", "metrics")
+"""``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters.
+``metrics``: read ``/metrics`` where keys are required (what Prometheus is given), nothing else."""
 
 _KEY = re.compile(r"ttsq_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A tenant's name: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit."""
 
 
 class ApiKey(BaseModel):
@@ -38,6 +42,11 @@ class ApiKey(BaseModel):
     created_at: float
     expires_at: float | None = None
     callback_url: str | None = Field(default=None, description="Default completion webhook for this key's submits.")
+    tenant: str | None = Field(
+        default=None,
+        description="The tenant an admin grouped this key into: its keys share cached results and jobs in flight "
+        "(CACHE_SCOPE=tenant); None = the key is a tenant of its own.",
+    )
     digest: str = Field(description="SHA-256 of the whole key, hex.")
 
     def allows(self, scope: Scope) -> bool:
@@ -46,10 +55,20 @@ class ApiKey(BaseModel):
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
+    @property
+    def sharing_scope(self) -> str:
+        """Whom this key shares cached results and jobs in flight with: its tenant's keys, or itself alone."""
+        return f"tenant:{self.tenant}" if self.tenant is not None else f"key:{self.id}"
+
 
 def looks_like_key(value: str) -> bool:
     """Shaped like a ttsq key (``ttsq_<12 hex>_<43 url-safe>``), valid or not."""
     return _KEY.fullmatch(value) is not None
+
+
+def _check_tenant(tenant: str | None) -> None:
+    if tenant is not None and TENANT.fullmatch(tenant) is None:
+        raise ValueError(f"a tenant is 1-64 letters, digits, '_', '.' or '-' (starting with a letter or digit); got {tenant!r}")
 
 
 def _digest(key: str) -> str:
@@ -63,12 +82,19 @@ class ApiKeyStore:
         self.clock = clock
 
     async def create(
-        self, name: str, scopes: list[Scope], *, expires_at: float | None = None, callback_url: str | None = None
+        self,
+        name: str,
+        scopes: list[Scope],
+        *,
+        expires_at: float | None = None,
+        callback_url: str | None = None,
+        tenant: str | None = None,
     ) -> tuple[str, ApiKey]:
         """A new key and its record; the key is returned once and never stored."""
         unknown = set(scopes) - set(SCOPES)
         if unknown or not scopes:
             raise ValueError(f"scopes must be a non-empty subset of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
+        _check_tenant(tenant)
         key_id = secrets.token_hex(6)
         key = f"ttsq_{key_id}_{secrets.token_urlsafe(32)}"
         record = ApiKey(
@@ -78,6 +104,7 @@ class ApiKeyStore:
             created_at=self.clock(),
             expires_at=expires_at,
             callback_url=callback_url,
+            tenant=tenant,
             digest=_digest(key),
         )
         await self.redis.hset(self.keys.api_keys, key_id, record.model_dump_json())
@@ -99,6 +126,28 @@ class ApiKeyStore:
     async def list(self) -> list[ApiKey]:
         stored = await self.redis.hgetall(self.keys.api_keys)
         return sorted((ApiKey.model_validate_json(raw) for raw in stored.values()), key=lambda k: k.created_at)
+
+    async def set_tenant(self, key_id: str, tenant: str | None) -> ApiKey | None:
+        """Group a key into ``tenant`` (None: a tenant of its own); the key's record, or None when there is none.
+
+        Applies from the key's next request on. Results the key shared before stay with its old scope (they
+        expire with the cache); jobs already in flight keep the readers they had.
+        """
+        _check_tenant(tenant)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:  # optimistic: a revocation in between must not bring the record back
+                try:
+                    await pipe.watch(self.keys.api_keys)
+                    raw = await pipe.hget(self.keys.api_keys, key_id)
+                    if raw is None:
+                        return None
+                    record = ApiKey.model_validate_json(raw).model_copy(update={"tenant": tenant})
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                    pipe.hset(self.keys.api_keys, key_id, record.model_dump_json())
+                    await pipe.execute()
+                    return record
+                except WatchError:
+                    continue
 
     async def revoke(self, key_id: str) -> bool:
         """Delete the record: every replica refuses the key from its next request on."""

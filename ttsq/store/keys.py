@@ -214,8 +214,13 @@ class Shards:
         return len(self.all)
 
     def of(self, job_id: str) -> Keys:
-        """The shard a job id names (shard 0 when it names none), also one no longer in use."""
+        """The shard a job id names (shard 0 when it names none), also one no longer in use.
+
+        An id whose label no shard could have (not ASCII digits: a caller's typo, a fuzzer's ``_\\x18``) names none: it is
+        looked up on shard 0 and not found there, a 404, where building its keys would raise (a 500)."""
         label = shard_label(job_id)
+        if not (label.isascii() and label.isdigit()):
+            return self.home
         known = self._by_label.get(label)
         return known if known is not None else Keys(self.namespace, label)
 

@@ -1,10 +1,10 @@
 -- Cancel a job for one caller. A holder other than the last (a single-flight joiner, or the first
--- submitter once others joined) is detached: the job goes on for the others, and its key stops
--- being a reader. Otherwise a job still
+-- submitter once others joined) is detached: the job goes on for the others; its key stays a reader,
+-- to which the API shows the task as cancelled. Otherwise a job still
 -- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
 -- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
 -- KEYS: job, queue, processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries
--- ARGV: id, reader ('' = anonymous), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
+-- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {'gone'} end
@@ -22,10 +22,6 @@ if ARGV[6] ~= '' and type(job.holders) == 'table' and #job.holders > 1 then
   local holders = without(job.holders, ARGV[6])
   if #holders < #job.holders then
     job.holders = holders
-    if ARGV[2] ~= '' and type(job.readers) == 'table' then
-      local readers = without(job.readers, ARGV[2])
-      if #readers > 0 then job.readers = readers end
-    end
     redis.call('SET', KEYS[1], cjson.encode(job))
     return {'detached'}
   end

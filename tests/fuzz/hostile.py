@@ -1,0 +1,314 @@
+"""The hostile-JSON corpus: what schemathesis never sends, sent to every route of a running API.
+
+schemathesis generates valid JSON from the schema, and mutates it within JSON. An attacker writes bytes:
+``NaN`` and ``Infinity`` (which Python's reader accepts), ``1e400`` (infinite once read), numbers thousands of
+digits long, lone surrogates (``"\\ud800"``) in any string, NUL, nesting thousands deep, duplicate keys, bytes
+that are not UTF-8, and bodies labelled with another ``Content-Type``. Each must get a 4xx that names the field
+(or ``body``, or ``Content-Type``), never a 5xx, and nothing may be logged above WARNING (the caller checks the
+logs: :func:`log_lines_above_warning`).
+
+Every operation in the API's ``/openapi.json`` is covered: an operation with a request body gets each hostile
+value in each of its fields, the whole-body cases and the content types; every operation gets hostile path and
+query parameters (raw percent-encoded bytes among them) and a hostile body it may ignore. :func:`cases` is the
+fixed corpus (``make test`` sends it all); :func:`random_cases` draws combinations — several hostile values at
+once, nested at random depths, beside unknown fields — ``make fuzz`` sends many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import httpx
+
+VALUES: dict[str, str] = {
+    "NaN": "NaN",
+    "Infinity": "Infinity",
+    "-Infinity": "-Infinity",
+    "1e400": "1e400",
+    "-1e400": "-1e400",
+    "an integer of 5000 digits": "1" * 5000,
+    "a fraction of 5000 digits": "0." + "1" * 5000,
+    "an exponent of 70 digits": "1e" + "9" * 70,
+    "a lone high surrogate": '"\\ud800"',
+    "a lone low surrogate inside text": '"hello \\udfff world"',
+    "a high surrogate at the end": '"hello\\udbff"',
+    "a reversed surrogate pair": '"\\udc00\\ud800"',
+    "NUL": '"\\u0000"',
+    "NUL inside text": '"hi\\u0000there"',
+    "an array nested 40 deep": "[" * 40 + "]" * 40,
+    "an array nested 20000 deep": "[" * 20_000 + "]" * 20_000,
+    "an object nested 40 deep": '{"a":' * 40 + "1" + "}" * 40,
+    "NaN inside an array": "[1, NaN]",
+    "a lone surrogate inside an object": '{"x": "\\ud800"}',
+    "a lone surrogate as a key": '{"\\ud800": 1}',
+    "a duplicate key inside an object": '{"a": 1, "a": 2}',
+}
+"""Hostile JSON values, as the raw text of a body (most are not JSON; each is something Python's reader took)."""
+
+BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/v1/tts/submit"): {"text": "Hostile input.", "voice": "zh_female", "format": "wav", "seed": 1, "temperature": 0.3},
+    ("post", "/v1/voices"): {"name": "hostile", "seed": 1},
+    ("post", "/v1/audio/speech"): {"model": "tts-1", "input": "Hostile input.", "voice": "alloy", "speed": 1.0},
+}
+"""A valid body of every operation that takes one; an operation with a body missing here fails the run."""
+
+PARAMETER_VALUES = [
+    "%ED%A0%80",  # a lone surrogate, as UTF-8 would write it (which it never may)
+    "%00",
+    "a%00b",
+    "%FF%FE",
+    "%C0%80",  # an overlong NUL
+    "NaN",
+    "Infinity",
+    "-1e400",
+    "9" * 2000,
+    "%5B" * 500,
+]
+"""Hostile path and query values, already percent-encoded (sent as they are)."""
+
+CONTENT_TYPES = [
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "application/xml",
+    "application/json; charset=utf-16",
+    None,
+]
+"""A valid JSON body sent under these must be refused (415): only ``application/json`` in UTF-8 is read."""
+
+
+class Case(NamedTuple):
+    """One request of the corpus, and what its answer must name when it refuses the request."""
+
+    name: str
+    """What the case sends, in words (for the report)."""
+    method: str
+    path: str
+    """The operation's method (lower case, as in the schema) and its path, parameters filled in (percent-encoded)."""
+    content: bytes | None = None
+    content_type: str | None = "application/json"
+    """The body, sent as it is (None: no body), and its ``Content-Type`` (None: the header is left out)."""
+    query: str = ""
+    names: tuple[str, ...] = ()
+    """The answer must name one of these (a field, ``body`` or ``Content-Type``); empty: any 4xx (or 2xx) will do."""
+    must_refuse: bool = False
+    """The request may not succeed: it must get a 4xx."""
+    documented: frozenset[str] = frozenset()
+    """The statuses the operation documents (its answer must be one of them)."""
+
+
+def _body(fields: Iterable[tuple[str, str]]) -> bytes:
+    """An object from (key, raw value text) pairs, written as sent: keys JSON-escaped, values as they are."""
+    text = "{" + ",".join(f"{json.dumps(key)}:{value}" for key, value in fields) + "}"
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _raw(body: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(key, json.dumps(value)) for key, value in body.items()]
+
+
+def _printable(key: str) -> str:
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _body_cases(method: str, path: str, base: dict[str, Any]) -> list[Case]:
+    fields = _raw(base)
+    found: list[Case] = []
+    for field_name in [*base, "unknown_field"]:
+        for value_name, value in VALUES.items():
+            changed = [(key, value if key == field_name else text) for key, text in fields]
+            if field_name not in base:
+                changed.append((field_name, value))
+            found.append(
+                Case(f"{value_name} in {field_name}", method, path, _body(changed), names=(field_name,), must_refuse=True)
+            )
+    for key, _ in fields:
+        twice = _body([*fields, (key, json.dumps(base[key]))])
+        found.append(Case(f"{key} twice", method, path, twice, names=(key,), must_refuse=True))
+    valid = _body(fields)
+    whole = {
+        "bytes that are not UTF-8": valid[:-1] + b',"x":"\xff\xfe"}',
+        "UTF-16": json.dumps(base).encode("utf-16"),
+        "a byte-order mark": b"\xef\xbb\xbf" + valid,
+        "NaN alone": b"NaN",
+        "a truncated object": valid[:-1],
+        "an array for an object": b"[" + valid + b"]",
+        "a lone surrogate as a key": _body([("\ud800", "1"), *fields]),
+    }
+    for name, content in whole.items():
+        names = ("body", _printable("\ud800")) if "surrogate" in name else ("body",)
+        found.append(Case(name, method, path, content, names=names, must_refuse=True))
+    for content_type in CONTENT_TYPES:
+        found.append(
+            Case(f"JSON as {content_type}", method, path, valid, content_type, names=("Content-Type",), must_refuse=True)
+        )
+    return found
+
+
+def _parameter_cases(method: str, path: str, parameters: list[dict[str, Any]]) -> list[Case]:
+    found: list[Case] = []
+    in_path = [p["name"] for p in parameters if p.get("in") == "path"]
+    in_query = [p["name"] for p in parameters if p.get("in") == "query"]
+    for value in PARAMETER_VALUES:
+        filled = path
+        for name in in_path:
+            filled = filled.replace("{" + name + "}", value)
+        if in_path:
+            found.append(Case(f"path {value[:12]}", method, filled, content=None, content_type=None))
+        for name in in_query:
+            concrete = re.sub(r"\{[^}]+\}", "x", path)
+            found.append(Case(f"query {name}={value[:12]}", method, concrete, None, None, f"{name}={value}", names=(name,)))
+    # A hostile body to an operation that takes none: it is not read, and must not matter.
+    concrete = re.sub(r"\{[^}]+\}", "x", path)
+    found.append(Case("an unread hostile body", method, concrete, _body([("x", "NaN"), ("y", '"\\ud800"')])))
+    return found
+
+
+def operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(method, path, operation) for every operation the schema documents."""
+    methods = ("get", "post", "put", "patch", "delete")
+    return [(m, path, op) for path, item in spec["paths"].items() for m, op in item.items() if m in methods]
+
+
+def _documented(operation: dict[str, Any], found: list[Case]) -> list[Case]:
+    statuses = frozenset(operation.get("responses", {}))
+    return [case._replace(documented=statuses) for case in found]
+
+
+def cases(spec: dict[str, Any]) -> list[Case]:
+    """The fixed corpus for every operation in ``spec``."""
+    found: list[Case] = []
+    for method, path, operation in operations(spec):
+        if "requestBody" in operation:
+            if (method, path) not in BASE_BODIES:
+                raise KeyError(f"{method.upper()} {path} takes a body: give it a valid one in BASE_BODIES")
+            found += _documented(operation, _body_cases(method, path, BASE_BODIES[(method, path)]))
+        found += _documented(operation, _parameter_cases(method, path, operation.get("parameters", [])))
+    return found
+
+
+def _nested(value: str, rng: random.Random) -> str:
+    for _ in range(rng.randint(0, 3)):
+        value = rng.choice([f"[{value}]", f'{{"k": {value}}}', f'[1, "ok", {value}]'])
+    return value
+
+
+def random_cases(spec: dict[str, Any], count: int, seed: int) -> list[Case]:
+    """``count`` drawn cases per operation with a body: one to three hostile values at once, nested at random,
+    in known or unknown fields, some beside a duplicated key."""
+    rng = random.Random(seed)
+    found: list[Case] = []
+    for method, path, operation in operations(spec):
+        if "requestBody" not in operation:
+            continue
+        base = BASE_BODIES[(method, path)]
+        for index in range(count):
+            fields = dict(_raw(base))
+            hit = rng.sample([*base, "extra", "more"], rng.randint(1, 3))
+            for key in hit:
+                fields[key] = _nested(rng.choice(list(VALUES.values())), rng)
+            pairs = list(fields.items())
+            if rng.random() < 0.2:
+                pairs.append((rng.choice(list(base)), json.dumps("again")))
+                hit.append(pairs[-1][0])
+            rng.shuffle(pairs)
+            drawn = Case(f"draw {index}: {', '.join(hit)}", method, path, _body(pairs), names=tuple(hit), must_refuse=True)
+            found += _documented(operation, [drawn])
+    return found
+
+
+@dataclass
+class Outcome:
+    """What the corpus got back: how many answers of each status, and every answer that broke a rule."""
+
+    statuses: Counter[int] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    sent: int = 0
+    dropped: int = 0
+    """Requests whose connection the server closed without an answer."""
+
+    @property
+    def server_errors(self) -> int:
+        """5xx answers and dropped connections."""
+        return self.dropped + sum(count for status, count in self.statuses.items() if status >= 500)
+
+
+def _named(answer: httpx.Response) -> set[str]:
+    """Every field, parameter or header an error answer names."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return set()
+    names: set[str] = set()
+    if isinstance(body, dict) and isinstance(body.get("detail"), list):
+        for error in body["detail"]:
+            names |= {str(part) for part in error.get("loc", [])}
+    if isinstance(body, dict) and isinstance(body.get("detail"), str) and "Content-Type" in body["detail"]:
+        names.add("Content-Type")
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        if error.get("param"):
+            names.add(str(error["param"]))
+        message = str(error.get("message", ""))
+        names |= {"Content-Type"} if "Content-Type" in message else set()
+        names |= {"body"} if "body" in message else set()
+    return names
+
+
+def judge(case: Case, answer: httpx.Response) -> str | None:
+    """Why ``answer`` breaks the rules for ``case`` (None: it keeps them)."""
+    status = answer.status_code
+    if status >= 500:
+        return f"{status}: {answer.text[:200]}"
+    if case.must_refuse and not 400 <= status < 500:
+        return f"{status}: the hostile request was not refused"
+    if status in (401, 403):
+        return f"{status}: the corpus must be sent with a valid admin key where keys are required, to reach every check"
+    if case.documented and str(status) not in case.documented and f"{str(status)[0]}XX" not in case.documented:
+        return f"{status} is not an answer the operation documents ({', '.join(sorted(case.documented))})"
+    if case.names and status in (400, 415, 422) and not (set(case.names) & _named(answer)):
+        return f"{status} names {sorted(_named(answer))}, not {list(case.names)}: {answer.text[:200]}"
+    return None
+
+
+async def send(client: httpx.AsyncClient, corpus: list[Case], *, key: str | None, concurrency: int = 4) -> Outcome:
+    """Send every case of ``corpus`` (with ``key`` as a bearer token, when given) and judge each answer."""
+    outcome = Outcome()
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(case: Case) -> None:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if case.content_type is not None:
+            headers["Content-Type"] = case.content_type
+        url = case.path + (f"?{case.query}" if case.query else "")
+        async with slots:  # the path and query are sent as written: httpx keeps their percent-escapes
+            try:
+                answer = await client.request(case.method.upper(), url, content=case.content, headers=headers)
+            except httpx.TransportError as exc:  # the server dropped the connection: as bad as a 500
+                outcome.sent += 1
+                outcome.dropped += 1
+                outcome.problems.append(f"{case.method.upper()} {case.path[:80]} [{case.name}] -> no answer: {exc!r}")
+                return
+        outcome.sent += 1
+        outcome.statuses[answer.status_code] += 1
+        problem = judge(case, answer)
+        if problem is not None:
+            outcome.problems.append(f"{case.method.upper()} {case.path[:80]} [{case.name}] -> {problem}")
+
+    await asyncio.gather(*(one(case) for case in corpus))
+    return outcome
+
+
+LOG_LEVEL_ABOVE_WARNING = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback \(most recent call last\)")
+
+
+def log_lines_above_warning(log: str) -> list[str]:
+    """Lines of a process's log (text format) logged above WARNING, or tracebacks."""
+    return [line for line in log.splitlines() if LOG_LEVEL_ABOVE_WARNING.search(line)]
