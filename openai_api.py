@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deps import ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
-from ttsq.api.schemas import SubmitRequest, sse_schema, task_links
+from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
 from ttsq.api.service import (
     CONTENT_TYPES,
     DEFAULT_SAMPLING,
@@ -67,6 +67,11 @@ class SpeechRequest(BaseModel):
     )
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4.0, mapped onto ChatTTS's speed 1-9 (1.0 → 5).")
     stream_format: Literal["audio", "sse"] = "audio"
+    priority: Priority | None = Field(
+        None,
+        description="ttsq's own field (the SDK's `extra_body`): the fair queue's lane, `interactive` or `batch`, as on "
+        "/v1/tts/submit. Default: the API key's priority, else interactive.",
+    )
 
 
 def chattts_speed(speed: float) -> int:
@@ -124,7 +129,9 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     if voice is None:
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
         raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
-    native = SubmitRequest(text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format)
+    native = SubmitRequest(
+        text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format, priority=body.priority
+    )
     submitted = await service.submit(native, caller, voice)
     task_id = submitted.answer.task_id
     media_type = CONTENT_TYPES[body.response_format]

@@ -145,6 +145,14 @@ class Settings(BaseSettings):
         "(it is queued all the same: a client that retries may have it run twice).",
         json_schema_extra=_group("Queue"),
     )
+    interactive_burst: int = Field(
+        9,
+        ge=1,
+        le=1000,
+        description="Fair queuing's priority lanes: interactive claims in a row while batch jobs wait, before one batch claim, "
+        "so a batch backlog gets at least 1 claim in INTERACTIVE_BURST + 1 (docs/fairness.md).",
+        json_schema_extra=_group("Queue"),
+    )
     block_s: float = Field(
         2.0,
         gt=0,

@@ -52,7 +52,7 @@ async def test_a_retried_claim_is_answered_with_the_same_job_not_another(redis_s
     assert len(proxy.lost) == 1, "the first answer was lost, and redis-py sent the claim again"
     assert claim is not None and claim.job.id == ids[0] and claim.job.attempts == 1
     assert await redis.zrange(queue.keys.leases, 0, -1) == [ids[0].encode()], "one job leased, and it is the one in hand"
-    assert await redis.lrange(queue.keys.queue, 0, -1) == [job_id.encode() for job_id in reversed(ids[1:])]
+    assert await JobQueue(redis, queue_config()).waiting() == ids[1:]
 
 
 async def test_a_claim_that_raised_is_asked_again_and_gets_its_jobs(redis_server: Any, redis: Redis, caplog: Any) -> None:

@@ -152,7 +152,10 @@ async def test_claimed_but_unstarted_job_is_swept_only_after_grace(make_queue: A
     queue: JobQueue = make_queue(lease_s=10)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await redis.lmove(queue.keys.queue, queue.keys.processing, "RIGHT", "LEFT")
+    # As that release's BLMOVE did, now out of the job's tenant queue (and the tally, and the ring it empties):
+    await redis.lmove(queue.keys.tenant_queue("interactive", "anonymous"), queue.keys.processing, "RIGHT", "LEFT")
+    await redis.rpop(queue.keys.queue)
+    await redis.delete(queue.keys.ring("interactive"))
     sightings = []
     for step in (0, 1, 9):
         clock.advance(step)

@@ -14,6 +14,7 @@ redis-server on its port, ``CLIENT PAUSE``, tmpfs mounts over a cache directory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -22,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ from typing import Any
 import httpx
 import psutil
 import redis
+import redis.asyncio
 
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
+from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.keys import Keys
 from ttsq.store.local_redis import RedisServer, start_redis_server
 
@@ -294,6 +297,19 @@ class Deployment:
 
     def client(self, timeout_s: float = 5.0) -> redis.Redis:
         return redis.Redis(port=self.redis.port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+    def tenant_keys(self, namespace: str, weights: Sequence[int]) -> list[str]:
+        """New API keys in ``namespace``, one per weight (each its own tenant of the fair queue, with that weight)."""
+
+        async def create() -> list[str]:
+            client = redis.asyncio.Redis(port=self.redis.port)
+            try:
+                store = ApiKeyStore(client, Keys(namespace))
+                return [(await store.create(f"chaos-{n}", ["tts"], weight=weight))[0] for n, weight in enumerate(weights)]
+            finally:
+                await client.aclose()
+
+        return asyncio.run(create())
 
     def kill_redis(self) -> None:
         """SIGKILL the redis-server: no shutdown save, no goodbye to its clients."""

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,9 +127,19 @@ class Client:
     """
 
     def __init__(
-        self, url: str, scenario: str, *, timeout_s: float = 30.0, on_ack: Callable[[Request], None] | None = None
+        self,
+        url: str,
+        scenario: str,
+        *,
+        timeout_s: float = 30.0,
+        on_ack: Callable[[Request], None] | None = None,
+        tenants: Sequence[str] = (),
     ) -> None:
         self.url = url
+        self.tenants = tuple(tenants)
+        """API keys, each its own tenant of the fair queue: a request is submitted (and read) with one of them, chosen
+        by its seed, and every fourth in the batch lane, so a scenario's jobs are spread over several tenants and both
+        lanes (docs/fairness.md). Empty: anonymous, one tenant."""
         self.scenario = scenario
         self.timeout_s = timeout_s
         self.on_ack = on_ack
@@ -143,7 +153,10 @@ class Client:
     def submit(self, request: Request) -> Ack | None:
         started = time.monotonic()
         try:
-            response = self._http.post(f"{self.url}/v1/tts/submit", json=request.body())
+            body = request.body()
+            if self.tenants and request.seed % 4 == 0:
+                body["priority"] = "batch"
+            response = self._http.post(f"{self.url}/v1/tts/submit", json=body, headers=self._as(request))
         except httpx.TimeoutException:
             self._problem(f"submit got no answer within {self.timeout_s:.0f}s (a hang)")
             return None
@@ -173,6 +186,16 @@ class Client:
             self._problem(f"submit answered {response.status_code}: {response.text[:300]}")
         return None
 
+    def _as(self, request: Request) -> dict[str, str]:
+        """The headers of the tenant ``request`` is submitted as (none when anonymous)."""
+        return {"X-API-Key": self.tenants[request.seed % len(self.tenants)]} if self.tenants else {}
+
+    def _as_task(self, task_id: str) -> dict[str, str]:
+        """A task is read with the key that submitted it (another key's task is 404)."""
+        with self._lock:
+            ack = self.acks.get(task_id)
+        return self._as(ack.request) if ack is not None else {}
+
     def _problem(self, text: str) -> None:
         with self._lock:
             self.problems.append(f"{self.scenario}: {text}")
@@ -184,7 +207,7 @@ class Client:
     def status(self, task_id: str) -> dict[str, Any] | None:
         """The task's status as the API reports it; None for 404 (lost). Retries through 503s."""
         for _ in range(60):
-            response = self._http.get(f"{self.url}/v1/tts/tasks/{task_id}")
+            response = self._http.get(f"{self.url}/v1/tts/tasks/{task_id}", headers=self._as_task(task_id))
             if response.status_code == 404:
                 return None
             if response.status_code == 200:
@@ -198,7 +221,7 @@ class Client:
 
     def result(self, task_id: str) -> bytes | None:
         """The stored audio, exactly as a client downloads it; None when the API has none (not 200)."""
-        response = self._http.get(f"{self.url}/v1/tts/result/{task_id}")
+        response = self._http.get(f"{self.url}/v1/tts/result/{task_id}", headers=self._as_task(task_id))
         return response.content if response.status_code == 200 else None
 
     def close(self) -> None:

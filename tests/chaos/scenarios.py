@@ -90,6 +90,10 @@ GRACE_S = ("60", "0.2", "60")
 within the grace period) and the second (it surely does not: its jobs are left to the sweep)."""
 
 
+TENANT_WEIGHTS = (1, 2, 3)
+"""The chaos clients' tenants: three API keys with these fair-queuing weights."""
+
+
 class Chaos:
     """One chaos run's shared state: the deployment, its plain worker pool, the reference, the RNG, the figures."""
 
@@ -106,11 +110,19 @@ class Chaos:
         self.api = self.deployment.start_api("api", MAX_ATTEMPTS="20")
         self.pool = [self.deployment.add_worker(f"w{n + 1}", SHUTDOWN_GRACE_S=GRACE_S[n % 3]) for n in range(sizes.pool)]
         self._apis: dict[str, Api] = {}
+        self._tenant_keys: dict[str, list[str]] = {}
         self.deployment.wait_ready([*self.pool, self.reference.slot])
 
-    def client(self, scenario: str, api: Api | None = None) -> Client:
-        """A client of ``api`` (the main one by default) whose every acknowledged request is also sent to the reference."""
-        return Client((api or self.api).url, scenario, on_ack=self.reference.want)
+    def client(self, scenario: str, api: Api | None = None, *, tenants: bool = True) -> Client:
+        """A client of ``api`` (the main one by default) whose every acknowledged request is also sent to the reference;
+        with ``tenants``, submitting under three API keys weighted 1, 2 and 3 (a quarter of the jobs in the batch lane),
+        so the fair queue's round robin and lanes are under every fault too."""
+        target = api or self.api
+        if not tenants:
+            return Client(target.url, scenario, on_ack=self.reference.want)
+        if target.namespace not in self._tenant_keys:
+            self._tenant_keys[target.namespace] = self.deployment.tenant_keys(target.namespace, TENANT_WEIGHTS)
+        return Client(target.url, scenario, on_ack=self.reference.want, tenants=self._tenant_keys[target.namespace])
 
     def api_for(self, name: str, namespace: str = "ttsq", **env: str) -> Api:
         """An extra API process (its own namespace or limits), started on first use."""
@@ -508,7 +520,7 @@ def redis_restart_without_persistence(chaos: Chaos) -> Figures:
     deployment = chaos.deployment
     with deployment.client() as admin:
         admin.config_set("appendonly", "no")
-    client = chaos.client("S3b")
+    client = chaos.client("S3b", tenants=False)  # Redis comes back empty: the tenants' keys would be gone
     delivered: dict[str, bytes] = {}
 
     def download(stop: threading.Event) -> None:
@@ -588,8 +600,8 @@ def replicas_after_data_loss(chaos: Chaos) -> Figures:
         admin.config_set("appendonly", "yes")
     deployment.redis.persist = True
     late = chaos.api_for("api-late-replica")
-    client = chaos.client("S3c")
-    late_client = chaos.client("S3c-late", late)
+    client = chaos.client("S3c", tenants=False)  # Redis comes back empty: the tenants' keys would be gone
+    late_client = chaos.client("S3c-late", late, tenants=False)
     old_ack = client.submit(chaos.requests.new("Replica"))
     new_ack = late_client.submit(chaos.requests.new("Replica"))
     for ack, reader, writer in ((old_ack, late_client, "older"), (new_ack, client, "later")):

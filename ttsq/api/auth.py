@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ttsq.domain.jobs import ANONYMOUS_TENANT, Priority
 from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
 
 __all__ = [
@@ -59,6 +60,26 @@ class Principal:
     def subject(self) -> str:
         """Whose quota and rate limit apply: the key, else the client's address."""
         return f"key:{self.key.id}" if self.key is not None else f"addr:{self.address}"
+
+    @property
+    def tenant(self) -> str:
+        """Whose fair share of the workers a submit is queued under (docs/fairness.md), decided here only: the tenant
+        an admin grouped the key into (``tenant:<name>``), else the key itself (``key:<id>``) — the key's sharing
+        scope, so the names never collide — or the one anonymous tenant. Anonymous callers share one tenant, not one
+        per address: an address is no identity (NAT and proxies share one, a client can rotate many), and
+        per-address queues would sell fair shares by the address."""
+        return self.key.sharing_scope if self.key is not None else ANONYMOUS_TENANT
+
+    @property
+    def weight(self) -> int:
+        """The tenant's claims per round-robin turn: its key's weight (1 for anonymous callers)."""
+        return self.key.weight if self.key is not None else 1
+
+    def priority(self, asked: Priority | None) -> Priority:
+        """The lane of a submit: what it asked for, else its key's default, else interactive."""
+        if asked is not None:
+            return asked
+        return self.key.priority if self.key is not None else "interactive"
 
     @property
     def reader(self) -> str | None:

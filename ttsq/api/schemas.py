@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
+from ttsq.domain.jobs import Priority as Priority
 from ttsq.domain.sampling import SamplingFields
 
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
@@ -47,12 +48,20 @@ class SubmitRequest(SamplingFields):
         description="An http(s) URL to POST the outcome to when the task ends (a signed webhook; see README). "
         "Private, loopback and link-local addresses are refused unless allow-listed.",
     )
+    priority: Priority | None = Field(
+        None,
+        description="The task's lane in the fair queue: `interactive` is served first, `batch` (bulk work) gets a bounded "
+        "share while interactive work waits (docs/fairness.md). Default: the API key's priority, else interactive.",
+    )
 
 
 class SubmitResponse(BaseModel):
     task_id: str
     status: Status
-    queue_position: int | None = Field(description="Jobs ahead of this one (0 = next).")
+    queue_position: int | None = Field(
+        description="About how many claims come before this one on its shard (0 = next): an estimate in the fair queue's "
+        "order, with nobody else arriving (docs/fairness.md)."
+    )
     estimate_s: float = Field(description="Rough seconds until the result is ready.")
     seed: int = Field(description="The sampling seed used; resubmit it to keep a randomly drawn voice.")
     deterministic: bool = Field(description="True when the request names a voice or a seed.")

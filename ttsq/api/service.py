@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -237,7 +238,10 @@ class TTSService:
         # What lives beside the jobs, on the queue's connection, names and clock:
         self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
         self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
-        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys)
+        # The put-back is throttled on this host's clock (a local rate, no deadline shared with anyone),
+        # or on the queue's clock where a test pins it.
+        throttle = queue.clock.pinned or time.monotonic
+        self._shared_secret = SharedTaskIdSecret(queue.redis, queue.keys, throttle)
         self.rate_limiter = rate_limiter
         self.cache = cache
         self.voices = voices
@@ -307,6 +311,9 @@ class TTSService:
             reader=caller.reader,
             max_per_owner=self.config.max_queued_per_key,
             charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+            tenant=caller.tenant,
+            priority=caller.priority(body.priority),
+            weight=caller.weight,
         )
         self._on_submit("joined" if result.joined else "queued")
         context.task_id.set(result.job.id)

@@ -15,6 +15,12 @@ from pydantic import BaseModel, Field
 from ttsq.domain.sampling import SamplingFields
 
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+Priority = Literal["interactive", "batch"]
+"""A job's lane in its shard's queue: ``interactive`` is served first, ``batch`` gets a bounded share
+(``INTERACTIVE_BURST``; docs/fairness.md). Older job records have none and count as interactive."""
+PRIORITIES: tuple[Priority, ...] = ("interactive", "batch")
+ANONYMOUS_TENANT = "anonymous"
+"""The one tenant of every caller without an API key (AUTH=off or auto on loopback)."""
 
 DEFAULT_SAMPLING_SEED = 42
 """Sampling seed of a request that names a voice but no seed, so that it stays deterministic."""
@@ -93,6 +99,14 @@ class Job(BaseModel):
         default=None,
         description="The fencing token of its latest claim (a number that only grows): only the worker holding this "
         "claim may renew its lease, stream its audio, complete or fail it.",
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="Whose fair share of the workers it is queued under (docs/fairness.md); None on records older than "
+        "fair queuing, which wait under one tenant of their own.",
+    )
+    priority: Priority = Field(
+        default="interactive", description="Its lane: interactive is served first, batch gets a bounded share."
     )
 
 

@@ -1,4 +1,4 @@
-"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|tenant|revoke`` and
+"""Operator commands that talk to Redis directly: ``python -m ttsq keys create|list|tenant|weight|revoke`` and
 ``python -m ttsq dead-letters list|show|requeue|purge``.
 
 Run them where the queue's Redis is reachable (a shell in an API pod, the GPU host); they read the
@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ttsq.domain.jobs import PRIORITIES
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
-from ttsq.store.api_keys import SCOPES, ApiKeyStore, Scope
+from ttsq.store.api_keys import MAX_WEIGHT, SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue, QueueConfig
@@ -42,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--tenant", help="group the key into this tenant: its keys share cached results and jobs in flight (CACHE_SCOPE=tenant)"
     )
+    create.add_argument("--weight", type=int, default=1, help=f"share of the workers, 1-{MAX_WEIGHT} (default 1; docs/fairness.md)")
+    create.add_argument("--priority", choices=PRIORITIES, default="interactive", help="lane of submits that name none")
     actions.add_parser("list", help="list keys (never the keys themselves)")
+    weight = actions.add_parser("weight", help="set a key's share of the workers (claims per fair-queuing turn)")
+    weight.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
+    weight.add_argument("weight", type=int, help=f"1-{MAX_WEIGHT}")
     tenant = actions.add_parser("tenant", help="group a key into a tenant, or (--none) make it a tenant of its own")
     tenant.add_argument("key_id", help="the key's id (the 12 hex characters after 'ttsq_')")
     which_tenant = tenant.add_mutually_exclusive_group(required=True)
@@ -130,9 +136,18 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
                 print(f"ttsq: unknown scope(s) {', '.join(sorted(unknown))}; use {', '.join(SCOPES)}", file=sys.stderr)
                 return 2
             expires = time.time() + args.expires_in_days * 86400 if args.expires_in_days is not None else None
+            if not 1 <= args.weight <= MAX_WEIGHT:
+                print(f"ttsq: a weight is 1-{MAX_WEIGHT}; got {args.weight}", file=sys.stderr)
+                return 2
             try:
                 key, record = await store.create(
-                    args.name, scopes, expires_at=expires, callback_url=args.callback_url, tenant=args.tenant
+                    args.name,
+                    scopes,
+                    expires_at=expires,
+                    callback_url=args.callback_url,
+                    tenant=args.tenant,
+                    weight=args.weight,
+                    priority=args.priority,
                 )
             except ValueError as exc:
                 print(f"ttsq: {exc}", file=sys.stderr)
@@ -146,13 +161,16 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
             return 0
         if args.action == "list":
             records = await store.list()
-            print(f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'TENANT':<16}  {'CREATED':<20}  EXPIRES")
+            head = f"{'ID':<12}  {'NAME':<24}  {'SCOPES':<10}  {'TENANT':<16}  {'CREATED':<20}  {'EXPIRES':<20}"
+            print(f"{head}  {'WEIGHT':>6}  PRIORITY")
             for record in records:
                 print(
                     f"{record.id:<12}  {record.name[:24]:<24}  {','.join(record.scopes):<10}  {(record.tenant or '-')[:16]:<16}  "
-                    f"{_when(record.created_at):<20}  {_when(record.expires_at)}"
+                    f"{_when(record.created_at):<20}  {_when(record.expires_at):<20}  {record.weight:>6}  {record.priority}"
                 )
             return 0
+        if args.action == "weight":
+            return await set_weight(store, args.key_id, args.weight)
         if args.action == "tenant":
             try:
                 grouped = await store.set_tenant(args.key_id, None if args.none else args.name)
@@ -171,6 +189,18 @@ async def run(args: argparse.Namespace, redis_config: RedisConfig, queue_config:
         return 1
     finally:
         await redis.aclose()
+
+
+async def set_weight(store: ApiKeyStore, key_id: str, weight: int) -> int:
+    if not 1 <= weight <= MAX_WEIGHT:
+        print(f"ttsq: a weight is 1-{MAX_WEIGHT}; got {weight}", file=sys.stderr)
+        return 2
+    record = await store.set_weight(key_id, weight)
+    if record is None:
+        print(f"ttsq: no key with id {key_id!r}", file=sys.stderr)
+        return 1
+    print(f"key {key_id} now has weight {weight}: its tenant's next submit on each shard carries it into the round robin")
+    return 0
 
 
 async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:

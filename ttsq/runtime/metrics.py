@@ -85,8 +85,12 @@ class _BatcherCollector(Collector):
         yield GaugeMetricFamily("ttsq_engine_slots", "Slots the engine has (the batch limit it started with).", value=batcher.slots)
 
 
+TENANT_LABELS = 20
+"""Distinct tenants one worker labels its claims with; later ones are counted as ``other`` (bounded cardinality)."""
+
+
 class WorkerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, tenant_labels: int = TENANT_LABELS) -> None:
         self.registry = registry = CollectorRegistry()
         self.jobs = Counter(
             "ttsq_jobs",
@@ -122,6 +126,15 @@ class WorkerMetrics:
             "ttsq_batch_size", "Rows (sentence chunks) per engine step: occupied slots.", buckets=BATCH_BUCKETS, registry=registry
         )
         self.audio_seconds = Counter("ttsq_audio_seconds", "Seconds of audio produced.", registry=registry)
+        self.tenant_claims = Counter(
+            "ttsq_tenant_jobs_claimed",
+            "Jobs this worker claimed, by tenant (the first TENANT_LABELS tenants it saw by name, the rest as 'other') "
+            "and priority lane: each tenant's share of the workers (docs/fairness.md).",
+            ["tenant", "priority"],
+            registry=registry,
+        )
+        self._tenant_labels = tenant_labels
+        self._tenants: set[str] = set()
         self.oom_splits = Counter(
             "ttsq_oom_splits", "Times the device ran out of memory and the engine halved the slots in use.", registry=registry
         )
@@ -175,6 +188,13 @@ class WorkerMetrics:
     def watch_batcher(self, batcher: Callable[[], Batcher | None]) -> None:
         """The engine's step counters, once the worker has its batcher."""
         self.registry.register(_BatcherCollector(batcher))
+
+    def claimed(self, tenant: str, priority: str) -> None:
+        """One job claimed for ``tenant``: the first ``tenant_labels`` tenants this worker sees keep their name, the
+        rest share ``other`` — first come rather than top-N, because a counter's label must never change its mind."""
+        if tenant not in self._tenants and len(self._tenants) < self._tenant_labels:
+            self._tenants.add(tenant)
+        self.tenant_claims.labels(tenant if tenant in self._tenants else "other", priority).inc()
 
     def ended(self, outcome: JobOutcome, attempt: int) -> None:
         self.jobs.labels(outcome, str(attempt)).inc()

@@ -389,6 +389,7 @@ class Worker:
             if not claim.runnable:
                 self.metrics.ended("dead_lettered", claim.job.attempts)
                 continue
+            self.metrics.claimed(claim.job.tenant or "-", claim.job.priority)
             if claim.job.attempts == 1 and claim.job.started_at is not None:
                 self.metrics.queue_wait.observe(max(0.0, claim.job.started_at - claim.job.created_at))
             jobs.append(claim.job)

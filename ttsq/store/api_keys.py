@@ -15,11 +15,12 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from redis.exceptions import WatchError
 
+from ttsq.domain.jobs import Priority
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
 
@@ -27,6 +28,9 @@ Scope = Literal["tts", "admin", "metrics"]
 SCOPES: tuple[Scope, ...] = ("tts", "admin", "metrics")
 """``tts``: submit, read, stream and cancel one's own tasks, list voices. ``admin``: everything, incl. voices and dead letters.
 ``metrics``: read ``/metrics`` where keys are required (what Prometheus is given), nothing else."""
+
+MAX_WEIGHT = 1000
+"""The largest weight an admin may give a key: a tenant's turn is at most this many claims in a row."""
 
 _KEY = re.compile(r"ttsq_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -47,6 +51,13 @@ class ApiKey(BaseModel):
         description="The tenant an admin grouped this key into: its keys share cached results and jobs in flight "
         "(CACHE_SCOPE=tenant); None = the key is a tenant of its own.",
     )
+    weight: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_WEIGHT,
+        description="The key's tenant's share of the workers: claims per deficit-round-robin turn (docs/fairness.md).",
+    )
+    priority: Priority = Field(default="interactive", description="The lane of this key's submits that name none.")
     digest: str = Field(description="SHA-256 of the whole key, hex.")
 
     def allows(self, scope: Scope) -> bool:
@@ -89,6 +100,8 @@ class ApiKeyStore:
         expires_at: float | None = None,
         callback_url: str | None = None,
         tenant: str | None = None,
+        weight: int = 1,
+        priority: Priority = "interactive",
     ) -> tuple[str, ApiKey]:
         """A new key and its record; the key is returned once and never stored."""
         unknown = set(scopes) - set(SCOPES)
@@ -98,6 +111,8 @@ class ApiKeyStore:
         key_id = secrets.token_hex(6)
         key = f"ttsq_{key_id}_{secrets.token_urlsafe(32)}"
         record = ApiKey(
+            weight=weight,
+            priority=priority,
             id=key_id,
             name=name,
             scopes=sorted(set(scopes)),
@@ -134,6 +149,17 @@ class ApiKeyStore:
         expire with the cache); jobs already in flight keep the readers they had.
         """
         _check_tenant(tenant)
+        return await self._update(key_id, {"tenant": tenant})
+
+    async def set_weight(self, key_id: str, weight: int) -> ApiKey | None:
+        """Give a key a new weight (its tenant's claims per turn), kept with the key; the record, or None when there is
+        no such key. Its queued jobs' shard records it at the key's next submit (docs/fairness.md)."""
+        if not 1 <= weight <= MAX_WEIGHT:
+            raise ValueError(f"a weight is 1-{MAX_WEIGHT}; got {weight}")
+        return await self._update(key_id, {"weight": weight})
+
+    async def _update(self, key_id: str, update: dict[str, Any]) -> ApiKey | None:
+        """Change fields of a key's record; the record, or None when there is no such key."""
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:  # optimistic: a revocation in between must not bring the record back
                 try:
@@ -141,7 +167,7 @@ class ApiKeyStore:
                     raw = await pipe.hget(self.keys.api_keys, key_id)
                     if raw is None:
                         return None
-                    record = ApiKey.model_validate_json(raw).model_copy(update={"tenant": tenant})
+                    record = ApiKey.model_validate_json(raw).model_copy(update=update)
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                     pipe.hset(self.keys.api_keys, key_id, record.model_dump_json())
                     await pipe.execute()

@@ -68,8 +68,40 @@ class Keys:
 
     @property
     def queue(self) -> str:
-        """List of waiting job ids: LPUSH at the head, consumers pop from the tail (FIFO)."""
+        """The shard's tally of waiting jobs: one entry per job queued in any tenant's queue (:meth:`tenant_queue`),
+        pushed and popped by the same scripts, so its length is the shard's depth in O(1) (the depth cap, metrics,
+        KEDA's ``listName``) and a worker with nothing to do waits on it (``BLMOVE`` onto itself). Which job is next
+        is the tenants' queues' business, never this list's (docs/fairness.md)."""
         return self.prefix + "queue"
+
+    @property
+    def fair_prefix(self) -> str:
+        """What the fair-queuing keys start with (the scripts build a tenant's queue name from it, to check it)."""
+        return self.prefix + "fair:"
+
+    def tenant_queue(self, lane: str, tenant: str) -> str:
+        """One tenant's waiting job ids in one lane (``interactive`` or ``batch``): LPUSH at the back, the front is
+        the tail, like :attr:`queue` was before fair queuing (docs/fairness.md)."""
+        return f"{self.fair_prefix}{lane}:q:{tenant}"
+
+    def ring(self, lane: str) -> str:
+        """List of the tenants with jobs waiting in a lane, in deficit-round-robin order: the head (served now) at
+        the tail, a tenant whose turn is over moves to the other end, a newly active tenant joins there too."""
+        return f"{self.fair_prefix}{lane}:ring"
+
+    def credit(self, lane: str) -> str:
+        """Hash: the head tenant of a lane → claims left in its turn (absent: a fresh turn of its weight)."""
+        return f"{self.fair_prefix}{lane}:credit"
+
+    @property
+    def weights(self) -> str:
+        """Hash of tenant → weight (claims per turn), copied from its API key at each submit."""
+        return self.fair_prefix + "weights"
+
+    @property
+    def streak(self) -> str:
+        """Interactive claims in a row while batch jobs waited (a batch claim follows ``INTERACTIVE_BURST`` of them)."""
+        return self.fair_prefix + "streak"
 
     @property
     def processing(self) -> str:

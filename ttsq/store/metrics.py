@@ -9,12 +9,13 @@ queue gauges keep their last values.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ttsq.domain.jobs import Priority
 from ttsq.store.cache import LEVELS, ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import JobQueue
@@ -52,6 +53,24 @@ class CacheCollector(Collector):
         yield from (lookups, puts, evictions, size)
 
 
+TOP_TENANTS = 10
+"""Tenants named in ``ttsq_tenant_queue_depth``; the others are summed as ``other``."""
+
+
+def top_tenants(depths: Mapping[tuple[str, Priority], int], limit: int) -> dict[tuple[str, Priority], int]:
+    """The ``limit`` tenants with the most jobs waiting (over both lanes) keep their name; the rest are summed per
+    lane as ``other``, so the gauge's series stay bounded whatever the number of keys."""
+    totals: dict[str, int] = {}
+    for (tenant, _lane), depth in depths.items():
+        totals[tenant] = totals.get(tenant, 0) + depth
+    named = set(sorted(totals, key=lambda tenant: (-totals[tenant], tenant))[:limit])
+    shown: dict[tuple[str, Priority], int] = {}
+    for (tenant, lane), depth in depths.items():
+        place = (tenant if tenant in named else "other", lane)
+        shown[place] = shown.get(place, 0) + depth
+    return shown
+
+
 class QueueGauges:
     """``ttsq_queue_*``, ``ttsq_workers_live`` and ``ttsq_redis_up``, refreshed from Redis before each scrape."""
 
@@ -63,6 +82,13 @@ class QueueGauges:
             "ttsq_queue_shard_depth",
             "Jobs waiting in each queue shard (QUEUE_SHARDS; 0 is the home shard).",
             ["shard"],
+            registry=registry,
+        )
+        self.tenant_depth = Gauge(
+            "ttsq_tenant_queue_depth",
+            f"Jobs waiting per tenant and priority lane: the {TOP_TENANTS} tenants with the most waiting by name, the rest "
+            "summed as 'other' (bounded cardinality; docs/fairness.md).",
+            ["tenant", "priority"],
             registry=registry,
         )
         self.depth_limit = Gauge("ttsq_queue_depth_limit", "MAX_QUEUE_DEPTH: submits get 429 at this depth.", registry=registry)
@@ -88,3 +114,11 @@ class QueueGauges:
         self.delayed.set(snapshot.delayed)
         self.dead.set(snapshot.dead_letters)
         self.workers.set(snapshot.live_workers)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                depths = await self.queue.tenant_depths()
+        except (*STORE_ERRORS, OSError, TimeoutError):
+            return
+        self.tenant_depth.clear()
+        for (tenant, priority), depth in top_tenants(depths, TOP_TENANTS).items():
+            self.tenant_depth.labels(tenant, priority).set(depth)

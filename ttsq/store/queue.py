@@ -49,7 +49,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from ttsq.domain.jobs import Job, Status, TTSParams
+from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.connection import RedisClient
 from ttsq.store.heartbeats import Heartbeats
@@ -70,6 +70,7 @@ from ttsq.store.replies import (
     SweepReport,
     SweepScan,
     TokenTaken,
+    text,
 )
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,9 @@ class QueueConfig:
     submit_wait_replicas: int
     """Replicas a new job must reach before :meth:`JobQueue.enqueue` returns (``WAIT``); 0 = do not wait."""
     submit_wait_timeout_ms: int
+    interactive_burst: int
+    """``INTERACTIVE_BURST``: interactive claims in a row while batch jobs wait, before one batch claim (so a batch
+    backlog gets at least one claim in ``interactive_burst + 1``; docs/fairness.md)."""
 
 
 class NotReplicatedError(RedisError):
@@ -185,10 +189,12 @@ def _lua(name: str) -> str:
     return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True) -> AsyncScript:
+def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True, fair: bool = False) -> AsyncScript:
     """A script from ``lua/``, with Redis's clock (``clock.lua``) in front unless it keeps no time; one that can
-    end a job also gets ``finish.lua`` (owner count, webhook)."""
+    end a job also gets ``finish.lua`` (owner count, webhook); one that puts jobs in line, takes them out or says
+    where one stands gets ``fair.lua`` (the tenants' round robin)."""
     prelude = (clock_lua() + "\n" if timed else "") + (_lua("finish") + "\n" if ends_jobs else "")
+    prelude += _lua("fair") + "\n" if fair else ""
     return redis.register_script(prelude + _lua(name))
 
 
@@ -233,17 +239,18 @@ class JobQueue:
         """Shard 0, the home shard: also where what is one per deployment lives (voices, API keys, the task-id secret)."""
         self.clock = RedisClock(redis, clock, self.keys.stats)
         """Redis's clock (a test may pin it): every deadline's."""
-        self._enqueue = redis.register_script(clock_lua() + "\n" + token_bucket_lua() + "\n" + _lua("enqueue"))
+        self._enqueue = redis.register_script("\n".join([clock_lua(), token_bucket_lua(), _lua("fair"), _lua("enqueue")]))
         self._charge = charge_script(redis)
-        self._peek = _script(redis, "peek", timed=False)
-        self._claim_script = _script(redis, "claim", ends_jobs=True)
+        self._peek = _script(redis, "peek", timed=False, fair=True)
+        self._claim_script = _script(redis, "claim", ends_jobs=True, fair=True)
         self._renew = _script(redis, "renew")
         self._complete = _script(redis, "complete", ends_jobs=True)
         self._fail = _script(redis, "fail", ends_jobs=True)
-        self._cancel = _script(redis, "cancel", ends_jobs=True)
-        self._sweep_scan = _script(redis, "sweep_scan")
-        self._sweep = _script(redis, "sweep")
-        self._requeue_dead = _script(redis, "requeue_dead", timed=False)
+        self._cancel = _script(redis, "cancel", ends_jobs=True, fair=True)
+        self._sweep_scan = _script(redis, "sweep_scan", fair=True)
+        self._sweep = _script(redis, "sweep", fair=True)
+        self._requeue_dead = _script(redis, "requeue_dead", timed=False, fair=True)
+        self._position = _script(redis, "position", timed=False, fair=True)
         self._clear_inflight = _script(redis, "clear_inflight", timed=False)
         self._heartbeats = Heartbeats(redis, self.shards, config.heartbeat_ttl_s, self.clock)
         """Read for the wait estimate: how many workers share the queue."""
@@ -264,6 +271,16 @@ class JobQueue:
         return [keys.owner_jobs(job.owner or "-"), keys.deliveries]
 
     @staticmethod
+    def _lanes(keys: Keys) -> list[str]:
+        """Both lanes' rings, interactive first (what every fair script declares to choose a lane)."""
+        return [keys.ring(lane) for lane in PRIORITIES]
+
+    @staticmethod
+    def _home_queue(keys: Keys, job: Job) -> str:
+        """The tenant queue a job waits in (``fair.lua``'s ``tenant_of``: a record without a tenant waits under '-')."""
+        return keys.tenant_queue(job.priority, job.tenant or "-")
+
+    @staticmethod
     def _inflight_key(keys: Keys, cache_key: str | None) -> str:
         """The job's single-flight marker; jobs without a cache key get a placeholder the scripts never touch."""
         return keys.inflight(cache_key or "-")
@@ -280,6 +297,9 @@ class JobQueue:
         reader: str | None = None,
         max_per_owner: int = 0,
         charge: Charge | None = None,
+        tenant: str = ANONYMOUS_TENANT,
+        priority: Priority = "interactive",
+        weight: int = 1,
     ) -> EnqueueResult:
         """Record and queue a job on the shard its id names; calling it again with the same id changes nothing.
 
@@ -293,6 +313,10 @@ class JobQueue:
         :class:`OwnerQueueFullError` when ``owner`` (an API key or a client address) already has its share
         of ``max_per_owner`` jobs queued or running there. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
+
+        Fair queuing (docs/fairness.md): the job waits in ``tenant``'s queue of its ``priority`` lane, and ``weight``
+        (the tenant's claims per round-robin turn) is recorded for the shard's round robin. The position answered
+        is an estimate of the claims before it in that order.
         """
         keys_of = self.shards.of(job_id)
         job = Job.model_construct(
@@ -303,6 +327,8 @@ class JobQueue:
             owner=owner,
             readers=[reader] if reader else None,
             holders=[owner] if owner else None,
+            tenant=tenant,
+            priority=priority,
         )
         rate: RateDecision | None = None
         if charge is not None and keys_of is not self.keys:
@@ -317,6 +343,9 @@ class JobQueue:
             self._inflight_key(keys_of, params.cache_key),
             keys_of.owner_jobs(owner or "-"),
             charge.key if charge is not None else keys_of.rate_limit("-"),
+            keys_of.tenant_queue(priority, tenant),
+            keys_of.ring(priority),
+            keys_of.weights,
         ]
         stale = ""
         for _ in range(3):
@@ -325,6 +354,7 @@ class JobQueue:
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
             args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
+            args += [tenant, priority, weight, keys_of.fair_prefix, self.config.interactive_burst]
             reply = EnqueueReply.parse(await self._enqueue_replicated(keys, args))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
@@ -347,8 +377,9 @@ class JobQueue:
             raise OwnerQueueFullError(depth, max_per_owner)
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
-            estimate = await self.estimate_wait_s(depth, keys_of)
-            return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
+            position = await self.position(job_id)
+            estimate = await self.estimate_wait_s(position or 0, keys_of)
+            return EnqueueResult(job=job, outcome=outcome, position=position, estimate_s=estimate, rate=rate)
         average = reply.busy_s / reply.jobs_done if reply.jobs_done else DEFAULT_JOB_S
         estimate = _estimate(depth, average, reply.live_workers, self.shards.count)
         return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
@@ -416,15 +447,21 @@ class JobQueue:
         return None if raw is None else Job.model_validate_json(raw)
 
     async def position(self, job_id: str) -> int | None:
-        """Jobs ahead of this one in its shard's queue (0 = next), or None when it is not waiting in line."""
+        """About how many claims on its shard come before this job (0 = next), or None when it is not waiting in
+        line: the deficit round robin's order with nobody else arriving, its tenant's turns and its lane's share
+        (``fair.lua``'s ``fair_estimate``, docs/fairness.md) — an estimate, since a tenant arriving later may be
+        served before it."""
         keys = self.shards.of(job_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lpos(keys.queue, job_id, rank=-1)
-            pipe.llen(keys.queue)
-            index, length = await pipe.execute()
-        if index is None:
-            return None
-        return int(length) - 1 - int(index)
+        args: list[Any] = [keys.fair_prefix, self.config.interactive_burst]
+        reply = await self._position(keys=[keys.job(job_id), *self._lanes(keys), keys.weights], args=args)
+        return None if reply is None else int(reply)
+
+    async def waiting(
+        self, tenant: str = ANONYMOUS_TENANT, priority: Priority = "interactive", keys: Keys | None = None
+    ) -> list[str]:
+        """The ids ``tenant`` has waiting in one lane of a shard (the home shard by default), the front first."""
+        raw = await self.redis.lrange((keys or self.keys).tenant_queue(priority, tenant), 0, -1)
+        return [text(item) for item in reversed(raw)]
 
     async def ping(self) -> None:
         """Raise when Redis is unreachable (readiness)."""
@@ -464,6 +501,24 @@ class JobQueue:
         by_shard = tuple(int(shard[0]) for shard in shards)
         return QueueSnapshot(queued, processing, delayed, dead, int(workers), by_shard)
 
+    async def tenant_depths(self) -> dict[tuple[str, Priority], int]:
+        """Jobs waiting per (tenant, lane), summed over the shards: every tenant in a ring, then its queue's length
+        (two round trips per shard, O(tenants waiting); for metrics)."""
+        depths: dict[tuple[str, Priority], int] = {}
+        for keys in self.shards.all:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for lane in PRIORITIES:
+                    pipe.lrange(keys.ring(lane), 0, -1)
+                rings: list[list[bytes]] = await pipe.execute()
+            waiting = [(text(tenant), lane) for lane, ring in zip(PRIORITIES, rings, strict=True) for tenant in ring]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for tenant, lane in waiting:
+                    pipe.llen(keys.tenant_queue(lane, tenant))
+                lengths: list[int] = await pipe.execute()
+            for place, length in zip(waiting, lengths, strict=True):
+                depths[place] = depths.get(place, 0) + int(length)
+        return depths
+
     async def dead_letters(self, limit: int = 100) -> list[Job]:
         """The newest dead-lettered jobs' final records, newest first (over every shard)."""
         lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
@@ -485,16 +540,21 @@ class JobQueue:
         """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
         keys_of = self.shards.of(job_id)
         job = await self.dead_letter(job_id)
-        owner = job.owner if job is not None and job.owner else "-"
+        if job is None:
+            return Requeued.MISSING
         keys = [
             keys_of.dead,
             keys_of.queue,
             keys_of.job(job_id),
             keys_of.stream(job_id),
             keys_of.delivery_log(job_id),
-            keys_of.owner_jobs(owner),
+            keys_of.owner_jobs(job.owner or "-"),
+            self._home_queue(keys_of, job),
+            keys_of.ring(job.priority),
+            keys_of.weights,
         ]
-        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=[job_id, self.clock.arg()]))
+        args: list[Any] = [job_id, self.clock.arg(), keys_of.fair_prefix, self.config.interactive_burst]
+        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=args))
         if reply.outcome is Requeued.REQUEUED:
             log.warning("dead letter %s requeued (position %s)", job_id, reply.position)
         return reply.outcome
@@ -567,17 +627,19 @@ class JobQueue:
         request = self._unanswered.pop(lost, None)
         repeating = request is not None
         for _ in range(_CLAIM_RACES):
-            peeked = Peeked.parse(await self._peek(keys=[keys_of.queue], args=[count, keys_of.job_prefix]))
+            fair_keys = [*self._lanes(keys_of), *(keys_of.credit(lane) for lane in PRIORITIES), keys_of.weights, keys_of.streak]
+            peek_args: list[Any] = [count, keys_of.job_prefix, keys_of.fair_prefix, self.config.interactive_burst]
+            peeked = Peeked.parse(await self._peek(keys=fair_keys, args=peek_args))
             if not peeked.ids and not repeating:
                 return []
             request = request or uuid.uuid4().hex
             keys = [keys_of.queue, keys_of.processing, keys_of.leases, keys_of.dead, keys_of.claims]
-            keys += [keys_of.claim_record(worker_id), keys_of.deliveries]
-            for job_id, owner in zip(peeked.ids, peeked.owners, strict=True):
-                keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-")]
+            keys += [keys_of.claim_record(worker_id), keys_of.deliveries, *fair_keys]
+            for job_id, owner, lane, tenant in zip(peeked.ids, peeked.owners, peeked.lanes, peeked.tenants, strict=True):
+                keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-"), keys_of.tenant_queue(lane, tenant)]
             args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
             args += [self.config.dead_letter_max, keys_of.prefix, _claim_record_ms(self.config), _flag(alone_first)]
-            args += peeked.ids
+            args += [self.config.interactive_burst, *peeked.ids]
             try:
                 reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
             except BaseException:
@@ -694,6 +756,9 @@ class JobQueue:
             self._inflight_key(keys_of, job.params.cache_key),
             keys_of.stream(job.id),
             *self._ending_keys(keys_of, job),
+            self._home_queue(keys_of, job),
+            keys_of.ring(job.priority),
+            keys_of.credit(job.priority),
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))
@@ -722,13 +787,15 @@ class JobQueue:
     async def _sweep_shard(self, keys_of: Keys, interval_s: float, holder: str) -> SweepReport:
         """Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
         keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
-        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing]
-        scan = SweepScan.parse(await self._sweep_scan(keys=scanned, args=[self.clock.arg(), _SWEEP_LIMIT]))
+        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.delayed]
+        scan_args: list[Any] = [self.clock.arg(), _SWEEP_LIMIT, _PROMOTE_LIMIT, keys_of.job_prefix]
+        scan = SweepScan.parse(await self._sweep_scan(keys=scanned, args=scan_args))
         if scan is None:
             return SweepReport(swept=False)
-        ids = [*scan.lapsed, *scan.unleased]
-        keys = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.queue, keys_of.delayed]
-        keys += [keys_of.job(job_id) for job_id in ids]
-        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, _PROMOTE_LIMIT, holder]
-        args += [len(scan.lapsed), *ids]
+        ids = [*scan.lapsed, *scan.unleased, *scan.due]
+        keys = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.queue, keys_of.delayed, *self._lanes(keys_of)]
+        for job_id, (lane, tenant) in zip(ids, scan.places, strict=True):
+            keys += [keys_of.job(job_id), keys_of.tenant_queue(lane, tenant)]
+        args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, keys_of.fair_prefix, holder]
+        args += [len(scan.lapsed), len(scan.unleased), *ids]
         return SweepReport.parse(await self._sweep(keys=keys, args=args))

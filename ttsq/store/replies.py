@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self
 
-from ttsq.domain.jobs import Job
+from ttsq.domain.jobs import Job, Priority
 
 
 def text(value: Any) -> str:
@@ -189,15 +189,19 @@ class ClaimReply:
 
 @dataclass(frozen=True)
 class Peeked:
-    """``peek.lua``: the ids at the front of the queue in claim order, and each one's owner ('' for none)."""
+    """``peek.lua``: the ids a claim would take next, in the round robin's order, each with its owner ('' for none),
+    its lane and its tenant (whose queue the claim must declare)."""
 
     ids: list[str]
     owners: list[str]
+    lanes: list[Priority]
+    tenants: list[str]
 
     @classmethod
     def parse(cls, raw: Sequence[Any]) -> Peeked:
         values = [text(value) for value in raw]
-        return cls(values[0::2], values[1::2])
+        lanes: list[Priority] = ["batch" if lane == "batch" else "interactive" for lane in values[2::4]]
+        return cls(values[0::4], values[1::4], lanes, values[3::4])
 
 
 class Completed(Outcome):
@@ -267,12 +271,17 @@ class RequeueReply:
 
 @dataclass(frozen=True)
 class SweepScan:
-    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased}``: the ids a sweep looks at."""
+    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased, due, places}``: the ids a sweep looks at, and where each
+    would go back in line."""
 
     lapsed: list[str]
     """Leases whose deadline has passed."""
     unleased: list[str]
     """Ids in the processing list with no lease."""
+    due: list[str]
+    """Retries whose backoff is over."""
+    places: list[tuple[Priority, str]]
+    """The lane and tenant of each id above, in that order (lapsed, unleased, due)."""
 
     @classmethod
     def parse(cls, raw: Any) -> SweepScan | None:
@@ -280,8 +289,10 @@ class SweepScan:
         name, values = _outcome(raw)
         if name == "skipped":
             return None
-        lapsed, unleased = values
-        return cls(listed_ids(lapsed), listed_ids(unleased))
+        lapsed, unleased, due, places = values
+        flat = [text(value) for value in places]
+        lanes: list[Priority] = ["batch" if lane == "batch" else "interactive" for lane in flat[0::2]]
+        return cls(listed_ids(lapsed), listed_ids(unleased), listed_ids(due), list(zip(lanes, flat[1::2], strict=True)))
 
 
 class Swept(Outcome):

@@ -3,7 +3,10 @@
 -- to which the API shows the task as cancelled. Otherwise a job still
 -- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
 -- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
--- KEYS: job, queue, processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries
+-- A waiting job leaves its tenant's queue (fair.lua, put in front): the tally drops it, and a tenant left
+-- with nothing waiting leaves its lane's ring.
+-- KEYS: job, queue (the tally), processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries,
+--       its tenant's queue, its lane's ring, its lane's credit
 -- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
@@ -33,7 +36,9 @@ if job.status == 'running' then
   end
   return {'cancelling'}
 end
-redis.call('LREM', KEYS[2], 0, ARGV[1])
+if KEYS[9] == fair_queue_key(ARGV[5] .. 'fair:', lane_of(job), tenant_of(job)) then
+  fair_remove(KEYS[9], KEYS[10], KEYS[11], KEYS[2], tenant_of(job), ARGV[1])
+end
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end

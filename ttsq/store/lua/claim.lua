@@ -1,21 +1,23 @@
--- Claim jobs for a worker from the front of the queue, in one step: each is moved to the processing
--- list, its attempt counted, marked running and leased to the worker until the deadline under a new
--- fencing token (the next number of the claims counter, kept on the job: only its holder may renew,
--- stream, complete or fail this attempt); or, past max_attempts, failed for good and dead-lettered.
--- The caller names the jobs it expects at the front (peek.lua) and declares their keys and their
--- owners' count keys, so every key touched is declared: on a Redis Cluster whose slot is being moved,
--- Redis then refuses the script (TRYAGAIN, ASK) rather than let it read a job the move has taken
--- away as missing. Claiming stops at the first id that is no longer at the front (another worker
--- was quicker: the caller peeks again).
+-- Claim jobs for a worker in deficit-round-robin order over the shard's tenants (fair.lua, put in
+-- front), in one step: each is moved to the processing list, its attempt counted, marked running and
+-- leased to the worker until the deadline under a new fencing token (the next number of the claims
+-- counter, kept on the job: only its holder may renew, stream, complete or fail this attempt); or, past
+-- max_attempts, failed for good and dead-lettered.
+-- The caller names the jobs it expects (peek.lua: id, lane, tenant) and declares their keys, their
+-- owners' count keys and their tenants' queues, so every key touched is declared: on a Redis Cluster
+-- whose slot is being moved, Redis then refuses the script (TRYAGAIN, ASK) rather than let it read a
+-- job the move has taken away as missing. Claiming stops at the first expected id that is not the one
+-- the round robin picks now (another worker was quicker: the caller peeks again).
 -- A job whose last worker was lost (isolate) runs alone: it is claimed only as the first job of a
 -- claim that allows it (first = '1'), and nothing is claimed with it; a claim that does not allow it
 -- stops before it.
 -- The claim is safe to repeat: the reply is kept under the worker's claim record with the caller's
 -- request id, and a second call with that id (a retry whose first answer was lost on the way)
 -- answers the same jobs again instead of claiming more; they stay the worker's, nothing is stranded.
--- KEYS: queue, processing, leases, dead, claims, record, deliveries, then per expected id: job, owner_jobs
+-- KEYS: queue (the tally), processing, leases, dead, claims, record, deliveries, interactive ring, batch ring,
+--       interactive credit, batch credit, weights, streak, then per expected id: job, owner_jobs, tenant queue
 -- ARGV: worker, request_id, clock ('' = Redis's TIME), lease_s, ttl_s, dead_max, prefix, record_ttl_ms,
---       first ('1' | '0'), then the expected ids in claim order
+--       first ('1' | '0'), burst, then the expected ids in claim order
 -- Reply: {'claimed' | 'repeated', {started, job_json}, ...} with started 'run' (leased to this worker)
 --        or 'dead' (no attempts left: dead-lettered)
 local record = redis.call('GET', KEYS[6])
@@ -54,17 +56,44 @@ local function start(id, job, job_key, owner_key)
   redis.call('ZADD', KEYS[3], deadline(now + tonumber(ARGV[4])), id)
   return {'run', out}
 end
+local rings = {interactive = KEYS[8], batch = KEYS[9]}
+local credit_keys = {interactive = KEYS[10], batch = KEYS[11]}
+local burst = tonumber(ARGV[10])
 local claims = {}
-for i = 10, #ARGV do
+for i = 11, #ARGV do
   local id = ARGV[i]
-  local job_key, owner_key = KEYS[6 + 2 * (i - 9)], KEYS[7 + 2 * (i - 9)]
-  if redis.call('LINDEX', KEYS[1], -1) ~= id then break end
+  local base = 13 + 3 * (i - 11)
+  local job_key, owner_key, queue_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
+  local batch_waiting = redis.call('LLEN', rings.batch) > 0
+  local streak = tonumber(redis.call('GET', KEYS[13]) or '0')
+  local lane = fair_lane(redis.call('LLEN', rings.interactive) > 0, batch_waiting, streak, burst)
+  if not lane then break end
+  local tenant = redis.call('LINDEX', rings[lane], -1)
+  if queue_key ~= fair_queue_key(ARGV[7] .. 'fair:', lane, tenant) then break end
+  if redis.call('LINDEX', queue_key, -1) ~= id then break end
   local raw = redis.call('GET', job_key)
   local job = raw and cjson.decode(raw)
   local alone = job and job.isolate == true
   if alone and (#claims > 0 or ARGV[9] ~= '1') then break end
   if job and type(job.owner) == 'string' and owner_key ~= ARGV[7] .. 'owner-jobs:' .. job.owner then break end
-  redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  -- Out of the tenant's queue (and the tally) into processing; the round robin moves on.
+  redis.call('RPOP', queue_key)
+  redis.call('RPOP', KEYS[1])
+  redis.call('LPUSH', KEYS[2], id)
+  local credit = tonumber(redis.call('HGET', credit_keys[lane], tenant)) or fair_quantum(redis.call('HGET', KEYS[12], tenant))
+  credit = credit - 1
+  local next_streak = fair_streak(lane, batch_waiting, streak)
+  if next_streak ~= streak then redis.call('SET', KEYS[13], next_streak) end
+  local after = fair_after(redis.call('LLEN', queue_key), credit)
+  if after == 'drop' then
+    redis.call('RPOP', rings[lane])
+    redis.call('HDEL', credit_keys[lane], tenant)
+  elseif after == 'rotate' then
+    redis.call('LMOVE', rings[lane], rings[lane], 'RIGHT', 'LEFT')
+    redis.call('HDEL', credit_keys[lane], tenant)
+  else
+    redis.call('HSET', credit_keys[lane], tenant, credit)
+  end
   if not job or job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
     redis.call('LREM', KEYS[2], 0, id)  -- nothing to run: an expired or finished job's id
   else

@@ -5,14 +5,18 @@
 -- id the caller found finished, which may be replaced. An owner (API key or client address) may
 -- have at most max_per_owner jobs queued or running. With a rate (ARGV[12]) the submit first takes a
 -- token from the caller's bucket (token_bucket.lua is put in front): one round trip pays and queues.
--- The job's created_at is set here, by Redis's clock (clock.lua is put in front).
--- KEYS: job, queue, stats, workers, inflight, owner_jobs, bucket
+-- The job's created_at is set here, by Redis's clock (clock.lua is put in front). It waits at the back of
+-- its tenant's queue in its lane (fair.lua is put in front); the tenant's weight is recorded for the round
+-- robin; the shard's tally counts it, and the depth cap is the tally's length (every tenant's jobs).
+-- KEYS: job, queue (the tally), stats, workers, inflight, owner_jobs, bucket, tenant queue, lane ring, weights
 -- ARGV: job_json, job_id, max_depth, single_flight ('1' | '0'), stale_inflight_id, heartbeat_ttl_s,
 --       job_key_prefix, reader ('' = none), owner ('' = none), max_per_owner,
---       clock ('' = Redis's TIME), rate ('' = do not charge), burst
+--       clock ('' = Redis's TIME), rate ('' = do not charge), burst, tenant, lane, weight, fair_prefix,
+--       lane_burst (INTERACTIVE_BURST)
 -- Reply: {'limited', tokens_left, seconds_until_a_token, seconds_until_full}
 --      | {'joined', other_id} | {'exists', depth} | {'full', depth} | {'owner_full', owned}
---      | {'created', depth, jobs_done, busy_s, live_workers}  (what the wait estimate needs)
+--      | {'created', position, jobs_done, busy_s, live_workers}  (what the wait estimate needs; the position
+--        is fair.lua's estimate of the claims before it)
 --      each but 'limited' followed, when charged, by tokens_left and seconds_until_full
 local function contains(list, value)
   for _, item in ipairs(list) do
@@ -75,9 +79,12 @@ end
 local job = cjson.decode(ARGV[1])
 job.created_at = now
 redis.call('SET', KEYS[1], cjson.encode(job))
-redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[10], ARGV[14], fair_quantum(ARGV[16]))
+fair_push(KEYS[8], KEYS[9], KEYS[2], ARGV[14], ARGV[2], false)
+local rings = {interactive = ARGV[17] .. 'interactive:ring', batch = ARGV[17] .. 'batch:ring'}
+local position = fair_estimate(ARGV[17], rings, KEYS[10], ARGV[15], ARGV[14], redis.call('LLEN', KEYS[8]) - 1, tonumber(ARGV[18]))
 if single_flight then
   redis.call('SET', KEYS[5], ARGV[2])
 end
 local stats = redis.call('HMGET', KEYS[3], 'jobs', 'busy_s')
-return reply({'created', depth, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], now - tonumber(ARGV[6]), '+inf')})
+return reply({'created', position, stats[1] or '0', stats[2] or '0', redis.call('ZCOUNT', KEYS[4], now - tonumber(ARGV[6]), '+inf')})
