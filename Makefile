@@ -58,12 +58,16 @@ bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput
 	$(PY) -m bench.decoder
+	$(PY) -m bench.shards
+	$(PY) -m bench.sentinel
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput --quick
 	$(PY) -m bench.decoder --quick --checkpoints tiny
+	$(PY) -m bench.shards --quick
+	$(PY) -m bench.sentinel --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install

@@ -70,7 +70,9 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="The queue's Redis (`rediss://` for TLS; `redis+cluster://host:port,host:port` for a Redis Cluster, "
-        "`rediss+cluster://` over TLS; see docs/scale-out.md); `make up` starts an embedded one when unset.",
+        "`rediss+cluster://` over TLS; `redis+sentinel://sentinel:26379,sentinel2:26379/service[/db]` for a "
+        "Sentinel-managed primary, `rediss+sentinel://` with TLS to the servers; see docs/scale-out.md); `make up` "
+        "starts an embedded one when unset.",
         json_schema_extra=_group("Redis"),
     )
     redis_namespace: str = Field(
@@ -127,6 +129,20 @@ class Settings(BaseSettings):
         le=64,
         description="Queue shards (`{ttsq}`, `{ttsq:<n>}`, …): N queues a Redis Cluster spreads over its masters; jobs are "
         "placed by cache key, workers claim from every shard in turn (docs/scale-out.md). Change it only on a drained queue.",
+        json_schema_extra=_group("Queue"),
+    )
+    submit_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="Replicas that must have a job before submit answers (`WAIT`, up to `SUBMIT_WAIT_TIMEOUT_MS`); 0 = "
+        "do not wait: a primary lost right after answering may lose the job (docs/scale-out.md). Not with a Redis Cluster.",
+        json_schema_extra=_group("Queue"),
+    )
+    submit_wait_timeout_ms: int = Field(
+        100,
+        ge=1,
+        description="Longest `WAIT` for `SUBMIT_WAIT_REPLICAS`; a job not on that many replicas by then is answered 503 "
+        "(it is queued all the same: a client that retries may have it run twice).",
         json_schema_extra=_group("Queue"),
     )
     interactive_burst: int = Field(
@@ -625,6 +641,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), "
                 "or a live worker that misses one heartbeat looks dead"
+            )
+        if self.submit_wait_replicas and self.redis_url.split("://", 1)[0].endswith("+cluster"):
+            raise ValueError(
+                "SUBMIT_WAIT_REPLICAS is not supported with a Redis Cluster (redis+cluster://): a WAIT must follow the "
+                "job's write on the same connection to its slot's master, which the cluster client does not offer"
             )
         if self.max_streams_per_key > self.max_streams:
             raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")

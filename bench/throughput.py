@@ -51,13 +51,14 @@ import redis as redis_sync
 from bench.closed_loop import LoopResult, baseline_job, closed_loop, merge, ttsq_job, worker_counters
 from bench.fixed_cost_engine import DEFAULT_CALL_MS, DEFAULT_ITEM_MS, FIXED_COST_LABEL
 from bench.interrupt import interruptible
+from bench.job_records import done_jobs
 from bench.machine import machine
 from bench.noop_engine import NOOP_LABEL
 from bench.raw_batch import TEXTS
 from bench.throughput_report import write_outputs
 from bench.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_version
 from settings import Settings
-from ttsq.domain.jobs import Job, TTSParams
+from ttsq.domain.jobs import TTSParams
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
 from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.connection import create_redis
@@ -374,20 +375,13 @@ async def _ttsq_window(url: str, ids: list[str]) -> tuple[int, float, float]:
     config = Settings(_env_file=None, redis_url=url)
     client = create_redis(config.redis_config())
     keys = Keys(config.redis_namespace)
-    done, starts, finishes = 0, [], []
     try:
-        for start in range(0, len(ids), 500):
-            for raw in await client.mget([keys.job(i) for i in ids[start : start + 500]]):
-                if raw is None:
-                    continue
-                job = Job.model_validate_json(raw)
-                if job.status == "done" and job.started_at is not None and job.finished_at is not None:
-                    done += 1
-                    starts.append(job.started_at)
-                    finishes.append(job.finished_at)
+        jobs = await done_jobs(client, [keys.job(i) for i in ids])
     finally:
         await client.aclose()
-    return done, min(starts, default=0.0), max(finishes, default=0.0)
+    starts = [job.started_at for job in jobs if job.started_at is not None]
+    finishes = [job.finished_at for job in jobs if job.finished_at is not None]
+    return len(jobs), min(starts, default=0.0), max(finishes, default=0.0)
 
 
 def _wait_jobs_done(bench: Bench, count: int, timeout_s: float, watch: str) -> None:

@@ -795,6 +795,7 @@ def hung_inference(chaos: Chaos) -> Figures:
 # ---- 9. a late worker ----------------------------------------------------------------------------
 
 _REFUSED = re.compile(r"⊘ (\S+) attempt \d+: (\w+) refused, claim \d+ is stale")
+_DROPPED = re.compile(r"⊘ (\S+) had already ended: this attempt's result is dropped")
 
 
 def refusals(slot: WorkerSlot) -> Counter[str]:
@@ -812,6 +813,13 @@ def refused_ids(slot: WorkerSlot, kind: str) -> set[str]:
     """The task ids whose ``kind`` of write (renew, stream, completion, failure) the queue refused ``slot`` as stale."""
     text = "".join(path.read_text(errors="replace") for path in slot.all_logs() if path.exists())
     return {task for task, refused in _REFUSED.findall(text) if refused == kind}
+
+
+def not_applied_ids(slot: WorkerSlot) -> set[str]:
+    """The task ids whose completion by ``slot`` the queue did not apply: refused as stale (the job is another's now),
+    or dropped because the job had ended meanwhile (another worker completed it first)."""
+    text = "".join(path.read_text(errors="replace") for path in slot.all_logs() if path.exists())
+    return refused_ids(slot, "completion") | set(_DROPPED.findall(text))
 
 
 def late_worker(chaos: Chaos) -> Figures:
@@ -851,7 +859,9 @@ def late_worker(chaos: Chaos) -> Figures:
         taken = set(held_by(taker))
         chaos.deployment.kill(frozen, signal.SIGCONT)
         frozen_s = time.monotonic() - frozen_at
-        wait_for(lambda: taken <= refused_ids(frozen, "completion"), 120, "the woken worker's completions to be refused")
+        # Refused while the second worker still holds the job, or dropped if it finished first (a loaded machine may
+        # stretch the frozen worker's hang past the second's): either way not applied.
+        wait_for(lambda: taken <= not_applied_ids(frozen), 120, "the woken worker's completions to be refused")
         late = chaos.sizes.late_jobs
         chaos.conclude(figures, client, Expect(acked=late, done=late), namespace, slots=[frozen, taker])
         refused = refusals(frozen)

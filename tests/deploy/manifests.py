@@ -11,8 +11,8 @@ from typing import Any
 from settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERLAYS = ("gpu", "cpu-tiny", "managed-redis")
-MONITORED_OVERLAYS = ("gpu", "managed-redis")
+OVERLAYS = ("gpu", "cpu-tiny", "managed-redis", "managed-redis-cluster", "redis-ha")
+MONITORED_OVERLAYS = ("gpu", "managed-redis", "managed-redis-cluster", "redis-ha")
 """Overlays with k8s/components/monitoring (they need the Prometheus Operator's CRDs); the others must not need them."""
 MONITORING_GROUP = "monitoring.coreos.com"
 TTSQ_COMPONENTS = ("api", "worker")
@@ -21,6 +21,8 @@ TTSQ_COMPONENTS = ("api", "worker")
 NON_SETTING_ENV = {
     "REDIS_PASSWORD": "only composes REDIS_URL ($(REDIS_PASSWORD)) and feeds KEDA's redis scaler (passwordFromEnv)",
     "REDIS_ADDRESS": "read by KEDA's redis scaler (addressFromEnv) in the managed-redis overlay, not by ttsq",
+    "REDIS_ADDRESSES": "read by KEDA's redis-cluster scaler (addressesFromEnv) in the managed-redis-cluster overlay",
+    "REDIS_USERNAME": "the ACL user KEDA's scalers sign in as (usernameFromEnv) with a managed Redis, not read by ttsq",
     "HF_HOME": "the Hugging Face cache location (MODEL=hub downloads there), read by huggingface_hub",
     "CUDA_VISIBLE_DEVICES": "which GPU a worker@N unit sees, read by CUDA",
 }

@@ -29,7 +29,7 @@ from tests.deploy.manifests import (
     setting_names,
 )
 from ttsq.runtime.launch import api_command, worker_command
-from ttsq.store.keys import Keys
+from ttsq.store.keys import Shards
 
 
 def ttsq_containers(objects: list[Manifest]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -135,11 +135,13 @@ def test_probe_semantics(objects: dict[str, list[Manifest]], overlay: str) -> No
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_keda_watches_the_real_queue_keys(objects: dict[str, list[Manifest]], overlay: str) -> None:
-    keys = Keys(str(effective_setting(objects[overlay], "redis_namespace")))
+    namespace, count = effective_setting(objects[overlay], "redis_namespace"), effective_setting(objects[overlay], "queue_shards")
+    shards = Shards(str(namespace), int(count))
     scaled = find(objects[overlay], "ScaledObject", "ttsq-worker").doc["spec"]
     assert scaled["scaleTargetRef"]["name"] == find(objects[overlay], "Deployment", "ttsq-worker").name
-    lists = [trigger["metadata"]["listName"] for trigger in scaled["triggers"] if trigger["type"] == "redis"]
-    assert lists == [keys.queue, keys.processing]
+    assert {trigger["type"] for trigger in scaled["triggers"]} <= {"redis", "redis-cluster", "redis-sentinel"}
+    lists = [trigger["metadata"]["listName"] for trigger in scaled["triggers"]]
+    assert lists == [name for keys in shards.all for name in (keys.queue, keys.processing)], "every shard's lists"
     worker_env = {env["name"] for env in find(objects[overlay], "Deployment", "ttsq-worker").containers()[0]["env"]}
     for trigger in scaled["triggers"]:
         metadata = trigger["metadata"]

@@ -14,6 +14,7 @@ import yaml
 from tests.deploy.apps import API_PORT
 from tests.deploy.manifests import MONITORED_OVERLAYS, OVERLAYS, ROOT, Manifest, Tools, effective_setting, find, workloads
 from tests.deploy.network_policy import ALL_PORTS, Pod, admitted, pod_of, tcp
+from ttsq.store.connection import cluster_nodes, sentinel_service
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 """The oldest Kubernetes the manifests target (autoscaling/v2, policy/v1, the sleep-free preStop) and the newest bundled."""
@@ -203,7 +204,7 @@ def test_network_policies_admit_exactly_the_intended_traffic(objects: dict[str, 
     objs = objects[overlay]
     policies = [obj.doc for obj in objs if obj.kind == "NetworkPolicy"]
     targets = {str(w.component): pod_of(w) for w in workloads(objs)}
-    assert set(targets) == ({"api", "worker"} if overlay == "managed-redis" else {"api", "worker", "redis"}), overlay
+    assert set(targets) == ({"api", "worker"} if overlay.startswith("managed-redis") else {"api", "worker", "redis"}), overlay
     sources = {
         **SOURCES,
         "api pod": targets["api"],
@@ -213,8 +214,13 @@ def test_network_policies_admit_exactly_the_intended_traffic(objects: dict[str, 
         "worker-labelled pod in default": Pod("default", targets["worker"].labels),
     }
     worker_port = int(effective_setting(objs, "worker_health_port"))
+    # With Sentinel (redis-ha) the clients also ask the sentinels (26379), and the Redis pods reach each other on both.
+    redis_ports = tcp(6379, 26379) if overlay == "redis-ha" else tcp(6379)
+    if overlay == "redis-ha":
+        sources["redis pod"] = targets["redis"]
     expected = {
-        ("redis", "api pod"): tcp(6379), ("redis", "worker pod"): tcp(6379), ("redis", "keda operator"): tcp(6379),
+        ("redis", "api pod"): redis_ports, ("redis", "worker pod"): redis_ports, ("redis", "keda operator"): redis_ports,
+        ("redis", "redis pod"): tcp(6379, 26379),
         ("api", "ingress controller"): tcp(API_PORT), ("api", "prometheus"): tcp(API_PORT),
         ("worker", "prometheus"): tcp(worker_port),
     }  # fmt: skip
@@ -289,3 +295,32 @@ def test_secret_example_holds_placeholders_and_every_referenced_key(objects: dic
     assert referenced == set(example["stringData"]), "the example names exactly the keys the manifests read"
     secrets = [obj for overlay in OVERLAYS for obj in objects[overlay] if obj.kind == "Secret"]
     assert not secrets, "no placeholder Secret is ever applied"
+
+
+def test_redis_ha_runs_sentinels_beside_three_servers_and_ttsq_follows_them(objects: dict[str, list[Manifest]]) -> None:
+    """The redis-ha overlay: three Redis pods, each a server and a sentinel that watch one service; the API and
+    the workers reach the primary through those sentinels (redis+sentinel://), submits wait for a replica, and
+    KEDA follows the same primary."""
+    objs = objects["redis-ha"]
+    redis = find(objs, "StatefulSet", "ttsq-redis")
+    assert redis.doc["spec"]["replicas"] == 3
+    headless = find(objs, "Service", redis.doc["spec"]["serviceName"])
+    assert headless.doc["spec"]["clusterIP"] == "None" and {p["port"] for p in headless.doc["spec"]["ports"]} == {6379, 26379}
+    server, sentinel = redis.containers()
+    assert server["command"] == ["sh", "/scripts/start-redis.sh"] and sentinel["command"] == ["sh", "/scripts/start-sentinel.sh"]
+    scripts = find(objs, "ConfigMap", next(v["configMap"]["name"] for v in redis.pod_spec["volumes"] if v["name"] == "scripts"))
+    monitor = next(line for line in scripts.doc["data"]["start-sentinel.sh"].splitlines() if "sentinel monitor" in line)
+    service = monitor.split()[2]
+    assert monitor.split()[-1] == "2", "a quorum of two of the three sentinels"
+    for name in ("ttsq-api", "ttsq-worker"):
+        env = {e["name"]: e.get("value") for e in find(objs, "Deployment", name).containers()[0]["env"]}
+        url = env["REDIS_URL"].replace("$(REDIS_PASSWORD)", "hex")
+        sentinels, _user, password = cluster_nodes(url)
+        assert url.startswith("redis+sentinel://") and password == "hex"
+        assert sentinel_service(url) == (service, 0)
+        assert sorted(sentinels) == [(f"ttsq-redis-{n}.{headless.name}", 26379) for n in range(3)]
+    assert effective_setting(objs, "submit_wait_replicas") == "1"
+    for trigger in find(objs, "ScaledObject", "ttsq-worker").doc["spec"]["triggers"]:
+        assert trigger["type"] == "redis-sentinel" and trigger["metadata"]["sentinelMaster"] == service
+        hosts = [address.rpartition(":")[0] for address in trigger["metadata"]["addresses"].split(",")]
+        assert hosts == [f"ttsq-redis-{n}.{headless.name}.ttsq.svc.cluster.local" for n in range(3)]

@@ -7,6 +7,11 @@
   (``redis+cluster://user:password@host1:6379,host2:6379``): redis-py's ``RedisCluster`` follows its
   slots, ``MOVED``/``ASK`` redirections and failovers. Every key ttsq uses carries a hash tag, so each
   script's keys live in one slot (:mod:`ttsq.store.keys`).
+* ``redis+sentinel://`` / ``rediss+sentinel://``: a primary managed by Redis Sentinel, named by its
+  sentinels and its service name (``redis+sentinel://user:password@s1:26379,s2:26379/mymaster/0``):
+  redis-py asks the sentinels where the primary is on every new connection, so after a failover the
+  next connection goes to the promoted replica, and a connection still on the demoted one is dropped
+  (``READONLY`` becomes a connection error: an outage the caller backs off from).
 
 The socket timeout bounds every command, so a dead Redis surfaces as an error within seconds
 instead of hanging a request; blocking reads stay shorter than it (validated in settings).
@@ -26,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
@@ -39,6 +45,9 @@ STORE_ERRORS = (RedisError, RedisClusterException)
 
 CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
 """URL schemes that name a Redis Cluster, and whether they speak TLS."""
+
+SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
+"""URL schemes that name a Sentinel-managed primary, and whether its servers speak TLS (the sentinels do not)."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +76,14 @@ def create_redis(config: RedisConfig) -> RedisClient:
     scheme = urlsplit(config.url).scheme
     if scheme in CLUSTER_SCHEMES:
         return _cluster(config.url, tls=CLUSTER_SCHEMES[scheme], **common)
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel_primary(config.url, tls=SENTINEL_SCHEMES[scheme], **common)
     return Redis.from_url(config.url, health_check_interval=30, **common)
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
-    """The seed nodes (host, port), user name and password of a ``redis+cluster://`` URL."""
+    """The seed nodes (host, port), user name and password of a ``redis+cluster://`` URL (or the sentinels of a
+    ``redis+sentinel://`` one)."""
     rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
     credentials, _, hosts = rest.rpartition("@")
     username, _, password = credentials.partition(":")
@@ -95,6 +107,31 @@ def _cluster(url: str, *, tls: bool, **common: Any) -> RedisCluster:
         ssl=tls,
         **common,
     )
+
+
+def sentinel_service(url: str) -> tuple[str, int]:
+    """The service name and database of a ``redis+sentinel://sentinels/service[/db]`` URL."""
+    path = urlsplit(url.replace(",", "")).path.strip("/")
+    service, _, db = path.partition("/")
+    if not service:
+        raise ValueError("a sentinel URL names the primary's service after the sentinels: redis+sentinel://host:26379/mymaster")
+    if db and not db.isdigit():
+        raise ValueError(f"a sentinel URL's database is a number; got {db!r}")
+    return service, int(db or 0)
+
+
+def _sentinel_primary(url: str, *, tls: bool, **common: Any) -> Redis:
+    """A client of the primary the sentinels name now. Each new connection asks them again (redis-py's
+    ``SentinelConnectionPool``), so a failover costs the commands in flight on the old primary (connection errors:
+    the caller's outage path) and nothing after; the sentinels' own connections use the same bounded timeouts."""
+    sentinels, username, password = cluster_nodes(url)
+    service, db = sentinel_service(url)
+    timeouts = {"socket_timeout": common["socket_timeout"], "socket_connect_timeout": common["socket_connect_timeout"]}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves its __init__ unannotated
+        sentinels, sentinel_kwargs=timeouts, username=username, password=password, db=db, ssl=tls, **common
+    )
+    primary: Redis = sentinel.master_for(service)
+    return primary
 
 
 class EvictionRisk(StrEnum):

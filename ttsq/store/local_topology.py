@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,3 +225,127 @@ def _replicate(node: RedisServer, master_id: str) -> bool:
 def _replica_synced(node: RedisServer) -> bool:
     info = _command(node, "INFO", "replication")
     return isinstance(info, dict) and info.get("master_link_status") == "up"
+
+
+SENTINEL_SERVICE = "ttsq-primary"
+"""The service name the local sentinels monitor (what a ``redis+sentinel://…/<service>`` URL names)."""
+
+
+@dataclass
+class LocalSentinel:
+    """A primary, its replicas and the sentinels that watch them: a Sentinel-managed Redis on this machine."""
+
+    servers: list[RedisServer]
+    """The primary as started first, then its replicas; roles change with failovers."""
+    sentinels: list[subprocess.Popen[bytes]]
+    sentinel_ports: list[int]
+    service: str = SENTINEL_SERVICE
+
+    def url(self, scheme: str = "redis+sentinel") -> str:
+        return f"{scheme}://" + ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports) + f"/{self.service}"
+
+    def _ask(self, port: int, *args: Any) -> Any:
+        with redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2) as sentinel:
+            return sentinel.execute_command(*args)
+
+    def primary_port(self) -> int:
+        """Where the sentinels (the first that answers) say the primary is now."""
+        for port in self.sentinel_ports:
+            try:
+                _host, primary = self._ask(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                return int(primary)
+            except (redis.RedisError, TypeError, ValueError):
+                continue
+        raise LookupError("no sentinel answered")
+
+    def primary(self) -> RedisServer:
+        return next(server for server in self.servers if server.port == self.primary_port())
+
+    def _agreed_on(self, port: int) -> bool:
+        """Every sentinel names ``port`` as the primary, which says it is one, and a replica follows it."""
+        for sentinel in self.sentinel_ports:
+            _host, primary = self._ask(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+            if int(primary) != port:
+                return False
+        info = _command(self.node(port), "INFO", "replication")
+        return isinstance(info, dict) and info.get("role") == "master" and int(info.get("connected_slaves", 0)) > 0
+
+    def node(self, port: int) -> RedisServer:
+        return next(server for server in self.servers if server.port == port)
+
+    def failover(self, timeout_s: float = 60) -> RedisServer:
+        """A planned failover (``SENTINEL FAILOVER``): a replica is promoted, the old primary follows it."""
+        old = self.primary_port()
+        self._ask(self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.service)
+        wait(lambda: self.primary_port() != old and self._agreed_on(self.primary_port()), timeout_s, "the failover")
+        return self.primary()
+
+    def kill_primary(self, timeout_s: float = 60) -> RedisServer:
+        """SIGKILL the primary (an unplanned failure); the sentinels promote a replica. Returns the new primary; the
+        killed server is restarted (empty: no persistence) and the sentinels make it a replica of the new one."""
+        old = self.primary()
+        old.process.kill()
+        old.process.wait()
+        wait(lambda: self.primary_port() != old.port, timeout_s, "the sentinels to promote a replica")
+        promoted = self.primary()
+        old.restart()
+        wait(lambda: self._agreed_on(promoted.port), timeout_s, "the promoted primary to have a replica again")
+        return promoted
+
+    def stop(self) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(5)
+        for server in self.servers:
+            server.stop()
+
+
+def start_redis_sentinel(
+    workdir: Path, *, replicas: int = 1, sentinels: int = 3, binary: str | None = None, down_after_ms: int = 1000
+) -> LocalSentinel:
+    """A primary with ``replicas`` replicas, watched by ``sentinels`` sentinels (quorum: a majority), each a real
+    ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are)."""
+    primary = start_redis_server(workdir / "primary", binary=binary)
+    servers = [primary]
+    chosen = primary.binary
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(replicas):
+            args = ("--replicaof", "127.0.0.1", str(primary.port))
+            servers.append(start_redis_server(workdir / f"replica-{index}", binary=chosen, args=args))
+        wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
+        ports = []
+        for index in range(sentinels):
+            port = free_port()
+            folder = workdir / f"sentinel-{index}"
+            folder.mkdir(parents=True, exist_ok=True)
+            conf = folder / "sentinel.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {primary.port} {sentinels // 2 + 1}\n"
+                f"sentinel down-after-milliseconds {SENTINEL_SERVICE} {down_after_ms}\n"
+                f"sentinel failover-timeout {SENTINEL_SERVICE} 10000\n"
+                f"sentinel parallel-syncs {SENTINEL_SERVICE} 1\n"
+            )
+            started.append(
+                subprocess.Popen([chosen, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+            ports.append(port)
+        local = LocalSentinel(servers, started, ports)
+
+        def know_everyone() -> bool:
+            for port in ports:
+                state = local._ask(port, "SENTINEL", "MASTER", local.service)
+                if int(state[b"num-slaves"]) < replicas or int(state[b"num-other-sentinels"]) < sentinels - 1:
+                    return False
+            return True
+
+        wait(know_everyone, 60, "the sentinels to find the replicas and each other")
+        return local
+    except BaseException:
+        for process in started:
+            process.kill()
+        for server in servers:
+            server.stop()
+        raise

@@ -47,6 +47,7 @@ from importlib.resources import files
 from typing import Any
 
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 
 from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
@@ -102,9 +103,17 @@ class QueueConfig:
     dead_letter_max: int
     shards: int
     """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
+    submit_wait_replicas: int
+    """Replicas a new job must reach before :meth:`JobQueue.enqueue` returns (``WAIT``); 0 = do not wait."""
+    submit_wait_timeout_ms: int
     interactive_burst: int
     """``INTERACTIVE_BURST``: interactive claims in a row while batch jobs wait, before one batch claim (so a batch
     backlog gets at least one claim in ``interactive_burst + 1``; docs/fairness.md)."""
+
+
+class NotReplicatedError(RedisError):
+    """A new job did not reach ``submit_wait_replicas`` replicas in time. A Redis error, so the API answers it as an
+    outage (503 + Retry-After): the job was not acknowledged, and may still run if its primary survives."""
 
 
 class QueueFullError(Exception):
@@ -346,7 +355,7 @@ class JobQueue:
             paying = charge is not None and rate is None
             args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
             args += [tenant, priority, weight, keys_of.fair_prefix, self.config.interactive_burst]
-            reply = EnqueueReply.parse(await self._enqueue(keys=keys, args=args))
+            reply = EnqueueReply.parse(await self._enqueue_replicated(keys, args))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
             if paying and charge is not None and reply.bucket is not None:
@@ -408,6 +417,30 @@ class JobQueue:
                 pipe.lpush(keys.deliveries, job_id)
             await pipe.execute()
         return job
+
+    async def _enqueue_replicated(self, keys: list[str], args: list[Any]) -> Any:
+        """``enqueue.lua``, followed by ``WAIT`` on the same connection when ``submit_wait_replicas`` asks for it.
+
+        Redis replicates asynchronously: a primary that dies just after answering takes with it what its replicas
+        had not received, the acknowledged job included. ``WAIT n timeout`` holds the answer until ``n`` replicas
+        have every write this connection made (so the pipeline: the script and the ``WAIT`` must share one), or the
+        timeout passes; then :class:`NotReplicatedError` is raised, so the job is never acknowledged unless it is on
+        ``n`` replicas. The job is queued on the primary all the same: if the primary survives it runs, and a client
+        that submits again may have it run twice — never lost once acknowledged, at the price of a possible
+        duplicate."""
+        wanted = self.config.submit_wait_replicas
+        if wanted <= 0:
+            return await self._enqueue(keys=keys, args=args)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._enqueue(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]  # queues EVALSHA on the pipeline
+            pipe.wait(wanted, self.config.submit_wait_timeout_ms)
+            reply, reached = await pipe.execute()
+        if int(reached) < wanted:
+            raise NotReplicatedError(
+                f"job {args[1]} reached {int(reached)} of {wanted} replica(s) within SUBMIT_WAIT_TIMEOUT_MS="
+                f"{self.config.submit_wait_timeout_ms}: not acknowledged"
+            )
+        return reply
 
     async def get(self, job_id: str) -> Job | None:
         raw = await self.redis.get(self.shards.of(job_id).job(job_id))
