@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import pytest
 
@@ -13,9 +14,9 @@ def test_waiting_calls_run_lowest_rank_first_and_ties_in_submission_order() -> N
     executor = RankedExecutor("test-ranked")
     gate = threading.Event()
     ran: list[str] = []
-    blocker = executor.submit((0,), gate.wait)  # holds the thread while the others queue
+    blocker: Future[object] = executor.submit((0,), gate.wait)  # holds the thread while the others queue
     queued = [((2, 0), "late"), ((1, 5), "b"), ((1, 5), "c"), ((1, 0), "a")]
-    futures = [executor.submit(rank, ran.append, name) for rank, name in queued]
+    futures: list[Future[object]] = [executor.submit(rank, ran.append, name) for rank, name in queued]
     gate.set()
     for future in [blocker, *futures]:
         future.result(timeout=10)
