@@ -411,9 +411,9 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def write(results: dict[str, Any], quick: bool) -> Path:
+def write(results: dict[str, Any], quick: bool, name: str | None = None) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / ("decoder-quick" if quick else "decoder")
+    stem = RESULTS / (name or ("decoder-quick" if quick else "decoder"))
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     lines = [
         "# ttsq's decoder vs ChatTTS's own loop",
@@ -485,6 +485,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--checkpoints", default="tiny,full")
     parser.add_argument("--sections", default="step,mixed,short,agreement,equal")
+    parser.add_argument("--name", help="results file stem in bench/results/ (default decoder, or decoder-quick)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = set(args.sections.split(","))
@@ -533,7 +534,7 @@ def main() -> None:
         del ours, reference
     results["ratios"] = ratios
     results["finished"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"wrote {write(results, args.quick)}", flush=True)
+    print(f"wrote {write(results, args.quick, args.name)}", flush=True)
 
 
 if __name__ == "__main__":
