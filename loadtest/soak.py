@@ -658,7 +658,8 @@ def run_engine(spec: EngineSpec, plan: Plan, raw: Path) -> dict[str, Any]:
             how = (
                 f"capacity measured at {calibration.capacity_jobs_s:.2f} jobs/s ({calibration.jobs} jobs in "
                 f"{calibration.measured_s:.0f} s with a full batch always queued, mean batch {calibration.mean_batch:.1f}: "
-                f"every SubmitPollUser job has its own seed, hence its own voice, and shares no call); "
+                "every SubmitPollUser job has its own seed, hence its own voice: with ttsq's decoder they share steps, "
+                "with ChatTTS's own loop they share no call); "
             )
         if plan.users is None:
             target = plan.load * result["calibration"]["capacity_jobs_s"]

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -33,6 +32,7 @@ import psutil
 import redis
 import redis.asyncio
 
+from tests.redis_server import server_binary
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.keys import Keys
@@ -86,17 +86,6 @@ def _environment() -> dict[str, str]:
     return {
         key: value for key, value in os.environ.items() if not key.startswith(("FAULT_", "REDIS_", "MODEL", "WORKER_", "CACHE_"))
     }
-
-
-def _redis_binary() -> str | None:
-    """The tests' choice of redis-server (``REDIS_SERVER_BIN``, as tests/redis_server.py reads it), else the bundled one."""
-    override = os.environ.get("REDIS_SERVER_BIN")
-    if not override:
-        return None
-    binary = shutil.which(override)
-    if binary is None:
-        raise RuntimeError(f"REDIS_SERVER_BIN={override!r} is not an executable")
-    return binary
 
 
 def _kill_group(process: subprocess.Popen[bytes], sig: int) -> None:
@@ -194,7 +183,7 @@ class Deployment:
         self.say = say
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.redis: RedisServer = start_redis_server(root / "redis", binary=_redis_binary(), persist=True)
+        self.redis: RedisServer = start_redis_server(root / "redis", binary=server_binary(), persist=True)
         self.env = {**_environment(), **ENGINE_ENV, **TIMING_ENV, **OPEN_LIMITS_ENV}
         self.env.update(TINY_CHECKPOINT_DIR=str(checkpoint), PYTHONUNBUFFERED="1", LOG_FORMAT="text")
         self.apis: list[Api] = []

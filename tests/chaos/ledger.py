@@ -297,18 +297,7 @@ def settle(deployment: Deployment, client: Client, namespace: str, timeout_s: fl
                     first[task_id] = client.result(task_id)
         if pending:
             time.sleep(0.3)
-    outcomes: dict[str, Outcome] = {}
-    for task_id, ack in client.acks.items():
-        body = client.status(task_id)
-        if body is None:
-            outcomes[task_id] = Outcome(task_id, ack.request, "lost")
-            continue
-        outcome = Outcome(task_id, ack.request, str(body["status"]), int(body.get("attempts") or 0), body.get("error"))
-        if outcome.status == "done":
-            outcome.audio = client.result(task_id)
-            outcome.first_audio = first.get(task_id, outcome.audio)
-        outcomes[task_id] = outcome
-    return outcomes
+    return _outcomes(client, first)
 
 
 def settle_through_api(client: Client, timeout_s: float) -> dict[str, Outcome]:
@@ -327,6 +316,12 @@ def settle_through_api(client: Client, timeout_s: float) -> dict[str, Outcome]:
                     first[task_id] = client.result(task_id)
         if pending:
             time.sleep(0.3)
+    return _outcomes(client, first)
+
+
+def _outcomes(client: Client, first: dict[str, bytes | None]) -> dict[str, Outcome]:
+    """Every acknowledged job read once more through the API, its result downloaded again (``first``: the
+    download made when it was first seen final, so a result that changes shows up)."""
     outcomes: dict[str, Outcome] = {}
     for task_id, ack in client.acks.items():
         body = client.status(task_id)

@@ -18,21 +18,14 @@ from typing import Any
 
 import httpx
 
+from tests.chaos.harness import OPEN_LIMITS_ENV, TIMING_ENV
 from tests.service import ROOT, wait_for
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
 
 QUICK = {
-    "LEASE_S": "3",
-    "REDIS_SOCKET_TIMEOUT_S": "1.5",
-    "HEARTBEAT_INTERVAL_S": "0.5",
-    "HEARTBEAT_TTL_S": "3",
-    "SWEEP_INTERVAL_S": "0.5",
-    "BLOCK_S": "0.5",
-    "RETRY_BASE_S": "1",
+    **TIMING_ENV,
+    **OPEN_LIMITS_ENV,
     "RESULT_TTL_S": "3600",
-    "RATE_LIMIT_PER_S": "100000",
-    "RATE_LIMIT_BURST": "100000",
-    "MAX_QUEUED_PER_KEY": "100000",
     "MODEL": "tiny",
     "PYTHONUNBUFFERED": "1",
     "LOG_FORMAT": "text",
