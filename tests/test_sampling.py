@@ -52,15 +52,17 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     """Flat, as always: an old job loads with its own parameters, and what is stored now an older worker reads alike."""
     job = Job.model_validate_json(STORED_BEFORE)
     assert job.params.sampling == Sampling(speed=9, temperature=1.0, top_p=1.0, top_k=5, refine_text=True)
-    # The one field added since (issue 19's fencing token) is null until the job is claimed; a record without
-    # it loads, and an older worker ignores it (pydantic ignores fields it does not know).
-    assert json.loads(job.model_dump_json()) == {**json.loads(STORED_BEFORE), "claim": None}
+    # The fields added since load with their defaults from a record without them (issue 19's fencing token, null
+    # until the job is claimed; issue 20's tenant and lane), and an older worker ignores them (pydantic ignores
+    # fields it does not know).
+    added = {"claim": None, "tenant": None, "priority": "interactive"}
+    assert json.loads(job.model_dump_json()) == {**json.loads(STORED_BEFORE), **added}
 
 
 def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:
     schema = SubmitRequest.model_json_schema()
     assert {name: schema["properties"][name] for name in SAMPLING_FIELDS} == SCHEMA_BEFORE
-    assert set(schema["properties"]) == {"text", "voice", "seed", "format", "callback_url", *SCHEMA_BEFORE}
+    assert set(schema["properties"]) == {"text", "voice", "seed", "format", "callback_url", "priority", *SCHEMA_BEFORE}
     assert schema["required"] == ["text"]
 
 

@@ -102,13 +102,14 @@ def test_prometheus_sees_jobs_cache_and_queue_wait_and_every_panel_query_works(s
         assert service.wait_status(task, {"done", "failed"})["status"] == "done", service.logs()
     cached = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": "Observed sentence number 0.", "voice": "zh_female"})
     assert cached.status_code == 200 and cached.json()["cached"] is True
-    httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": ""})
+    invalid = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": ""})
+    assert invalid.status_code == 422, invalid.text
 
     wait_for(lambda: scalar(url, 'sum(ttsq_jobs_total{outcome="done"})') >= 3, 30, "the job counter to move")
     wait_for(lambda: scalar(url, "sum(ttsq_queue_wait_seconds_count)") >= 3, 30, "the queue-wait histogram to fill")
     wait_for(lambda: scalar(url, 'sum(ttsq_submits_total{outcome=~"cache_hit_.*"})') >= 1, 30, "the cache-hit submit to count")
     assert scalar(url, 'sum(ttsq_cache_lookups_total{result="hit"})') >= 1
-    assert scalar(url, 'sum(ttsq_submits_total{outcome="invalid"})') == 1
+    wait_for(lambda: scalar(url, 'sum(ttsq_submits_total{outcome="invalid"})') == 1, 30, "the invalid submit to count")
     assert scalar(url, "sum(ttsq_audio_seconds_total)") > 0
     assert scalar(url, 'count(ttsq_http_requests_total{route="/v1/tts/tasks/{task_id}"})') >= 1, "routes are templates"
 

@@ -104,6 +104,7 @@ def cmd_say(client: TTSClient, args: argparse.Namespace) -> int:
         top_p=args.top_p,
         top_k=args.top_k,
         refine_text=args.refine,
+        priority=args.priority,
     )
     print(f"task   {submitted.task_id}\nseed   {submitted.seed}", flush=True)
     if submitted.notice:
@@ -186,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--top-p", type=float)
     say.add_argument("--top-k", type=int)
     say.add_argument("--refine", action="store_true", help="let ChatTTS add oral prosody tokens first (slower)")
+    say.add_argument(
+        "--priority", choices=["interactive", "batch"], help="queue lane: batch yields to interactive work (default: the key's)"
+    )
     say.add_argument("--stream", action="store_true", help="write the file while the audio is produced (wav or pcm only)")
     say.add_argument("--timeout", type=float, help="give up waiting after this many seconds (not with --stream)")
     say.add_argument(

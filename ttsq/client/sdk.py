@@ -53,6 +53,7 @@ __all__ = [
 
 StatusName = Literal["queued", "running", "done", "failed"]
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+Priority = Literal["interactive", "batch"]
 StreamFormat = Literal["wav", "pcm"]
 ProgressCallback = Callable[["TaskStatus"], object]
 """Called with every polled status; it may be a plain function or a coroutine function."""
@@ -81,6 +82,8 @@ class SynthesisOptions(TypedDict, total=False):
     top_k: int | None
     refine_text: bool
     """Let ChatTTS insert oral prosody tokens first (slower); default False."""
+    priority: Priority | None
+    """"interactive" (served first) or "batch" (a bounded share while interactive work waits); default: the API key's."""
 
 
 @dataclass(frozen=True)
