@@ -114,6 +114,10 @@ class ServiceConfig:
     max_streams: int
     """Event and audio streams this process serves at once (:mod:`ttsq.api.stream_slots`)."""
     max_streams_per_key: int
+    max_wait_s: float
+    """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
+    block_s: float
+    """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
 
 
 class InvalidInput(Exception):
@@ -233,6 +237,7 @@ class TTSService:
         on_submit: Callable[[SubmitOutcome], None] | None = None,
         webhooks: Webhooks | None = None,
         rate_limiter: RateLimiter | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
@@ -250,6 +255,8 @@ class TTSService:
         self._on_submit = on_submit or (lambda outcome: None)
         self.webhooks = webhooks
         self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
+        self.monotonic = monotonic
+        """The clock a long-poll's deadline is kept on (a test sets its own)."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -445,15 +452,47 @@ class TTSService:
             status.webhook = WebhookStatus.model_validate(summary, from_attributes=True)  # the body is the summary, field for field
         return status
 
-    async def download(self, task_id: str, caller: Principal) -> Download:
-        """The audio of a finished task; otherwise its status (pending, failed or cancelled)."""
-        job = await self.job(task_id, caller)
+    async def download(self, task_id: str, caller: Principal, wait_s: float = 0.0) -> Download:
+        """The audio of a finished task; otherwise its status (pending, failed or cancelled), once it has
+        ended or after ``wait_s`` (:meth:`wait_for_end`)."""
+        job = await self.wait_for_end(await self.job(task_id, caller), caller, wait_s)
         if job.status is Status.DONE:
             audio = await self.queue.result(task_id)
             if audio is None:
                 raise TaskNotFound(f"the result of task {task_id!r} has expired")
             return Download(job, audio, None)
         return Download(job, None, await self.status(job))
+
+    async def wait_for_end(self, job: Job, caller: Principal, wait_s: float) -> Job:
+        """``job`` as ``caller`` sees it once it has ended, or after ``wait_s`` seconds (at most ``MAX_WAIT_S``) as it is then.
+
+        No polling of the job record while the job runs: the wait is a blocking read on the job's own audio stream,
+        which every ending that matters to a waiter marks in the step that ends the job (``complete.lua`` and
+        ``cancel.lua`` append an end entry). The stream's position is taken *before* the job is read, so an end
+        written between the two is still read. A quiet read (up to ``BLOCK_S``, so it stays below the Redis socket
+        timeout) is followed by one read of the job, which catches the endings that write no end marker (a final
+        failure, a dead letter). Cost per waiter: one pooled Redis connection while a read blocks; one ``XREAD``
+        per piece published (its audio crosses the wire once) or per quiet ``BLOCK_S``, plus one ``GET`` per quiet
+        read; nothing per waiter between reads.
+        """
+        deadline = self.monotonic() + min(wait_s, self.config.max_wait_s)
+        if job.status.is_final or self.monotonic() >= deadline:
+            return job
+        after = await self.streams.last_id(job.id)
+        current = await self.job(job.id, caller)
+        while not current.status.is_final:
+            remaining = deadline - self.monotonic()
+            if remaining <= 0:
+                break
+            entries = await self.streams.read(job.id, after, max(1, round(min(remaining, self.config.block_s) * 1000)))
+            ended = False
+            for entry_id, fields in entries:
+                after = entry_id
+                ended = ended or "end" in fields
+            if entries and not ended:
+                continue  # pieces of a running job: nothing has ended, no need to read the job
+            current = await self.job(job.id, caller)
+        return current
 
     async def events(self, job: Job, caller: Principal) -> AsyncIterator[dict[str, Any]]:
         """The task's status, as ``caller`` sees it, each time it changes, until it ends."""
