@@ -14,7 +14,17 @@ from deps import ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.auth import Principal
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
-from ttsq.api.service import CONTENT_TYPES, STREAM_CONTENT_TYPES, Cancelled, Job, Status, StoreUnavailable, StreamFormat
+from ttsq.api.service import (
+    CAPTION_CONTENT_TYPES,
+    CONTENT_TYPES,
+    STREAM_CONTENT_TYPES,
+    Cancelled,
+    CaptionFormat,
+    Job,
+    Status,
+    StoreUnavailable,
+    StreamFormat,
+)
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])
 log = logging.getLogger("ttsq.api")
@@ -94,8 +104,8 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
     operation_id="task_result",
     responses={
         200: {
-            "description": "The audio, in the format that was asked for.",
-            "content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
+            "description": "The audio, in the format that was asked for; with `format`, its captions instead.",
+            "content": {t: {} for t in sorted({*CONTENT_TYPES.values(), *CAPTION_CONTENT_TYPES.values()})},
         },
         202: {
             "model": TaskStatus,
@@ -109,11 +119,27 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
     },
     summary="Download the audio of a finished task",
 )
-async def task_result(task_id: str, service: ServiceDep, caller: TTSCaller, request: Request, wait: WaitQuery = None) -> Response:
-    """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll)."""
+async def task_result(
+    task_id: str,
+    service: ServiceDep,
+    caller: TTSCaller,
+    request: Request,
+    wait: WaitQuery = None,
+    format: Annotated[
+        CaptionFormat | None,
+        Query(description="Captions instead of the audio: `srt`, `vtt` (WebVTT) or `json` (a list of cues), one per chunk."),
+    ] = None,
+) -> Response:
+    """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll). With
+    ``format``, a finished task's captions: one cue per synthesised chunk, timed exactly by the joined audio."""
     if wait:
         _waits(await service.job(task_id, caller), wait, service, caller, request)
     download = await service.download(task_id, caller, wait or 0.0)
+    if download.audio is not None and format is not None:
+        captions = service.captions(download.job, format)
+        if captions is None:
+            raise HTTPException(404, f"task {task_id!r} has no captions: its result was stored before captions were recorded")
+        return Response(content=captions, media_type=CAPTION_CONTENT_TYPES[format])
     if download.audio is not None:
         return Response(
             content=download.audio,

@@ -15,6 +15,7 @@ answer once, in the shape each route family promises.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,8 +27,9 @@ from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
-from ttsq.domain.audio import CONTENT_TYPES
+from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
+from ttsq.domain.captions import srt, vtt
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
@@ -66,6 +68,7 @@ __all__ = [
 ]
 # What the routers name of the layers beneath, re-exported: they import nothing below ttsq.api.
 __all__ += [
+    "CAPTION_CONTENT_TYPES",
     "CONTENT_TYPES",
     "DEFAULT_SAMPLING",
     "MAX_SEED",
@@ -75,6 +78,7 @@ __all__ += [
     "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
+    "CaptionFormat",
     "Job",
     "Requeued",
     "Status",
@@ -91,6 +95,13 @@ log = logging.getLogger("ttsq.api")
 StoreUnavailable = STORE_ERRORS
 """The job store (Redis) cannot be reached: redis-py's own errors (its cluster client's included), named for
 what they mean to a router (one that has started a stream ends it with an error event; anywhere else it is a 503)."""
+
+CaptionFormat = Literal["srt", "vtt", "json"]
+CAPTION_CONTENT_TYPES: dict[str, str] = {
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+    "json": "application/json",
+}
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""
@@ -292,7 +303,13 @@ class TTSService:
                 rate = await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
-                    signer.new(shard), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
+                    signer.new(shard),
+                    params,
+                    entry.audio,
+                    entry.content_type,
+                    entry.duration_s,
+                    reader=caller.reader,
+                    captions=entry.captions,
                 )
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
@@ -493,6 +510,18 @@ class TTSService:
                 continue  # pieces of a running job: nothing has ended, no need to read the job
             current = await self.job(job.id, caller)
         return current
+
+    @staticmethod
+    def captions(job: Job, fmt: CaptionFormat) -> str | None:
+        """A finished job's cues as SubRip, WebVTT or a JSON list (:mod:`ttsq.domain.captions`); None when its
+        worker recorded none (a result stored before captions were recorded)."""
+        if job.captions is None:
+            return None
+        if fmt == "srt":
+            return srt(job.captions, SAMPLE_RATE)
+        if fmt == "vtt":
+            return vtt(job.captions, SAMPLE_RATE)
+        return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
     async def events(self, job: Job, caller: Principal) -> AsyncIterator[dict[str, Any]]:
         """The task's status, as ``caller`` sees it, each time it changes, until it ends."""
