@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -48,6 +49,12 @@ async def ended_while_waiting(
     return await asyncio.wait_for(waiting, HANG_GUARD_S)
 
 
+async def run_and_complete(queue: JobQueue) -> None:
+    """What a worker does to the next queued job, through the queue's own scripts: claim it, store its result."""
+    held = await claimed(queue)
+    await queue.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
+
+
 async def test_status_wait_returns_when_the_task_completes(app: tuple[httpx.AsyncClient, FastAPI], redis: Redis) -> None:
     client, _ = app
     task_id = await queued_task(client)
@@ -66,11 +73,9 @@ async def test_result_wait_returns_the_audio_when_the_task_completes(app: tuple[
     task_id = await queued_task(client)
     queue = JobQueue(redis, queue_config())
 
-    async def run_and_complete() -> None:
-        held = await claimed(queue)
-        await queue.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
-
-    response = await ended_while_waiting(redis, client.get(f"/v1/tts/result/{task_id}", params={"wait": 30}), run_and_complete)
+    response = await ended_while_waiting(
+        redis, client.get(f"/v1/tts/result/{task_id}", params={"wait": 30}), partial(run_and_complete, queue)
+    )
     assert response.status_code == 200 and response.content == b"RIFFaudio"
 
 
@@ -153,14 +158,9 @@ async def test_the_client_waits_with_one_long_poll_not_repeated_polls(app: tuple
     queue = JobQueue(redis, queue_config())
     transport = Recording(fastapi_app)
     async with AsyncTTSClient("http://ttsq.test", transport=transport) as tts:
-
-        async def run_and_complete() -> None:
-            held = await claimed(queue)
-            await queue.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
-
         waiting = asyncio.ensure_future(tts.wait(task_id))
         await blocked_on_stream(redis)
-        await run_and_complete()
+        await run_and_complete(queue)
         status = await asyncio.wait_for(waiting, HANG_GUARD_S)
     assert status.status == "done"
     # The API's clock is frozen: a status request that did not wait would have answered "queued" and been repeated.
