@@ -7,13 +7,24 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from deps import ServiceDep, StreamCaller, TTSCaller
+from ttsq.api.auth import Principal
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
-from ttsq.api.service import CONTENT_TYPES, STREAM_CONTENT_TYPES, Cancelled, Job, Status, StoreUnavailable, StreamFormat
+from ttsq.api.service import (
+    CAPTION_CONTENT_TYPES,
+    CONTENT_TYPES,
+    STREAM_CONTENT_TYPES,
+    Cancelled,
+    CaptionFormat,
+    Job,
+    Status,
+    StoreUnavailable,
+    StreamFormat,
+)
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])
 log = logging.getLogger("ttsq.api")
@@ -29,8 +40,32 @@ _FAILED = {"model": TaskStatus, "description": "The task failed (`error` says wh
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="Status of a task",
 )
-async def task_status(task_id: str, service: ServiceDep, caller: TTSCaller) -> TaskStatus:
-    return await service.status(await service.job(task_id, caller))
+async def task_status(task_id: str, service: ServiceDep, caller: TTSCaller, request: Request, wait: WaitQuery = None) -> TaskStatus:
+    """With ``wait``, answers as soon as the task ends, or after that many seconds with its status then (a long-poll)."""
+    job = await service.job(task_id, caller)
+    if _waits(job, wait, service, caller, request):
+        job = await service.wait_for_end(job, caller, wait or 0.0)
+    return await service.status(job)
+
+
+WaitQuery = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        allow_inf_nan=False,
+        description="Long-poll: answer as soon as the task ends, or after this many seconds with its status then "
+        "(at most MAX_WAIT_S; a longer wait is served as MAX_WAIT_S). Without it, answer at once.",
+    ),
+]
+
+
+def _waits(job: Job, wait: float | None, service: ServiceDep, caller: Principal, request: Request) -> bool:
+    """Whether this request waits for ``job`` to end; one that does holds a stream slot meanwhile, as a stream does
+    (it blocks on one of the process's Redis connections)."""
+    if not wait or job.status.is_final:
+        return False
+    service.open_stream(caller, request.state)
+    return True
 
 
 @router.delete(
@@ -69,12 +104,12 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
     operation_id="task_result",
     responses={
         200: {
-            "description": "The audio, in the format that was asked for.",
-            "content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
+            "description": "The audio, in the format that was asked for; with `format`, its captions instead.",
+            "content": {t: {} for t in sorted({*CONTENT_TYPES.values(), *CAPTION_CONTENT_TYPES.values()})},
         },
         202: {
             "model": TaskStatus,
-            "description": "Not ready yet; poll again after `Retry-After` seconds.",
+            "description": "Not ready yet (with `wait`: not within it); poll again after `Retry-After` seconds.",
             "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True}},
         },
         404: _NOT_FOUND,
@@ -84,8 +119,27 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
     },
     summary="Download the audio of a finished task",
 )
-async def task_result(task_id: str, service: ServiceDep, caller: TTSCaller) -> Response:
-    download = await service.download(task_id, caller)
+async def task_result(
+    task_id: str,
+    service: ServiceDep,
+    caller: TTSCaller,
+    request: Request,
+    wait: WaitQuery = None,
+    format: Annotated[
+        CaptionFormat | None,
+        Query(description="Captions instead of the audio: `srt`, `vtt` (WebVTT) or `json` (a list of cues), one per chunk."),
+    ] = None,
+) -> Response:
+    """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll). With
+    ``format``, a finished task's captions: one cue per synthesised chunk, timed exactly by the joined audio."""
+    if wait:
+        _waits(await service.job(task_id, caller), wait, service, caller, request)
+    download = await service.download(task_id, caller, wait or 0.0)
+    if download.audio is not None and format is not None:
+        captions = service.captions(download.job, format)
+        if captions is None:
+            raise HTTPException(404, f"task {task_id!r} has no captions: its result was stored before captions were recorded")
+        return Response(content=captions, media_type=CAPTION_CONTENT_TYPES[format])
     if download.audio is not None:
         return Response(
             content=download.audio,

@@ -170,6 +170,13 @@ class Settings(BaseSettings):
         description="Longest text, after removing invisible and control characters.",
         json_schema_extra=_group("API"),
     )
+    max_wait_s: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="Longest long-poll (`?wait=S` on a task's status and result): a longer wait is served as this one.",
+        json_schema_extra=_group("API"),
+    )
     task_id_secret: SecretStr | None = Field(
         None,
         description=(

@@ -15,6 +15,7 @@ answer once, in the shape each route family promises.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,8 +27,9 @@ from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
-from ttsq.domain.audio import CONTENT_TYPES
+from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
+from ttsq.domain.captions import srt, vtt
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
@@ -66,6 +68,7 @@ __all__ = [
 ]
 # What the routers name of the layers beneath, re-exported: they import nothing below ttsq.api.
 __all__ += [
+    "CAPTION_CONTENT_TYPES",
     "CONTENT_TYPES",
     "DEFAULT_SAMPLING",
     "MAX_SEED",
@@ -75,6 +78,7 @@ __all__ += [
     "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
+    "CaptionFormat",
     "Job",
     "Requeued",
     "Status",
@@ -91,6 +95,13 @@ log = logging.getLogger("ttsq.api")
 StoreUnavailable = STORE_ERRORS
 """The job store (Redis) cannot be reached: redis-py's own errors (its cluster client's included), named for
 what they mean to a router (one that has started a stream ends it with an error event; anywhere else it is a 503)."""
+
+CaptionFormat = Literal["srt", "vtt", "json"]
+CAPTION_CONTENT_TYPES: dict[str, str] = {
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+    "json": "application/json",
+}
 
 EVENT_POLL_S = 0.5
 """How often a task's event stream looks for a change."""
@@ -114,6 +125,10 @@ class ServiceConfig:
     max_streams: int
     """Event and audio streams this process serves at once (:mod:`ttsq.api.stream_slots`)."""
     max_streams_per_key: int
+    max_wait_s: float
+    """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
+    block_s: float
+    """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
 
 
 class InvalidInput(Exception):
@@ -233,6 +248,7 @@ class TTSService:
         on_submit: Callable[[SubmitOutcome], None] | None = None,
         webhooks: Webhooks | None = None,
         rate_limiter: RateLimiter | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
@@ -250,6 +266,8 @@ class TTSService:
         self._on_submit = on_submit or (lambda outcome: None)
         self.webhooks = webhooks
         self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
+        self.monotonic = monotonic
+        """The clock a long-poll's deadline is kept on (a test sets its own)."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -285,7 +303,13 @@ class TTSService:
                 rate = await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
-                    signer.new(shard), params, entry.audio, entry.content_type, entry.duration_s, reader=caller.reader
+                    signer.new(shard),
+                    params,
+                    entry.audio,
+                    entry.content_type,
+                    entry.duration_s,
+                    reader=caller.reader,
+                    captions=entry.captions,
                 )
                 self._on_submit(f"cache_hit_{hit.level}")  # type: ignore[arg-type]
                 context.task_id.set(job.id)
@@ -445,15 +469,59 @@ class TTSService:
             status.webhook = WebhookStatus.model_validate(summary, from_attributes=True)  # the body is the summary, field for field
         return status
 
-    async def download(self, task_id: str, caller: Principal) -> Download:
-        """The audio of a finished task; otherwise its status (pending, failed or cancelled)."""
-        job = await self.job(task_id, caller)
+    async def download(self, task_id: str, caller: Principal, wait_s: float = 0.0) -> Download:
+        """The audio of a finished task; otherwise its status (pending, failed or cancelled), once it has
+        ended or after ``wait_s`` (:meth:`wait_for_end`)."""
+        job = await self.wait_for_end(await self.job(task_id, caller), caller, wait_s)
         if job.status is Status.DONE:
             audio = await self.queue.result(task_id)
             if audio is None:
                 raise TaskNotFound(f"the result of task {task_id!r} has expired")
             return Download(job, audio, None)
         return Download(job, None, await self.status(job))
+
+    async def wait_for_end(self, job: Job, caller: Principal, wait_s: float) -> Job:
+        """``job`` as ``caller`` sees it once it has ended, or after ``wait_s`` seconds (at most ``MAX_WAIT_S``) as it is then.
+
+        No polling of the job record while the job runs: the wait is a blocking read on the job's own audio stream,
+        which every ending that matters to a waiter marks in the step that ends the job (``complete.lua`` and
+        ``cancel.lua`` append an end entry). The stream's position is taken *before* the job is read, so an end
+        written between the two is still read. A quiet read (up to ``BLOCK_S``, so it stays below the Redis socket
+        timeout) is followed by one read of the job, which catches the endings that write no end marker (a final
+        failure, a dead letter). Cost per waiter: one pooled Redis connection while a read blocks; one ``XREAD``
+        per piece published (its audio crosses the wire once) or per quiet ``BLOCK_S``, plus one ``GET`` per quiet
+        read; nothing per waiter between reads.
+        """
+        deadline = self.monotonic() + min(wait_s, self.config.max_wait_s)
+        if job.status.is_final or self.monotonic() >= deadline:
+            return job
+        after = await self.streams.last_id(job.id)
+        current = await self.job(job.id, caller)
+        while not current.status.is_final:
+            remaining = deadline - self.monotonic()
+            if remaining <= 0:
+                break
+            entries = await self.streams.read(job.id, after, max(1, round(min(remaining, self.config.block_s) * 1000)))
+            ended = False
+            for entry_id, fields in entries:
+                after = entry_id
+                ended = ended or "end" in fields
+            if entries and not ended:
+                continue  # pieces of a running job: nothing has ended, no need to read the job
+            current = await self.job(job.id, caller)
+        return current
+
+    @staticmethod
+    def captions(job: Job, fmt: CaptionFormat) -> str | None:
+        """A finished job's cues as SubRip, WebVTT or a JSON list (:mod:`ttsq.domain.captions`); None when its
+        worker recorded none (a result stored before captions were recorded)."""
+        if job.captions is None:
+            return None
+        if fmt == "srt":
+            return srt(job.captions, SAMPLE_RATE)
+        if fmt == "vtt":
+            return vtt(job.captions, SAMPLE_RATE)
+        return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
     async def events(self, job: Job, caller: Principal) -> AsyncIterator[dict[str, Any]]:
         """The task's status, as ``caller`` sees it, each time it changes, until it ends."""

@@ -55,6 +55,9 @@ StatusName = Literal["queued", "running", "done", "failed"]
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
 Priority = Literal["interactive", "batch"]
 StreamFormat = Literal["wav", "pcm"]
+LONG_POLL_S = 25.0
+"""How long one status request of :meth:`AsyncTTSClient.wait` may wait for the task to end (the server caps it at
+its ``MAX_WAIT_S``, 30 s by default, and answers earlier when the task ends)."""
 ProgressCallback = Callable[["TaskStatus"], object]
 """Called with every polled status; it may be a plain function or a coroutine function."""
 
@@ -371,8 +374,11 @@ class AsyncTTSClient:
                 continue
             return _parse(Submitted, _json(response))
 
-    async def status(self, task_id: str) -> TaskStatus:
-        response = await self._send("GET", f"/v1/tts/tasks/{_task_path(task_id)}")
+    async def status(self, task_id: str, *, wait_s: float | None = None) -> TaskStatus:
+        """The task's status; with ``wait_s``, once it ends or after that many seconds (the server's long-poll,
+        capped by its ``MAX_WAIT_S``)."""
+        params, timeout = ({}, self._timeout) if not wait_s else ({"wait": wait_s}, self._timeout + wait_s)
+        response = await self._send("GET", f"/v1/tts/tasks/{_task_path(task_id)}", params=params, timeout=timeout)
         _raise_for_status(response, TaskNotFound)
         return _parse(TaskStatus, _json(response))
 
@@ -384,16 +390,20 @@ class AsyncTTSClient:
         timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> TaskStatus:
-        """Poll until the task is done (returned) or failed (:class:`TaskFailed`).
+        """Wait until the task is done (returned) or failed (:class:`TaskFailed`), with long-polls: each request
+        returns as soon as the task ends, so nothing sleeps between them. Each waits at most ``LONG_POLL_S``, or
+        ``poll_s`` with ``on_progress`` (which is then called that often with the progress).
 
-        A 503/429 while polling is waited out (the job is safe in the store); ``timeout_s`` bounds
+        A 503/429 is waited out (the job is safe in the store); ``timeout_s`` bounds
         the whole wait with :class:`TimeoutError`.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        window = poll_s if on_progress is not None else LONG_POLL_S
         while True:
-            delay = poll_s
+            wait_s = window if deadline is None else max(0.0, min(window, deadline - time.monotonic()))
+            delay = 0.0
             try:
-                status = await self.status(task_id)
+                status = await self.status(task_id, wait_s=wait_s)
             except ServiceBusy as exc:
                 delay = max(poll_s, _busy_delay_s(exc, 0, self.max_retry_wait_s))
             else:
@@ -410,7 +420,8 @@ class AsyncTTSClient:
                 if remaining <= 0:
                     raise TimeoutError(f"task {task_id} did not finish within {timeout_s} s")
                 delay = min(delay, remaining)
-            await asyncio.sleep(delay)
+            if delay:
+                await asyncio.sleep(delay)
 
     async def result(self, task_id: str) -> bytes:
         """The audio of a finished task; :class:`NotReady` while it is queued or running."""

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
@@ -75,6 +76,8 @@ class Job(BaseModel):
     finished_at: float | None = None
     worker: str | None = None
     duration_s: float | None = None
+    captions: list[Cue] | None = None
+    """One cue per synthesised chunk (:mod:`ttsq.domain.captions`), recorded with the result."""
     content_type: str | None = None
     result_bytes: int | None = None
     not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")

@@ -78,6 +78,8 @@ class ChunkAudio:
     index: int
     total: int
     samples: npt.NDArray[np.float32]
+    text: str = ""
+    """The chunk's text as the model spoke it (normalised; refined where asked), for its caption."""
 
 
 @dataclass(frozen=True)

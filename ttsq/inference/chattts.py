@@ -339,12 +339,12 @@ class ChatTTSEngine:
             if not rows:
                 continue
             wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, first)
-            for position, (owner, index, _text) in enumerate(rows):
+            for position, (owner, index, spoken) in enumerate(rows):
                 wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
                 samples = np.asarray(wav, dtype=np.float32).reshape(-1)
                 if samples.size == 0:
                     log.warning("chunk %d of request %d produced no audio", index, owner)
-                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples)
+                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
 
     def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
         if not req.text.strip():

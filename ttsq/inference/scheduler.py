@@ -463,7 +463,7 @@ class Scheduler:
         if self._requests.get(request.key) is not request:
             return  # cancelled or failed while its audio was decoded
         request.done += 1
-        events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples)))
+        events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples, text=row.text)))
         if request.done == request.total:
             del self._requests[request.key]
 

@@ -28,9 +28,12 @@ class JobAudio:
     total: int | None = None
     first_audio_at: float | None = None
     """``time.perf_counter()`` when the job's first chunk (index 0) ended."""
-    _pending: dict[int, npt.NDArray[np.float32]] = field(default_factory=dict)
+    timings: list[tuple[int, int, str]] = field(default_factory=list)
+    """Each joined chunk's (start, end) in the joined audio, in samples, and its text as spoken: its caption."""
+    _pending: dict[int, ChunkAudio] = field(default_factory=dict)
     _pieces: list[npt.NDArray[np.float32]] = field(default_factory=list)
     _next: int = 0
+    _length: int = 0
 
     def add(self, chunk: ChunkAudio) -> list[tuple[int, npt.NDArray[np.float32]]]:
         """Take one ended chunk; the pieces (index, joined samples) it releases, in order."""
@@ -42,10 +45,15 @@ class JobAudio:
             raise ValueError(f"chunk {chunk.index} arrived twice")
         if chunk.index == 0:
             self.first_audio_at = time.perf_counter()
-        self._pending[chunk.index] = chunk.samples
+        self._pending[chunk.index] = chunk
         released = []
         while self._next in self._pending:
-            piece = self.joiner.add(self._pending.pop(self._next))
+            ended = self._pending.pop(self._next)
+            piece = self.joiner.add(ended.samples)
+            # A piece is the pause before the chunk (none before the first), then the chunk: it ends where the piece ends.
+            spoken = self._length + piece.size - ended.samples.size
+            self._length += piece.size
+            self.timings.append((spoken, self._length, ended.text))
             self._pieces.append(piece)
             released.append((self._next, piece))
             self._next += 1

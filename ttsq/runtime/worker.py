@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -33,6 +33,7 @@ import numpy.typing as npt
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
+from ttsq.domain.captions import captions
 from ttsq.domain.jobs import AudioFormat, Job, TTSParams
 from ttsq.inference.base import (
     Batcher,
@@ -512,6 +513,7 @@ class Worker:
             await self._settle_flight(flight, Failure(TransientError("model produced no audio")))
             return
         audio = await asyncio.get_running_loop().run_in_executor(self._encoder, _encoded, samples, flight.job.params.format)
+        audio = replace(audio, captions=captions(flight.job.params.text, flight.audio.timings))
         busy_s = time.perf_counter() - flight.claimed_at
         await self._settle_flight(flight, Synthesised(audio, busy_s=busy_s, first_audio_at=flight.audio.first_audio_at))
 
@@ -564,7 +566,13 @@ class Worker:
         result = outcome.audio
         stored = await self._persist(
             lambda: self.queue.complete(
-                job, result.audio, result.content_type, result.duration_s, outcome.busy_s, job.params.cache_key
+                job,
+                result.audio,
+                result.content_type,
+                result.duration_s,
+                outcome.busy_s,
+                job.params.cache_key,
+                result.captions,
             )
         )
         if stored is Completed.STALE or stored is Failed.STALE:
@@ -604,9 +612,7 @@ class Worker:
     async def _record_failure(self, job: Job, error: BaseException) -> None:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
-        outcome = await self._persist(
-            lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key)
-        )
+        outcome = await self._persist(lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key))
         if outcome is Failed.STALE:
             self._refused(job, "failure")
             return

@@ -24,11 +24,12 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import aiofiles
 import aiofiles.os
 
+from ttsq.domain.captions import Cue
 from ttsq.store.connection import STORE_ERRORS, RedisClient
 from ttsq.store.keys import Shards
 
@@ -60,16 +61,27 @@ class CachedAudio:
     audio: bytes
     content_type: str
     duration_s: float
+    captions: list[Cue] | None = None
+    """The result's cues (:mod:`ttsq.domain.captions`), so that a task answered from the cache has them too."""
 
     def pack(self) -> bytes:
-        meta = json.dumps({"content_type": self.content_type, "duration_s": self.duration_s}).encode()
-        return struct.pack(">I", len(meta)) + meta + self.audio
+        meta: dict[str, Any] = {"content_type": self.content_type, "duration_s": self.duration_s}
+        if self.captions:
+            meta["captions"] = [cue.model_dump() for cue in self.captions]
+        encoded = json.dumps(meta).encode()
+        return struct.pack(">I", len(encoded)) + encoded + self.audio
 
     @classmethod
     def unpack(cls, blob: bytes) -> CachedAudio:
         (meta_len,) = struct.unpack(">I", blob[:4])
         meta = json.loads(blob[4 : 4 + meta_len])
-        return cls(audio=blob[4 + meta_len :], content_type=str(meta["content_type"]), duration_s=float(meta["duration_s"]))
+        captions = [Cue.model_validate(cue) for cue in meta["captions"]] if meta.get("captions") else None
+        return cls(
+            audio=blob[4 + meta_len :],
+            content_type=str(meta["content_type"]),
+            duration_s=float(meta["duration_s"]),
+            captions=captions,
+        )
 
     @property
     def size(self) -> int:

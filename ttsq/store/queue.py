@@ -37,6 +37,7 @@ Blocking reads are kept short (``block_s`` < the socket timeout).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -49,6 +50,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from ttsq.domain.captions import Cue
 from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.connection import RedisClient
@@ -202,6 +204,11 @@ def _estimate(position: int, average_job_s: float, live_workers: int, shards: in
     """Seconds until the job at ``position`` of its shard is done: workers claim from every shard in turn, so each
     shard gets a ``1/shards`` share of them."""
     return round((position + 1) * average_job_s * shards / max(1, live_workers), 1)
+
+
+def _captions_arg(captions: list[Cue] | None) -> str:
+    """``complete.lua``'s captions argument: '' for none (Lua's JSON would turn an empty list into an object)."""
+    return json.dumps([cue.model_dump() for cue in captions]) if captions else ""
 
 
 def _flag(value: bool) -> str:
@@ -393,7 +400,14 @@ class JobQueue:
         return decision
 
     async def record_done(
-        self, job_id: str, params: TTSParams, audio: bytes, content_type: str, duration_s: float, reader: str | None = None
+        self,
+        job_id: str,
+        params: TTSParams,
+        audio: bytes,
+        content_type: str,
+        duration_s: float,
+        reader: str | None = None,
+        captions: list[Cue] | None = None,
     ) -> Job:
         """Record a task that is finished on arrival (a cache hit): status and result at once, on its id's shard."""
         keys = self.shards.of(job_id)
@@ -409,6 +423,7 @@ class JobQueue:
             content_type=content_type,
             result_bytes=len(audio),
             readers=[reader] if reader else None,
+            captions=captions or None,
         )
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(keys.result(job_id), audio, ex=self.config.result_ttl_s)
@@ -689,7 +704,14 @@ class JobQueue:
         return Renewed.parse(reply)
 
     async def complete(
-        self, job: Job, audio: bytes, content_type: str, duration_s: float, busy_s: float, cache_key: str | None
+        self,
+        job: Job,
+        audio: bytes,
+        content_type: str,
+        duration_s: float,
+        busy_s: float,
+        cache_key: str | None,
+        captions: list[Cue] | None = None,
     ) -> Completed | Failed:
         """Store the result of a claimed ``job`` and mark it done (both expire after ``result_ttl_s``), if its
         claim (:attr:`Job.claim`, the fencing token) is still the job's current one (:attr:`Completed.STALE`,
@@ -714,7 +736,7 @@ class JobQueue:
             *self._ending_keys(keys_of, job),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
-        args += [_flag(cache_key is not None), keys_of.prefix, token]
+        args += [_flag(cache_key is not None), keys_of.prefix, token, _captions_arg(captions)]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
     async def fail(self, job: Job, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:

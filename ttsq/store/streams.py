@@ -76,6 +76,11 @@ class AudioStreams:
         [(_key, entries)] = reply
         return [(text(entry_id), {text(k): v for k, v in fields.items()}) for entry_id, fields in entries]
 
+    async def last_id(self, job_id: str) -> str:
+        """The id of the stream's newest entry ("0" without one): a reader that starts after it misses nothing written later."""
+        last: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=1)
+        return text(last[0][0]) if last else "0"
+
     async def progress(self, job_id: str) -> tuple[int, int] | None:
         """(chunks done, chunks total) of the current attempt, or None before the first piece."""
         last: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=2)

@@ -1,0 +1,99 @@
+"""Captions: one cue per synthesised chunk, timed by the joined audio itself, and their SRT/WebVTT text.
+
+The worker joins a job's chunks (:class:`ttsq.domain.audio.ChunkJoiner`) and so knows exactly where each
+chunk's samples start and end in the result: cue times are those sample positions, kept as whole samples (so
+they add up exactly) and turned into seconds only when written out. A cue's text is the chunk as the model
+spoke it (after normalisation; refined text when ``refine_text`` asked for it). Where that text appears in the
+caller's text as it was accepted (after invisible and control characters were removed), the cue also carries
+its character offsets there; a normaliser that rewrote the chunk ("3" → "three") leaves them unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Cue", "captions", "source_spans", "srt", "vtt"]
+
+
+class Cue(BaseModel):
+    """One chunk's place in the joined audio (in samples, ``end`` exclusive) and its text. Seconds need the sample
+    rate, which the audio's owner (:data:`ttsq.domain.audio.SAMPLE_RATE`) passes in."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    start: int
+    end: int
+    text: str
+    source_start: int | None = None
+    """Offset of the chunk's text in the caller's (accepted) text; None where normalisation rewrote it."""
+    source_end: int | None = None
+
+    def as_json(self, sample_rate: int) -> dict[str, object]:
+        """The cue as ``?format=json`` lists it: seconds for players, samples for exact arithmetic."""
+        return {"start_s": self.start / sample_rate, "end_s": self.end / sample_rate, **self.model_dump()}
+
+
+def source_spans(source: str, texts: Sequence[str]) -> list[tuple[int, int] | None]:
+    """Where each of ``texts`` (in order) lies in ``source``, or None for one that does not appear as it is.
+
+    Chunks come from splitting ``source`` in order, so each is looked for after the previous one found.
+    """
+    spans: list[tuple[int, int] | None] = []
+    cursor = 0
+    for chunk in texts:
+        at = source.find(chunk, cursor) if chunk else -1
+        if at < 0:
+            spans.append(None)
+            continue
+        spans.append((at, at + len(chunk)))
+        cursor = at + len(chunk)
+    return spans
+
+
+def captions(source: str, timings: Sequence[tuple[int, int, str]]) -> list[Cue]:
+    """Cues from each chunk's ``(start, end, text as spoken)`` in the joined audio, in chunk order."""
+    spans = source_spans(source, [spoken for _, _, spoken in timings])
+    return [
+        Cue(
+            index=index,
+            start=start,
+            end=end,
+            text=spoken,
+            source_start=span[0] if span else None,
+            source_end=span[1] if span else None,
+        )
+        for index, ((start, end, spoken), span) in enumerate(zip(timings, spans, strict=True))
+    ]
+
+
+def _timestamp(samples: int, sample_rate: int, separator: str) -> str:
+    """``HH:MM:SS,mmm`` (SRT) or ``HH:MM:SS.mmm`` (WebVTT), rounded to the millisecond."""
+    ms = round(samples * 1000 / sample_rate)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    seconds, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{seconds:02d}{separator}{ms:03d}"
+
+
+def _one_line(text: str) -> str:
+    """A cue's text without blank lines, which end a cue in both formats (and "-->", which WebVTT forbids)."""
+    return " ".join(text.split()).replace("-->", "->")
+
+
+def _block(label: object, cue: Cue, sample_rate: int, separator: str) -> str:
+    """One cue: its label, ``start --> end``, its text on one line."""
+    times = f"{_timestamp(cue.start, sample_rate, separator)} --> {_timestamp(cue.end, sample_rate, separator)}"
+    return f"{label}\n{times}\n{_one_line(cue.text)}\n"
+
+
+def srt(cues: Sequence[Cue], sample_rate: int) -> str:
+    """SubRip: cues numbered from 1, a comma before the milliseconds, a blank line between cues."""
+    return "\n".join(_block(number, cue, sample_rate, ",") for number, cue in enumerate(cues, start=1))
+
+
+def vtt(cues: Sequence[Cue], sample_rate: int) -> str:
+    """WebVTT: the ``WEBVTT`` header, then one cue per chunk (identified by its index), a dot before the milliseconds."""
+    return "WEBVTT\n\n" + "\n".join(_block(cue.index, cue, sample_rate, ".") for cue in cues)
