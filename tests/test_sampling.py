@@ -53,9 +53,9 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     job = Job.model_validate_json(STORED_BEFORE)
     assert job.params.sampling == Sampling(speed=9, temperature=1.0, top_p=1.0, top_k=5, refine_text=True)
     # The fields added since load with their defaults from a record without them (issue 19's fencing token, null
-    # until the job is claimed; issue 20's tenant and lane), and an older worker ignores them (pydantic ignores
+    # until the job is claimed; issue 20's tenant and lane; issue 21's captions), and an older worker ignores them (pydantic ignores
     # fields it does not know).
-    added = {"claim": None, "tenant": None, "priority": "interactive"}
+    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None}
     assert json.loads(job.model_dump_json()) == {**json.loads(STORED_BEFORE), **added}
 
 
