@@ -58,6 +58,7 @@ bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
 	$(PY) -m bench.throughput
 	$(PY) -m bench.decoder
+	$(PY) -m bench.decoder_steps
 	$(PY) -m bench.shards
 	$(PY) -m bench.sentinel
 
