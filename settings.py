@@ -231,6 +231,20 @@ class Settings(BaseSettings):
         description="Largest request body; a larger one is refused with 413 before it is read (Content-Length or streamed).",
         json_schema_extra=_group("Security and fair use"),
     )
+    max_voice_body_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=65_536,
+        description="Largest body of `POST /v1/voices` (a reference recording, base64 in JSON); other routes keep "
+        "`MAX_BODY_BYTES`.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    voice_encode_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long `POST /v1/voices` with a recording waits for a worker to encode it; past it, 503 and "
+        "nothing is stored.",
+        json_schema_extra=_group("API"),
+    )
     api_docs: Literal["auto", "public", "off"] = Field(
         "auto",
         description="`/docs`, `/redoc` and `/openapi.json`: `auto` = to anyone where keys are optional, only to a valid key "
@@ -453,6 +467,15 @@ class Settings(BaseSettings):
         json_schema_extra=_group("Model"),
     )
     max_new_token: int = Field(2048, ge=1, description="Most audio tokens per chunk.", json_schema_extra=_group("Model"))
+    max_reference_s: float = Field(
+        30.0,
+        ge=3.0,
+        le=30.0,
+        description="Longest reference recording a voice is made from (docs/voices.md). The API refuses longer ones; "
+        "ttsq's decoder keeps room in every slot for its prompt (~47 positions per second plus its transcript), so a "
+        "lower value spends less memory (and, with CUDA graphs, less attention per step).",
+        json_schema_extra=_group("Model"),
+    )
     min_new_token: int = Field(
         0,
         ge=0,

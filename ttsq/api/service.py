@@ -31,10 +31,11 @@ from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
-from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
+from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, VoiceError, validate_voice_name
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
@@ -52,6 +53,7 @@ from ttsq.store.streams import (
     pcm_pieces,
 )
 from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
+from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
 
 __all__ = [
@@ -129,6 +131,10 @@ class ServiceConfig:
     """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
     block_s: float
     """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
+    max_reference_s: float
+    """The longest reference recording a voice is made from (``MAX_REFERENCE_S``)."""
+    voice_encode_timeout_s: float
+    """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
 
 
 class InvalidInput(Exception):
@@ -182,6 +188,8 @@ def build_params(
         voice=voice.name if voice is not None else None,
         speaker_seed=speaker_seed,
         speaker_embedding=speaker_embedding,
+        speaker_prompt=voice.prompt if voice is not None else None,
+        prompt_text=voice.transcript if voice is not None else None,
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -268,6 +276,8 @@ class TTSService:
         self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
         self.monotonic = monotonic
         """The clock a long-poll's deadline is kept on (a test sets its own)."""
+        self.encodings = VoiceEncodings(queue.redis, queue.keys, config.block_s)
+        """Reference recordings → speaker prompts, by a worker (:meth:`create_reference_voice`)."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -577,6 +587,33 @@ class TTSService:
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)
+
+    async def create_reference_voice(self, name: str, audio: bytes, transcript: str) -> Voice:
+        """A voice from a recording and its transcript: checked here, encoded by a worker, stored only once encoded.
+
+        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), refused with a 422
+        naming ``audio`` or ``transcript`` (:mod:`ttsq.domain.reference_audio`), then handed to a worker's DVAE encoder
+        (:mod:`ttsq.store.voice_encodings`). What is stored is ChatTTS's speaker prompt and the transcript; the
+        recording is not kept anywhere (its samples expire from Redis once encoded or given up on).
+        """
+        await self.voices.check_free(name)
+        try:
+            samples = await asyncio.to_thread(decode_reference, audio)
+            duration = check_reference(samples, self.config.max_reference_s)
+        except ReferenceAudioError as exc:
+            raise InvalidInput("audio", str(exc)) from exc
+        try:
+            text = check_transcript(transcript, duration)
+        except ReferenceAudioError as exc:
+            raise InvalidInput("transcript", str(exc), transcript[:200]) from exc
+        try:
+            prompt = await self.encodings.encode(samples, self.config.voice_encode_timeout_s)
+        except EncodeTimedOut as exc:
+            raise VoiceError(f"{exc}; nothing was stored (are workers running?)", 503) from exc
+        except EncodeFailed as exc:
+            raise VoiceError(f"the recording could not be encoded: {exc}; nothing was stored", 422) from exc
+        log.info("voice %s made from %.1f s of recording", name, duration)
+        return await self.voices.create_reference(name, prompt=prompt, transcript=text)
 
     # ---- readiness -------------------------------------------------------------------------
 

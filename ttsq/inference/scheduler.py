@@ -328,7 +328,9 @@ class Scheduler:
         """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
         request = row.request.request
         if row.phase == "code":
-            prompt = self.rows.code_prompt(row.text, request.sampling.speed, request.speaker)
+            prompt = self.rows.code_prompt(
+                row.text, request.sampling.speed, request.speaker, request.speaker_prompt, request.prompt_text
+            )
         else:
             prompt = self.rows.text_prompt(row.text)
         return decoder.prefill(prompt.embeddings)
