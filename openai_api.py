@@ -172,8 +172,30 @@ def _delta(audio: bytes) -> str:
     return _event({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()})
 
 
+class OpenAIVoice(BaseModel):
+    """OpenAI's voice object (``audio.voice``, the SDK's ``openai.types.audio.Voice``), with ttsq's own fields.
+
+    ``type`` says how the voice was made, as OpenAI's does, in ttsq's terms: ``builtin``, ``seed`` or ``embedding``
+    (OpenAI's are ``audio_sample`` and ``prompt``; the SDK does not check them). ``voice_id`` (= ``id``) is what this
+    listing said before it took OpenAI's shape; ``maps_to`` names the built-in voice an OpenAI name speaks with.
+    """
+
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    name: str
+    created_at: int = Field(description="Unix seconds; 0 for the built-in voices and OpenAI's names.")
+    type: Literal["builtin", "seed", "embedding"]
+    voice_id: str
+    maps_to: str | None = None
+
+
 class VoiceListing(BaseModel):
-    voices: list[dict[str, Any]]
+    """OpenAI's list shape (``object: list``, ``data``) and, the same voices again, ``voices`` (Kokoro-FastAPI's key,
+    and this listing's own before: existing clients read it)."""
+
+    object: Literal["list"] = "list"
+    data: list[OpenAIVoice]
+    voices: list[OpenAIVoice]
 
 
 @router.get(
@@ -184,7 +206,13 @@ class VoiceListing(BaseModel):
     summary="Voices usable on /v1/audio/speech",
 )
 async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
-    """OpenAI's names (each mapped onto a built-in voice) and every ttsq voice."""
-    mapped = [{"voice_id": name, "name": name, "maps_to": target} for name, target in OPENAI_VOICES.items()]
-    native = [{"voice_id": v.name, "name": v.name, "kind": v.kind} for v in await service.list_voices()]
-    return VoiceListing(voices=mapped + native)
+    """OpenAI's names (each mapped onto a built-in voice), then every ttsq voice, as OpenAI voice objects."""
+    mapped = [
+        OpenAIVoice(id=name, name=name, created_at=0, type="builtin", voice_id=name, maps_to=target)
+        for name, target in OPENAI_VOICES.items()
+    ]
+    native = [
+        OpenAIVoice(id=v.name, name=v.name, created_at=int(v.created_at or 0), type=v.kind, voice_id=v.name)
+        for v in await service.list_voices()
+    ]
+    return VoiceListing(data=mapped + native, voices=mapped + native)
