@@ -191,7 +191,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         authenticator = getattr(app.state, "authenticator", None)
         anonymous = authenticator is not None and not cast(Authenticator, authenticator).policy.keys_required()
         deployment = deployment_openapi(
-            FastAPI.openapi(app), max_text_chars=config.max_text_chars, anonymous_allowed=anonymous, webhooks=webhooks_on
+            FastAPI.openapi(app),
+            max_text_chars=config.max_text_chars,
+            openai_max_input_chars=config.openai_max_input_chars,
+            anonymous_allowed=anonymous,
+            webhooks=webhooks_on,
         )
         return document_security(deployment)  # on deployment_openapi's copy: FastAPI's cached schema stays as generated
 

@@ -35,6 +35,7 @@ from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
 from ttsq.store.deliveries import DeliveryConfig
@@ -168,6 +169,14 @@ class Settings(BaseSettings):
         ge=1,
         le=100_000,
         description="Longest text, after removing invisible and control characters.",
+        json_schema_extra=_group("API"),
+    )
+    openai_max_input_chars: int = Field(
+        OPENAI_MAX_INPUT_CHARS,
+        ge=1,
+        le=100_000,
+        description="Longest `input` on `/v1/audio/speech` (OpenAI's own limit by default); `MAX_TEXT_CHARS` bounds "
+        "`/v1/tts/submit`. Either is synthesised in sentence chunks of `MAX_CHUNK_CHARS`.",
         json_schema_extra=_group("API"),
     )
     max_wait_s: float = Field(

@@ -30,11 +30,12 @@ from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
+from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat, encoded
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
-from ttsq.domain.text import TextError, validate_text
+from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS, TextError, validate_text
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, VoiceError, validate_voice_name
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
@@ -43,15 +44,7 @@ from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
-from ttsq.store.streams import (
-    STREAM_CONTENT_TYPES,
-    AudioStreams,
-    StreamFailed,
-    StreamFormat,
-    audio_stream,
-    open_ended_wav_header,
-    pcm_pieces,
-)
+from ttsq.store.streams import AudioStreams, StreamFailed, pcm_pieces
 from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
 from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
@@ -76,6 +69,7 @@ __all__ += [
     "MAX_SEED",
     "MAX_SPEED",
     "MIN_SPEED",
+    "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
     "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
@@ -88,7 +82,6 @@ __all__ += [
     "StreamFailed",
     "StreamFormat",
     "Voice",
-    "open_ended_wav_header",
     "validate_voice_name",
 ]
 
@@ -114,6 +107,8 @@ class ServiceConfig:
     """What the use cases need from settings. Built by ``app.py``."""
 
     max_text_chars: int
+    openai_max_input_chars: int
+    """The longest ``input`` on ``/v1/audio/speech`` (``OPENAI_MAX_INPUT_CHARS``), in place of ``max_text_chars``."""
     model_identity: str
     """What cache keys say about the model (weights plus the settings that shape its audio)."""
     single_flight: bool
@@ -287,10 +282,13 @@ class TTSService:
 
     # ---- submit ----------------------------------------------------------------------------
 
-    async def submit(self, body: SubmitRequest, caller: Principal, voice: Voice | None = None) -> Submitted:
+    async def submit(
+        self, body: SubmitRequest, caller: Principal, voice: Voice | None = None, *, max_text_chars: int | None = None
+    ) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
-        ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
+        ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first); ``max_text_chars``
+        replaces ``MAX_TEXT_CHARS`` (the OpenAI route's own limit).
         The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
@@ -300,7 +298,7 @@ class TTSService:
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
-        params = self.build_params(body, voice, self.sharing_scope(caller))
+        params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
@@ -414,10 +412,11 @@ class TTSService:
             return None
         return caller.key.sharing_scope
 
-    def build_params(self, body: SubmitRequest, voice: Voice | None, scope: str | None = None) -> TTSParams:
-        return build_params(
-            body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity, scope=scope
-        )
+    def build_params(
+        self, body: SubmitRequest, voice: Voice | None, scope: str | None = None, max_text_chars: int | None = None
+    ) -> TTSParams:
+        limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
+        return build_params(body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope)
 
     # ---- look up ---------------------------------------------------------------------------
 
@@ -556,23 +555,31 @@ class TTSService:
         lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one caller."""
         hold(self.stream_slots, caller.subject, request_state)
 
-    def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
-        """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""
-        return audio_stream(self.streams, self.queue, task_id, fmt)
+    async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: a failure ends it
+        quietly (the status code is sent already; the task's status says why)."""
+        try:
+            async for piece in self.encoded(task_id, fmt, pcm):
+                yield piece
+        except StreamFailed:
+            return
+
+    def encoded(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The task's audio in ``fmt`` as it is produced: its PCM16 pieces (``pcm``, else :meth:`pcm`) through an
+        incremental encoder (:mod:`ttsq.domain.encoders`), so that everything yielded, joined, is one file;
+        :class:`StreamFailed` if the task fails."""
+        return encoded(self.pcm(task_id) if pcm is None else pcm, fmt, SAMPLE_RATE)
+
+    async def started(self, task_id: str) -> AsyncIterator[bytes]:
+        """The task's PCM16 pieces (:meth:`pcm`) once the first one is there: a task that fails before any audio
+        raises :class:`StreamFailed` here, while an answer can still say so in its status code."""
+        pieces = self.pcm(task_id)
+        first = await anext(pieces, None)
+        return _after(first, pieces)
 
     def pcm(self, task_id: str) -> AsyncIterator[bytes]:
         """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
         return pcm_pieces(self.streams, self.queue, task_id)
-
-    async def wait_done(self, task_id: str) -> bytes:
-        """Follow the task's audio stream to its end (no polling), then fetch the stored result."""
-        async for _ in pcm_pieces(self.streams, self.queue, task_id):
-            pass
-        job = await self.queue.get(task_id)
-        audio = await self.queue.result(task_id)
-        if job is None or job.status is not Status.DONE or audio is None:
-            raise StreamFailed(job.error if job is not None and job.error else "the result is gone")
-        return audio
 
     # ---- voices ----------------------------------------------------------------------------
 
@@ -628,3 +635,11 @@ class TTSService:
             "model": self.config.model,
             "notice": self.config.notice,
         }
+
+
+async def _after(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``first`` (when there is one), then ``rest``: a stream whose first piece was taken to look at it."""
+    if first is not None:
+        yield first
+    async for piece in rest:
+        yield piece

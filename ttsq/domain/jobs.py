@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 
-AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "aac", "pcm"]
 Priority = Literal["interactive", "batch"]
 """A job's lane in its shard's queue: ``interactive`` is served first, ``batch`` gets a bounded share
 (``INTERACTIVE_BURST``; docs/fairness.md). Older job records have none and count as interactive."""
