@@ -1,14 +1,16 @@
 """Time to first audio per streamed format, through the official OpenAI SDK, against the real service.
 
-``python -m bench.stream_formats [--runs N]`` — one redis-server, one ``python worker.py`` on the tiny checkpoint
-(``CACHE_ENABLED=false``: every request synthesises) and one ``uvicorn app:app`` (:func:`bench.ttfa.service`). For
+``python -m bench.stream_formats [--runs N] [--checkpoint tiny|full] [--tokens T]`` — one redis-server, one
+``python worker.py`` on the tiny (or the full-size random-weight) checkpoint (``CACHE_ENABLED=false``: every
+request synthesises) and one ``uvicorn app:app`` (:func:`bench.ttfa.service`). For
 each format (wav, pcm, mp3, opus, aac, flac, in turn, run after run, so drift in the machine's load hits all alike),
 ``client.audio.speech.with_streaming_response.create(..., response_format=fmt)`` with a fresh text each time;
 measured from just before the call to the first *audio* byte (past the format's header: WAV's 44 bytes, mp3's
 Xing frame, Ogg Opus's header pages, FLAC's STREAMINFO) and to the last byte, whose ratio is the share of the
 whole synthesis a listener waits before hearing anything. Each streamed body is checked to decode (libav) to the
 stored result's length (``GET /v1/tts/result``, decoded the same way) within one codec frame, but for aac (ADTS
-cannot carry its priming: within two). Written to ``bench/results/stream_formats.md``.
+cannot carry its priming: within two). Written to ``bench/results/stream_formats.md`` (``-full.md`` for the
+full-size checkpoint).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import httpx
 import openai
 
 from bench.cache_latency import ROOT
-from bench.ttfa import MAX_CHUNK_CHARS, Checkpoint, service, spread
+from bench.ttfa import FULL_CHECKPOINT_DIR, MAX_CHUNK_CHARS, Checkpoint, service, spread
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.domain.text import split_sentences
+from ttsq.inference.checkpoint import build_random_checkpoint
 
 RESULTS = ROOT / "bench" / "results" / "stream_formats.md"
 FORMATS: tuple[StreamFormat, ...] = ("wav", "pcm", "mp3", "opus", "aac", "flac")
@@ -81,7 +84,15 @@ def samples(data: bytes, fmt: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--checkpoint", choices=("tiny", "full"), default="tiny")
+    parser.add_argument("--tokens", type=int, default=TOKENS_PER_CHUNK, help="MAX_NEW_TOKEN = MIN_NEW_TOKEN per chunk")
     args = parser.parse_args()
+    if args.checkpoint == "full":
+        build_random_checkpoint(FULL_CHECKPOINT_DIR, "full")  # reused when intact
+        point = Checkpoint("full-random", str(FULL_CHECKPOINT_DIR), runs=args.runs, timeout_s=600)
+    else:
+        point = Checkpoint("tiny-random", "tiny", runs=args.runs, timeout_s=60)
+    results = RESULTS if args.checkpoint == "tiny" else RESULTS.with_name("stream_formats-full.md")
     chunks = split_sentences(text_for(0, "wav"), MAX_CHUNK_CHARS)
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_before = os.getloadavg()[0]
@@ -89,8 +100,8 @@ def main() -> None:
     last: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
     excess: dict[str, list[int]] = {fmt: [] for fmt in FORMATS}
     tmp = Path(tempfile.mkdtemp(prefix="ttsq-stream-formats-"))
-    with service(Checkpoint("tiny-random", "tiny", runs=args.runs, timeout_s=60), tmp, TOKENS_PER_CHUNK) as url:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    with service(point, tmp, args.tokens) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=point.timeout_s)
         timed(client, "wav", "A warm-up request pays the first-request costs.")
         for run in range(args.runs):
             for fmt in FORMATS:
@@ -104,11 +115,13 @@ def main() -> None:
                 excess[fmt].append(extra)
                 print(f"  run {run + 1} {fmt}: first audio {t_first:.3f}s, last byte {t_last:.3f}s, {extra:+} samples", flush=True)
     lines = [
-        f"Command: `.venv/bin/python -m bench.stream_formats --runs {args.runs}`",
+        "Command: `.venv/bin/python -m bench.stream_formats "
+        f"--runs {args.runs} --checkpoint {args.checkpoint} --tokens {args.tokens}`",
         f"Date: {started_at}",
         "",
-        f"{len(chunks)} chunks per request (MAX_CHUNK_CHARS={MAX_CHUNK_CHARS}, MAX_NEW_TOKEN=MIN_NEW_TOKEN={TOKENS_PER_CHUNK}), "
-        f"tiny checkpoint, one worker (CPU_THREADS=1, CACHE_ENABLED=false), one API, one redis-server; the official OpenAI "
+        f"{len(chunks)} chunks per request (MAX_CHUNK_CHARS={MAX_CHUNK_CHARS}, MAX_NEW_TOKEN=MIN_NEW_TOKEN={args.tokens}), "
+        f"{args.checkpoint} checkpoint, one worker (CPU_THREADS=1, CACHE_ENABLED=false), one API, one redis-server; "
+        "the official OpenAI "
         f"SDK's with_streaming_response, one request at a time; {os.cpu_count()} cores; 1-min load average "
         f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after",
         "",
@@ -124,8 +137,8 @@ def main() -> None:
             f"{min(excess[fmt]):+}–{max(excess[fmt]):+} |"
         )
     report = "\n".join(lines) + "\n"
-    RESULTS.write_text(report)
-    print(f"\n{report}(in {RESULTS.relative_to(ROOT)}; the processes' logs in {tmp})")
+    results.write_text(report)
+    print(f"\n{report}(in {results.relative_to(ROOT)}; the processes' logs in {tmp})")
 
 
 if __name__ == "__main__":
