@@ -61,6 +61,7 @@ bench: install
 	$(PY) -m bench.decoder_steps
 	$(PY) -m bench.shards
 	$(PY) -m bench.sentinel
+	$(PY) -m bench.listeners
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install
