@@ -548,10 +548,12 @@ class TTSService:
         event, which states where the task stands, is sent again first).
         """
         after = last_event_id if last_event_id is not None and _ENTRY_ID.fullmatch(last_event_id) else "0"
+        cued = -1  # a re-run attempt republishes its cues from the first (an attempt is deterministic): each is sent once
         async with self.listener.follow(job.id, after) as subscription:
             for entry_id, fields in subscription.backlog:
                 cue = _timing(fields)
-                if cue is not None:
+                if cue is not None and cue["index"] > cued:
+                    cued = cue["index"]
                     yield ServerEvent(entry_id, "timing", cue)
             position = subscription.seen
             current = await self.job(job.id, caller)
@@ -563,7 +565,8 @@ class TTSService:
                     return
                 for entry_id, fields in update.entries:
                     cue = _timing(fields)
-                    if cue is not None:
+                    if cue is not None and cue["index"] > cued:
+                        cued = cue["index"]
                         yield ServerEvent(entry_id, "timing", cue)
                     if _ends_for_reader(fields):
                         current = await self.job(job.id, caller)
@@ -583,8 +586,9 @@ class TTSService:
                         last = {**last, "queue_position": moved_to}
                         yield ServerEvent(seen, "status", last)
             if current.status is Status.DONE and current.captions is not None and await self.streams.progress(job.id) is None:
-                # A job that streamed no piece (one chunk, a cache hit) has its cues only in its record.
-                for caption in current.captions:
+                # A job whose stream holds no piece (one chunk, a cache hit, an attempt that could not publish) has its
+                # cues only in its record: those not sent yet are sent from there.
+                for caption in current.captions[cued + 1 :]:
                     yield ServerEvent(position, "timing", _cue_event(caption.index, caption.start, caption.end, caption.text))
 
     async def _status_event(self, job: Job) -> dict[str, Any]:
