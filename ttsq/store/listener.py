@@ -191,13 +191,9 @@ class JobListener:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.redis = redis
-        self.shards = shards
-        self.config = config
-        self._on_read = on_read
-        self._on_outage = on_outage
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self.redis, self.shards, self.config = redis, shards, config
+        self._on_read, self._on_outage = on_read, on_outage
+        self._sleep, self._monotonic = sleep, monotonic
         self._outage_since: float | None = None
         self._name = uuid.uuid4().hex[:12]
         self._by_slot = isinstance(redis, RedisCluster)
