@@ -183,10 +183,7 @@ class Settings(BaseSettings):
         json_schema_extra=_group("API", shown="unset"),
     )
     listen_retry_s: float = Field(
-        0.5,
-        gt=0,
-        le=60,
-        description="Pause of the stream listener before reading again after Redis could not be reached.",
+        0.5, gt=0, le=60, description="Pause of the stream listener before reading again after Redis could not be reached.",
         json_schema_extra=_group("API"),
     )
     listen_outage_s: float = Field(

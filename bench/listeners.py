@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import contextlib
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,10 +45,9 @@ from redis.asyncio import Redis
 
 from bench.cache_latency import pct
 from bench.machine import machine
-from bench.stream_storm import cell, probe
+from bench.stream_storm import api_process, cell, crowd, probe
 from bench.throughput import service_env
 from settings import Settings
-from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
 from ttsq.store.local_redis import start_redis_server
 from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
@@ -195,14 +192,12 @@ def measure(base: str, port: int, settings: Settings, args: argparse.Namespace) 
     tasks, polled = asyncio.run(setup())
     rest = asyncio.run(probe(base, args.seconds))
     command = [sys.executable, "-m", "bench.listeners", "--listen", str(port), "--listeners", str(args.listeners), *tasks]
-    crowd = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert crowd.stdout is not None and crowd.stdin is not None
-        assert crowd.stdout.readline().strip() == "ready"
+    with crowd(command) as listening:
+        assert listening.stdout is not None and listening.stdin is not None
         with concurrent.futures.ThreadPoolExecutor(2) as helpers:
-            answer = helpers.submit(crowd.stdout.readline)
-            crowd.stdin.write("go\n")
-            crowd.stdin.flush()
+            answer = helpers.submit(listening.stdout.readline)
+            listening.stdin.write("go\n")
+            listening.stdin.flush()
             # The storm: from the first request until every listener is answered and subscribed.
             subscribed = helpers.submit(asyncio.run, settled(base, args.listeners))
             storm = asyncio.run(probe(base, until=lambda: answer.done() and subscribed.done()))
@@ -221,13 +216,9 @@ def measure(base: str, port: int, settings: Settings, args: argparse.Namespace) 
                 await client.aclose()
 
         idle, published, polls = asyncio.run(held_phase())
-        crowd.stdin.close()
-        arrivals = json.loads(crowd.stdout.readline())["arrivals"]
-        crowd.wait(60)
-    finally:
-        if crowd.poll() is None:
-            crowd.kill()
-            crowd.wait()
+        listening.stdin.close()
+        arrivals = json.loads(listening.stdout.readline())["arrivals"]
+        listening.wait(60)
     return {
         "rest": rest,
         "storm": storm,
@@ -296,19 +287,10 @@ def main() -> None:
     caps = str(args.listeners * 2 + 100)
     env = service_env(redis.url, AUTH="off", MAX_STREAMS=caps, MAX_STREAMS_PER_KEY=caps, REDIS_MAX_CONNECTIONS="8")
     settings = Settings(redis_url=redis.url, _env_file=None)  # the API's queue names and TTLs
-    port = free_port()
-    api = spawn(api_command(port), cwd=ROOT, env=env, log=tmp / "api.log")
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until_ok(f"{base}/readyz", 60, [api])
-        result = measure(base, port, settings, args)
+        with api_process(env, tmp / "api.log") as (base, port):
+            result = measure(base, port, settings, args)
     finally:
-        api.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            api.wait(30)
-        if api.poll() is None:
-            api.kill()
-            api.wait()
         redis.stop()
     text = report(result, args, (load_start, f"{os.getloadavg()[0]:.2f}"))
     print(text)
