@@ -41,6 +41,7 @@ from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import create_redis, verify_redis
 from ttsq.store.deliveries import DeliveryQueue
+from ttsq.store.listener import JobListener
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateLimiter
 from ttsq.store.task_ids import TaskIdSigner
@@ -67,6 +68,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         queue = JobQueue(redis, config.queue_config())
         cache = ResultCache(cache_redis, config.cache_config())
         metrics.bind(queue, cache, config.metrics_scrape_timeout_s)
+        # One reader of job streams for the whole process: every event stream, audio stream and long-poll waits on it.
+        listener = JobListener(
+            redis,
+            queue.shards,
+            config.listener_config(),
+            on_read=metrics.listener_reads.inc,
+            on_outage=metrics.listener_outages.inc,
+        )
+        metrics.follow(listener.listening)
         secret = config.task_id_secret
         webhook_config = config.webhook_config()
         webhooks = deliverer = None
@@ -87,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             on_submit=metrics.submitted,
             webhooks=webhooks,
             rate_limiter=RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst),
+            listener=listener,
         )
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
         if config.auth == "off":
@@ -99,10 +110,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
         stop = asyncio.Event()
         delivering = asyncio.create_task(deliverer.run(stop), name="webhooks") if deliverer is not None else None
+        listening = asyncio.create_task(listener.run(stop), name="listener")
         try:
             yield
         finally:
             stop.set()  # deliveries in flight get a moment to finish; the rest keep their lease for another replica
+            await listening
             if delivering is not None:
                 await delivering
             await redis.aclose()

@@ -216,6 +216,20 @@ class TaskEvent(BaseModel):
     chunks_total: int | None
 
 
+class TimingEvent(BaseModel):
+    """The JSON ``data`` of one ``timing`` event on ``GET /v1/tts/events/{id}``: one chunk's caption cue, sent as its
+    audio is published (the same cue as ``GET /v1/tts/result/{id}?format=json`` lists once the task is done)."""
+
+    index: int
+    start: int
+    """Where the chunk's speech starts in the joined audio, in samples (24 kHz)."""
+    end: int
+    start_s: float
+    end_s: float
+    text: str
+    """The chunk's text as spoken (after normalisation)."""
+
+
 def sse_schema(data: dict[str, Any], event: str | None = None) -> dict[str, Any]:
     """The OpenAPI schema of one server-sent event whose ``data`` is JSON matching ``data`` (``event``: its name)."""
     properties: dict[str, Any] = {"data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data}}

@@ -69,8 +69,8 @@ CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
 """Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
-Piece = tuple[int, int, bytes]
-"""(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
+Piece = tuple[int, int, bytes, tuple[int, int, str]]
+"""(chunk index, chunk total, PCM16 bytes, (speech start, end in the joined audio in samples, text)) of one streamed piece."""
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
@@ -490,7 +490,8 @@ class Worker:
                 continue
             for index, piece in flight.audio.add(event.chunk):
                 if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
-                    self._stream(flight, (index, event.chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+                    pcm = encode_audio(piece, "pcm") if piece.size else b""
+                    self._stream(flight, (index, event.chunk.total, pcm, flight.audio.timings[index]))
             if flight.audio.complete:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
@@ -645,7 +646,8 @@ class Worker:
         while (piece := await pieces.get()) is not None:
             job = flight.job
             try:
-                published = await self.streams.publish(job.id, _token(job), *piece, fresh=fresh)
+                index, total, pcm, spoken = piece
+                published = await self.streams.publish(job.id, _token(job), index, total, pcm, fresh=fresh, spoken=spoken)
             except REDIS_ERRORS as exc:
                 log.warning("could not publish audio: %s", exc)
                 continue
