@@ -32,6 +32,8 @@ from ttsq.api.service import (
     InvalidInput,
     StreamFailed,
     TTSService,
+    Voice,
+    is_blend,
     open_ended_wav_header,
 )
 
@@ -56,7 +58,8 @@ class SpeechRequest(BaseModel):
     )
     voice: str = Field(
         min_length=1,
-        description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, marin, cedar, or a ttsq voice.",
+        description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, marin, cedar, or a ttsq voice; "
+        "or a blend of them, `alloy*0.7+narrator*0.3`.",
         examples=["alloy"],
     )
     instructions: str | None = None
@@ -105,6 +108,17 @@ _SPEECH_EVENT = {
 """One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
 
 
+async def _voice(name: str, service: TTSService) -> Voice:
+    """OpenAI's names map onto built-in voices, ttsq's names are themselves; a blend may mix both (docs/voices.md)."""
+    if is_blend(name):
+        return await service.resolve_blend(name, "voice", OPENAI_VOICES)
+    voice = await service.get_voice(OPENAI_VOICES.get(name, name))
+    if voice is None:
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
+        raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
+    return voice
+
+
 @router.post(
     "/speech",
     operation_id="openai_speech",
@@ -125,10 +139,7 @@ _SPEECH_EVENT = {
 async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
     if body.response_format in _UNSUPPORTED_FORMATS:
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
-    voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
-    if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
-        raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
+    voice = await _voice(body.voice, service)
     native = SubmitRequest(
         text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format, priority=body.priority
     )

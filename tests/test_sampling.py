@@ -58,7 +58,7 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice.
     added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None}
     before = json.loads(STORED_BEFORE)
-    before["params"] = {**before["params"], "speaker_prompt": None, "prompt_text": None}
+    before["params"] = {**before["params"], "speaker_prompt": None, "prompt_text": None, "speaker_blend": None}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 
 

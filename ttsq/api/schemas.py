@@ -39,7 +39,9 @@ class SubmitRequest(SamplingFields):
         examples=["Hello from ttsq."],
         json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
     )
-    voice: str | None = Field(None, description="A registered voice name; fixes the speaker.")
+    voice: str | None = Field(
+        None, description="A registered voice name, or a blend of 2-8 of them (`zh_female*0.7+narrator*0.3`); fixes the speaker."
+    )
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker.")
     format: AudioFormat = "wav"
     callback_url: str | None = Field(

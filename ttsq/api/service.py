@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookS
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
+from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
@@ -91,6 +92,7 @@ __all__ += [
     "open_ended_wav_header",
     "validate_voice_name",
 ]
+__all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
 
 log = logging.getLogger("ttsq.api")
 
@@ -190,6 +192,7 @@ def build_params(
         speaker_embedding=speaker_embedding,
         speaker_prompt=voice.prompt if voice is not None else None,
         prompt_text=voice.transcript if voice is not None else None,
+        speaker_blend=voice.components if voice is not None else None,
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -397,12 +400,39 @@ class TTSService:
         return url
 
     async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
-        """The named voice, or :class:`InvalidInput` naming the field and the voices that exist."""
+        """The named voice (or blend: :meth:`resolve_blend`), or :class:`InvalidInput` naming the field and the voices
+        that exist."""
+        if is_blend(name):
+            return await self.resolve_blend(name, field)
         voice = await self.voices.get(name)
         if voice is None:
             available = ", ".join(v.name for v in await self.voices.list())
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
+
+    async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
+        """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
+        looked up (through ``aliases``: OpenAI's names on the OpenAI route), resolved to its seed or embedding and
+        weighed (:func:`ttsq.domain.blends.blend_parts`); any problem is a 422 naming ``field``."""
+        try:
+            terms = parse_blend(expression)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc), expression[:200]) from exc
+        parts = await self._blend_parts([(name if aliases is None else aliases.get(name, name), w) for name, w in terms], field)
+        return Voice(name=expression, kind="blend", components=parts)
+
+    async def _blend_parts(self, terms: Sequence[tuple[str, float]], field: str) -> list[BlendPart]:
+        voices: list[tuple[Voice, float]] = []
+        for name, weight in terms:
+            voice = await self.voices.get(name)
+            if voice is None:
+                available = ", ".join(v.name for v in await self.voices.list())
+                raise InvalidInput(field, f"unknown voice {name!r} in the blend; available: {available}", name)
+            voices.append((voice, weight))
+        try:
+            return blend_parts(voices)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc)) from exc
 
     def sharing_scope(self, caller: Principal) -> str | None:
         """Whom ``caller`` shares cached results and jobs in flight with (part of the cache key).
@@ -584,6 +614,12 @@ class TTSService:
 
     async def create_voice(self, name: str, *, seed: int | None, embedding: str | None) -> Voice:
         return await self.voices.create(name, seed=seed, embedding=embedding)
+
+    async def create_blend_voice(self, name: str, components: Sequence[tuple[str, float]]) -> Voice:
+        """A stored blend: its recipe, resolved now (seeds and embeddings with normalised weights), so it does not
+        change when a component voice is deleted or re-created; the worker computes its embedding (docs/voices.md)."""
+        await self.voices.check_free(name)
+        return await self.voices.create_blend(name, await self._blend_parts(components, "components"))
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)

@@ -249,6 +249,11 @@ class Engine(Protocol):
         """ChatTTS's speaker prompt (``spk_smp``) for a mono 24 kHz recording: its DVAE codes, compressed."""
         ...
 
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        """The blend of speaker embeddings by weights, under :func:`ttsq.domain.blends.blend_embedding`'s rule with
+        this checkpoint's ``spk_stat``; ValueError for components that do not fit the model."""
+        ...
+
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak requests that share a speaker and parameters; yield ``(request index, chunk)`` as chunks finish."""
         ...
@@ -292,6 +297,9 @@ class EngineWrapper:
 
     def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
         return self.inner.speaker_from_audio(samples)
+
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        return self.inner.blend_speakers(speakers, weights)
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         return self.inner.synthesize_batch(reqs)

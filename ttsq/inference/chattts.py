@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe, batch_key, bucket_for
+from ttsq.domain.blends import blend_embedding
 from ttsq.domain.text import detect_language, split_sentences
 from ttsq.inference.base import (
     Batcher,
@@ -327,6 +328,21 @@ class ChatTTSEngine:
         with self._lock, torch.inference_mode():
             wav = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32)).to(chat.dvae.coef.device)
             encoded: str = chat.sample_audio_speaker(wav)
+        return encoded
+
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        """A blended speaker (:func:`ttsq.domain.blends.blend_embedding`: standardised by ``spk_stat``, weighed,
+        rescaled to a draw's variance), encoded as ChatTTS encodes every embedding. Pure numpy on the CPU: the same
+        bits on every device, as :meth:`speaker_from_seed` is."""
+        import torch
+
+        chat = self._loaded_chat()
+        with self._lock:
+            speaker = chat.speaker
+            mean = speaker.mean.float().cpu().numpy()
+            std = speaker.std.float().cpu().numpy()
+            blended = blend_embedding([speaker._decode(one) for one in speakers], weights, mean, std)
+            encoded: str = speaker._encode(torch.from_numpy(blended))
         return encoded
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
