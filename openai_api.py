@@ -75,6 +75,11 @@ class SpeechRequest(BaseModel):
         description="ttsq's own field (the SDK's `extra_body`): the fair queue's lane, `interactive` or `batch`, as on "
         "/v1/tts/submit. Default: the API key's priority, else interactive.",
     )
+    consistent_voice: bool | None = Field(
+        None,
+        description="ttsq's own field (the SDK's `extra_body`): one voice across a long text, as on /v1/tts/submit. "
+        "Default: `CONSISTENT_VOICE`.",
+    )
 
 
 def chattts_speed(speed: float) -> int:
@@ -141,7 +146,12 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
         raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
     voice = await _voice(body.voice, service)
     native = SubmitRequest(
-        text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format, priority=body.priority
+        text=body.input,
+        voice=voice.name,
+        speed=chattts_speed(body.speed),
+        format=body.response_format,
+        priority=body.priority,
+        consistent_voice=body.consistent_voice,
     )
     submitted = await service.submit(native, caller, voice)
     task_id = submitted.answer.task_id

@@ -55,6 +55,12 @@ class SubmitRequest(SamplingFields):
         description="The task's lane in the fair queue: `interactive` is served first, `batch` (bulk work) gets a bounded "
         "share while interactive work waits (docs/fairness.md). Default: the API key's priority, else interactive.",
     )
+    consistent_voice: bool | None = Field(
+        None,
+        description="Keep one voice across a long text: every chunk after the first is conditioned on the first chunk's "
+        "audio, as ChatTTS's `split_text` does (docs/voices.md). Default: `CONSISTENT_VOICE`. No effect with a voice made "
+        "from a recording (already conditioned on it).",
+    )
 
 
 class SubmitResponse(BaseModel):

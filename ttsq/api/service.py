@@ -135,6 +135,8 @@ class ServiceConfig:
     """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
     max_reference_s: float
     """The longest reference recording a voice is made from (``MAX_REFERENCE_S``)."""
+    consistent_voice: bool
+    """One voice across a long text for requests that do not say (``CONSISTENT_VOICE``)."""
     voice_encode_timeout_s: float
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
 
@@ -193,6 +195,8 @@ def build_params(
         speaker_prompt=voice.prompt if voice is not None else None,
         prompt_text=voice.transcript if voice is not None else None,
         speaker_blend=voice.components if voice is not None else None,
+        # A reference voice is anchored by its own prompt already (upstream's split_text keeps a given spk_smp too).
+        consistent_voice=bool(body.consistent_voice) and (voice is None or voice.prompt is None),
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -445,6 +449,8 @@ class TTSService:
         return caller.key.sharing_scope
 
     def build_params(self, body: SubmitRequest, voice: Voice | None, scope: str | None = None) -> TTSParams:
+        if body.consistent_voice is None and self.config.consistent_voice:
+            body = body.model_copy(update={"consistent_voice": True})
         return build_params(
             body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity, scope=scope
         )

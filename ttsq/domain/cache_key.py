@@ -53,7 +53,10 @@ def blend_identity(parts: Sequence[BlendPart]) -> str:
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
     the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`)."""
-    return {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
+        material["consistent_voice"] = True
+    return material
 
 
 def cache_key(params: TTSParams, model_identity: str, scope: str | None = None) -> str | None:

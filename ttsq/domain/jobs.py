@@ -60,6 +60,9 @@ class TTSParams(SamplingFields):
         default=None, description="ChatTTS speaker prompt, ``spk_smp`` (reference voices: a recording's DVAE codes)."
     )
     prompt_text: str | None = Field(default=None, description="What the speaker prompt says, ``txt_smp`` (reference voices).")
+    consistent_voice: bool = Field(
+        default=False, description="The first chunk's audio conditions the later chunks (one voice across the text)."
+    )
     speaker_blend: list[BlendPart] | None = Field(
         default=None, description="The components of a blended speaker, drawn and blended by the worker (blends)."
     )

@@ -74,11 +74,14 @@ class SynthesisRequest:
     """ChatTTS's ``spk_smp``: a recording's DVAE codes (:meth:`Engine.speaker_from_audio`), appended to the prompt."""
     prompt_text: str | None = None
     """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
+    consistent: bool = False
+    """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
+    first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""
 
     @property
-    def voice(self) -> tuple[str | None, str | None, str | None]:
+    def voice(self) -> tuple[str | None, str | None, str | None, bool]:
         """Everything that makes the voice (what a grouped call must share)."""
-        return (self.speaker, self.speaker_prompt, self.prompt_text)
+        return (self.speaker, self.speaker_prompt, self.prompt_text, self.consistent)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -367,16 +367,30 @@ class ChatTTSEngine:
         chunked = [self._split(req, lang) for req in reqs]
         firsts = [(owner, 0, chunks[0]) for owner, chunks in enumerate(chunked)]
         rests = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks) if index]
-        for rows in (firsts, rests):
-            if not rows:
-                continue
-            wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, first)
-            for position, (owner, index, spoken) in enumerate(rows):
-                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
-                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
-                if samples.size == 0:
-                    log.warning("chunk %d of request %d produced no audio", index, owner)
-                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
+        heard: dict[int, ChunkAudio] = {}
+        for owner, chunk in self._grouped_call(chat, firsts, lang, first, chunked):
+            heard[owner] = chunk
+            yield owner, chunk
+        if not (first.consistent and first.speaker_prompt is None):
+            yield from self._grouped_call(chat, rests, lang, first, chunked)
+            return
+        for owner, chunk in heard.items():  # one voice across each text: its own prompt, so one call per request
+            anchored = replace(reqs[owner], speaker_prompt=self.speaker_from_audio(chunk.samples), prompt_text=chunk.text)
+            yield from self._grouped_call(chat, [row for row in rests if row[0] == owner], lang, anchored, chunked)
+
+    def _grouped_call(
+        self, chat: Any, rows: list[tuple[int, int, str]], lang: str, req: SynthesisRequest, chunked: list[list[str]]
+    ) -> Iterator[tuple[int, ChunkAudio]]:
+        """One ChatTTS call for ``rows`` (owner, chunk index, text) with ``req``'s voice and parameters."""
+        if not rows:
+            return
+        wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, req)
+        for position, (owner, index, spoken) in enumerate(rows):
+            wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
+            samples = np.asarray(wav, dtype=np.float32).reshape(-1)
+            if samples.size == 0:
+                log.warning("chunk %d of request %d produced no audio", index, owner)
+            yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
 
     def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
         if not req.text.strip():

@@ -668,6 +668,7 @@ class Worker:
             sampling=params.sampling,
             speaker_prompt=params.speaker_prompt,
             prompt_text=params.prompt_text,
+            consistent=params.consistent_voice,
         )
 
     def _speaker(self, params: TTSParams) -> str | None:
