@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
@@ -12,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from deps import AdminCaller, ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE, invalid_field
-from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
+from ttsq.api.schemas import NO_NUL, REQUEST_MODEL, ErrorBody
 from ttsq.api.service import MAX_BLEND_COMPONENTS, MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
@@ -33,6 +32,24 @@ _ONE_SPEAKER: list[JsonValue] = [
     },
 ]
 """Exactly one of ``seed``, ``embedding``, ``components`` or ``audio`` (with its ``transcript``), as JSON Schema says it."""
+
+
+_REFERENCE_FORM: dict[str, JsonValue] = {
+    "type": "object",
+    "required": ["name", "audio", "transcript"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", **_NAME_SCHEMA},
+        "audio": {
+            "type": "string",
+            "format": "binary",
+            "minLength": 1,
+            "description": "The recording file (wav, mp3, flac or ogg).",
+        },
+        "transcript": {"type": "string", "minLength": 1, "maxLength": 2000, **NO_NUL},
+    },
+}
+"""A voice from a recording as a form (``curl -F``): read as the JSON body with the file base64 (:mod:`ttsq.api.uploads`)."""
 
 
 class BlendComponent(BaseModel):
@@ -119,6 +136,7 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
         **AUTH_RESPONSES,
     },
     summary="Create a named voice (scope admin)",
+    openapi_extra={"requestBody": {"content": {"multipart/form-data": {"schema": _REFERENCE_FORM}}}},
 )
 async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
     if body.audio is not None or body.transcript is not None:
@@ -141,7 +159,7 @@ async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voi
         raise invalid_field(missing, "a voice from a recording needs both audio (base64) and its transcript")
     try:
         audio = base64.b64decode(body.audio, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII (which b64decode refuses with a ValueError)
         raise invalid_field("audio", f"not base64: {exc}") from exc
     return await service.create_reference_voice(body.name, audio, body.transcript)
 
