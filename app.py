@@ -31,6 +31,7 @@ from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_p
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, Webhooks
 from ttsq.api.stream_slots import releasing
+from ttsq.api.uploads import multipart_as_json
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
 from ttsq.runtime.clock_skew import skew_host_clock
@@ -151,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
     app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
+    app.add_middleware(multipart_as_json, paths=["/v1/voices"])  # a form on this route becomes its JSON, checked as JSON
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes, larger={"/v1/voices": config.max_voice_body_bytes})
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

@@ -272,6 +272,13 @@ class Settings(BaseSettings):
         "`MAX_BODY_BYTES`.",
         json_schema_extra=_group("Security and fair use"),
     )
+    consistent_voice: bool = Field(
+        False,
+        description="Keep one voice across a long text by default: the first chunk's audio becomes the speaker prompt "
+        "of the later chunks, as ChatTTS's `split_text` does; a request's `consistent_voice` overrides it. Off by "
+        "default: the later chunks wait for the first one and their prompts are longer (docs/voices.md, BENCHMARKS.md).",
+        json_schema_extra=_group("API"),
+    )
     voice_encode_timeout_s: float = Field(
         60.0,
         gt=0,

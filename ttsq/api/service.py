@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookS
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
+from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat, encoded
@@ -86,6 +87,7 @@ __all__ += [
     "Voice",
     "validate_voice_name",
 ]
+__all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
 
 log = logging.getLogger("ttsq.api")
 
@@ -141,6 +143,8 @@ class ServiceConfig:
     """How long a long-poll waits for news before it reads its (injectable) clock again (``BLOCK_S``)."""
     max_reference_s: float
     """The longest reference recording a voice is made from (``MAX_REFERENCE_S``)."""
+    consistent_voice: bool
+    """One voice across a long text for requests that do not say (``CONSISTENT_VOICE``)."""
     voice_encode_timeout_s: float
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
 
@@ -198,6 +202,9 @@ def build_params(
         speaker_embedding=speaker_embedding,
         speaker_prompt=voice.prompt if voice is not None else None,
         prompt_text=voice.transcript if voice is not None else None,
+        speaker_blend=voice.components if voice is not None else None,
+        # A reference voice is anchored by its own prompt already (upstream's split_text keeps a given spk_smp too).
+        consistent_voice=bool(body.consistent_voice) and (voice is None or voice.prompt is None),
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -415,12 +422,39 @@ class TTSService:
         return url
 
     async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
-        """The named voice, or :class:`InvalidInput` naming the field and the voices that exist."""
+        """The named voice (or blend: :meth:`resolve_blend`), or :class:`InvalidInput` naming the field and the voices
+        that exist."""
+        if is_blend(name):
+            return await self.resolve_blend(name, field)
         voice = await self.voices.get(name)
         if voice is None:
             available = ", ".join(v.name for v in await self.voices.list())
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
+
+    async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
+        """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
+        looked up (through ``aliases``: OpenAI's names on the OpenAI route), resolved to its seed or embedding and
+        weighed (:func:`ttsq.domain.blends.blend_parts`); any problem is a 422 naming ``field``."""
+        try:
+            terms = parse_blend(expression)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc), expression[:200]) from exc
+        parts = await self._blend_parts([(name if aliases is None else aliases.get(name, name), w) for name, w in terms], field)
+        return Voice(name=expression, kind="blend", components=parts)
+
+    async def _blend_parts(self, terms: Sequence[tuple[str, float]], field: str) -> list[BlendPart]:
+        voices: list[tuple[Voice, float]] = []
+        for name, weight in terms:
+            voice = await self.voices.get(name)
+            if voice is None:
+                available = ", ".join(v.name for v in await self.voices.list())
+                raise InvalidInput(field, f"unknown voice {name!r} in the blend; available: {available}", name)
+            voices.append((voice, weight))
+        try:
+            return blend_parts(voices)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc)) from exc
 
     def sharing_scope(self, caller: Principal) -> str | None:
         """Whom ``caller`` shares cached results and jobs in flight with (part of the cache key).
@@ -435,6 +469,8 @@ class TTSService:
     def build_params(
         self, body: SubmitRequest, voice: Voice | None, scope: str | None = None, max_text_chars: int | None = None
     ) -> TTSParams:
+        if body.consistent_voice is None and self.config.consistent_voice:
+            body = body.model_copy(update={"consistent_voice": True})
         limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
         return build_params(body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope)
 
@@ -665,6 +701,12 @@ class TTSService:
 
     async def create_voice(self, name: str, *, seed: int | None, embedding: str | None) -> Voice:
         return await self.voices.create(name, seed=seed, embedding=embedding)
+
+    async def create_blend_voice(self, name: str, components: Sequence[tuple[str, float]]) -> Voice:
+        """A stored blend: its recipe, resolved now (seeds and embeddings with normalised weights), so it does not
+        change when a component voice is deleted or re-created; the worker computes its embedding (docs/voices.md)."""
+        await self.voices.check_free(name)
+        return await self.voices.create_blend(name, await self._blend_parts(components, "components"))
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)
