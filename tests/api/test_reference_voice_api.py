@@ -18,8 +18,10 @@ import soundfile as sf
 from redis.asyncio import Redis
 
 from tests.conftest import api_client, queue_config
+from tests.test_worker import running_worker
 from ttsq.domain.reference_audio import decode_reference
 from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue
@@ -74,6 +76,19 @@ async def test_a_voice_from_a_recording_is_encoded_by_a_worker_stored_used_and_d
     assert job.params.speaker_seed is None and job.params.speaker_embedding is None
     assert (await client.delete("/v1/voices/cloned")).status_code == 204
     assert (await client.get("/v1/voices/cloned")).status_code == 404
+
+
+async def test_a_voice_from_a_recording_speaks_on_the_openai_route_through_a_real_worker(
+    client: httpx.AsyncClient, redis: Redis, worker_encoder: VoiceEncoderLoop, tiny_decoder_engine: DecoderEngine
+) -> None:
+    created = await client.post("/v1/voices", json=body("cloned-openai", audio_file(4.0)))
+    assert created.status_code == 201, created.text
+    async with running_worker(redis, tiny_decoder_engine):
+        spoken = await client.post("/v1/audio/speech", json={"model": "tts-1", "input": "你好", "voice": "cloned-openai"})
+        assert spoken.status_code == 200, spoken.text
+    assert spoken.content, "the audio itself"
+    job = await JobQueue(redis, queue_config()).get(spoken.headers["x-ttsq-task-id"])
+    assert job is not None and job.params.speaker_prompt == created.json()["prompt"] and job.params.prompt_text == TRANSCRIPT
 
 
 @pytest.mark.parametrize(
