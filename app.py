@@ -41,6 +41,7 @@ from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import create_redis, verify_redis
 from ttsq.store.deliveries import DeliveryQueue
+from ttsq.store.pronunciation import PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateLimiter
 from ttsq.store.task_ids import TaskIdSigner
@@ -87,6 +88,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             on_submit=metrics.submitted,
             webhooks=webhooks,
             rate_limiter=RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst),
+            pronunciation=PronunciationStore(
+                redis,
+                queue.keys,
+                config.pronunciation_limits(),
+                max_entries=config.pronunciation_max_entries,
+                refresh_s=config.pronunciation_refresh_s,
+            ),
         )
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
         if config.auth == "off":
@@ -147,6 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
     app.include_router(admin_api.router)
+    app.include_router(admin_api.pronunciation)
 
     async def readiness() -> dict[str, Any]:
         """The probes answer anyone (kubelet sends no key): where keys are required, they say ready or not and nothing

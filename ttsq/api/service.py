@@ -31,6 +31,15 @@ from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.pronunciation import (
+    DictionaryError,
+    DictionaryTimeout,
+    EntryKind,
+    EntryLanguage,
+    PronunciationEntry,
+    caller_scopes,
+    check_scope,
+)
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
@@ -39,6 +48,7 @@ from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.pronunciation import EntryConflict, PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
@@ -79,7 +89,11 @@ __all__ += [
     "VOICE_NAME",
     "Cancelled",
     "CaptionFormat",
+    "EntryConflict",
+    "EntryKind",
+    "EntryLanguage",
     "Job",
+    "PronunciationEntry",
     "Requeued",
     "Status",
     "StoreUnavailable",
@@ -249,6 +263,7 @@ class TTSService:
         webhooks: Webhooks | None = None,
         rate_limiter: RateLimiter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        pronunciation: PronunciationStore | None = None,
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
@@ -268,6 +283,8 @@ class TTSService:
         self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
         self.monotonic = monotonic
         """The clock a long-poll's deadline is kept on (a test sets its own)."""
+        self.pronunciation = pronunciation
+        """The pronunciation dictionary (docs/dictionary.md); None: texts go to the model as sent."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -290,6 +307,7 @@ class TTSService:
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
+        body = await self.pronounced(body, caller)
         params = self.build_params(body, voice, self.sharing_scope(caller))
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
@@ -393,6 +411,32 @@ class TTSService:
             available = ", ".join(v.name for v in await self.voices.list())
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
+
+    async def pronounced(self, body: SubmitRequest, caller: Principal) -> SubmitRequest:
+        """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
+        normalised and split (so the job's text and its cache key are the rewritten text's).
+
+        A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
+        is refused here, saying so. A regex entry past its time limit refuses the submit naming the entry.
+        """
+        if self.pronunciation is None or len(body.text) > self.config.max_text_chars:
+            return body
+        dictionary = await self.pronunciation.dictionary()
+        key = caller.key
+        try:
+            text = dictionary.apply(body.text, caller_scopes(key.id if key else None, key.tenant if key else None))
+        except DictionaryTimeout as exc:
+            raise InvalidInput("text", str(exc), body.text[:200]) from exc
+        if text == body.text:
+            return body
+        if len(text) > self.config.max_text_chars:
+            raise InvalidInput(
+                "text",
+                f"text is {len(text)} characters long once the pronunciation dictionary is applied; "
+                f"the limit is {self.config.max_text_chars}",
+                body.text[:200],
+            )
+        return body.model_copy(update={"text": text})
 
     def sharing_scope(self, caller: Principal) -> str | None:
         """Whom ``caller`` shares cached results and jobs in flight with (part of the cache key).
@@ -577,6 +621,43 @@ class TTSService:
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)
+
+    # ---- pronunciation dictionary ---------------------------------------------------------------
+
+    def _dictionary(self) -> PronunciationStore:
+        if self.pronunciation is None:
+            raise InvalidInput("scope", "the pronunciation dictionary is not configured on this service")
+        return self.pronunciation
+
+    async def pronunciation_entries(self, scope: str | None) -> list[PronunciationEntry]:
+        """The dictionary's entries, oldest first (of one scope when given)."""
+        if scope is not None:
+            self._checked_scope(scope)
+        return await self._dictionary().list(scope)
+
+    async def add_pronunciation(
+        self, *, kind: EntryKind, match: str, replacement: str, language: EntryLanguage, scope: str, case_sensitive: bool
+    ) -> PronunciationEntry:
+        """Store an entry: :class:`InvalidInput` naming the field when it cannot apply, :class:`EntryConflict` when
+        its scope is full or already has it."""
+        try:
+            return await self._dictionary().create(
+                kind=kind, match=match, replacement=replacement, language=language, scope=scope, case_sensitive=case_sensitive
+            )
+        except EntryConflict:
+            raise
+        except DictionaryError as exc:
+            raise InvalidInput(exc.field, str(exc), None) from exc
+
+    async def delete_pronunciation(self, entry_id: str) -> bool:
+        return await self._dictionary().delete(entry_id)
+
+    @staticmethod
+    def _checked_scope(scope: str) -> str:
+        try:
+            return check_scope(scope)
+        except DictionaryError as exc:
+            raise InvalidInput("scope", str(exc), scope) from exc
 
     # ---- readiness -------------------------------------------------------------------------
 

@@ -191,6 +191,16 @@ class Keys:
         """Hash of API keys: key id → JSON record with the key's SHA-256, never the key itself."""
         return self.prefix + "api-keys"
 
+    @property
+    def pronunciation(self) -> str:
+        """Hash of pronunciation-dictionary entries: entry id → JSON record (home shard)."""
+        return self.prefix + "pronunciation"
+
+    @property
+    def pronunciation_version(self) -> str:
+        """Counter bumped by every dictionary change: what the API replicas poll to know theirs is stale."""
+        return self.prefix + "pronunciation:version"
+
     def rate_limit(self, subject: str) -> str:
         """Token bucket of one API key or anonymous client address."""
         return f"{self.prefix}rate:{subject}"
