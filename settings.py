@@ -41,7 +41,7 @@ from ttsq.store.deliveries import DeliveryConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
-    from ttsq.api.service import ServiceConfig
+    from ttsq.api.service import DrawConfig, ServiceConfig
     from ttsq.domain.pronunciation import DictionaryLimits
     from ttsq.inference.chattts import EngineConfig
     from ttsq.inference.faults import FaultConfig
@@ -360,6 +360,36 @@ class Settings(BaseSettings):
         ge=0,
         description="How often an API process asks Redis whether the dictionary changed (one GET of its version); a "
         "change through another replica applies within this.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+
+    draw_max_n: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="The most voices one draw (`POST /v1/voices/draw`) returns.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_oversample: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="Seeds a draw speaks per voice it returns: it keeps the `n` of `n × DRAW_OVERSAMPLE` farthest from the "
+        "existing voices (each a short preview job).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_preview_text_zh: str = Field(
+        "你好，这是我的声音。",
+        min_length=1,
+        max_length=200,
+        description="What a drawn voice says in its preview (`language: zh`).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_preview_text_en: str = Field(
+        "Hello, this is my voice.",
+        min_length=1,
+        max_length=200,
+        description="What a drawn voice says in its preview (`language: en`).",
         json_schema_extra=_group("Pronunciation dictionary and voice draw"),
     )
 
@@ -775,6 +805,11 @@ class Settings(BaseSettings):
             model_identity=self.model_identity(),
             notice=self.model_notice(),
         )
+
+    def draw_config(self) -> DrawConfig:
+        from ttsq.api.service import DrawConfig
+
+        return self._project(DrawConfig, "draw_")
 
     def pronunciation_limits(self) -> DictionaryLimits:
         from ttsq.domain.pronunciation import DictionaryLimits

@@ -201,6 +201,10 @@ class Keys:
         """Counter bumped by every dictionary change: what the API replicas poll to know theirs is stale."""
         return self.prefix + "pronunciation:version"
 
+    def draw(self, draw_id: str) -> str:
+        """A voice draw: its candidates' and reference voices' preview jobs (JSON); expires with their results."""
+        return f"{self.prefix}draw:{draw_id}"
+
     def rate_limit(self, subject: str) -> str:
         """Token bucket of one API key or anonymous client address."""
         return f"{self.prefix}rate:{subject}"
