@@ -11,9 +11,9 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import AdminCaller, ServiceDep
-from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
+from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE
 from ttsq.api.schemas import REQUEST_MODEL, DeadLetter, DeadLetterList, ErrorBody, RequeueResponse
-from ttsq.api.service import EntryConflict, EntryKind, EntryLanguage, PronunciationEntry, Requeued
+from ttsq.api.service import SCOPE_PATTERN, EntryConflict, EntryKind, EntryLanguage, PronunciationEntry, Requeued
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 
@@ -95,7 +95,7 @@ class PronunciationCreate(BaseModel):
     match: str = Field(min_length=1, description="The word or the pattern (length capped by PRONUNCIATION_MAX_PATTERN_CHARS).")
     replacement: str = Field(description="What the model reads instead (capped by PRONUNCIATION_MAX_REPLACEMENT_CHARS).")
     language: EntryLanguage = Field("auto", description="Texts it applies to: `zh`, `en` (as detected), or `auto` (both).")
-    scope: str = Field("global", description="`global`, `key:<key id>` or `tenant:<tenant name>`.")
+    scope: str = Field("global", pattern=SCOPE_PATTERN, description="`global`, `key:<key id>` or `tenant:<tenant name>`.")
     case_sensitive: bool = Field(False, description="Words only: match the case as written (default: any case).")
 
 
@@ -112,6 +112,8 @@ _NO_ENTRY = {"model": ErrorBody, "description": "No entry with that id."}
     response_model=PronunciationEntry,
     responses={
         409: {"model": ErrorBody, "description": "The scope already has this entry, or holds as many as it may."},
+        413: BODY_TOO_LARGE_RESPONSE,
+        415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,
         **AUTH_RESPONSES,
     },
@@ -129,13 +131,13 @@ async def create_pronunciation(body: PronunciationCreate, service: ServiceDep, c
 @pronunciation.get(
     "",
     response_model=PronunciationList,
-    responses={503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
+    responses={**ERROR_RESPONSES, **AUTH_RESPONSES},
     summary="List pronunciation entries",
 )
 async def list_pronunciation(
     service: ServiceDep,
     caller: AdminCaller,
-    scope: Annotated[str | None, Query(description="Only this scope's entries.")] = None,
+    scope: Annotated[str | None, Query(pattern=SCOPE_PATTERN, description="Only this scope's entries.")] = None,
 ) -> PronunciationList:
     """Oldest first."""
     return PronunciationList(entries=await service.pronunciation_entries(scope))

@@ -14,7 +14,14 @@ from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import ServiceDep, TTSCaller
-from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES
+from ttsq.api.errors import (
+    AUTH_RESPONSES,
+    BODY_TOO_LARGE_RESPONSE,
+    ERROR_RESPONSES,
+    QUEUE_FULL_RESPONSE,
+    TOO_MANY_STREAMS_RESPONSES,
+    UNSUPPORTED_MEDIA_TYPE_RESPONSE,
+)
 from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
 from ttsq.api.service import DrawLanguage, DrawOutcome
 
@@ -24,7 +31,7 @@ router = APIRouter(prefix="/v1/voices/draw", tags=["voices"])
 class DrawRequest(BaseModel):
     model_config = ConfigDict(**REQUEST_MODEL, json_schema_extra={"examples": [{"n": 10, "language": "zh"}]})
 
-    n: int = Field(10, ge=1, description="How many voices to return (at most DRAW_MAX_N).")
+    n: int = Field(10, ge=1, le=100, description="How many voices to return: more than DRAW_MAX_N is served as DRAW_MAX_N.")
     language: DrawLanguage = Field("zh", description="The language of the preview sentence.")
 
 
@@ -70,7 +77,13 @@ class DrawBody(BaseModel):
     operation_id="draw_voices",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=DrawBody,
-    responses={**ERROR_RESPONSES, **AUTH_RESPONSES},
+    responses={
+        413: BODY_TOO_LARGE_RESPONSE,
+        415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
+        **ERROR_RESPONSES,
+        **AUTH_RESPONSES,
+        429: QUEUE_FULL_RESPONSE,
+    },
     summary="Draw voices",
 )
 async def draw_voices(body: DrawRequest, service: ServiceDep, caller: TTSCaller) -> DrawBody:
@@ -86,7 +99,8 @@ async def draw_voices(body: DrawRequest, service: ServiceDep, caller: TTSCaller)
     response_model=DrawBody,
     responses={
         404: {"model": ErrorBody, "description": "No such draw (or another caller's)."},
-        503: ERROR_RESPONSES[503],
+        422: ERROR_RESPONSES[422],
+        **TOO_MANY_STREAMS_RESPONSES,
         **AUTH_RESPONSES,
     },
     summary="A draw's voices",

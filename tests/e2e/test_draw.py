@@ -74,7 +74,11 @@ def test_a_draw_returns_the_most_different_voices_with_previews_and_one_is_saved
     assert finished_draw(service, 1)["previews_total"] == 1 * 2 + 3
 
 
-def test_a_draw_past_its_limit_is_a_422_and_an_unknown_draw_a_404(service: Service) -> None:
-    too_many = httpx.post(f"{service.api_url}/v1/voices/draw", json={"n": 11})
-    assert too_many.status_code == 422 and "DRAW_MAX_N" in too_many.text
+def test_a_draw_past_its_limit_is_served_at_the_limit_and_an_unknown_draw_is_a_404(service: Service) -> None:
+    capped = httpx.post(f"{service.api_url}/v1/voices/draw", json={"n": 11})
+    assert capped.status_code == 202 and capped.json()["previews_total"] == 10 * 2 + 2, "DRAW_MAX_N × DRAW_OVERSAMPLE + built-ins"
+    assert httpx.post(f"{service.api_url}/v1/voices/draw", json={"n": 0}).status_code == 422
     assert httpx.get(f"{service.api_url}/v1/voices/draw/abc123").status_code == 404
+    reserved = httpx.post(f"{service.api_url}/v1/voices", json={"name": "draw", "seed": 1})
+    assert reserved.status_code == 422 and "/v1/voices/draw draws voices" in reserved.text
+    assert httpx.get(f"{service.api_url}/v1/voices/draw").status_code == 405, "not a voice's name: the draw's path"

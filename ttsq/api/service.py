@@ -33,6 +33,7 @@ from ttsq.domain.captions import srt, vtt
 from ttsq.domain.draw import rank
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.pronunciation import (
+    SCOPE_PATTERN,
     DictionaryError,
     DictionaryTimeout,
     EntryKind,
@@ -91,6 +92,7 @@ __all__ += [
     "MAX_SPEED",
     "MIN_SPEED",
     "OPENAI_VOICES",
+    "SCOPE_PATTERN",
     "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
@@ -722,13 +724,12 @@ class TTSService:
         return self.draws
 
     async def draw_voices(self, n: int, language: DrawLanguage, caller: Principal) -> Draw:
-        """Queue a draw: ``n × oversample`` fresh seeds, each spoken once (a preview job that records the speaker
-        embedding its worker drew), and a preview of every seed voice not yet measured against; the draw pays one
-        token of the caller's bucket. Its previews are ordinary jobs: they batch with every other request and are
-        readable by the caller like its own tasks."""
+        """Queue a draw of ``n`` voices (at most ``DRAW_MAX_N``): ``n × oversample`` fresh seeds, each spoken once
+        (a preview job that records the speaker embedding its worker drew), and a preview of every seed voice to
+        measure against; the draw pays one token of the caller's bucket. Its previews are ordinary jobs: they batch
+        with every other request and are readable by the caller like its own tasks."""
         draws = self._voice_draws()
-        if n > draws.config.max_n:
-            raise InvalidInput("n", f"a draw returns at most {draws.config.max_n} voices (DRAW_MAX_N)", n)
+        n = min(n, draws.config.max_n)  # as a long-poll's wait is capped by MAX_WAIT_S
         await self._pay(caller)
         text = canonical_text(draws.config.preview_text_zh if language == "zh" else draws.config.preview_text_en)
         seeds: list[int] = []

@@ -45,6 +45,7 @@ from ttsq.domain.text import detect_language, find_forbidden_tokens
 
 __all__ = [
     "GLOBAL",
+    "SCOPE_PATTERN",
     "Dictionary",
     "DictionaryError",
     "DictionaryLimits",
@@ -62,7 +63,9 @@ EntryLanguage = Literal["zh", "en", "auto"]
 GLOBAL = "global"
 """The scope of an entry that applies to every caller."""
 
-_SCOPE = re.compile(r"global|key:[0-9a-f]{12}|tenant:[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SCOPE_PATTERN = r"^(?:global|key:[0-9a-f]{12}|tenant:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
+"""What a scope may be, as a regex (and in the routes' schema)."""
+_SCOPE = re.compile(SCOPE_PATTERN)
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
 """What a word boundary is about: Latin letters (with their accented forms) and digits."""
 _LATIN_CHAR = re.compile(f"[{_LATIN}]")
