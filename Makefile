@@ -61,6 +61,8 @@ bench: install
 	$(PY) -m bench.decoder_steps
 	$(PY) -m bench.shards
 	$(PY) -m bench.sentinel
+	$(PY) -m bench.encoders
+	$(PY) -m bench.stream_formats
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install

@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
     app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes, larger={"/v1/voices": config.max_voice_body_bytes})
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     install_error_handlers(app, config.retry_after_s, metrics.submitted)
@@ -204,7 +204,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         authenticator = getattr(app.state, "authenticator", None)
         anonymous = authenticator is not None and not cast(Authenticator, authenticator).policy.keys_required()
         deployment = deployment_openapi(
-            FastAPI.openapi(app), max_text_chars=config.max_text_chars, anonymous_allowed=anonymous, webhooks=webhooks_on
+            FastAPI.openapi(app),
+            max_text_chars=config.max_text_chars,
+            openai_max_input_chars=config.openai_max_input_chars,
+            anonymous_allowed=anonymous,
+            webhooks=webhooks_on,
         )
         return document_security(deployment)  # on deployment_openapi's copy: FastAPI's cached schema stays as generated
 

@@ -2,8 +2,9 @@
 
 Point any OpenAI SDK at ``http://host:8000/v1``. Requests run on the same queue, workers, cache,
 single-flight and limits as the native API; the difference is the contract: OpenAI's endpoint
-answers with the audio itself, so this one submits, waits and returns it. ``pcm`` and ``wav``
-stream sentence by sentence as they are synthesised; compressed formats are sent when complete.
+answers with the audio itself, so this one submits and streams it: every format, sentence by sentence as it is
+synthesised, each piece encoded as it comes (:mod:`ttsq.domain.encoders`), so the body is one file; a request the
+cache answers gets the stored file at once.
 Every error on these routes has OpenAI's error body (see :mod:`ttsq.api.errors`), so the SDKs
 raise their usual exceptions.
 """
@@ -14,7 +15,7 @@ import base64
 import json
 import math
 from collections.abc import AsyncIterator
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
@@ -28,18 +29,18 @@ from ttsq.api.service import (
     DEFAULT_SAMPLING,
     MAX_SPEED,
     MIN_SPEED,
+    OPENAI_MAX_INPUT_CHARS,
     OPENAI_VOICES,
+    Download,
     InvalidInput,
+    Status,
     StreamFailed,
     TTSService,
-    open_ended_wav_header,
 )
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
 
 OpenAIFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
-_UNSUPPORTED_FORMATS = {"aac": "AAC cannot be encoded here (no AAC encoder in libsndfile); use mp3, opus, flac, wav or pcm"}
-_SUPPORTED_FORMATS = [f for f in get_args(OpenAIFormat) if f not in _UNSUPPORTED_FORMATS]
 
 
 class SpeechRequest(BaseModel):
@@ -50,7 +51,9 @@ class SpeechRequest(BaseModel):
 
     model: str = Field(min_length=1, examples=["tts-1"])
     input: str = Field(
-        description="Text to speak, as `text` on /v1/tts/submit: at most MAX_TEXT_CHARS characters (`maxLength`).",
+        description="Text to speak, checked as `text` on /v1/tts/submit but against its own limit: at most "
+        f"OPENAI_MAX_INPUT_CHARS characters ({OPENAI_MAX_INPUT_CHARS} by default, as OpenAI's; `maxLength`), synthesised "
+        "in sentence chunks like any long text.",
         examples=["Hello from ttsq."],
         json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
     )
@@ -60,11 +63,7 @@ class SpeechRequest(BaseModel):
         examples=["alloy"],
     )
     instructions: str | None = None
-    response_format: OpenAIFormat = Field(
-        "mp3",
-        # aac is taken, and refused with a message that says why, but it is not a format this API serves
-        json_schema_extra={"enum": _SUPPORTED_FORMATS},
-    )
+    response_format: OpenAIFormat = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4.0, mapped onto ChatTTS's speed 1-9 (1.0 → 5).")
     stream_format: Literal["audio", "sse"] = "audio"
     priority: Priority | None = Field(
@@ -110,7 +109,8 @@ _SPEECH_EVENT = {
     operation_id="openai_speech",
     responses={
         200: {
-            "description": "The audio (pcm and wav stream as they are synthesised); with `stream_format: sse`, server-sent events.",
+            "description": "The audio, streamed as it is synthesised (one file: mp3, Ogg Opus, ADTS AAC, FLAC, WAV with an "
+            "open-ended header, or raw PCM16); with `stream_format: sse`, server-sent events whose deltas join into that file.",
             "content": {**{t: {} for t in sorted(set(CONTENT_TYPES.values()))}, "text/event-stream": {"schema": _SPEECH_EVENT}},
             "headers": {
                 **RATE_LIMIT_HEADERS,
@@ -123,8 +123,6 @@ _SPEECH_EVENT = {
     summary="OpenAI-compatible text to speech",
 )
 async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
-    if body.response_format in _UNSUPPORTED_FORMATS:
-        raise InvalidInput("response_format", _UNSUPPORTED_FORMATS[body.response_format], body.response_format)
     voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
     if voice is None:
         known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
@@ -132,32 +130,33 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     native = SubmitRequest(
         text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format, priority=body.priority
     )
-    submitted = await service.submit(native, caller, voice)
+    submitted = await service.submit(native, caller, voice, max_text_chars=service.config.openai_max_input_chars)
     task_id = submitted.answer.task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
-
+    # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
+    stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     if body.stream_format == "sse":
-        return StreamingResponse(_sse(service, task_id, body.response_format), media_type="text/event-stream", headers=headers)
-    if body.response_format in ("pcm", "wav"):
-        return StreamingResponse(service.audio(task_id, body.response_format), media_type=media_type, headers=headers)
+        events = _sse(service, task_id, body.response_format, stored)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    if stored is not None and stored.audio is not None:
+        return Response(stored.audio, media_type=media_type, headers=headers)
     try:
-        audio = await service.wait_done(task_id)
+        pcm = await service.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
     except StreamFailed as exc:
         return openai_error(500, f"synthesis failed: {exc}")
-    return Response(audio, media_type=media_type, headers=headers)
+    return StreamingResponse(service.audio(task_id, body.response_format, pcm), media_type=media_type, headers=headers)
 
 
-async def _sse(service: TTSService, task_id: str, fmt: str) -> AsyncIterator[str]:
-    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64 audio), then ``speech.audio.done``."""
+async def _sse(service: TTSService, task_id: str, fmt: OpenAIFormat, stored: Download | None) -> AsyncIterator[str]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (their
+    bytes joined are one file, as the raw body is), then ``speech.audio.done``."""
     try:
-        if fmt in ("pcm", "wav"):
-            if fmt == "wav":
-                yield _delta(open_ended_wav_header())
-            async for piece in service.pcm(task_id):
-                yield _delta(piece)
+        if stored is not None and stored.audio is not None:
+            yield _delta(stored.audio)
         else:
-            yield _delta(await service.wait_done(task_id))
+            async for piece in service.encoded(task_id, fmt):
+                yield _delta(piece)
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
         return
@@ -173,8 +172,30 @@ def _delta(audio: bytes) -> str:
     return _event({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()})
 
 
+class OpenAIVoice(BaseModel):
+    """OpenAI's voice object (``audio.voice``, the SDK's ``openai.types.audio.Voice``), with ttsq's own fields.
+
+    ``type`` says how the voice was made, as OpenAI's does, in ttsq's terms: ``builtin``, ``seed`` or ``embedding``
+    (OpenAI's are ``audio_sample`` and ``prompt``; the SDK does not check them). ``voice_id`` (= ``id``) is what this
+    listing said before it took OpenAI's shape; ``maps_to`` names the built-in voice an OpenAI name speaks with.
+    """
+
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    name: str
+    created_at: int = Field(description="Unix seconds; 0 for the built-in voices and OpenAI's names.")
+    type: Literal["builtin", "seed", "embedding"]
+    voice_id: str
+    maps_to: str | None = None
+
+
 class VoiceListing(BaseModel):
-    voices: list[dict[str, Any]]
+    """OpenAI's list shape (``object: list``, ``data``) and, the same voices again, ``voices`` (Kokoro-FastAPI's key,
+    and this listing's own before: existing clients read it)."""
+
+    object: Literal["list"] = "list"
+    data: list[OpenAIVoice]
+    voices: list[OpenAIVoice]
 
 
 @router.get(
@@ -185,7 +206,13 @@ class VoiceListing(BaseModel):
     summary="Voices usable on /v1/audio/speech",
 )
 async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
-    """OpenAI's names (each mapped onto a built-in voice) and every ttsq voice."""
-    mapped = [{"voice_id": name, "name": name, "maps_to": target} for name, target in OPENAI_VOICES.items()]
-    native = [{"voice_id": v.name, "name": v.name, "kind": v.kind} for v in await service.list_voices()]
-    return VoiceListing(voices=mapped + native)
+    """OpenAI's names (each mapped onto a built-in voice), then every ttsq voice, as OpenAI voice objects."""
+    mapped = [
+        OpenAIVoice(id=name, name=name, created_at=0, type="builtin", voice_id=name, maps_to=target)
+        for name, target in OPENAI_VOICES.items()
+    ]
+    native = [
+        OpenAIVoice(id=v.name, name=v.name, created_at=int(v.created_at or 0), type=v.kind, voice_id=v.name)
+        for v in await service.list_voices()
+    ]
+    return VoiceListing(data=mapped + native, voices=mapped + native)

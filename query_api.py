@@ -162,8 +162,9 @@ def _poll_after_s(job: Job) -> int:
     operation_id="task_stream",
     responses={
         200: {
-            "description": "The audio as it is produced: WAV with an open-ended header, or raw PCM16 LE mono 24 kHz.",
-            "content": {"audio/wav": {}, "audio/pcm": {}},
+            "description": "The audio as it is produced, encoded piece by piece into one file: WAV with an open-ended "
+            "header, raw PCM16 LE mono 24 kHz, mp3, Ogg Opus, ADTS AAC or FLAC.",
+            "content": {t: {} for t in sorted(set(STREAM_CONTENT_TYPES.values()))},
         },
         404: _NOT_FOUND,
         409: _FAILED,
@@ -177,7 +178,10 @@ async def task_stream(
     task_id: str,
     service: ServiceDep,
     caller: StreamCaller,
-    format: Annotated[StreamFormat, Query(description="wav (open-ended header) or pcm (raw PCM16)")] = "wav",
+    format: Annotated[
+        StreamFormat,
+        Query(description="wav (open-ended header), pcm (raw PCM16), mp3, opus (Ogg), aac (ADTS) or flac: any of them streams"),
+    ] = "wav",
 ) -> Response:
     job = await service.job(task_id, caller)
     if job.status in (Status.FAILED, Status.CANCELLED):

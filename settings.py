@@ -35,6 +35,7 @@ from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
 from ttsq.store.deliveries import DeliveryConfig
@@ -171,6 +172,14 @@ class Settings(BaseSettings):
         description="Longest text, after removing invisible and control characters.",
         json_schema_extra=_group("API"),
     )
+    openai_max_input_chars: int = Field(
+        OPENAI_MAX_INPUT_CHARS,
+        ge=1,
+        le=100_000,
+        description="Longest `input` on `/v1/audio/speech` (OpenAI's own limit by default); `MAX_TEXT_CHARS` bounds "
+        "`/v1/tts/submit`. Either is synthesised in sentence chunks of `MAX_CHUNK_CHARS`.",
+        json_schema_extra=_group("API"),
+    )
     max_wait_s: float = Field(
         30.0,
         ge=0,
@@ -231,6 +240,20 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body; a larger one is refused with 413 before it is read (Content-Length or streamed).",
         json_schema_extra=_group("Security and fair use"),
+    )
+    max_voice_body_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=65_536,
+        description="Largest body of `POST /v1/voices` (a reference recording, base64 in JSON); other routes keep "
+        "`MAX_BODY_BYTES`.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    voice_encode_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long `POST /v1/voices` with a recording waits for a worker to encode it; past it, 503 and "
+        "nothing is stored.",
+        json_schema_extra=_group("API"),
     )
     api_docs: Literal["auto", "public", "off"] = Field(
         "auto",
@@ -522,6 +545,15 @@ class Settings(BaseSettings):
         json_schema_extra=_group("Model"),
     )
     max_new_token: int = Field(2048, ge=1, description="Most audio tokens per chunk.", json_schema_extra=_group("Model"))
+    max_reference_s: float = Field(
+        30.0,
+        ge=3.0,
+        le=30.0,
+        description="Longest reference recording a voice is made from (docs/voices.md). The API refuses longer ones; "
+        "ttsq's decoder keeps room in every slot for its prompt (~47 positions per second plus its transcript), so a "
+        "lower value spends less memory (and, with CUDA graphs, less attention per step).",
+        json_schema_extra=_group("Model"),
+    )
     min_new_token: int = Field(
         0,
         ge=0,

@@ -1,7 +1,9 @@
-"""Voices: list, create (from a seed or a ChatTTS speaker embedding), fetch, delete."""
+"""Voices: list, create (from a seed, a ChatTTS speaker embedding or a reference recording), fetch, delete."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
@@ -40,8 +42,13 @@ _NAME_SCHEMA: dict[str, JsonValue] = {"pattern": VOICE_NAME.pattern, "minLength"
 _ONE_SPEAKER: list[JsonValue] = [
     {"title": "from a seed", "required": ["seed"], "properties": {"seed": {"type": "integer"}}},
     {"title": "from an embedding", "required": ["embedding"], "properties": {"embedding": {"type": "string"}}},
+    {
+        "title": "from a reference recording",
+        "required": ["audio", "transcript"],
+        "properties": {"audio": {"type": "string"}, "transcript": {"type": "string"}},
+    },
 ]
-"""Exactly one of ``seed`` or ``embedding`` (the other absent or null), as JSON Schema says it."""
+"""Exactly one of ``seed``, ``embedding`` or ``audio`` (with its ``transcript``), as JSON Schema says it."""
 
 
 class VoiceCreate(BaseModel):
@@ -55,6 +62,15 @@ class VoiceCreate(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="A speaker seed; give it or `embedding`, not both.")
     embedding: str | None = Field(
         None, min_length=1, max_length=20_000, description="A ChatTTS speaker-embedding string; give it or `seed`, not both."
+    )
+    audio: str | None = Field(
+        None,
+        min_length=1,
+        description="A reference recording, base64: 3-30 s (`MAX_REFERENCE_S`) of wav, mp3, flac or ogg speech, with its "
+        "`transcript`. Only ChatTTS's speaker prompt made from it is stored, never the recording (docs/voices.md).",
+    )
+    transcript: str | None = Field(
+        None, min_length=1, max_length=2_000, description="What the reference recording says (with `audio`)."
     )
 
     @field_validator("name")
@@ -74,8 +90,8 @@ class VoiceList(BaseModel):
 
 
 def _summary(voice: Voice) -> Voice:
-    """Lists leave the (long) embedding out; fetch one voice to see it."""
-    return voice.model_copy(update={"embedding": None})
+    """Lists leave the (long) embedding and speaker prompt out; fetch one voice to see them."""
+    return voice.model_copy(update={"embedding": None, "prompt": None})
 
 
 @router.get(
@@ -96,6 +112,7 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
     response_model=Voice,
     responses={
         201: {"description": "The voice, usable by name at once.", "links": _VOICE_LINKS},
+        503: {"model": ErrorBody, "description": "Redis is unreachable, or no worker encoded the recording in time."},
         409: {"model": ErrorBody, "description": "The name is taken, or a built-in voice's."},
         413: BODY_TOO_LARGE_RESPONSE,
         415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
@@ -105,9 +122,25 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
     summary="Create a named voice (scope admin)",
 )
 async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
+    if body.audio is not None or body.transcript is not None:
+        return await _create_reference_voice(body, service)
     if (body.seed is None) == (body.embedding is None):
-        raise invalid_field("seed", "give exactly one of seed or embedding", body.seed)
+        raise invalid_field("seed", "give exactly one of seed or embedding (or audio with its transcript)", body.seed)
     return await service.create_voice(body.name, seed=body.seed, embedding=body.embedding)
+
+
+async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
+    """``audio`` (base64) and ``transcript``, alone: a voice made from a recording (docs/voices.md)."""
+    if body.seed is not None or body.embedding is not None:
+        raise invalid_field("audio", "give exactly one of seed or embedding (or audio with its transcript)")
+    if body.audio is None or body.transcript is None:
+        missing = "audio" if body.audio is None else "transcript"
+        raise invalid_field(missing, "a voice from a recording needs both audio (base64) and its transcript")
+    try:
+        audio = base64.b64decode(body.audio, validate=True)
+    except binascii.Error as exc:
+        raise invalid_field("audio", f"not base64: {exc}") from exc
+    return await service.create_reference_voice(body.name, audio, body.transcript)
 
 
 @router.get(

@@ -42,7 +42,7 @@ from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
-from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder
+from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder, inference
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.rows import ChatTTSRows
 
@@ -137,10 +137,11 @@ def step_cost(engine: DecoderEngine, batches: tuple[int, ...], tokens: int, roun
             next(chat._infer_code([text] * batch, False, chat.device, True, params))
             upstream.append(((time.thread_time() - cpu) / tokens * 1e3, (time.perf_counter() - wall) / tokens * 1e3))
             cpu, wall = time.thread_time(), time.perf_counter()
-            for _ in range(batch):
-                decoder.admit(rows.code_prompt(text, 5, speaker).embeddings, row)
-            while decoder.occupied:
-                decoder.step()
+            with inference():  # held across the loop as the scheduler holds it across a step (upstream: no_grad)
+                for _ in range(batch):
+                    decoder.admit(rows.code_prompt(text, 5, speaker).embeddings, row)
+                while decoder.occupied:
+                    decoder.step()
             ours.append(((time.thread_time() - cpu) / tokens * 1e3, (time.perf_counter() - wall) / tokens * 1e3))
         best_up, best_ours = min(upstream), min(ours)
         out.append(

@@ -45,6 +45,10 @@ class SilentEngine:
     def speaker_from_seed(self, seed: int) -> str:
         return f"stand-in-speaker-{seed}"
 
+    def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
+        """A stand-in prompt: there is no encoder."""
+        return f"stand-in-prompt-{samples.size}"
+
     def audio_seconds(self, req: SynthesisRequest) -> float:
         """How much silence a request gets."""
         return 0.01

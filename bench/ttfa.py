@@ -86,8 +86,8 @@ class Results:
 
 
 @contextmanager
-def service(checkpoint: Checkpoint, tmp: Path) -> Iterator[str]:
-    """Redis, one worker and the API for ``checkpoint``; yields the API's URL and stops them all."""
+def service(checkpoint: Checkpoint, tmp: Path, tokens: int = TOKENS_PER_CHUNK) -> Iterator[str]:
+    """Redis, one worker and the API for ``checkpoint`` (``tokens`` per chunk); yields the API's URL and stops them all."""
     redis = start_redis_server(tmp / "redis")
     api_port, worker_port = free_port(), free_port()
     env = dict(
@@ -96,8 +96,8 @@ def service(checkpoint: Checkpoint, tmp: Path) -> Iterator[str]:
         MODEL=checkpoint.model,
         CACHE_ENABLED="false",
         CACHE_DIR=str(tmp / "cache"),
-        MAX_NEW_TOKEN=str(TOKENS_PER_CHUNK),
-        MIN_NEW_TOKEN=str(TOKENS_PER_CHUNK),
+        MAX_NEW_TOKEN=str(tokens),
+        MIN_NEW_TOKEN=str(tokens),
         MAX_CHUNK_CHARS=str(MAX_CHUNK_CHARS),
         CPU_THREADS="1",
         JOB_TIMEOUT_S=str(int(checkpoint.timeout_s)),

@@ -65,6 +65,15 @@ function api(path, init = {}) {
   return fetch(path, { ...init, headers, credentials: "same-origin" });
 }
 
+// A JSON body POSTed through api(), answered in JSON.
+function postJson(path, payload) {
+  return api(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(payload),
+  });
+}
+
 function isAuthFailure(response) { return response.status === 401 || response.status === 403; }
 
 // 401: no key, or one the server refused; 403: a valid key without the scope the route needs.
@@ -812,11 +821,7 @@ async function drawVoices() {
   drawEls.button.disabled = true;
   drawMessage("Drawing voices…", false);
   try {
-    const started = await api("/v1/voices/draw", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json" },
-      body: JSON.stringify({ n: parseInt(drawEls.n.value, 10), language: drawEls.language.value }),
-    });
+    const started = await postJson("/v1/voices/draw", { n: parseInt(drawEls.n.value, 10), language: drawEls.language.value });
     let body = await readJson(started);
     if (started.status !== 202) { drawRefused(started, body, "No draw"); return; }
     while (body.status !== "done") {
@@ -881,11 +886,7 @@ async function saveDrawn(seed, nameInput, said, button) {
   let response;
   let body;
   try {
-    response = await api("/v1/voices", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json" },
-      body: JSON.stringify({ name, seed }),
-    });
+    response = await postJson("/v1/voices", { name, seed });
     body = await readJson(response);
   } catch (err) {
     show(`Could not reach the server (${err.message}).`, true);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import get_args
 
+import av
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -81,7 +82,7 @@ def test_encode_long_ogg_does_not_crash() -> None:
     assert abs(decoded.size - samples.size) <= 0.01 * samples.size
 
 
-@pytest.mark.parametrize("fmt", ["aac", "WAV", "", "m4a"])
+@pytest.mark.parametrize("fmt", ["alac", "WAV", "", "m4a"])
 def test_encode_unknown_format_raises(fmt: str) -> None:
     with pytest.raises(ValueError, match="unknown audio format"):
         encode_audio(tone(220.0, 100, 0.1), fmt, SR)  # type: ignore[arg-type]
@@ -105,8 +106,12 @@ CONTAINERS = {"audio/wav": ("WAV", None), "audio/mpeg": ("MP3", None), "audio/fl
 def test_each_content_type_names_what_the_bytes_really_are(fmt: AudioFormat) -> None:
     """A client trusts Content-Type to pick a decoder: the label must match the encoded container and codec."""
     encoded = encode_audio(tone(440, SR // 10, 0.3), fmt)
-    info = sf.info(io.BytesIO(encoded))
     content_type = CONTENT_TYPES[fmt]
+    if content_type == "audio/aac":  # ADTS, which libsndfile cannot read: libav says what it is
+        with av.open(io.BytesIO(encoded)) as adts:
+            assert (adts.format.name, adts.streams.audio[0].codec_context.name) == ("aac", "aac")
+        return
+    info = sf.info(io.BytesIO(encoded))
     if content_type.startswith("audio/ogg"):
         expected_codec = "OPUS" if "codecs=opus" in content_type else "VORBIS"
         assert (info.format, info.subtype) == ("OGG", expected_codec)

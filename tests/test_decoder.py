@@ -292,6 +292,39 @@ def test_batch_invariant_rows_are_bit_identical_in_float32_whatever_shares_their
     assert torch.equal(alone.hiddens, crowded.hiddens)
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static-shapes"])
+def test_the_end_token_is_barred_until_each_rows_own_min_new_token_whatever_its_batch_mates(
+    engine64: DecoderEngine, rows64: ChatTTSRows, static: bool
+) -> None:
+    """Every row's noise makes the end token win whenever it is allowed (its ``q`` is ~0), so a row ends exactly
+    at its own ``min_new_token``: rows with different minimums, joining at different steps, share the steps (the
+    eager step skips the mask only while no row of the step is still below its minimum)."""
+    dec = decoder(engine64, 4, static=static)
+    reset = dec._reset
+
+    def eos_always_wins(slot: int, params: RowParams) -> None:
+        reset(slot, params)
+        dec.noise[slot, :, dec.eos] = 1e-30
+
+    dec._reset = eos_always_wins  # type: ignore[method-assign]
+    prompt = rows64.code_prompt(TEXTS[0], 5, None).embeddings
+    ended: dict[int, int] = {}
+    minimums = iter([3, 0, 6, 1, 5, 2])
+    admitted: dict[int, int] = {}
+    for step in range(40):
+        while dec.free_slots and (minimum := next(minimums, None)) is not None:
+            params = RowParams(0.7, 1.0, 626, 1.05, minimum, MAX_NEW, step)
+            slot, done = dec.admit(prompt, params)
+            admitted[slot] = minimum
+            if done is not None:
+                ended[minimum] = int(done.tokens.shape[0])
+        for done in dec.step():
+            ended[admitted[done.slot]] = int(done.tokens.shape[0])
+        if not dec.occupied:
+            break
+    assert ended == {m: m for m in (3, 0, 6, 1, 5, 2)}
+
+
 def test_the_stream_seed_is_the_request_seed_for_the_first_chunk_and_distinct_for_the_others() -> None:
     assert stream_seed(1234, 0) == 1234
     seeds = {stream_seed(1234, chunk) for chunk in range(1, 50)}

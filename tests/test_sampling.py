@@ -55,8 +55,12 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # The fields added since load with their defaults from a record without them (issue 19's fencing token, null
     # until the job is claimed; issue 20's tenant and lane; issue 21's captions), and an older worker ignores them (pydantic ignores
     # fields it does not know).
-    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None}
-    assert json.loads(job.model_dump_json()) == {**json.loads(STORED_BEFORE), **added}
+    # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice;
+    # its voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
+    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None}
+    before = json.loads(STORED_BEFORE)
+    before["params"] = {**before["params"], "speaker_prompt": None, "prompt_text": None, "record_speaker": False}
+    assert json.loads(job.model_dump_json()) == {**before, **added}
 
 
 def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:

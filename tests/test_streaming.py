@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from typing import Any
 
 import numpy as np
-import soundfile as sf
 from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, api_client, claimed, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
-from ttsq.domain.audio import decode_to_pcm16, encode_audio
+from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, encode_audio
+from ttsq.domain.encoders import open_ended_wav_header
 from ttsq.domain.jobs import Status
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Completed
-from ttsq.store.streams import AudioStreams, StreamFailed, open_ended_wav_header, pcm_pieces
+from ttsq.store.streams import AudioStreams, StreamFailed, pcm_pieces
 
 LONG_TEXT = "First sentence here. Second one follows. Third comes next. Fourth is near the end. Fifth ends it."
 
@@ -127,13 +126,6 @@ async def test_a_stale_owner_cannot_write_into_the_new_owners_stream(make_queue:
     assert [fields[b"pcm"] for _, fields in entries] == [b"\1\1"]
 
 
-def test_open_ended_wav_header_is_read_as_a_stream() -> None:
-    header = open_ended_wav_header()
-    pcm = b"\x00\x10" * 2400
-    with sf.SoundFile(io.BytesIO(header + pcm)) as wav:
-        assert wav.samplerate == 24000 and wav.channels == 1 and wav.subtype == "PCM_16"
-
-
 async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEngine, make_settings: Any) -> None:
     async with api_client(make_settings()) as (client, _):
         async with running_worker(redis, tiny_engine):
@@ -149,7 +141,7 @@ async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEng
         assert streamed.status_code == 200 and streamed.headers["content-type"] == "audio/pcm"
         assert streamed.content == decode_to_pcm16(stored.content)
         wav = await client.get(f"/v1/tts/stream/{job_id}")
-        assert wav.content[:44] == open_ended_wav_header() and wav.content[44:] == streamed.content
+        assert wav.content[:44] == open_ended_wav_header(SAMPLE_RATE) and wav.content[44:] == streamed.content
         status = (await client.get(f"/v1/tts/tasks/{job_id}")).json()
         assert status["chunks_done"] == status["chunks_total"] >= 3
         unknown = f"{task_id()}.AAAAAAAAAAAAAAAA"

@@ -115,7 +115,7 @@ async def test_same_deterministic_request_gives_identical_audio(redis: Redis, ti
 async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: ChatTTSEngine, redis: Redis) -> None:
     worker = Worker(JobQueue(redis, queue_config()), tiny_engine, worker_config())
 
-    def speaker(**body: Any) -> str:
+    def speaker(**body: Any) -> str | None:
         return worker._speaker(params_for(SubmitRequest(text="hi", **body), 500, "tiny"))
 
     assert speaker(voice="zh_female", seed=1) == speaker(voice="zh_female", seed=2) == speaker(voice="zh_female")

@@ -97,7 +97,7 @@ async def test_the_openai_route_applies_the_dictionary(client: httpx.AsyncClient
         "/v1/audio/speech", json={"model": "tts-1", "input": "SQL rocks.", "voice": "alloy", "response_format": "flac"}
     )
     answer, job = await asyncio.gather(speech, run_the_job())
-    assert answer.status_code == 200 and answer.content == flac.getvalue()
+    assert answer.status_code == 200 and answer.content.startswith(b"fLaC")
     assert job.params.text == "sequel rocks."
 
 

@@ -75,7 +75,7 @@ async def test_text_is_cleaned_of_invisible_characters(client: httpx.AsyncClient
         ({"text": "hi", "top_k": 0}, "top_k", ""),
         ({"text": "hi", "top_k": 101}, "top_k", ""),
         ({"text": "hi", "seed": -1}, "seed", ""),
-        ({"text": "hi", "format": "aac"}, "format", ""),
+        ({"text": "hi", "format": "m4a"}, "format", ""),
         ({"text": "hi", "voice": "nobody"}, "voice", "zh_female"),
         ({"text": "hi", "colour": "blue"}, "colour", ""),
         ({}, "text", ""),

@@ -8,6 +8,8 @@ their script from a CDN and are left without it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -75,27 +77,30 @@ class BodyLimitMiddleware:
     and replaces the app's answer, so it is not used.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = dict(larger or {})
+        """Paths whose bodies may be larger (a reference recording on ``POST /v1/voices``), path → limit."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope["path"], self.max_bytes)
         declared = declared_length([value for name, value in scope["headers"] if name == b"content-length"])
-        too_large = declared is not None and declared > self.max_bytes
+        too_large = declared is not None and declared > limit
         received = 0
 
         async def counting() -> Message:
             nonlocal received
             if too_large:  # refused before a byte of the body is read
-                raise BodyTooLarge(self.max_bytes)
+                raise BodyTooLarge(limit)
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
+                if received > limit:
+                    raise BodyTooLarge(limit)
             return message
 
         await self.app(scope, counting, send)

@@ -247,8 +247,9 @@ def task_links(task_id: str) -> dict[str, Any]:
     }
 
 
-LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD), ("SpeechRequest", "input"))
-"""The request fields whose ``maxLength`` is ``MAX_TEXT_CHARS`` (native submit, OpenAI speech)."""
+LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD, "max_text_chars"), ("SpeechRequest", "input", "openai_max_input_chars"))
+"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``OPENAI_MAX_INPUT_CHARS``
+(OpenAI speech)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)
@@ -304,10 +305,12 @@ def _refuse_nul(node: Any) -> None:
         _refuse_nul(list(child.values()) if key == "properties" and isinstance(child, dict) else child)
 
 
-def deployment_openapi(base: dict[str, Any], *, max_text_chars: int, anonymous_allowed: bool, webhooks: bool) -> dict[str, Any]:
+def deployment_openapi(
+    base: dict[str, Any], *, max_text_chars: int, openai_max_input_chars: int, anonymous_allowed: bool, webhooks: bool
+) -> dict[str, Any]:
     """The OpenAPI document of this deployment: ``base`` (generated from the routes) with what settings decide.
 
-    * ``maxLength`` of the texts is ``MAX_TEXT_CHARS``;
+    * ``maxLength`` of the texts is ``MAX_TEXT_CHARS`` (``OPENAI_MAX_INPUT_CHARS`` on OpenAI's speech);
     * where callers may come without a key (``AUTH=off``, or ``auto`` on loopback), every operation's
       security lists the empty requirement ``{}`` as well: the key is optional, as OpenAPI says it;
     * without webhooks (no ``WEBHOOK_SECRET`` or ``PUBLIC_URL``) there is no ``callback_url``: it is refused,
@@ -320,10 +323,11 @@ def deployment_openapi(base: dict[str, Any], *, max_text_chars: int, anonymous_a
         _refuse_nul(components.get(name, {}))
     if any(node.get("additionalProperties") == JSON_WITHOUT_NUL_REF for node in components.values()):
         components[JSON_WITHOUT_NUL] = copy.deepcopy(JSON_WITHOUT_NUL_SCHEMA)
-    for model, field in LIMITED_TEXT_FIELDS:
+    limits = {"max_text_chars": max_text_chars, "openai_max_input_chars": openai_max_input_chars}
+    for model, field, setting in LIMITED_TEXT_FIELDS:
         prop = components.get(model, {}).get("properties", {}).get(field)
         if prop is not None:
-            prop["maxLength"] = max_text_chars
+            prop["maxLength"] = limits[setting]
     if not webhooks:
         for model, field in WEBHOOK_FIELDS:
             components.get(model, {}).get("properties", {}).pop(field, None)

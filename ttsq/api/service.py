@@ -31,6 +31,7 @@ from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.draw import rank
+from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat, encoded
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
 from ttsq.domain.pronunciation import (
     SCOPE_PATTERN,
@@ -42,10 +43,11 @@ from ttsq.domain.pronunciation import (
     caller_scopes,
     check_scope,
 )
+from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
-from ttsq.domain.text import TextError, canonical_text, validate_text
-from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
+from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS, TextError, canonical_text, validate_text
+from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, VoiceError, validate_voice_name
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
@@ -55,16 +57,9 @@ from ttsq.store.pronunciation import EntryConflict, PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
-from ttsq.store.streams import (
-    STREAM_CONTENT_TYPES,
-    AudioStreams,
-    StreamFailed,
-    StreamFormat,
-    audio_stream,
-    open_ended_wav_header,
-    pcm_pieces,
-)
+from ttsq.store.streams import AudioStreams, StreamFailed, pcm_pieces
 from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
+from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
 
 __all__ = [
@@ -91,6 +86,7 @@ __all__ += [
     "MAX_SEED",
     "MAX_SPEED",
     "MIN_SPEED",
+    "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
     "SCOPE_PATTERN",
     "STREAM_CONTENT_TYPES",
@@ -109,7 +105,6 @@ __all__ += [
     "StreamFailed",
     "StreamFormat",
     "Voice",
-    "open_ended_wav_header",
     "validate_voice_name",
 ]
 
@@ -135,6 +130,8 @@ class ServiceConfig:
     """What the use cases need from settings. Built by ``app.py``."""
 
     max_text_chars: int
+    openai_max_input_chars: int
+    """The longest ``input`` on ``/v1/audio/speech`` (``OPENAI_MAX_INPUT_CHARS``), in place of ``max_text_chars``."""
     model_identity: str
     """What cache keys say about the model (weights plus the settings that shape its audio)."""
     single_flight: bool
@@ -152,6 +149,10 @@ class ServiceConfig:
     """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
     block_s: float
     """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
+    max_reference_s: float
+    """The longest reference recording a voice is made from (``MAX_REFERENCE_S``)."""
+    voice_encode_timeout_s: float
+    """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
 
 
 DrawLanguage = Literal["zh", "en"]
@@ -250,6 +251,8 @@ def build_params(
         voice=voice.name if voice is not None else None,
         speaker_seed=speaker_seed,
         speaker_embedding=speaker_embedding,
+        speaker_prompt=voice.prompt if voice is not None else None,
+        prompt_text=voice.transcript if voice is not None else None,
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -338,6 +341,8 @@ class TTSService:
         self.stream_slots = StreamSlots(config.max_streams, config.max_streams_per_key)
         self.monotonic = monotonic
         """The clock a long-poll's deadline is kept on (a test sets its own)."""
+        self.encodings = VoiceEncodings(queue.redis, queue.keys, config.block_s)
+        """Reference recordings → speaker prompts, by a worker (:meth:`create_reference_voice`)."""
         self.pronunciation = pronunciation
         """The pronunciation dictionary (docs/dictionary.md); None: texts go to the model as sent."""
         self.draws = draws
@@ -351,10 +356,13 @@ class TTSService:
 
     # ---- submit ----------------------------------------------------------------------------
 
-    async def submit(self, body: SubmitRequest, caller: Principal, voice: Voice | None = None) -> Submitted:
+    async def submit(
+        self, body: SubmitRequest, caller: Principal, voice: Voice | None = None, *, max_text_chars: int | None = None
+    ) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
-        ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first).
+        ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first); ``max_text_chars``
+        replaces ``MAX_TEXT_CHARS`` (the OpenAI route's own limit).
         The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
@@ -364,8 +372,8 @@ class TTSService:
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
-        body = await self.pronounced(body, caller)
-        params = self.build_params(body, voice, self.sharing_scope(caller))
+        body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
+        params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
@@ -469,14 +477,15 @@ class TTSService:
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
 
-    async def pronounced(self, body: SubmitRequest, caller: Principal) -> SubmitRequest:
+    async def pronounced(self, body: SubmitRequest, caller: Principal, max_text_chars: int) -> SubmitRequest:
         """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
         normalised and split (so the job's text and its cache key are the rewritten text's).
 
         A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
-        is refused here, saying so. A regex entry past its time limit refuses the submit naming the entry.
+        is refused here, saying so (``max_text_chars``: the route's limit). A regex entry past its time limit refuses
+        the submit naming the entry.
         """
-        if self.pronunciation is None or len(body.text) > self.config.max_text_chars:
+        if self.pronunciation is None or len(body.text) > max_text_chars:
             return body
         dictionary = await self.pronunciation.dictionary()
         key = caller.key
@@ -486,11 +495,11 @@ class TTSService:
             raise InvalidInput("text", str(exc), body.text[:200]) from exc
         if text == body.text:
             return body
-        if len(text) > self.config.max_text_chars:
+        if len(text) > max_text_chars:
             raise InvalidInput(
                 "text",
                 f"text is {len(text)} characters long once the pronunciation dictionary is applied; "
-                f"the limit is {self.config.max_text_chars}",
+                f"the limit is {max_text_chars}",
                 body.text[:200],
             )
         return body.model_copy(update={"text": text})
@@ -505,10 +514,11 @@ class TTSService:
             return None
         return caller.key.sharing_scope
 
-    def build_params(self, body: SubmitRequest, voice: Voice | None, scope: str | None = None) -> TTSParams:
-        return build_params(
-            body, voice, max_text_chars=self.config.max_text_chars, model_identity=self.config.model_identity, scope=scope
-        )
+    def build_params(
+        self, body: SubmitRequest, voice: Voice | None, scope: str | None = None, max_text_chars: int | None = None
+    ) -> TTSParams:
+        limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
+        return build_params(body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope)
 
     # ---- look up ---------------------------------------------------------------------------
 
@@ -647,23 +657,31 @@ class TTSService:
         lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one caller."""
         hold(self.stream_slots, caller.subject, request_state)
 
-    def audio(self, task_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
-        """The task's audio as it is produced (WAV with an open-ended header, or raw PCM16)."""
-        return audio_stream(self.streams, self.queue, task_id, fmt)
+    async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: a failure ends it
+        quietly (the status code is sent already; the task's status says why)."""
+        try:
+            async for piece in self.encoded(task_id, fmt, pcm):
+                yield piece
+        except StreamFailed:
+            return
+
+    def encoded(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The task's audio in ``fmt`` as it is produced: its PCM16 pieces (``pcm``, else :meth:`pcm`) through an
+        incremental encoder (:mod:`ttsq.domain.encoders`), so that everything yielded, joined, is one file;
+        :class:`StreamFailed` if the task fails."""
+        return encoded(self.pcm(task_id) if pcm is None else pcm, fmt, SAMPLE_RATE)
+
+    async def started(self, task_id: str) -> AsyncIterator[bytes]:
+        """The task's PCM16 pieces (:meth:`pcm`) once the first one is there: a task that fails before any audio
+        raises :class:`StreamFailed` here, while an answer can still say so in its status code."""
+        pieces = self.pcm(task_id)
+        first = await anext(pieces, None)
+        return _after(first, pieces)
 
     def pcm(self, task_id: str) -> AsyncIterator[bytes]:
         """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
         return pcm_pieces(self.streams, self.queue, task_id)
-
-    async def wait_done(self, task_id: str) -> bytes:
-        """Follow the task's audio stream to its end (no polling), then fetch the stored result."""
-        async for _ in pcm_pieces(self.streams, self.queue, task_id):
-            pass
-        job = await self.queue.get(task_id)
-        audio = await self.queue.result(task_id)
-        if job is None or job.status is not Status.DONE or audio is None:
-            raise StreamFailed(job.error if job is not None and job.error else "the result is gone")
-        return audio
 
     # ---- voices ----------------------------------------------------------------------------
 
@@ -678,6 +696,33 @@ class TTSService:
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)
+
+    async def create_reference_voice(self, name: str, audio: bytes, transcript: str) -> Voice:
+        """A voice from a recording and its transcript: checked here, encoded by a worker, stored only once encoded.
+
+        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), refused with a 422
+        naming ``audio`` or ``transcript`` (:mod:`ttsq.domain.reference_audio`), then handed to a worker's DVAE encoder
+        (:mod:`ttsq.store.voice_encodings`). What is stored is ChatTTS's speaker prompt and the transcript; the
+        recording is not kept anywhere (its samples expire from Redis once encoded or given up on).
+        """
+        await self.voices.check_free(name)
+        try:
+            samples = await asyncio.to_thread(decode_reference, audio)
+            duration = check_reference(samples, self.config.max_reference_s)
+        except ReferenceAudioError as exc:
+            raise InvalidInput("audio", str(exc)) from exc
+        try:
+            text = check_transcript(transcript, duration)
+        except ReferenceAudioError as exc:
+            raise InvalidInput("transcript", str(exc), transcript[:200]) from exc
+        try:
+            prompt = await self.encodings.encode(samples, self.config.voice_encode_timeout_s)
+        except EncodeTimedOut as exc:
+            raise VoiceError(f"{exc}; nothing was stored (are workers running?)", 503) from exc
+        except EncodeFailed as exc:
+            raise VoiceError(f"the recording could not be encoded: {exc}; nothing was stored", 422) from exc
+        log.info("voice %s made from %.1f s of recording", name, duration)
+        return await self.voices.create_reference(name, prompt=prompt, transcript=text)
 
     # ---- pronunciation dictionary ---------------------------------------------------------------
 
@@ -813,3 +858,11 @@ class TTSService:
             "model": self.config.model,
             "notice": self.config.notice,
         }
+
+
+async def _after(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``first`` (when there is one), then ``rest``: a stream whose first piece was taken to look at it."""
+    if first is not None:
+        yield first
+    async for piece in rest:
+        yield piece

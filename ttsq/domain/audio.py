@@ -5,7 +5,8 @@ have to be stitched back together. Chunks start and end at arbitrary waveform ph
 butting them together produces audible clicks; a short fade to silence at every seam plus
 a sentence-length pause removes them and sounds like natural speech.
 
-Only numpy and soundfile are used, so the API process can encode without torch.
+Only numpy, soundfile (libsndfile) and PyAV (libav, for AAC, which libsndfile has no encoder for) are used, so
+the API process can encode without torch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
+from ttsq.domain.encoders import decode_pcm16, encode_whole
 from ttsq.domain.jobs import AudioFormat
 
 __all__ = [
@@ -41,6 +43,7 @@ CONTENT_TYPES: dict[str, str] = {
     "ogg": "audio/ogg",
     "flac": "audio/flac",
     "opus": "audio/ogg; codecs=opus",
+    "aac": "audio/aac",
     "pcm": "audio/pcm",
 }
 """HTTP ``Content-Type`` for each output format."""
@@ -54,6 +57,10 @@ _SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
     "pcm": ("RAW", "PCM_16"),
 }
 """``pcm`` is headerless 16-bit little-endian mono at 24 kHz (what OpenAI's ``pcm`` format is)."""
+_LIBAV_FORMATS = ("aac",)
+"""Formats libsndfile cannot write: stored as the stream encoder writes them (:mod:`ttsq.domain.encoders`), from
+the same PCM16 the stream is fed, so a streamed ``aac`` and the stored file are one encoding of the same samples.
+``aac`` is ADTS, what OpenAI's ``aac`` is."""
 
 _WRITE_BLOCK_FRAMES = 8192
 """libvorbis allocates its analysis buffer on the stack in proportion to one write call,
@@ -81,6 +88,8 @@ def encode_audio(samples: npt.NDArray[np.floating], fmt: AudioFormat, sample_rat
     Samples are clipped to [-1, 1] (and NaN/inf replaced) first: the model occasionally
     overshoots, and the encoders wrap or reject out-of-range values instead of saturating.
     """
+    if fmt in _LIBAV_FORMATS:
+        return encode_whole(encode_audio(samples, "pcm", sample_rate), "aac", sample_rate)
     if fmt not in _SOUNDFILE_FORMATS:
         allowed = ", ".join(get_args(AudioFormat))
         raise ValueError(f"unknown audio format {fmt!r}; expected one of {allowed}")
@@ -176,8 +185,13 @@ def join_chunks(
 
 
 def decode_to_pcm16(audio: bytes) -> bytes:
-    """Decode an encoded result (any format ttsq writes but raw pcm) back to PCM16 LE mono samples."""
-    samples, _ = sf.read(io.BytesIO(audio), dtype="int16", always_2d=False)
+    """Decode an encoded result (any format ttsq writes but raw pcm) back to PCM16 LE mono samples.
+
+    libsndfile reads what it wrote; what it cannot open (ADTS AAC) is decoded by libav."""
+    try:
+        samples, _ = sf.read(io.BytesIO(audio), dtype="int16", always_2d=False)
+    except sf.LibsndfileError:
+        return decode_pcm16(audio, SAMPLE_RATE)
     return np.asarray(samples, dtype="<i2").reshape(-1).tobytes()
 
 

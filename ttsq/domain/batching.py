@@ -30,11 +30,12 @@ class Batchable(Protocol):
     def sampling(self) -> Sampling: ...
 
 
-def batch_key(item: Batchable, speaker: str) -> tuple[object, ...]:
+def batch_key(item: Batchable, speaker: object) -> tuple[object, ...]:
     """What requests must share to run in one ChatTTS call: everything but the text and the seed.
 
     ``speaker`` is whatever identifies the voice on the caller's side: a job's speaker identity
-    (seed or embedding hash) when grouping claimed jobs, the embedding itself in the engine. Every
+    (seed, embedding or prompt hash) when grouping claimed jobs, the request's whole voice in the engine
+    (embedding, speaker prompt and its text). Every
     sampling parameter is in the key (the whole record), and the language, which ChatTTS takes per call.
     """
     return (speaker, item.sampling, detect_language(item.text))

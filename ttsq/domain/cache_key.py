@@ -25,7 +25,11 @@ KEY_VERSION = 1
 
 
 def speaker_identity(params: TTSParams) -> str:
-    """What produces the speaker embedding: the embedding's own hash, or the seed that draws it."""
+    """What produces the speaker embedding: the embedding's own hash, or the seed that draws it; for a reference
+    voice, the hash of its prompt and transcript (ChatTTS reads both)."""
+    if params.speaker_prompt is not None:
+        material = json.dumps([params.speaker_prompt, params.prompt_text or ""], ensure_ascii=False)
+        return "ref:" + hashlib.sha256(material.encode()).hexdigest()
     if params.speaker_embedding is not None:
         return "emb:" + hashlib.sha256(params.speaker_embedding.encode()).hexdigest()
     if params.speaker_seed is None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 
-AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
+AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "aac", "pcm"]
 Priority = Literal["interactive", "batch"]
 """A job's lane in its shard's queue: ``interactive`` is served first, ``batch`` gets a bounded share
 (``INTERACTIVE_BURST``; docs/fairness.md). Older job records have none and count as interactive."""
@@ -55,6 +55,10 @@ class TTSParams(SamplingFields):
     voice: str | None = None
     speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
     speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
+    speaker_prompt: str | None = Field(
+        default=None, description="ChatTTS speaker prompt, ``spk_smp`` (reference voices: a recording's DVAE codes)."
+    )
+    prompt_text: str | None = Field(default=None, description="What the speaker prompt says, ``txt_smp`` (reference voices).")
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
     format: AudioFormat = "wav"
     deterministic: bool = True

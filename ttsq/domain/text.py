@@ -46,6 +46,11 @@ class TextError(ValueError):
     """
 
 
+OPENAI_MAX_INPUT_CHARS = 4096
+"""OpenAI's own limit on ``input`` of ``/v1/audio/speech``: the default of ``OPENAI_MAX_INPUT_CHARS``, so a client
+written against OpenAI is not refused a text OpenAI would take. A long text is split into sentence chunks like any
+other (:func:`split_sentences`), so its length costs synthesis time, not a bigger model call."""
+
 ALLOWED_TOKEN_DESCRIPTION = "[uv_break], [laugh], [lbreak], [break_0..7], [laugh_0..2], [oral_0..9]"
 """The prosody-token allow list, worded for error messages and API documentation."""
 

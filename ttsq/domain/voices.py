@@ -17,7 +17,7 @@ import numpy as np
 import pybase16384 as b14
 from pydantic import BaseModel, Field
 
-VoiceKind = Literal["builtin", "seed", "embedding"]
+VoiceKind = Literal["builtin", "seed", "embedding", "reference"]
 VOICE_NAME = re.compile(r"^(?!draw$)[A-Za-z0-9_-]{1,64}$")
 """A voice's name; not ``draw``, which ``/v1/voices/draw`` (voice draws) names."""
 
@@ -53,6 +53,10 @@ class Voice(BaseModel):
     builtin: bool = False
     seed: int | None = Field(None, description="Speaker seed (built-in and seed voices).")
     embedding: str | None = Field(None, description="ChatTTS speaker-embedding string (embedding voices).")
+    prompt: str | None = Field(
+        None, description="ChatTTS speaker prompt (`sample_audio_speaker`: a recording's DVAE codes; reference voices)."
+    )
+    transcript: str | None = Field(None, description="What the reference recording says (reference voices).")
     created_at: float | None = None
 
 

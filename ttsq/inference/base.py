@@ -63,12 +63,22 @@ class ModelInfo:
 @dataclass(frozen=True)
 class SynthesisRequest:
     text: str
-    speaker: str
-    """A ChatTTS speaker-embedding string (:meth:`Engine.speaker_from_seed` or a stored voice)."""
+    speaker: str | None
+    """A ChatTTS speaker-embedding string (:meth:`Engine.speaker_from_seed` or a stored voice); None for a voice
+    that is a speaker prompt alone (a reference voice: ChatTTS then writes ``[empty_spk]``, as upstream does)."""
     seed: int
     """Sampling seed: the same request and seed give bit-identical audio on the same device."""
     sampling: Sampling = DEFAULT_SAMPLING
     """Speed, temperature, top-p, top-k, refinement: what requests in one batch share."""
+    speaker_prompt: str | None = None
+    """ChatTTS's ``spk_smp``: a recording's DVAE codes (:meth:`Engine.speaker_from_audio`), appended to the prompt."""
+    prompt_text: str | None = None
+    """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
+
+    @property
+    def voice(self) -> tuple[str | None, str | None, str | None]:
+        """Everything that makes the voice (what a grouped call must share)."""
+        return (self.speaker, self.speaker_prompt, self.prompt_text)
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,10 @@ class Engine(Protocol):
         """A reproducible speaker embedding for ``seed``."""
         ...
 
+    def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
+        """ChatTTS's speaker prompt (``spk_smp``) for a mono 24 kHz recording: its DVAE codes, compressed."""
+        ...
+
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak requests that share a speaker and parameters; yield ``(request index, chunk)`` as chunks finish."""
         ...
@@ -275,6 +289,9 @@ class EngineWrapper:
 
     def speaker_from_seed(self, seed: int) -> str:
         return self.inner.speaker_from_seed(seed)
+
+    def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
+        return self.inner.speaker_from_audio(samples)
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         return self.inner.synthesize_batch(reqs)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe, batch_key, bucket_for
@@ -86,6 +87,8 @@ class EngineConfig:
     normalize_text: bool
     gpt_dtype: Dtype
     decoder_dtype: Dtype
+    max_reference_s: float
+    """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
     warmup_text: str = "warm up."
 
 
@@ -313,6 +316,19 @@ class ChatTTSEngine:
             encoded: str = speaker._encode(sample)
             return encoded
 
+    def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
+        """``Chat.sample_audio_speaker``: the recording's DVAE codes (its encoder, on the model's device), compressed.
+
+        Runs under the engine's lock, like every other use of the model here; the inference thread calls it between
+        two steps (:class:`ttsq.runtime.worker.Worker` serves voice encodings that way)."""
+        import torch
+
+        chat = self._loaded_chat()
+        with self._lock, torch.inference_mode():
+            wav = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32)).to(chat.dvae.coef.device)
+            encoded: str = chat.sample_audio_speaker(wav)
+        return encoded
+
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak several requests in shared ChatTTS calls; yield ``(request index, chunk)`` as chunks finish.
 
@@ -325,7 +341,7 @@ class ChatTTSEngine:
         """
         if not reqs:
             return
-        if len({batch_key(req, req.speaker) for req in reqs}) != 1:
+        if len({batch_key(req, req.voice) for req in reqs}) != 1:
             raise PermanentError("a batch must share speaker, speed, sampling parameters and language")
         first = reqs[0]
         if not 0 <= first.sampling.speed <= 9:  # the tokens ChatTTS has; the API offers 1-9 of them (ttsq.domain.sampling)
@@ -397,6 +413,8 @@ class ChatTTSEngine:
                 params_infer_code=chat.InferCodeParams(
                     prompt=f"[speed_{sampling.speed}]",
                     spk_emb=req.speaker,
+                    spk_smp=req.speaker_prompt,
+                    txt_smp=req.prompt_text,
                     temperature=sampling.temperature,
                     top_P=sampling.top_p,
                     top_K=sampling.top_k,

@@ -32,6 +32,7 @@ batches above 156 and would make a row's audio depend on its slot.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -297,6 +298,10 @@ class SlotDecoder:
         """By rank: whether the row's top-p decision there can change the result (3 <= rank < top-k)."""
         self._top_k = [MIN_TOKENS_TO_KEEP] * s
         """Host copy of each slot's effective top-k (sizes the CPU's top-k selection)."""
+        self._below_min = [0] * s
+        """Host count of the samples each slot still takes with its end token barred (``min_new_token``
+        minus tokens sampled): while every row of an eager step is past it, the step skips the mask."""
+        """Host copy of each slot's effective top-k (sizes the CPU's top-k selection)."""
         self._free = list(range(s))
         self._lengths = [0] * s
         """Host copy of ``positions`` (no device read is needed to size the attention window)."""
@@ -349,7 +354,6 @@ class SlotDecoder:
     def place(self, prefilled: Prefilled, params: RowParams) -> tuple[int, Finished | None]:
         """Put a prefilled row into the lowest free slot and sample its first token. Returns the slot,
         and the row itself if it already ended."""
-        import torch
 
         if not self._free:
             raise RuntimeError("no free slot")
@@ -357,7 +361,7 @@ class SlotDecoder:
             raise ValueError(f"max_new_token {params.max_new_token} exceeds this decoder's {self.shape.max_new}")
         length = prefilled.length
         slot = self._free.pop(0)
-        with torch.inference_mode():
+        with inference():
             self._reset(slot, params)
             for cache, kv in zip(self.kv_cache, prefilled.kv, strict=True):
                 cache[slot, :, :length] = kv
@@ -385,6 +389,7 @@ class SlotDecoder:
         self.decided[slot] = self._ranks_host_mask(MIN_TOKENS_TO_KEEP, top_k)
         self.penalty[slot] = params.repetition_penalty
         self.min_new[slot] = params.min_new_token
+        self._below_min[slot] = params.min_new_token
         self.max_new[slot] = params.max_new_token
         self.last_index[slot] = params.max_new_token - 1
         self.recent[slot] = 0
@@ -435,13 +440,12 @@ class SlotDecoder:
 
     def step(self) -> list[Finished]:
         """Advance every occupied slot by one token; the rows that ended (their slots are free now)."""
-        import torch
 
         span = self.span()
         self.computed = 0
         if span == 0:
             return []
-        with torch.inference_mode():
+        with inference():
             if self.cuda_graphs:
                 self.computed = self._replay(span)
             elif self.static_shapes:
@@ -518,7 +522,10 @@ class SlotDecoder:
         removed = self._filtered_by_sort(logits, rows) if by_sort else self._filtered_by_selection(logits, rows)
         logits = logits.masked_fill(removed, -math.inf)
         generated = self.generated[rows]
-        logits[..., self.eos].masked_fill_(generated.unsqueeze(1) < self.min_new[rows], -math.inf)
+        barring = self._below_min[rows]
+        if self.static_shapes or any(barring):
+            logits[..., self.eos].masked_fill_(generated.unsqueeze(1) < self.min_new[rows], -math.inf)
+        self._below_min[rows] = [max(0, left - 1) for left in barring]
         token = (logits.softmax(dim=-1) / self.noise[rows]).argmax(dim=-1)
         keep = (token != self.eos).all(dim=-1) & ~self.finished[rows]
         # A free slot inside the step's span computes garbage; clamping keeps its writes in bounds.
@@ -575,8 +582,9 @@ class SlotDecoder:
         kept &= self.within_top_k[rows, :, :keep_most]
         removed = torch.ones_like(logits, dtype=torch.bool).scatter_(-1, where, ~kept)
         close = ((remainder - floor).abs() < _CUMULATIVE_ERROR_BOUND) & self.decided[rows, :, :keep_most]
-        if bool(close.any()) or bool((best[..., 1:] == best[..., :-1]).any()):
-            unsure = close.any(dim=-1).any(dim=-1) | (best[..., 1:] == best[..., :-1]).any(dim=-1).any(dim=-1)
+        tied = best[..., 1:] == best[..., :-1]
+        if bool(close.any() | tied.any()):  # one host read for both
+            unsure = close.any(dim=-1).any(dim=-1) | tied.any(dim=-1).any(dim=-1)
             for row in unsure.nonzero().view(-1).tolist():
                 one = slice(rows.start + row, rows.start + row + 1)
                 removed[row : row + 1] = self._filtered_by_sort(logits[row : row + 1], one)
@@ -669,6 +677,14 @@ class SlotDecoder:
     def _state(self) -> list[torch.Tensor]:
         state = [self.positions, self.generated, self.last, self.finished, self.window, self.recent, self.tokens]
         return state + ([self.hiddens] if self.hiddens is not None else [])
+
+
+def inference() -> contextlib.AbstractContextManager[Any]:
+    """``torch.inference_mode()``, or nothing when the thread is in it already: entering it costs about
+    as much as one of a tiny model's kernels, so the scheduler holds it across a whole step."""
+    import torch
+
+    return contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
 
 
 def _fuse(layer: Any, dtype: torch.dtype) -> _Layer:

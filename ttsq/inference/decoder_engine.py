@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
+from ttsq.domain.reference_audio import reference_positions
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
@@ -39,13 +40,16 @@ _PROMPT_MARGIN = 16
 _WARMUP_TOKENS = 16
 
 
-def prompt_budget(max_chunk_chars: int, refine_max_new_token: int) -> tuple[int, int]:
+def prompt_budget(max_chunk_chars: int, refine_max_new_token: int, max_reference_s: float = 0.0) -> tuple[int, int]:
     """The longest prompts (code rows, text rows) a row may bring: a chunk is at most
     ``max_chunk_chars`` characters (BERT's tokenizer makes at most one token of each), and a
     refined chunk at most ``refine_max_new_token`` tokens, re-tokenised after decoding (a quarter
-    more allowed for word pieces split differently)."""
+    more allowed for word pieces split differently). A code row may also carry a reference voice's
+    speaker prompt: the codes and transcript of up to ``max_reference_s`` seconds of recording."""
     text = max_chunk_chars + _PROMPT_MARGIN
     code = max(max_chunk_chars, refine_max_new_token + refine_max_new_token // 4) + _PROMPT_MARGIN
+    if max_reference_s > 0:
+        code += reference_positions(max_reference_s)
     return code, text
 
 
@@ -117,7 +121,9 @@ class DecoderEngine(ChatTTSEngine):
     ) -> Scheduler:
         rows = self._loaded_rows()
         chat = self._loaded_chat()
-        code_prompt, text_prompt = prompt_budget(self.config.max_chunk_chars, limits.refine_max_new_token)
+        code_prompt, text_prompt = prompt_budget(
+            self.config.max_chunk_chars, limits.refine_max_new_token, self.config.max_reference_s
+        )
         graphs = self.cuda_graphs and capture
 
         def decoder(mode: str, max_prompt: int, max_new: int, eos: int) -> SlotDecoder:

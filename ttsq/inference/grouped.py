@@ -107,12 +107,12 @@ class GroupedBatcher:
         group = [first]
         if first.alone:
             return group
-        key = batch_key(first.request, first.request.speaker)
+        key = batch_key(first.request, first.request.voice)
         limit = self.slot_limit
         rest: deque[_Queued] = deque()
         while self._queue:
             item = self._queue.popleft()
-            if len(group) < limit and not item.alone and batch_key(item.request, item.request.speaker) == key:
+            if len(group) < limit and not item.alone and batch_key(item.request, item.request.voice) == key:
                 group.append(item)
             else:
                 rest.append(item)

@@ -49,15 +49,22 @@ class ChatTTSRows:
         normalized: str = self.chat.normalizer(text, True, True, lang)
         return normalized
 
-    def code_prompt(self, text: str, speed: int, speaker: str | None) -> Prompt:
+    def code_prompt(
+        self, text: str, speed: int, speaker: str | None, speaker_prompt: str | None = None, prompt_text: str | None = None
+    ) -> Prompt:
         """The prompt of ``infer_code`` for one text: ``[Stts][spk_emb][speed_N]text[Ptts]`` embedded,
-        with the speaker embedding written over the ``[spk_emb]`` position."""
+        with the speaker embedding written over the ``[spk_emb]`` position.
+
+        With a speaker prompt (ChatTTS's ``spk_smp``: a recording's DVAE codes) and its text (``txt_smp``), exactly
+        as ``Chat._infer_code`` builds it: ``[Stts][spk_emb or empty_spk]{txt_smp}[speed_N]text[Ptts]`` followed by
+        the prompt's codes, whose positions take the code embeddings (the text mask is off there)."""
         import torch
 
         chat = self.chat
         with torch.inference_mode():
-            decorated = chat.speaker.decorate_code_prompts([text], f"[speed_{speed}]", None, speaker)
-            input_ids, _mask, text_mask = chat.tokenizer.encode(decorated, self.num_vq, device=self.device)
+            decorated = chat.speaker.decorate_code_prompts([text], f"[speed_{speed}]", prompt_text, speaker)
+            codes = chat.speaker.decode_prompt(speaker_prompt) if speaker_prompt is not None else None
+            input_ids, _mask, text_mask = chat.tokenizer.encode(decorated, self.num_vq, prompt=codes, device=self.device)
             embeddings = chat.embed(input_ids, text_mask)
             if speaker is not None:
                 chat.speaker.apply(embeddings, speaker, input_ids, chat.tokenizer.spk_emb_ids, self.device)

@@ -51,7 +51,7 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, inference, stream_seed
 from ttsq.inference.rows import ChatTTSRows
 
 __all__ = ["DecodeLimits", "Scheduler"]
@@ -226,15 +226,16 @@ class Scheduler:
         With ``overlap``, also start prefilling the next rows and collect audio decoded meanwhile; a
         step with nothing to decode waits (briefly) for that background work instead of spinning."""
         events: list[BatchEvent] = []
-        self._collect_audio(events)
-        self._admit(events)
-        self._prefill_ahead()
-        stepped = False
-        for decoder in (self.code, self.text):
-            if decoder is not None and decoder.occupied:
-                self._advance(decoder, events)
-                stepped = True
-        self._collect_audio(events)
+        with inference():
+            self._collect_audio(events)
+            self._admit(events)
+            self._prefill_ahead()
+            stepped = False
+            for decoder in (self.code, self.text):
+                if decoder is not None and decoder.occupied:
+                    self._advance(decoder, events)
+                    stepped = True
+            self._collect_audio(events)
         if not stepped and not events:
             self._wait_for_background()
         return events
@@ -327,7 +328,9 @@ class Scheduler:
         """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
         request = row.request.request
         if row.phase == "code":
-            prompt = self.rows.code_prompt(row.text, request.sampling.speed, request.speaker)
+            prompt = self.rows.code_prompt(
+                row.text, request.sampling.speed, request.speaker, request.speaker_prompt, request.prompt_text
+            )
         else:
             prompt = self.rows.text_prompt(row.text)
         return decoder.prefill(prompt.embeddings)

@@ -52,11 +52,13 @@ from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
+from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import Claim, JobQueue
 from ttsq.store.replies import Completed, Failed
 from ttsq.store.streams import AudioStreams
+from ttsq.store.voice_encodings import VoiceEncodings
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +202,10 @@ class Worker:
         in hand (every third of a lease, so one missed renewal never loses a lease), and the queue sweep
         (which takes a lock, so one worker of the pool sweeps per interval)."""
         self._systemd = SystemdNotifier(config.notify_socket)
+        self.voice_encoder = VoiceEncoderLoop(
+            VoiceEncodings(queue.redis, queue.keys, queue.config.block_s), engine.speaker_from_audio, self._thread.call
+        )
+        """Reference recordings → speaker prompts for ``POST /v1/voices``, once the model is loaded (docs/voices.md)."""
         self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
         self.metrics.watch_batcher(lambda: self._batcher)
@@ -235,11 +241,13 @@ class Worker:
         try:
             self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
             self._systemd.notify("READY=1", "STATUS=serving")
+            self.voice_encoder.start()
             await self._serve()
             await self._drain()
         finally:
             self._systemd.notify("STOPPING=1")
             self.record.stopping = True
+            await self.voice_encoder.stop()
             await self.upkeep.stop(self.config.heartbeat_interval_s + 5)
             with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
                 await asyncio.wait_for(self.heartbeats.remove(self.config.worker_id), 2.0)
@@ -666,12 +674,22 @@ class Worker:
 
     def _request(self, params: TTSParams) -> SynthesisRequest:
         """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
-        return SynthesisRequest(text=params.text, speaker=self._speaker(params), seed=params.seed, sampling=params.sampling)
+        return SynthesisRequest(
+            text=params.text,
+            speaker=self._speaker(params),
+            seed=params.seed,
+            sampling=params.sampling,
+            speaker_prompt=params.speaker_prompt,
+            prompt_text=params.prompt_text,
+        )
 
-    def _speaker(self, params: TTSParams) -> str:
-        """The speaker embedding; the API resolved any voice name to a seed or an embedding at submit."""
+    def _speaker(self, params: TTSParams) -> str | None:
+        """The speaker embedding; the API resolved any voice name to a seed, an embedding or a speaker prompt at submit
+        (a reference voice is its prompt alone: no embedding)."""
         if params.speaker_embedding is not None:
             return params.speaker_embedding
+        if params.speaker_seed is None and params.speaker_prompt is not None:
+            return None
         if params.speaker_seed is None:
             raise PermanentError("job carries no speaker seed")
         seed = params.speaker_seed

@@ -238,6 +238,19 @@ class Keys:
         """Hash of registered voices: name → JSON record."""
         return self.prefix + "voices"
 
+    @property
+    def voice_encodes(self) -> str:
+        """List of reference recordings waiting for a worker's DVAE encoder (ids; :mod:`ttsq.store.voice_encodings`)."""
+        return self.prefix + "voice-encodes"
+
+    def voice_encode(self, request_id: str) -> str:
+        """One waiting recording's samples (float32 bytes); expires when its API request gives up."""
+        return f"{self.prefix}voice-encode:{request_id}"
+
+    def voice_encoded(self, request_id: str) -> str:
+        """List holding a worker's answer to one encode request (JSON), read by the API request waiting on it."""
+        return f"{self.prefix}voice-encoded:{request_id}"
+
 
 class Shards:
     """The queue's ``count`` shards of ``namespace``: where a job goes, and where a job id says it is."""

@@ -6,41 +6,22 @@ stream (:func:`pcm_pieces`); a job that has no stream (a cache hit, or a stream 
 served from its stored result instead, so every finished task can be streamed. A stream expires
 with the job's result (``RESULT_TTL_S``).
 
-Container: raw PCM16 LE mono 24 kHz, or WAV with an open-ended header (RIFF and data sizes set to
-0xFFFFFFFF, as streaming WAV servers do): players start at once and read until the connection
-ends. Compressed formats are not streamed: their encoders need the whole signal for a clean file.
+The pieces are raw PCM16 LE mono 24 kHz; the API encodes them as they come, into whatever format a
+listener asked for (:mod:`ttsq.domain.encoders`).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import AsyncIterator
 from importlib.resources import files
-from typing import Any, Literal
+from typing import Any
 
-from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
+from ttsq.domain.audio import decode_to_pcm16
 from ttsq.domain.jobs import Status
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Shards
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import appended, text
-
-StreamFormat = Literal["wav", "pcm"]
-STREAM_CONTENT_TYPES: dict[str, str] = {"wav": "audio/wav", "pcm": "audio/pcm"}
-_OPEN_ENDED = 0xFFFFFFFF
-
-
-def open_ended_wav_header(sample_rate: int = SAMPLE_RATE) -> bytes:
-    """A 44-byte PCM16 mono WAV header whose sizes say "until the stream ends"."""
-    byte_rate = sample_rate * 2
-    return (
-        b"RIFF"
-        + struct.pack("<I", _OPEN_ENDED)
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, byte_rate, 2, 16)
-        + b"data"
-        + struct.pack("<I", _OPEN_ENDED)
-    )
 
 
 class AudioStreams:
@@ -138,12 +119,3 @@ async def pcm_pieces(streams: AudioStreams, queue: JobQueue, job_id: str, block_
                     yield audio if job.params.format == "pcm" else decode_to_pcm16(audio)
             return
 
-
-async def audio_stream(streams: AudioStreams, queue: JobQueue, job_id: str, fmt: StreamFormat) -> AsyncIterator[bytes]:
-    if fmt == "wav":
-        yield open_ended_wav_header()
-    try:
-        async for piece in pcm_pieces(streams, queue, job_id):
-            yield piece
-    except StreamFailed:
-        return

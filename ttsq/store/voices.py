@@ -60,3 +60,22 @@ class VoiceRegistry:
         if name in BUILTIN_VOICES:
             raise VoiceError(f"{name!r} is a built-in voice and cannot be deleted", 409)
         return bool(await self.redis.hdel(self.keys.voices, name))
+
+    async def check_free(self, name: str) -> None:
+        """Refuse, before any work is spent on it, a name that is built in or taken (:meth:`create_reference` checks
+        again when it stores)."""
+        if name in BUILTIN_VOICES or name in OPENAI_VOICES:
+            raise VoiceError(f"{name!r} is a built-in voice name", 409)
+        if await self.redis.hexists(self.keys.voices, name):
+            raise VoiceError(f"a voice named {name!r} already exists", 409)
+
+    async def create_reference(self, name: str, *, prompt: str, transcript: str) -> Voice:
+        """Store a voice made from a recording: its speaker prompt and transcript (never the recording itself).
+
+        Called only once a worker has encoded the recording, so a voice is stored whole or not at all.
+        """
+        await self.check_free(name)
+        voice = Voice(name=name, kind="reference", prompt=prompt, transcript=transcript, created_at=time.time())
+        if not await self.redis.hsetnx(self.keys.voices, name, voice.model_dump_json()):
+            raise VoiceError(f"a voice named {name!r} already exists", 409)
+        return voice

@@ -1,0 +1,69 @@
+"""A worker's side of voice encoding: take reference recordings off Redis and encode them on the model's thread.
+
+Runs beside the claim loop in every worker once its model is loaded (:class:`ttsq.runtime.worker.Worker`), so a
+deployment that can synthesise can make voices from recordings, with no process of its own. The encoding itself is
+a call on the inference thread between two decode steps (the model is used from that one thread only), the
+exchange with the API :class:`ttsq.store.voice_encodings.VoiceEncodings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.runtime.upkeep import REDIS_ERRORS
+from ttsq.store.voice_encodings import VoiceEncodings
+
+__all__ = ["VoiceEncoderLoop"]
+
+log = logging.getLogger(__name__)
+
+_OUTAGE_BACKOFF_S = 1.0
+
+
+class VoiceEncoderLoop:
+    """Serves encode requests until :meth:`stop`; ``call`` runs a function on the inference thread."""
+
+    def __init__(
+        self,
+        encodings: VoiceEncodings,
+        encode: Callable[[npt.NDArray[np.float32]], str],
+        call: Callable[[Callable[[], str]], Future[str]],
+    ) -> None:
+        self.encodings = encodings
+        self._encode = encode
+        self._call = call
+        self._task: asyncio.Task[None] | None = None
+        self.served = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="voice-encoder")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _on_thread(self, samples: npt.NDArray[np.float32]) -> str:
+        return await asyncio.wrap_future(self._call(lambda: self._encode(samples)))
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                request = await self.encodings.take()
+                if request is None:
+                    continue
+                await self.encodings.answer(request, self._on_thread)
+                self.served += 1
+                log.info("encoded a reference recording of %.1f s", request.samples.size / SAMPLE_RATE)
+            except REDIS_ERRORS as exc:
+                log.warning("voice encoding: Redis unavailable (%s); retrying", exc)
+                await asyncio.sleep(_OUTAGE_BACKOFF_S)
