@@ -63,6 +63,7 @@ bench: install
 	$(PY) -m bench.sentinel
 	$(PY) -m bench.encoders
 	$(PY) -m bench.stream_formats
+	$(PY) -m bench.listeners
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install

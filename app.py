@@ -32,6 +32,7 @@ from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_p
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, VoiceDraws, Webhooks
 from ttsq.api.stream_slots import releasing
+from ttsq.api.uploads import multipart_as_json
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
 from ttsq.runtime.clock_skew import skew_host_clock
@@ -43,6 +44,7 @@ from ttsq.store.cache import ResultCache
 from ttsq.store.connection import create_redis, verify_redis
 from ttsq.store.deliveries import DeliveryQueue
 from ttsq.store.draws import DrawStore
+from ttsq.store.listener import JobListener
 from ttsq.store.pronunciation import PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateLimiter
@@ -70,6 +72,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         queue = JobQueue(redis, config.queue_config())
         cache = ResultCache(cache_redis, config.cache_config())
         metrics.bind(queue, cache, config.metrics_scrape_timeout_s)
+        # One reader of job streams for the whole process: every event stream, audio stream and long-poll waits on it.
+        listener = JobListener(
+            redis,
+            queue.shards,
+            config.listener_config(),
+            on_read=metrics.listener_reads.inc,
+            on_outage=metrics.listener_outages.inc,
+        )
+        metrics.follow(listener.listening)
         secret = config.task_id_secret
         webhook_config = config.webhook_config()
         webhooks = deliverer = None
@@ -98,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 refresh_s=config.pronunciation_refresh_s,
             ),
             draws=VoiceDraws(DrawStore(redis, queue.keys, config.result_ttl_s), config.draw_config()),
+            listener=listener,
         )
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
         if config.auth == "off":
@@ -110,10 +122,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
         stop = asyncio.Event()
         delivering = asyncio.create_task(deliverer.run(stop), name="webhooks") if deliverer is not None else None
+        listening = asyncio.create_task(listener.run(stop), name="listener")
         try:
             yield
         finally:
             stop.set()  # deliveries in flight get a moment to finish; the rest keep their lease for another replica
+            await listening
             if delivering is not None:
                 await delivering
             await redis.aclose()
@@ -149,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
     app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
+    app.add_middleware(multipart_as_json, paths=["/v1/voices"])  # a form on this route becomes its JSON, checked as JSON
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes, larger={"/v1/voices": config.max_voice_body_bytes})
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

@@ -36,6 +36,8 @@ from ttsq.api.service import (
     Status,
     StreamFailed,
     TTSService,
+    Voice,
+    is_blend,
 )
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
@@ -59,7 +61,8 @@ class SpeechRequest(BaseModel):
     )
     voice: str = Field(
         min_length=1,
-        description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, marin, cedar, or a ttsq voice.",
+        description="alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse, marin, cedar, or a ttsq voice; "
+        "or a blend of them, `alloy*0.7+narrator*0.3`.",
         examples=["alloy"],
     )
     instructions: str | None = None
@@ -70,6 +73,11 @@ class SpeechRequest(BaseModel):
         None,
         description="ttsq's own field (the SDK's `extra_body`): the fair queue's lane, `interactive` or `batch`, as on "
         "/v1/tts/submit. Default: the API key's priority, else interactive.",
+    )
+    consistent_voice: bool | None = Field(
+        None,
+        description="ttsq's own field (the SDK's `extra_body`): one voice across a long text, as on /v1/tts/submit. "
+        "Default: `CONSISTENT_VOICE`.",
     )
 
 
@@ -104,6 +112,17 @@ _SPEECH_EVENT = {
 """One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
 
 
+async def _voice(name: str, service: TTSService) -> Voice:
+    """OpenAI's names map onto built-in voices, ttsq's names are themselves; a blend may mix both (docs/voices.md)."""
+    if is_blend(name):
+        return await service.resolve_blend(name, "voice", OPENAI_VOICES)
+    voice = await service.get_voice(OPENAI_VOICES.get(name, name))
+    if voice is None:
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
+        raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
+    return voice
+
+
 @router.post(
     "/speech",
     operation_id="openai_speech",
@@ -123,12 +142,14 @@ _SPEECH_EVENT = {
     summary="OpenAI-compatible text to speech",
 )
 async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
-    voice = await service.get_voice(OPENAI_VOICES.get(body.voice, body.voice))
-    if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
-        raise InvalidInput("voice", f"{body.voice!r} is not supported; use one of: {known}", body.voice)
+    voice = await _voice(body.voice, service)
     native = SubmitRequest(
-        text=body.input, voice=voice.name, speed=chattts_speed(body.speed), format=body.response_format, priority=body.priority
+        text=body.input,
+        voice=voice.name,
+        speed=chattts_speed(body.speed),
+        format=body.response_format,
+        priority=body.priority,
+        consistent_voice=body.consistent_voice,
     )
     submitted = await service.submit(native, caller, voice, max_text_chars=service.config.openai_max_input_chars)
     task_id = submitted.answer.task_id

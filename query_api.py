@@ -7,13 +7,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from deps import ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.auth import Principal
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
-from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, component_schema, sse_schema
+from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, TimingEvent, component_schema, sse_schema
 from ttsq.api.service import (
     CAPTION_CONTENT_TYPES,
     CONTENT_TYPES,
@@ -200,12 +200,15 @@ async def task_stream(
     responses={
         200: {
             "description": "`event: status` with a JSON `data` line each time the task changes, until it ends; "
-            "`event: error` if the job store becomes unreachable meanwhile.",
+            "`event: timing` as each chunk's audio is published (where its speech lies in the joined audio, and its "
+            "text: a live caption cue); `event: error` if the job store becomes unreachable meanwhile. Every event but "
+            "`error` has an `id:`; a client that reconnects with `Last-Event-ID` resumes right after it.",
             "content": {
                 "text/event-stream": {
                     "schema": {
                         "oneOf": [
                             sse_schema(component_schema(TaskEvent), event="status"),
+                            sse_schema(component_schema(TimingEvent), event="timing"),
                             sse_schema(component_schema(ErrorBody), event="error"),
                         ]
                     }
@@ -216,9 +219,16 @@ async def task_stream(
         **AUTH_RESPONSES,
         **TOO_MANY_STREAMS_RESPONSES,
     },
-    summary="Server-sent `status` events (queue position, chunks done/total) until the task ends",
+    summary="Server-sent `status` events (queue position, chunks done/total) and `timing` events until the task ends",
 )
-async def task_events(task_id: str, service: ServiceDep, caller: StreamCaller) -> StreamingResponse:
+async def task_events(
+    task_id: str,
+    service: ServiceDep,
+    caller: StreamCaller,
+    last_event_id: Annotated[
+        str | None, Header(description="The `id` of the last event received: the stream resumes right after it.")
+    ] = None,
+) -> StreamingResponse:
     """The task is looked up before the stream starts, so an unknown id is a plain 404 (not a 200 whose
     stream then breaks). Once streaming, the status is already sent, so a Redis outage ends the stream
     with an ``error`` event instead of a broken connection."""
@@ -226,8 +236,8 @@ async def task_events(task_id: str, service: ServiceDep, caller: StreamCaller) -
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for event in service.events(job, caller):
-                yield f"event: status\ndata: {json.dumps(event)}\n\n"
+            async for event in service.events(job, caller, last_event_id):
+                yield f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
         except StoreUnavailable:
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}

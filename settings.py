@@ -39,6 +39,7 @@ from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
 from ttsq.store.deliveries import DeliveryConfig
+from ttsq.store.listener import ListenerConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
@@ -87,7 +88,10 @@ class Settings(BaseSettings):
         2.0, gt=0, description="Bound on opening a connection.", json_schema_extra=_group("Redis")
     )
     redis_max_connections: int = Field(
-        64, ge=2, description="Connection pool size, per process.", json_schema_extra=_group("Redis")
+        64,
+        ge=2,
+        description="Connection pool size, per process (on one server, a command that finds them all busy waits for one).",
+        json_schema_extra=_group("Redis"),
     )
     redis_retries: int = Field(
         2,
@@ -180,6 +184,26 @@ class Settings(BaseSettings):
         "`/v1/tts/submit`. Either is synthesised in sentence chunks of `MAX_CHUNK_CHARS`.",
         json_schema_extra=_group("API"),
     )
+    listen_block_s: float | None = Field(
+        None,
+        gt=0,
+        description="Longest blocking read of the API's one stream listener (which follows every event stream, audio "
+        "stream and long-poll of the process); must stay below `REDIS_SOCKET_TIMEOUT_S`; unset = 0.8 x it. Idle, the "
+        "listener sends one command per LISTEN_BLOCK_S whatever the number of clients.",
+        json_schema_extra=_group("API", shown="unset"),
+    )
+    listen_retry_s: float = Field(
+        0.5, gt=0, le=60, description="Pause of the stream listener before reading again after Redis could not be reached.",
+        json_schema_extra=_group("API"),
+    )
+    listen_outage_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long Redis may stay unreachable while clients wait on the stream listener: a restart or failover "
+        "shorter than this is ridden out (each client resumes where it was, no piece lost or repeated); past it, event "
+        "streams end with an `error` event and audio streams end.",
+        json_schema_extra=_group("API"),
+    )
     max_wait_s: float = Field(
         30.0,
         ge=0,
@@ -226,7 +250,8 @@ class Settings(BaseSettings):
         32,
         ge=1,
         description="Event and audio streams (and OpenAI speech requests, which wait for their audio) one API process serves "
-        "at once; past it, 503 with Retry-After. Keep it under REDIS_MAX_CONNECTIONS: an audio stream holds a connection.",
+        "at once; past it, 503 with Retry-After. A stream holds no Redis connection of its own: the process's one stream "
+        "listener follows them all.",
         json_schema_extra=_group("Security and fair use"),
     )
     max_streams_per_key: int = Field(
@@ -247,6 +272,13 @@ class Settings(BaseSettings):
         description="Largest body of `POST /v1/voices` (a reference recording, base64 in JSON); other routes keep "
         "`MAX_BODY_BYTES`.",
         json_schema_extra=_group("Security and fair use"),
+    )
+    consistent_voice: bool = Field(
+        False,
+        description="Keep one voice across a long text by default: the first chunk's audio becomes the speaker prompt "
+        "of the later chunks, as ChatTTS's `split_text` does; a request's `consistent_voice` overrides it. Off by "
+        "default: the later chunks wait for the first one and their prompts are longer (docs/voices.md, BENCHMARKS.md).",
+        json_schema_extra=_group("API"),
     )
     voice_encode_timeout_s: float = Field(
         60.0,
@@ -733,6 +765,11 @@ class Settings(BaseSettings):
                 "WEBHOOK_SECRET is set but PUBLIC_URL is not an http(s) URL: a webhook carries the result's URL, "
                 "and the deliverer has no request to take the API's address from (e.g. PUBLIC_URL=https://tts.example.com)"
             )
+        if self.listen_block_s is not None and self.listen_block_s >= self.redis_socket_timeout_s:
+            raise ValueError(
+                f"LISTEN_BLOCK_S ({self.listen_block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
+                "a blocking read longer than the socket timeout fails with a timeout error"
+            )
         if self.block_s >= self.redis_socket_timeout_s:
             raise ValueError(
                 f"BLOCK_S ({self.block_s}) must be below REDIS_SOCKET_TIMEOUT_S ({self.redis_socket_timeout_s}): "
@@ -847,6 +884,11 @@ class Settings(BaseSettings):
         from ttsq.domain.pronunciation import DictionaryLimits
 
         return self._project(DictionaryLimits, "pronunciation_")
+
+    def listener_config(self) -> ListenerConfig:
+        """The API's stream listener's (``LISTEN_*``)."""
+        block_s = self.listen_block_s if self.listen_block_s is not None else 0.8 * self.redis_socket_timeout_s
+        return self._project(ListenerConfig, prefix="listen_", block_s=block_s)
 
     def webhook_config(self) -> WebhookConfig | None:
         """The deliverer's config (the ``WEBHOOK_*`` settings), or None when webhooks are off (no ``WEBHOOK_SECRET``)."""

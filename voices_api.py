@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
@@ -13,8 +12,8 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from deps import AdminCaller, ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE, invalid_field
-from ttsq.api.schemas import REQUEST_MODEL, ErrorBody
-from ttsq.api.service import MAX_SEED, VOICE_NAME, Voice, validate_voice_name
+from ttsq.api.schemas import NO_NUL, REQUEST_MODEL, ErrorBody
+from ttsq.api.service import MAX_BLEND_COMPONENTS, MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
 
@@ -42,13 +41,41 @@ _NAME_SCHEMA: dict[str, JsonValue] = {"pattern": VOICE_NAME.pattern, "minLength"
 _ONE_SPEAKER: list[JsonValue] = [
     {"title": "from a seed", "required": ["seed"], "properties": {"seed": {"type": "integer"}}},
     {"title": "from an embedding", "required": ["embedding"], "properties": {"embedding": {"type": "string"}}},
+    {"title": "a blend", "required": ["components"], "properties": {"components": {"type": "array"}}},
     {
         "title": "from a reference recording",
         "required": ["audio", "transcript"],
         "properties": {"audio": {"type": "string"}, "transcript": {"type": "string"}},
     },
 ]
-"""Exactly one of ``seed``, ``embedding`` or ``audio`` (with its ``transcript``), as JSON Schema says it."""
+"""Exactly one of ``seed``, ``embedding``, ``components`` or ``audio`` (with its ``transcript``), as JSON Schema says it."""
+
+
+_REFERENCE_FORM: dict[str, JsonValue] = {
+    "type": "object",
+    "required": ["name", "audio", "transcript"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", **_NAME_SCHEMA},
+        "audio": {
+            "type": "string",
+            "format": "binary",
+            "minLength": 1,
+            "description": "The recording file (wav, mp3, flac or ogg).",
+        },
+        "transcript": {"type": "string", "minLength": 1, "maxLength": 2000, **NO_NUL},
+    },
+}
+"""A voice from a recording as a form (``curl -F``): read as the JSON body with the file base64 (:mod:`ttsq.api.uploads`)."""
+
+
+class BlendComponent(BaseModel):
+    """One voice of a stored blend and its weight."""
+
+    model_config = ConfigDict(**REQUEST_MODEL)
+
+    voice: str = Field(description="A seed, embedding or built-in voice's name.", json_schema_extra=_NAME_SCHEMA)
+    weight: float = Field(gt=0, allow_inf_nan=False, description="Its weight (any positive scale: normalised to sum 1).")
 
 
 class VoiceCreate(BaseModel):
@@ -62,6 +89,12 @@ class VoiceCreate(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="A speaker seed; give it or `embedding`, not both.")
     embedding: str | None = Field(
         None, min_length=1, max_length=20_000, description="A ChatTTS speaker-embedding string; give it or `seed`, not both."
+    )
+    components: list[BlendComponent] | None = Field(
+        None,
+        min_length=2,
+        max_length=MAX_BLEND_COMPONENTS,
+        description="A blend: 2-8 voices with weights, stored as its recipe (seeds/embeddings and weights; docs/voices.md).",
     )
     audio: str | None = Field(
         None,
@@ -120,10 +153,15 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
         **AUTH_RESPONSES,
     },
     summary="Create a named voice (scope admin)",
+    openapi_extra={"requestBody": {"content": {"multipart/form-data": {"schema": _REFERENCE_FORM}}}},
 )
 async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
     if body.audio is not None or body.transcript is not None:
         return await _create_reference_voice(body, service)
+    if body.components is not None:
+        if body.seed is not None or body.embedding is not None:
+            raise invalid_field("components", "give exactly one of seed, embedding or components")
+        return await service.create_blend_voice(body.name, [(part.voice, part.weight) for part in body.components])
     if (body.seed is None) == (body.embedding is None):
         raise invalid_field("seed", "give exactly one of seed or embedding (or audio with its transcript)", body.seed)
     return await service.create_voice(body.name, seed=body.seed, embedding=body.embedding)
@@ -131,14 +169,14 @@ async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCall
 
 async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
     """``audio`` (base64) and ``transcript``, alone: a voice made from a recording (docs/voices.md)."""
-    if body.seed is not None or body.embedding is not None:
+    if body.seed is not None or body.embedding is not None or body.components is not None:
         raise invalid_field("audio", "give exactly one of seed or embedding (or audio with its transcript)")
     if body.audio is None or body.transcript is None:
         missing = "audio" if body.audio is None else "transcript"
         raise invalid_field(missing, "a voice from a recording needs both audio (base64) and its transcript")
     try:
         audio = base64.b64decode(body.audio, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII (which b64decode refuses with a ValueError)
         raise invalid_field("audio", f"not base64: {exc}") from exc
     return await service.create_reference_voice(body.name, audio, body.transcript)
 

@@ -49,6 +49,10 @@ class SilentEngine:
         """A stand-in prompt: there is no encoder."""
         return f"stand-in-prompt-{samples.size}"
 
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        """A stand-in blend: there is no speaker space."""
+        return "+".join(f"{speaker}*{weight:g}" for speaker, weight in zip(speakers, weights, strict=True))
+
     def audio_seconds(self, req: SynthesisRequest) -> float:
         """How much silence a request gets."""
         return 0.01

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -138,11 +138,8 @@ def measure(base: str, streams: int, clients: int, seconds: float) -> dict[str, 
     quiet = asyncio.run(probe(base, seconds))
     tasks = asyncio.run(queued_tasks(base))
     storm_args = ["--storm", base, "--streams", str(streams), "--clients", str(clients), *tasks]
-    command = [sys.executable, "-m", "bench.stream_storm", *storm_args]
-    stormer = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
+    with crowd([sys.executable, "-m", "bench.stream_storm", *storm_args]) as stormer:
         assert stormer.stdout is not None and stormer.stdin is not None
-        assert stormer.stdout.readline().strip() == "ready"
         with concurrent.futures.ThreadPoolExecutor(1) as reader:
             answer = reader.submit(stormer.stdout.readline)
             stormer.stdin.write("go\n")
@@ -152,11 +149,38 @@ def measure(base: str, streams: int, clients: int, seconds: float) -> dict[str, 
         held = asyncio.run(probe(base, seconds))
         stormer.stdin.close()
         stormer.wait(60)
-    finally:
-        if stormer.poll() is None:
-            stormer.kill()
-            stormer.wait()
     return {"quiet": quiet, "opening": opening, "held": held, "answered": answered}
+
+
+@contextlib.contextmanager
+def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, int]]:
+    """One uvicorn API process with ``env``, once ready: its base URL and port; stopped (killed if it lingers) at the end."""
+    port = free_port()
+    api = spawn(api_command(port), cwd=ROOT, env=env, log=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_ok(f"{base}/readyz", 60, [api])
+        yield base, port
+    finally:
+        api.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            api.wait(30)
+        if api.poll() is None:
+            api.kill()
+            api.wait()
+
+
+@contextlib.contextmanager
+def crowd(command: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """A client process of the storm kind, once it has said "ready" on its stdout; killed if still running at the end."""
+    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def cell(times: list[float]) -> str:
@@ -211,20 +235,8 @@ def main() -> None:
     results = {}
     try:
         for n, (name, (caps, clients)) in enumerate(VARIANTS.items()):
-            port = free_port()
-            variant_env = env | caps | {"REDIS_NAMESPACE": f"storm{n}"}
-            api = spawn(api_command(port), cwd=ROOT, env=variant_env, log=tmp / f"api-{n}.log")
-            try:
-                base = f"http://127.0.0.1:{port}"
-                wait_until_ok(f"{base}/readyz", 60, [api])
+            with api_process(env | caps | {"REDIS_NAMESPACE": f"storm{n}"}, tmp / f"api-{n}.log") as (base, _port):
                 results[name] = measure(base, args.streams, clients, args.seconds)
-            finally:
-                api.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    api.wait(30)
-                if api.poll() is None:
-                    api.kill()
-                    api.wait()
     finally:
         redis.stop()
     text = report(results, args.streams, args.seconds, (load_start, f"{os.getloadavg()[0]:.2f}"))

@@ -7,8 +7,9 @@ are always built through :class:`settings.Settings`, the one place that holds th
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.faults import FaultConfig
 from ttsq.store.connection import create_redis
+from ttsq.store.listener import JobListener, ListenerConfig
 from ttsq.store.queue import Claim, JobQueue, QueueConfig
 
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
@@ -139,6 +141,22 @@ def make_settings(redis_server: RedisServer, tmp_path: Path) -> Any:
         return settings(**values)
 
     return build
+
+
+@asynccontextmanager
+async def listening(
+    queue: JobQueue, block_s: float = 1.0, on_outage: Callable[[], None] = lambda: None
+) -> AsyncIterator[JobListener]:
+    """A running stream listener on ``queue``'s connection and shards (as the API's lifespan runs one)."""
+    config = ListenerConfig(block_s=block_s, retry_s=0.05, outage_s=60.0)
+    listener = JobListener(queue.redis, queue.shards, config, on_outage=on_outage)
+    stop = asyncio.Event()
+    running = asyncio.create_task(listener.run(stop))
+    try:
+        yield listener
+    finally:
+        stop.set()
+        await running
 
 
 @asynccontextmanager

@@ -157,6 +157,8 @@ def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
         HEARTBEAT_TTL_S="3",
         SWEEP_INTERVAL_S="0.5",
         BLOCK_S="0.5",
+        LISTEN_BLOCK_S="0.5",
+        LISTEN_OUTAGE_S="1",
         PYTHONUNBUFFERED="1",
     )
     svc = Service(redis=redis, tmp=tmp_path, env=env)

@@ -162,14 +162,17 @@ def test_a_reference_request_sounds_the_same_alone_and_in_a_batch_of_other_voice
         speaker_prompt=prompt,
         prompt_text=TRANSCRIPT,
     )
+    assert_alone_equals_among_others(engine64, mine)
+
+
+def assert_alone_equals_among_others(engine: DecoderEngine, mine: SynthesisRequest) -> None:
+    """``mine``'s two chunks through the scheduler alone, then beside three seed-voice requests: the same audio."""
     others = [
-        SynthesisRequest(
-            text=f"other voice {n}.", speaker=engine64.speaker_from_seed(n), seed=n, sampling=Sampling(temperature=0.5)
-        )
+        SynthesisRequest(text=f"other voice {n}.", speaker=engine.speaker_from_seed(n), seed=n, sampling=Sampling(temperature=0.5))
         for n in range(3)
     ]
-    alone, failed = run(engine64._scheduler(4, engine64._limits(), oom_recover_s=0.0, capture=False), [mine])
-    mixed, failed_mixed = run(engine64._scheduler(4, engine64._limits(), oom_recover_s=0.0, capture=False), [*others, mine])
+    alone, failed = run(engine._scheduler(4, engine._limits(), oom_recover_s=0.0, capture=False), [mine])
+    mixed, failed_mixed = run(engine._scheduler(4, engine._limits(), oom_recover_s=0.0, capture=False), [*others, mine])
     assert not failed and not failed_mixed
     assert alone["r0"].keys() == mixed["r3"].keys() == {0, 1}
     for index in alone["r0"]:

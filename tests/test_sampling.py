@@ -56,17 +56,20 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # until the job is claimed; issue 20's tenant and lane; issue 21's captions), and an older worker ignores them (pydantic ignores
     # fields it does not know).
     # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice;
-    # its voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
+    # its blends add the blend's recipe (null for other voices) and its one-voice-across-the-text flag (false); its
+    # voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
     added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None}
     before = json.loads(STORED_BEFORE)
-    before["params"] = {**before["params"], "speaker_prompt": None, "prompt_text": None, "record_speaker": False}
+    later = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False, "record_speaker": False}
+    before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 
 
 def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:
     schema = SubmitRequest.model_json_schema()
     assert {name: schema["properties"][name] for name in SAMPLING_FIELDS} == SCHEMA_BEFORE
-    assert set(schema["properties"]) == {"text", "voice", "seed", "format", "callback_url", "priority", *SCHEMA_BEFORE}
+    own = {"text", "voice", "seed", "format", "callback_url", "priority", "consistent_voice"}
+    assert set(schema["properties"]) == {*own, *SCHEMA_BEFORE}
     assert schema["required"] == ["text"]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from redis.asyncio import Redis
 
-from tests.conftest import FakeClock, api_client, claimed, queue_config, task_id
+from tests.conftest import FakeClock, api_client, claimed, listening, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, encode_audio
 from ttsq.domain.encoders import open_ended_wav_header
@@ -28,7 +28,8 @@ def streams_of(queue: JobQueue) -> AudioStreams:
 
 
 async def collect(queue: JobQueue, job_id: str) -> list[bytes]:
-    return [piece async for piece in pcm_pieces(streams_of(queue), queue, job_id, block_ms=200)]
+    async with listening(queue) as listener:
+        return [piece async for piece in pcm_pieces(streams_of(queue), listener, queue, job_id)]
 
 
 async def test_streamed_audio_equals_the_stored_result(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
@@ -93,10 +94,11 @@ async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: A
     first_two = asyncio.Event()
 
     async def read() -> None:
-        async for piece in pcm_pieces(streams, queue, job_id, block_ms=100):
-            received.append(piece)
-            if len(received) == 2:
-                first_two.set()
+        async with listening(queue) as listener:
+            async for piece in pcm_pieces(streams, listener, queue, job_id):
+                received.append(piece)
+                if len(received) == 2:
+                    first_two.set()
 
     reader = asyncio.create_task(read())
     await asyncio.wait_for(first_two.wait(), 10)

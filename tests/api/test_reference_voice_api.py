@@ -107,6 +107,8 @@ async def test_audio_without_a_transcript_or_beside_a_seed_is_refused(client: ht
     assert both.status_code == 422 and "exactly one of seed or embedding" in both.text
     garbled = await client.post("/v1/voices", json={"name": "b64", "audio": "not base64!!", "transcript": TRANSCRIPT})
     assert garbled.status_code == 422 and "base64" in garbled.text
+    beyond_ascii = await client.post("/v1/voices", json={"name": "b64", "audio": "Ê5é", "transcript": TRANSCRIPT})
+    assert beyond_ascii.status_code == 422 and "base64" in beyond_ascii.text, "found by the fuzzer: it was a 500"
 
 
 async def test_without_a_worker_the_request_times_out_with_a_503_and_nothing_is_stored(redis: Redis, make_settings: Any) -> None:

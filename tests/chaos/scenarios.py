@@ -15,6 +15,7 @@ queue on the same server, with its own API — so their faults never meet anothe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 
 from tests.chaos.harness import Api, Deployment, WorkerSlot, background, wait_slowly
@@ -46,6 +48,7 @@ from tests.chaos.ledger import (
     settle,
 )
 from tests.service import wait_for
+from ttsq.domain.audio import decode_to_pcm16
 from ttsq.store.keys import Keys
 
 MOMENTS = ("idle", "claiming", "mid-batch", "storing")
@@ -491,6 +494,97 @@ def redis_restart(chaos: Chaos) -> Figures:
         figures.violations.append("no job was acknowledged before Redis was killed: what the AOF keeps went untested")
     # At least that job; the workers each completed one after the restart (_resume), maybe the same one twice.
     chaos.conclude(figures, client, Expect(acked=1, done=1))
+    return chaos.finish(figures)
+
+
+LISTENED_TEXT = " ".join(f"Sentence number {n} is spoken here." for n in range(1, 11))
+"""Ten chunks at ``MAX_CHUNK_CHARS=40``: pieces stream before, during and after the outage."""
+
+
+class _Listener:
+    """One client of a task's audio stream (raw PCM) or event stream, read in a thread to its end."""
+
+    def __init__(self, url: str, task_id: str, kind: str) -> None:
+        self.task_id, self.kind = task_id, kind
+        self.audio = bytearray()
+        self.timings: list[int] = []
+        self.error: str | None = None
+        path = f"/v1/tts/stream/{task_id}?format=pcm" if kind == "audio" else f"/v1/tts/events/{task_id}"
+        self.thread = threading.Thread(target=self._read, args=(f"{url}{path}",), daemon=True)
+        self.thread.start()
+
+    def _read(self, url: str) -> None:
+        try:
+            with httpx.stream("GET", url, timeout=60) as response:
+                if self.kind == "audio":
+                    for chunk in response.iter_bytes():
+                        self.audio += chunk
+                    return
+                event = ""
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        event = line.removeprefix("event: ")
+                    elif line.startswith("data: ") and event == "timing":
+                        self.timings.append(int(json.loads(line.removeprefix("data: "))["index"]))
+                    elif line.startswith("data: ") and event == "error":
+                        self.error = line
+        except httpx.HTTPError as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+def listeners_through_redis_restart(chaos: Chaos) -> Figures:
+    """Scenario 3d: audio and event streams are open on running tasks while redis-server is SIGKILLed and restarted
+    (append-only file on), for less than ``LISTEN_OUTAGE_S``.
+
+    The API's one stream listener must ride it out: every listener ends with every piece its task's stream holds,
+    exactly once and in order (the audio equals the stream's pieces joined, by index), and every event listener
+    has one ``timing`` event per piece, none twice. A piece a worker could not publish while Redis was down is not
+    in the stream (streaming is best effort; the stored result has it): what is judged is the listener, against
+    the stream as Redis has it at the end.
+    """
+    figures = Figures("S3d", "listeners through a Redis SIGKILL and restart")
+    deployment = chaos.deployment
+    client = chaos.client("S3d", tenants=False)
+    requests = [Request(LISTENED_TEXT, seed=7_000 + n) for n in range(max(2, chaos.sizes.jobs // 2))]
+    pool = chaos.live_pool()
+    for slot in pool:  # the jobs wait while every listener subscribes: none may end before Redis goes
+        deployment.kill(slot, signal.SIGSTOP)
+    try:
+        acks = [ack for request in requests if (ack := client.submit(request)) is not None]
+        listeners = [_Listener(chaos.api.url, ack.task_id, kind) for ack in acks for kind in ("audio", "events")]
+        subscribed = f"ttsq_listener_subscriptions {float(len(listeners))}"
+        wait_slowly(lambda: subscribed in httpx.get(f"{chaos.api.url}/metrics", timeout=5).text, 60, "every listener subscribed")
+    finally:
+        for slot in pool:
+            deployment.kill(slot, signal.SIGCONT)
+    wait_slowly(lambda: any(listener.audio for listener in listeners), 60, "the first piece heard")
+    deployment.kill_redis()
+    time.sleep(min(chaos.sizes.outage_s, 5.0))
+    deployment.restart_redis(persist=True)
+    for listener in listeners:
+        listener.thread.join(chaos.sizes.settle_s)
+    keys = Keys("ttsq")
+    with deployment.client() as redis_client:
+        for listener in listeners:
+            if listener.thread.is_alive():
+                figures.violations.append(f"{listener.kind} listener of {listener.task_id} never ended")
+                continue
+            if listener.error is not None:
+                figures.violations.append(f"{listener.kind} listener of {listener.task_id} ended with {listener.error}")
+            entries: Any = redis_client.xrange(keys.stream(listener.task_id))
+            pieces: dict[int, bytes] = {}
+            for _entry_id, fields in entries:
+                if b"pcm" in fields:
+                    pieces.setdefault(int(fields[b"index"]), fields[b"pcm"])
+            if listener.kind == "audio" and bytes(listener.audio) not in (
+                b"".join(pieces[i] for i in sorted(pieces)),  # the stream as Redis has it at the end
+                decode_to_pcm16(httpx.get(f"{chaos.api.url}/v1/tts/result/{listener.task_id}", timeout=30).content),
+            ):  # or the whole result: an attempt re-run after its lease lapsed leaves only its own pieces in the stream
+                figures.violations.append(f"the audio listener of {listener.task_id} lost or repeated a piece")
+            if listener.kind == "events" and pieces and listener.timings != sorted(set(listener.timings) | set(pieces)):
+                figures.violations.append(f"the event listener of {listener.task_id} had timings {listener.timings}")
+    figures.faults = f"{len(listeners)} listeners open on {len(acks)} tasks; Redis down {min(chaos.sizes.outage_s, 5.0):.0f}s"
+    chaos.conclude(figures, client, Expect(acked=len(requests), done=len(requests)))
     return chaos.finish(figures)
 
 
@@ -999,6 +1093,7 @@ SCENARIOS: dict[str, Callable[[Chaos], Figures]] = {
     "S1": kill9,
     "S4": redis_stall,
     "S3": redis_restart,
+    "S3d": listeners_through_redis_restart,
     "S8": disks,
     "S7": flood,
     "S5a": poison_raise,

@@ -4,7 +4,7 @@
   (docs/security.md's promise: an unexpected error is a sentence and a request id, the trace goes to the log).
 * :func:`schema_valid_requests_are_served`: schemathesis's ``positive_data_acceptance`` (a request
   the schema calls valid must not be refused as invalid), except for the refusals no schema can
-  state because they depend on the deployment's state or on what a text says once cleaned: a voice
+  state because they depend on the deployment's state, on what a text says once cleaned or on what a recording holds: a voice
   name that is not registered, a speaker embedding that does not decode, a text with nothing left to
   speak or with a forbidden control token (or made too long, or stopped, by the pronunciation dictionary), a
   dictionary entry whose pattern does not compile or is longer than the deployment allows; and an integer
@@ -75,7 +75,10 @@ INTEGRAL_FLOAT = "integral float"
 
 
 SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
-    "voice": ("unknown voice", "is not supported"),
+    "voice": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
+    "components": ("unknown voice", "blend", "the same voice"),
+    "audio": ("audio", "recording", "not base64"),
+    "transcript": ("transcript",),
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
     "text": ("text is empty", "nothing", "control token", "pronunciation"),
     "input": ("text is empty", "nothing", "control token", "pronunciation"),
@@ -84,7 +87,8 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "replacement": ("refers to a group", "control token", "the limit is"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
-"""Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned."""
+"""Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;
+or on what a recording holds once decoded (length, silence; issue 22), or on the voices a blend names."""
 
 
 def _reasons(body: Any) -> list[tuple[str, str]] | None:

@@ -120,7 +120,8 @@ def _printable(key: str) -> str:
     return key.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _body_cases(method: str, path: str, base: dict[str, Any]) -> list[Case]:
+def _body_cases(method: str, path: str, base: dict[str, Any], forms: bool = False) -> list[Case]:
+    """``forms``: the route takes a multipart form too, so JSON labelled as one is an unreadable form (``body``)."""
     fields = _raw(base)
     found: list[Case] = []
     for field_name in [*base, "unknown_field"]:
@@ -148,9 +149,8 @@ def _body_cases(method: str, path: str, base: dict[str, Any]) -> list[Case]:
         names = ("body", _printable("\ud800")) if "surrogate" in name else ("body",)
         found.append(Case(name, method, path, content, names=names, must_refuse=True))
     for content_type in CONTENT_TYPES:
-        found.append(
-            Case(f"JSON as {content_type}", method, path, valid, content_type, names=("Content-Type",), must_refuse=True)
-        )
+        label = ("body",) if forms and content_type is not None and content_type.startswith("multipart/") else ("Content-Type",)
+        found.append(Case(f"JSON as {content_type}", method, path, valid, content_type, names=label, must_refuse=True))
     return found
 
 
@@ -191,7 +191,8 @@ def cases(spec: dict[str, Any]) -> list[Case]:
         if "requestBody" in operation:
             if (method, path) not in BASE_BODIES:
                 raise KeyError(f"{method.upper()} {path} takes a body: give it a valid one in BASE_BODIES")
-            found += _documented(operation, _body_cases(method, path, BASE_BODIES[(method, path)]))
+            forms = "multipart/form-data" in operation["requestBody"].get("content", {})
+            found += _documented(operation, _body_cases(method, path, BASE_BODIES[(method, path)], forms))
         found += _documented(operation, _parameter_cases(method, path, operation.get("parameters", [])))
     return found
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsq.domain import context
@@ -61,6 +62,23 @@ class ApiMetrics:
             registry=self.registry,
         )
         self._submit_children = {outcome: self.submits.labels(outcome) for outcome in get_args(SubmitOutcome)}
+        self.listener_reads = Counter(
+            "ttsq_listener_reads",
+            "Reads of the process's one stream listener (each follows every event stream, audio stream and long-poll of "
+            "the process at once); idle, one per LISTEN_BLOCK_S per group, whatever the number of clients.",
+            registry=self.registry,
+        )
+        self.listener_outages = Counter(
+            "ttsq_listener_outages",
+            "Reads of the stream listener that failed because Redis could not be reached (it reads again from where each "
+            "job's stream was, after LISTEN_RETRY_S).",
+            registry=self.registry,
+        )
+        self.subscriptions = Gauge(
+            "ttsq_listener_subscriptions",
+            "Clients of this process waiting on the stream listener now (event streams, audio streams, long-polls).",
+            registry=self.registry,
+        )
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self._duration_children: dict[tuple[str, str], Any] = {}
         self._queue: QueueGauges | None = None
@@ -76,6 +94,10 @@ class ApiMetrics:
             self.registry.unregister(self._cache)
         self._cache = CacheCollector(cache)
         self.registry.register(self._cache)
+
+    def follow(self, listening: Callable[[], float]) -> None:
+        """Export the listener's open subscriptions, counted at each scrape."""
+        self.subscriptions.set_function(listening)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count and time one request; the labelled children are kept (route templates are few)."""

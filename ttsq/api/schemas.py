@@ -39,7 +39,9 @@ class SubmitRequest(SamplingFields):
         examples=["Hello from ttsq."],
         json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
     )
-    voice: str | None = Field(None, description="A registered voice name; fixes the speaker.")
+    voice: str | None = Field(
+        None, description="A registered voice name, or a blend of 2-8 of them (`zh_female*0.7+narrator*0.3`); fixes the speaker."
+    )
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it also picks the speaker.")
     format: AudioFormat = "wav"
     callback_url: str | None = Field(
@@ -52,6 +54,12 @@ class SubmitRequest(SamplingFields):
         None,
         description="The task's lane in the fair queue: `interactive` is served first, `batch` (bulk work) gets a bounded "
         "share while interactive work waits (docs/fairness.md). Default: the API key's priority, else interactive.",
+    )
+    consistent_voice: bool | None = Field(
+        None,
+        description="Keep one voice across a long text: every chunk after the first is conditioned on the first chunk's "
+        "audio, as ChatTTS's `split_text` does (docs/voices.md). Default: `CONSISTENT_VOICE`. No effect with a voice made "
+        "from a recording (already conditioned on it).",
     )
 
 
@@ -214,6 +222,20 @@ class TaskEvent(BaseModel):
     error: str | None
     chunks_done: int | None
     chunks_total: int | None
+
+
+class TimingEvent(BaseModel):
+    """The JSON ``data`` of one ``timing`` event on ``GET /v1/tts/events/{id}``: one chunk's caption cue, sent as its
+    audio is published (the same cue as ``GET /v1/tts/result/{id}?format=json`` lists once the task is done)."""
+
+    index: int
+    start: int
+    """Where the chunk's speech starts in the joined audio, in samples (24 kHz)."""
+    end: int
+    start_s: float
+    end_s: float
+    text: str
+    """The chunk's text as spoken (after normalisation)."""
 
 
 def sse_schema(data: dict[str, Any], event: str | None = None) -> dict[str, Any]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookS
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
+from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.draw import rank
@@ -53,6 +55,7 @@ from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
 from ttsq.store.draws import Draw, DrawCandidate, DrawReference, DrawStore
 from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.listener import JobListener, ListenerConfig
 from ttsq.store.pronunciation import EntryConflict, PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
@@ -63,12 +66,12 @@ from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodi
 from ttsq.store.voices import VoiceRegistry
 
 __all__ = [
-    "EVENT_POLL_S",
     "Download",
     "DrawConfig",
     "DrawOutcome",
     "DrawnVoice",
     "InvalidInput",
+    "ServerEvent",
     "ServiceConfig",
     "Submitted",
     "TTSService",
@@ -107,6 +110,7 @@ __all__ += [
     "Voice",
     "validate_voice_name",
 ]
+__all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
 
 log = logging.getLogger("ttsq.api")
 
@@ -121,8 +125,19 @@ CAPTION_CONTENT_TYPES: dict[str, str] = {
     "json": "application/json",
 }
 
-EVENT_POLL_S = 0.5
-"""How often a task's event stream looks for a change."""
+STATUS_EVENT_FIELDS = {"task_id", "status", "queue_position", "chunks_done", "chunks_total", "error"}
+"""What a ``status`` event says of a task (:class:`ttsq.api.schemas.TaskEvent`)."""
+_ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    """One server-sent event of a task's event stream: its ``id`` (the id of the task's stream entry it reflects, so
+    that ``Last-Event-ID`` resumes right after it), its name and its JSON data."""
+
+    id: str
+    kind: Literal["status", "timing"]
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -148,9 +163,11 @@ class ServiceConfig:
     max_wait_s: float
     """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
     block_s: float
-    """The longest single blocking read a long-poll makes (``BLOCK_S``, below the Redis socket timeout)."""
+    """How long a long-poll waits for news before it reads its (injectable) clock again (``BLOCK_S``)."""
     max_reference_s: float
     """The longest reference recording a voice is made from (``MAX_REFERENCE_S``)."""
+    consistent_voice: bool
+    """One voice across a long text for requests that do not say (``CONSISTENT_VOICE``)."""
     voice_encode_timeout_s: float
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
 
@@ -253,6 +270,9 @@ def build_params(
         speaker_embedding=speaker_embedding,
         speaker_prompt=voice.prompt if voice is not None else None,
         prompt_text=voice.transcript if voice is not None else None,
+        speaker_blend=voice.components if voice is not None else None,
+        # A reference voice is anchored by its own prompt already (upstream's split_text keeps a given spk_smp too).
+        consistent_voice=bool(body.consistent_voice) and (voice is None or voice.prompt is None),
         seed=seed,
         format=body.format,
         deterministic=deterministic,
@@ -322,10 +342,17 @@ class TTSService:
         monotonic: Callable[[], float] = time.monotonic,
         pronunciation: PronunciationStore | None = None,
         draws: VoiceDraws | None = None,
+        listener: JobListener | None = None,
     ) -> None:
         self.queue = queue
         # What lives beside the jobs, on the queue's connection, names and clock:
         self.streams = AudioStreams(queue.redis, queue.shards, queue.config.result_ttl_s)
+        self.listener = listener or JobListener(
+            queue.redis, queue.shards, ListenerConfig(block_s=config.block_s, retry_s=0.5, outage_s=10.0)
+        )
+        """The process's one follower of job streams: every event stream, audio stream and long-poll waits on it
+        (the app's lifespan runs it)."""
+        self._positions: dict[str, asyncio.Future[int | None]] = {}
         self.heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
         # The put-back is throttled on this host's clock (a local rate, no deadline shared with anyone),
         # or on the queue's clock where a test pins it.
@@ -470,7 +497,10 @@ class TTSService:
         return url
 
     async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
-        """The named voice, or :class:`InvalidInput` naming the field and the voices that exist."""
+        """The named voice (or blend: :meth:`resolve_blend`), or :class:`InvalidInput` naming the field and the voices
+        that exist."""
+        if is_blend(name):
+            return await self.resolve_blend(name, field)
         voice = await self.voices.get(name)
         if voice is None:
             available = ", ".join(v.name for v in await self.voices.list())
@@ -504,6 +534,30 @@ class TTSService:
             )
         return body.model_copy(update={"text": text})
 
+    async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
+        """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
+        looked up (through ``aliases``: OpenAI's names on the OpenAI route), resolved to its seed or embedding and
+        weighed (:func:`ttsq.domain.blends.blend_parts`); any problem is a 422 naming ``field``."""
+        try:
+            terms = parse_blend(expression)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc), expression[:200]) from exc
+        parts = await self._blend_parts([(name if aliases is None else aliases.get(name, name), w) for name, w in terms], field)
+        return Voice(name=expression, kind="blend", components=parts)
+
+    async def _blend_parts(self, terms: Sequence[tuple[str, float]], field: str) -> list[BlendPart]:
+        voices: list[tuple[Voice, float]] = []
+        for name, weight in terms:
+            voice = await self.voices.get(name)
+            if voice is None:
+                available = ", ".join(v.name for v in await self.voices.list())
+                raise InvalidInput(field, f"unknown voice {name!r} in the blend; available: {available}", name)
+            voices.append((voice, weight))
+        try:
+            return blend_parts(voices)
+        except BlendError as exc:
+            raise InvalidInput(field, str(exc)) from exc
+
     def sharing_scope(self, caller: Principal) -> str | None:
         """Whom ``caller`` shares cached results and jobs in flight with (part of the cache key).
 
@@ -517,6 +571,8 @@ class TTSService:
     def build_params(
         self, body: SubmitRequest, voice: Voice | None, scope: str | None = None, max_text_chars: int | None = None
     ) -> TTSParams:
+        if body.consistent_voice is None and self.config.consistent_voice:
+            body = body.model_copy(update={"consistent_voice": True})
         limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
         return build_params(body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope)
 
@@ -594,32 +650,25 @@ class TTSService:
     async def wait_for_end(self, job: Job, caller: Principal, wait_s: float) -> Job:
         """``job`` as ``caller`` sees it once it has ended, or after ``wait_s`` seconds (at most ``MAX_WAIT_S``) as it is then.
 
-        No polling of the job record while the job runs: the wait is a blocking read on the job's own audio stream,
-        which every ending that matters to a waiter marks in the step that ends the job (``complete.lua`` and
-        ``cancel.lua`` append an end entry). The stream's position is taken *before* the job is read, so an end
-        written between the two is still read. A quiet read (up to ``BLOCK_S``, so it stays below the Redis socket
-        timeout) is followed by one read of the job, which catches the endings that write no end marker (a final
-        failure, a dead letter). Cost per waiter: one pooled Redis connection while a read blocks; one ``XREAD``
-        per piece published (its audio crosses the wire once) or per quiet ``BLOCK_S``, plus one ``GET`` per quiet
-        read; nothing per waiter between reads.
+        No polling and no Redis connection of its own: the wait is a subscription to the process's listener
+        (:mod:`ttsq.store.listener`), which follows the job's stream, where every ending is marked in the step that
+        ends the job (``finish.lua``), as is a caller detaching itself (``cancel.lua``). The subscription starts
+        before the job is read again, so an end written between the two is still seen. Cost per waiter: one
+        ``XREVRANGE`` and one ``GET`` to start, one ``GET`` when its job ends; nothing while it waits. The deadline is
+        kept on :attr:`monotonic`, read at least every ``BLOCK_S``.
         """
         deadline = self.monotonic() + min(wait_s, self.config.max_wait_s)
         if job.status.is_final or self.monotonic() >= deadline:
             return job
-        after = await self.streams.last_id(job.id)
-        current = await self.job(job.id, caller)
-        while not current.status.is_final:
-            remaining = deadline - self.monotonic()
-            if remaining <= 0:
-                break
-            entries = await self.streams.read(job.id, after, max(1, round(min(remaining, self.config.block_s) * 1000)))
-            ended = False
-            for entry_id, fields in entries:
-                after = entry_id
-                ended = ended or "end" in fields
-            if entries and not ended:
-                continue  # pieces of a running job: nothing has ended, no need to read the job
+        async with self.listener.follow(job.id, None) as subscription:
             current = await self.job(job.id, caller)
+            while not current.status.is_final:
+                remaining = deadline - self.monotonic()
+                if remaining <= 0:
+                    break
+                update = await subscription.next(min(remaining, self.config.block_s))
+                if update.gone or any(_ends_for_reader(fields) for _, fields in update.entries):
+                    current = await self.job(job.id, caller)
         return current
 
     @staticmethod
@@ -634,27 +683,88 @@ class TTSService:
             return vtt(job.captions, SAMPLE_RATE)
         return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
-    async def events(self, job: Job, caller: Principal) -> AsyncIterator[dict[str, Any]]:
-        """The task's status, as ``caller`` sees it, each time it changes, until it ends."""
-        last: dict[str, Any] | None = None
-        current: Job | None = job
-        while current is not None:
-            event = (await self.status(current)).model_dump(
-                mode="json", include={"task_id", "status", "queue_position", "chunks_done", "chunks_total", "error"}
-            )
-            if event != last:
-                yield event
-                last = event
-            if current.status.is_final:
-                return
-            await asyncio.sleep(EVENT_POLL_S)
-            current = await self.queue.get(job.id)
-            current = as_seen_by(current, caller) if current is not None else None
+    async def events(self, job: Job, caller: Principal, last_event_id: str | None = None) -> AsyncIterator[ServerEvent]:
+        """The task's ``status``, as ``caller`` sees it, each time it changes, and a ``timing`` event (a live caption
+        cue) as each chunk's audio is published, until the task ends.
+
+        Pushed, not polled: the events come from the task's stream through the process's listener, which marks an
+        attempt starting or waiting, each piece, a detached caller and the end. A queued task's position is read
+        again only when jobs left its shard's queue (``claim.lua``/``cancel.lua`` note it), once per task however
+        many clients follow it. Each event's id is the stream entry it reflects: with ``last_event_id`` (SSE's
+        ``Last-Event-ID``) the stream resumes after it, repeating no ``timing`` event and missing none (a ``status``
+        event, which states where the task stands, is sent again first).
+        """
+        after = last_event_id if last_event_id is not None and _ENTRY_ID.fullmatch(last_event_id) else "0"
+        cued = -1  # a re-run attempt republishes its cues from the first (an attempt is deterministic): each is sent once
+        async with self.listener.follow(job.id, after) as subscription:
+            for entry_id, fields in subscription.backlog:
+                cue = _timing(fields)
+                if cue is not None and cue["index"] > cued:
+                    cued = cue["index"]
+                    yield ServerEvent(entry_id, "timing", cue)
+            position = subscription.seen
+            current = await self.job(job.id, caller)
+            last = await self._status_event(current)
+            yield ServerEvent(position, "status", last)
+            while not current.status.is_final:
+                update = await subscription.next()
+                if update.gone:
+                    return
+                for entry_id, fields in update.entries:
+                    cue = _timing(fields)
+                    if cue is not None and cue["index"] > cued:
+                        cued = cue["index"]
+                        yield ServerEvent(entry_id, "timing", cue)
+                    if _ends_for_reader(fields):
+                        current = await self.job(job.id, caller)
+                        event = await self._status_event(current)
+                    else:
+                        event = await self._follow(job.id, last, fields)
+                    if event != last:
+                        yield ServerEvent(entry_id, "status", event)
+                        last = event
+                    if current.status.is_final:
+                        break
+                if update.moved and last["status"] == Status.QUEUED.value and not current.status.is_final:
+                    seen = subscription.seen
+                    moved_to = await self._position(job.id)
+                    # None: the task itself left the queue; its own stream says how (an attempt starts, or it ended).
+                    if moved_to is not None and moved_to != last["queue_position"]:
+                        last = {**last, "queue_position": moved_to}
+                        yield ServerEvent(seen, "status", last)
+            if current.status is Status.DONE and current.captions is not None and await self.streams.progress(job.id) is None:
+                # A job whose stream holds no piece (one chunk, a cache hit, an attempt that could not publish) has its
+                # cues only in its record: those not sent yet are sent from there.
+                for caption in current.captions[cued + 1 :]:
+                    yield ServerEvent(position, "timing", _cue_event(caption.index, caption.start, caption.end, caption.text))
+
+    async def _status_event(self, job: Job) -> dict[str, Any]:
+        return (await self.status(job)).model_dump(mode="json", include=STATUS_EVENT_FIELDS)
+
+    async def _follow(self, job_id: str, last: dict[str, Any], fields: dict[str, bytes]) -> dict[str, Any]:
+        """The status event after one stream entry that does not end the task."""
+        if "pcm" in fields:
+            done, total = int(fields["index"]) + 1, int(fields["total"])
+            return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": done, "chunks_total": total}
+        if fields.get("status") == b"running":
+            return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": None, "chunks_total": None}
+        if fields.get("status") == b"queued":  # a retry waits out its backoff: not in line, no position
+            return {**last, "status": Status.QUEUED.value, "queue_position": await self._position(job_id), "chunks_done": None}
+        return last
+
+    async def _position(self, job_id: str) -> int | None:
+        """The task's queue position, read once for every client of this process that asks at the same moment."""
+        pending = self._positions.get(job_id)
+        if pending is None:
+            pending = self._positions[job_id] = asyncio.ensure_future(self.queue.position(job_id))
+            pending.add_done_callback(lambda _: self._positions.pop(job_id, None))
+        return await asyncio.shield(pending)
 
     def open_stream(self, caller: Principal, request_state: Any) -> None:
         """Take one of this process's stream slots for ``caller`` (kept in ``request_state`` until the response is over),
-        or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream polls or blocks on Redis for as long as its task
-        lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one caller."""
+        or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream holds memory and a subscription to the listener for
+        as long as its task lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one
+        caller."""
         hold(self.stream_slots, caller.subject, request_state)
 
     async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
@@ -681,7 +791,7 @@ class TTSService:
 
     def pcm(self, task_id: str) -> AsyncIterator[bytes]:
         """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
-        return pcm_pieces(self.streams, self.queue, task_id)
+        return pcm_pieces(self.streams, self.listener, self.queue, task_id)
 
     # ---- voices ----------------------------------------------------------------------------
 
@@ -693,6 +803,12 @@ class TTSService:
 
     async def create_voice(self, name: str, *, seed: int | None, embedding: str | None) -> Voice:
         return await self.voices.create(name, seed=seed, embedding=embedding)
+
+    async def create_blend_voice(self, name: str, components: Sequence[tuple[str, float]]) -> Voice:
+        """A stored blend: its recipe, resolved now (seeds and embeddings with normalised weights), so it does not
+        change when a component voice is deleted or re-created; the worker computes its embedding (docs/voices.md)."""
+        await self.voices.check_free(name)
+        return await self.voices.create_blend(name, await self._blend_parts(components, "components"))
 
     async def delete_voice(self, name: str) -> bool:
         return await self.voices.delete(name)
@@ -866,3 +982,27 @@ async def _after(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterat
         yield first
     async for piece in rest:
         yield piece
+
+
+def _ends_for_reader(fields: dict[str, bytes]) -> bool:
+    """A stream entry after which a reader must read the job again: its end, or a caller detaching itself."""
+    return "end" in fields or "detached" in fields
+
+
+def _cue_event(index: int, start: int, end: int, spoken: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "start": start,
+        "end": end,
+        "start_s": start / SAMPLE_RATE,
+        "end_s": end / SAMPLE_RATE,
+        "text": spoken,
+    }
+
+
+def _timing(fields: dict[str, bytes]) -> dict[str, Any] | None:
+    """A piece's ``timing`` event: where its chunk's speech lies in the joined audio, and its text (None for entries
+    that are not pieces, and for pieces published without their timing)."""
+    if "pcm" not in fields or int(fields.get("start", b"-1")) < 0:
+        return None
+    return _cue_event(int(fields["index"]), int(fields["start"]), int(fields["end_at"]), fields["text"].decode())

@@ -105,6 +105,7 @@ def cmd_say(client: TTSClient, args: argparse.Namespace) -> int:
         top_k=args.top_k,
         refine_text=args.refine,
         priority=args.priority,
+        consistent_voice=True if args.consistent_voice else None,
     )
     print(f"task   {submitted.task_id}\nseed   {submitted.seed}", flush=True)
     if submitted.notice:
@@ -189,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--refine", action="store_true", help="let ChatTTS add oral prosody tokens first (slower)")
     say.add_argument(
         "--priority", choices=["interactive", "batch"], help="queue lane: batch yields to interactive work (default: the key's)"
+    )
+    say.add_argument(
+        "--consistent-voice", action="store_true", help="one voice across a long text (the first chunk's audio conditions the rest)"
     )
     say.add_argument("--stream", action="store_true", help="write the file while the audio is produced (wav or pcm only)")
     say.add_argument("--timeout", type=float, help="give up waiting after this many seconds (not with --stream)")

@@ -73,7 +73,7 @@ class SynthesisOptions(TypedDict, total=False):
     """Keyword options of ``submit`` and ``synthesize``; omitted ones take the server's defaults."""
 
     voice: str | None
-    """A registered voice name; fixes the speaker."""
+    """A registered voice name, or a blend (``"zh_female*0.7+narrator*0.3"``); fixes the speaker."""
     seed: int | None
     """Sampling seed; without a voice it also picks the speaker."""
     speed: int
@@ -87,6 +87,9 @@ class SynthesisOptions(TypedDict, total=False):
     """Let ChatTTS insert oral prosody tokens first (slower); default False."""
     priority: Priority | None
     """"interactive" (served first) or "batch" (a bounded share while interactive work waits); default: the API key's."""
+    consistent_voice: bool | None
+    """Condition every chunk after the first on the first chunk's audio (one voice across a long text); default: the
+    server's ``CONSISTENT_VOICE``."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
+from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
 
 KEY_VERSION = 1
@@ -26,7 +28,9 @@ KEY_VERSION = 1
 
 def speaker_identity(params: TTSParams) -> str:
     """What produces the speaker embedding: the embedding's own hash, or the seed that draws it; for a reference
-    voice, the hash of its prompt and transcript (ChatTTS reads both)."""
+    voice, the hash of its prompt and transcript (ChatTTS reads both); for a blend, its components and weights."""
+    if params.speaker_blend is not None:
+        return blend_identity(params.speaker_blend)
     if params.speaker_prompt is not None:
         material = json.dumps([params.speaker_prompt, params.prompt_text or ""], ensure_ascii=False)
         return "ref:" + hashlib.sha256(material.encode()).hexdigest()
@@ -37,10 +41,22 @@ def speaker_identity(params: TTSParams) -> str:
     return f"seed:{params.speaker_seed}"
 
 
+def blend_identity(parts: Sequence[BlendPart]) -> str:
+    """A blend by what makes it: each component's identity and normalised weight, in the blend's (canonical) order.
+
+    The API orders the components and normalises the weights (:meth:`ttsq.api.service.TTSService.resolve_blend`), so
+    ``a*0.7+b*0.3``, ``b*3+a*7`` and a stored blend of the same recipe share a key; other weights give another."""
+    material = json.dumps([[part.identity, part.weight] for part in parts])
+    return "blend:" + hashlib.sha256(material.encode()).hexdigest()
+
+
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
     the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`)."""
-    return {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
+        material["consistent_voice"] = True
+    return material
 
 
 def cache_key(params: TTSParams, model_identity: str, scope: str | None = None) -> str | None:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 
@@ -59,6 +60,12 @@ class TTSParams(SamplingFields):
         default=None, description="ChatTTS speaker prompt, ``spk_smp`` (reference voices: a recording's DVAE codes)."
     )
     prompt_text: str | None = Field(default=None, description="What the speaker prompt says, ``txt_smp`` (reference voices).")
+    consistent_voice: bool = Field(
+        default=False, description="The first chunk's audio conditions the later chunks (one voice across the text)."
+    )
+    speaker_blend: list[BlendPart] | None = Field(
+        default=None, description="The components of a blended speaker, drawn and blended by the worker (blends)."
+    )
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
     format: AudioFormat = "wav"
     deterministic: bool = True

@@ -17,7 +17,9 @@ import numpy as np
 import pybase16384 as b14
 from pydantic import BaseModel, Field
 
-VoiceKind = Literal["builtin", "seed", "embedding", "reference"]
+from ttsq.domain.blends import BlendPart
+
+VoiceKind = Literal["builtin", "seed", "embedding", "reference", "blend"]
 VOICE_NAME = re.compile(r"^(?!draw$)[A-Za-z0-9_-]{1,64}$")
 """A voice's name; not ``draw``, which ``/v1/voices/draw`` (voice draws) names."""
 
@@ -57,6 +59,9 @@ class Voice(BaseModel):
         None, description="ChatTTS speaker prompt (`sample_audio_speaker`: a recording's DVAE codes; reference voices)."
     )
     transcript: str | None = Field(None, description="What the reference recording says (reference voices).")
+    components: list[BlendPart] | None = Field(
+        None, description="The voices a blend mixes, resolved to seeds or embeddings, with their weights (blends)."
+    )
     created_at: float | None = None
 
 

@@ -74,11 +74,14 @@ class SynthesisRequest:
     """ChatTTS's ``spk_smp``: a recording's DVAE codes (:meth:`Engine.speaker_from_audio`), appended to the prompt."""
     prompt_text: str | None = None
     """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
+    consistent: bool = False
+    """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
+    first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""
 
     @property
-    def voice(self) -> tuple[str | None, str | None, str | None]:
+    def voice(self) -> tuple[str | None, str | None, str | None, bool]:
         """Everything that makes the voice (what a grouped call must share)."""
-        return (self.speaker, self.speaker_prompt, self.prompt_text)
+        return (self.speaker, self.speaker_prompt, self.prompt_text, self.consistent)
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,11 @@ class Engine(Protocol):
         """ChatTTS's speaker prompt (``spk_smp``) for a mono 24 kHz recording: its DVAE codes, compressed."""
         ...
 
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        """The blend of speaker embeddings by weights, under :func:`ttsq.domain.blends.blend_embedding`'s rule with
+        this checkpoint's ``spk_stat``; ValueError for components that do not fit the model."""
+        ...
+
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak requests that share a speaker and parameters; yield ``(request index, chunk)`` as chunks finish."""
         ...
@@ -292,6 +300,9 @@ class EngineWrapper:
 
     def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
         return self.inner.speaker_from_audio(samples)
+
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        return self.inner.blend_speakers(speakers, weights)
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         return self.inner.synthesize_batch(reqs)

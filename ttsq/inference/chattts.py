@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe, batch_key, bucket_for
+from ttsq.domain.blends import blend_embedding
 from ttsq.domain.text import detect_language, split_sentences
 from ttsq.inference.base import (
     Batcher,
@@ -329,6 +330,21 @@ class ChatTTSEngine:
             encoded: str = chat.sample_audio_speaker(wav)
         return encoded
 
+    def blend_speakers(self, speakers: Sequence[str], weights: Sequence[float]) -> str:
+        """A blended speaker (:func:`ttsq.domain.blends.blend_embedding`: standardised by ``spk_stat``, weighed,
+        rescaled to a draw's variance), encoded as ChatTTS encodes every embedding. Pure numpy on the CPU: the same
+        bits on every device, as :meth:`speaker_from_seed` is."""
+        import torch
+
+        chat = self._loaded_chat()
+        with self._lock:
+            speaker = chat.speaker
+            mean = speaker.mean.float().cpu().numpy()
+            std = speaker.std.float().cpu().numpy()
+            blended = blend_embedding([speaker._decode(one) for one in speakers], weights, mean, std)
+            encoded: str = speaker._encode(torch.from_numpy(blended))
+        return encoded
+
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak several requests in shared ChatTTS calls; yield ``(request index, chunk)`` as chunks finish.
 
@@ -351,16 +367,30 @@ class ChatTTSEngine:
         chunked = [self._split(req, lang) for req in reqs]
         firsts = [(owner, 0, chunks[0]) for owner, chunks in enumerate(chunked)]
         rests = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks) if index]
-        for rows in (firsts, rests):
-            if not rows:
-                continue
-            wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, first)
-            for position, (owner, index, spoken) in enumerate(rows):
-                wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
-                samples = np.asarray(wav, dtype=np.float32).reshape(-1)
-                if samples.size == 0:
-                    log.warning("chunk %d of request %d produced no audio", index, owner)
-                yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
+        heard: dict[int, ChunkAudio] = {}
+        for owner, chunk in self._grouped_call(chat, firsts, lang, first, chunked):
+            heard[owner] = chunk
+            yield owner, chunk
+        if not (first.consistent and first.speaker_prompt is None):
+            yield from self._grouped_call(chat, rests, lang, first, chunked)
+            return
+        for owner, chunk in heard.items():  # one voice across each text: its own prompt, so one call per request
+            anchored = replace(reqs[owner], speaker_prompt=self.speaker_from_audio(chunk.samples), prompt_text=chunk.text)
+            yield from self._grouped_call(chat, [row for row in rests if row[0] == owner], lang, anchored, chunked)
+
+    def _grouped_call(
+        self, chat: Any, rows: list[tuple[int, int, str]], lang: str, req: SynthesisRequest, chunked: list[list[str]]
+    ) -> Iterator[tuple[int, ChunkAudio]]:
+        """One ChatTTS call for ``rows`` (owner, chunk index, text) with ``req``'s voice and parameters."""
+        if not rows:
+            return
+        wavs = self._infer_typed(chat, [text for _, _, text in rows], lang, req)
+        for position, (owner, index, spoken) in enumerate(rows):
+            wav = wavs[position] if position < len(wavs) else np.zeros(0, dtype=np.float32)
+            samples = np.asarray(wav, dtype=np.float32).reshape(-1)
+            if samples.size == 0:
+                log.warning("chunk %d of request %d produced no audio", index, owner)
+            yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
 
     def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
         if not req.text.strip():

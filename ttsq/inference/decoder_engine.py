@@ -13,6 +13,7 @@ row alone, and a slot is refilled as soon as its row ends.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
-from ttsq.domain.reference_audio import reference_positions
+from ttsq.domain.reference_audio import MAX_CHARS_PER_S, reference_positions
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
@@ -45,11 +46,13 @@ def prompt_budget(max_chunk_chars: int, refine_max_new_token: int, max_reference
     ``max_chunk_chars`` characters (BERT's tokenizer makes at most one token of each), and a
     refined chunk at most ``refine_max_new_token`` tokens, re-tokenised after decoding (a quarter
     more allowed for word pieces split differently). A code row may also carry a reference voice's
-    speaker prompt: the codes and transcript of up to ``max_reference_s`` seconds of recording."""
+    speaker prompt: the codes and transcript of up to ``max_reference_s`` seconds of recording — or, for a later chunk
+    of a request with one voice across its text, of its first chunk's audio (cut to that length) and that chunk's text."""
     text = max_chunk_chars + _PROMPT_MARGIN
-    code = max(max_chunk_chars, refine_max_new_token + refine_max_new_token // 4) + _PROMPT_MARGIN
+    chunk = max(max_chunk_chars, refine_max_new_token + refine_max_new_token // 4)
+    code = chunk + _PROMPT_MARGIN
     if max_reference_s > 0:
-        code += reference_positions(max_reference_s)
+        code += reference_positions(max_reference_s) + max(0, chunk - math.floor(MAX_CHARS_PER_S * max_reference_s))
     return code, text
 
 
@@ -106,8 +109,13 @@ class DecoderEngine(ChatTTSEngine):
     def _limits(self, tokens: int | None = None) -> DecodeLimits:
         config = self.config
         if tokens is not None:
-            return DecodeLimits(max_new_token=tokens, min_new_token=tokens, refine_max_new_token=config.refine_max_new_token)
-        return DecodeLimits(config.max_new_token, config.min_new_token, config.refine_max_new_token)
+            return DecodeLimits(
+                max_new_token=tokens,
+                min_new_token=tokens,
+                refine_max_new_token=config.refine_max_new_token,
+                max_reference_s=config.max_reference_s,
+            )
+        return DecodeLimits(config.max_new_token, config.min_new_token, config.refine_max_new_token, config.max_reference_s)
 
     def _scheduler(
         self,

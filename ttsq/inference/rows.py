@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ttsq.domain.audio import SAMPLE_RATE
+
 if TYPE_CHECKING:
     import torch
 
@@ -91,12 +93,29 @@ class ChatTTSRows:
     def audio(self, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         """One row's audio from the GPT states that produced its codes (ChatTTS decodes audio from
         the states, not the codes), decoded alone, with ChatTTS's near-silence samples dropped."""
+        return _audible(self._wav(hiddens))
+
+    def audio_and_prompt(self, hiddens: torch.Tensor, max_seconds: float) -> tuple[npt.NDArray[np.float32], str]:
+        """:meth:`audio`, and the speaker prompt made of it as ``Chat._infer`` makes one for ``split_text``:
+        ``sample_audio_speaker`` of the decoded wave as it comes (near-silent samples kept), cut to ``max_seconds``
+        (the room the decoder keeps for a prompt)."""
+        import torch
+
+        wav = self._wav(hiddens)
+        with torch.inference_mode():
+            prompt: str = self.chat.sample_audio_speaker(torch.from_numpy(wav[: int(max_seconds * SAMPLE_RATE)]))
+        return _audible(wav), prompt
+
+    def _wav(self, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         import torch
 
         if hiddens.shape[0] == 0:
             return np.zeros(0, dtype=np.float32)
         with torch.inference_mode():
             wavs = self.chat._decode_to_wavs([hiddens], True)
-        wav = np.asarray(wavs[0], dtype=np.float32).reshape(-1)
-        kept: npt.NDArray[np.float32] = wav[np.abs(wav) > SILENCE_THRESHOLD]
-        return kept
+        return np.asarray(wavs[0], dtype=np.float32).reshape(-1)
+
+
+def _audible(wav: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    kept: npt.NDArray[np.float32] = wav[np.abs(wav) > SILENCE_THRESHOLD]
+    return kept

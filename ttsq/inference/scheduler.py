@@ -30,12 +30,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.batching import AdaptiveBatchLimit
+from ttsq.domain.reference_audio import MAX_REFERENCE_S
 from ttsq.domain.text import detect_language
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import (
@@ -56,6 +57,9 @@ from ttsq.inference.rows import ChatTTSRows
 
 __all__ = ["DecodeLimits", "Scheduler"]
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 
 _BACKGROUND_WAIT_S = 0.05
@@ -74,6 +78,9 @@ class DecodeLimits:
     max_new_token: int
     min_new_token: int
     refine_max_new_token: int
+    max_reference_s: float = MAX_REFERENCE_S
+    """The longest speaker prompt a code row has room for (``MAX_REFERENCE_S``): a first chunk's audio made into the
+    prompt of its request's later chunks (``consistent``) is cut to it."""
 
 
 @dataclass
@@ -85,6 +92,13 @@ class _Request:
     arrival: int
     alone: bool
     done: int = 0
+    anchored: bool = False
+    """One voice across the text (``consistent``, more than one chunk, no speaker prompt of its own): the later
+    chunks' code rows wait for the first chunk's audio, made into their speaker prompt (:attr:`anchor`)."""
+    anchor: tuple[str, str] | None = None
+    """The first chunk's speaker prompt and text (ChatTTS's ``spk_smp``/``txt_smp``), once its audio is decoded."""
+    held: list[_Row] = field(default_factory=list)
+    """Later code rows waiting for :attr:`anchor`."""
 
 
 @dataclass
@@ -210,10 +224,11 @@ class Scheduler:
         if request.sampling.refine_text and self.text is None and self._make_text is not None:
             self.text = self._make_text()
         state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
+        state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
         phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
         for index, chunk in enumerate(chunks):
-            self._push(_Row(state, index, phase, chunk))
+            self._queue(_Row(state, index, phase, chunk))
         return []
 
     def cancel(self, key: str) -> None:
@@ -241,6 +256,15 @@ class Scheduler:
         return events
 
     # ---- admission ---------------------------------------------------------------------------
+
+    def _queue(self, row: _Row) -> None:
+        """Wait for a slot, or, for a later chunk's code row of an anchored request whose first chunk's audio is not
+        decoded yet, for that audio (its slot goes to other rows meanwhile)."""
+        request = row.request
+        if request.anchored and request.anchor is None and row.phase == "code" and row.index > 0:
+            request.held.append(row)
+            return
+        self._push(row)
 
     def _push(self, row: _Row) -> None:
         row.slot = None
@@ -328,8 +352,9 @@ class Scheduler:
         """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
         request = row.request.request
         if row.phase == "code":
+            spoken, said = row.request.anchor if row.index > 0 and row.request.anchor is not None else (None, None)
             prompt = self.rows.code_prompt(
-                row.text, request.sampling.speed, request.speaker, request.speaker_prompt, request.prompt_text
+                row.text, request.sampling.speed, request.speaker, spoken or request.speaker_prompt, said or request.prompt_text
             )
         else:
             prompt = self.rows.text_prompt(row.text)
@@ -444,7 +469,7 @@ class Scheduler:
                 return
             row.phase = "code"
             row.suspect = False
-            self._push(row)
+            self._queue(row)
             return
         if ended.hit_limit:
             log.debug("chunk %d of %s hit max_new_token", row.index, request.key)
@@ -452,19 +477,33 @@ class Scheduler:
             self._fail(request.key, TransientError("an audio row ended without its states"), events)
             return
         if self._audio_pool is not None:
-            self._audio.append((row, self._audio_pool.submit(row.priority(), self.rows.audio, ended.hiddens)))
+            self._audio.append((row, self._audio_pool.submit(row.priority(), self._audio_of, row, ended.hiddens)))
             return
         try:
-            samples = self.rows.audio(ended.hiddens)
+            samples = self._audio_of(row, ended.hiddens)
         except Exception as exc:  # noqa: BLE001 - this row's own failure
             self._fail(request.key, _typed(exc), events)
             return
         self._chunk_ready(row, samples, events)
 
+    def _audio_of(self, row: _Row, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
+        """A row's audio; an anchored request's first chunk also becomes the speaker prompt of its later chunks, made
+        as upstream's ``split_text`` makes it (:meth:`ChatTTSRows.audio_and_prompt`), with the chunk's text (refined,
+        where asked) as ``txt_smp``. Inline, or in the audio thread: the loop reads the anchor once this is done."""
+        if row.index > 0 or not row.request.anchored:
+            return self.rows.audio(hiddens)
+        samples, prompt = self.rows.audio_and_prompt(hiddens, self.limits.max_reference_s)
+        row.request.anchor = (prompt, row.text)
+        return samples
+
     def _chunk_ready(self, row: _Row, samples: npt.NDArray[np.float32], events: list[BatchEvent]) -> None:
         request = row.request
         if self._requests.get(request.key) is not request:
             return  # cancelled or failed while its audio was decoded
+        if request.anchor is not None and request.held:
+            held, request.held = request.held, []
+            for later in held:
+                self._push(later)
         request.done += 1
         events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples, text=row.text)))
         if request.done == request.total:

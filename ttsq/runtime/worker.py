@@ -22,7 +22,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -33,6 +33,7 @@ import numpy.typing as npt
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
+from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import captions
 from ttsq.domain.jobs import AudioFormat, Job, TTSParams
 from ttsq.inference.base import (
@@ -69,8 +70,8 @@ CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
 """Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
-Piece = tuple[int, int, bytes]
-"""(chunk index, chunk total, PCM16 bytes) of one streamed piece."""
+Piece = tuple[int, int, bytes, tuple[int, int, str]]
+"""(chunk index, chunk total, PCM16 bytes, (speech start, end in the joined audio in samples, text)) of one streamed piece."""
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
@@ -490,7 +491,8 @@ class Worker:
                 continue
             for index, piece in flight.audio.add(event.chunk):
                 if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
-                    self._stream(flight, (index, event.chunk.total, encode_audio(piece, "pcm") if piece.size else b""))
+                    pcm = encode_audio(piece, "pcm") if piece.size else b""
+                    self._stream(flight, (index, event.chunk.total, pcm, flight.audio.timings[index]))
             if flight.audio.complete:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
@@ -647,7 +649,8 @@ class Worker:
         while (piece := await pieces.get()) is not None:
             job = flight.job
             try:
-                published = await self.streams.publish(job.id, _token(job), *piece, fresh=fresh)
+                index, total, pcm, spoken = piece
+                published = await self.streams.publish(job.id, _token(job), index, total, pcm, fresh=fresh, spoken=spoken)
             except REDIS_ERRORS as exc:
                 log.warning("could not publish audio: %s", exc)
                 continue
@@ -681,18 +684,36 @@ class Worker:
             sampling=params.sampling,
             speaker_prompt=params.speaker_prompt,
             prompt_text=params.prompt_text,
+            consistent=params.consistent_voice,
         )
 
     def _speaker(self, params: TTSParams) -> str | None:
         """The speaker embedding; the API resolved any voice name to a seed, an embedding or a speaker prompt at submit
         (a reference voice is its prompt alone: no embedding)."""
+        if params.speaker_blend is not None:
+            return self._blend(params.speaker_blend)
         if params.speaker_embedding is not None:
             return params.speaker_embedding
         if params.speaker_seed is None and params.speaker_prompt is not None:
             return None
         if params.speaker_seed is None:
             raise PermanentError("job carries no speaker seed")
-        seed = params.speaker_seed
+        return self._seeded(params.speaker_seed)
+
+    def _blend(self, parts: Sequence[BlendPart]) -> str:
+        """A blend's embedding, from its components' embeddings (seeds drawn as for a seed voice) and weights."""
+        speakers: list[str] = []
+        for part in parts:
+            if part.embedding is None and part.seed is None:
+                raise PermanentError(f"blend component {part.voice!r} carries neither a seed nor an embedding")
+            speakers.append(part.embedding if part.embedding is not None else self._seeded(part.seed or 0))
+        try:
+            return self.engine.blend_speakers(speakers, [part.weight for part in parts])
+        except ValueError as exc:
+            raise PermanentError(f"the blend cannot be made: {exc}") from exc
+
+    def _seeded(self, seed: int) -> str:
+        """The speaker drawn from ``seed`` (the last few kept: drawing costs a model call)."""
         speaker = self._speakers.get(seed)
         if speaker is None:
             speaker = self._speakers[seed] = self.engine.speaker_from_seed(seed)

@@ -14,7 +14,9 @@
   (``READONLY`` becomes a connection error: an outage the caller backs off from).
 
 The socket timeout bounds every command, so a dead Redis surfaces as an error within seconds
-instead of hanging a request; blocking reads stay shorter than it (validated in settings).
+instead of hanging a request; blocking reads stay shorter than it (validated in settings). On one server
+(or a Sentinel's primary) a command that finds every pooled connection busy waits for one, up to the same
+timeout, instead of opening more than ``REDIS_MAX_CONNECTIONS``.
 Retries are few and short: the API turns a Redis outage into ``503 Retry-After`` rather than
 holding the client while it waits. :data:`STORE_ERRORS` is what an outage raises, the cluster
 client's own exceptions (``RedisClusterException`` is not a ``RedisError``) included.
@@ -28,7 +30,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
@@ -78,7 +80,11 @@ def create_redis(config: RedisConfig) -> RedisClient:
         return _cluster(config.url, tls=CLUSTER_SCHEMES[scheme], **common)
     if scheme in SENTINEL_SCHEMES:
         return _sentinel_primary(config.url, tls=SENTINEL_SCHEMES[scheme], **common)
-    return Redis.from_url(config.url, health_check_interval=30, **common)
+    # A full pool makes a caller wait for a connection (up to the socket timeout) rather than open more: a burst of
+    # requests (a thousand listeners opening at once) then borrows the same few connections in turn instead of leaving
+    # a thousand open in the pool once it is over.
+    pool = BlockingConnectionPool.from_url(config.url, timeout=config.socket_timeout_s, health_check_interval=30, **common)
+    return Redis.from_pool(pool)
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:

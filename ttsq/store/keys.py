@@ -178,6 +178,13 @@ class Keys:
         """Redis Stream of a job's audio pieces (PCM16), published as each sentence is ready."""
         return f"{self.prefix}stream:{job_id}"
 
+    @property
+    def moves(self) -> str:
+        """Redis Stream (capped at 16 entries) with one entry each time jobs leave the shard's queue (a claim, a cancel):
+        queue positions on the shard have moved. The API's listener follows it, so an event stream of a queued task
+        re-reads its position only when it may have changed."""
+        return self.prefix + "moves"
+
     def owner_jobs(self, owner: str) -> str:
         """How many of an owner's jobs are queued or running (the per-key cap); kept by the job scripts."""
         return f"{self.prefix}owner-jobs:{owner}"

@@ -649,9 +649,10 @@ class JobQueue:
                 return []
             request = request or uuid.uuid4().hex
             keys = [keys_of.queue, keys_of.processing, keys_of.leases, keys_of.dead, keys_of.claims]
-            keys += [keys_of.claim_record(worker_id), keys_of.deliveries, *fair_keys]
+            keys += [keys_of.claim_record(worker_id), keys_of.deliveries, *fair_keys, keys_of.moves]
             for job_id, owner, lane, tenant in zip(peeked.ids, peeked.owners, peeked.lanes, peeked.tenants, strict=True):
                 keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-"), keys_of.tenant_queue(lane, tenant)]
+                keys += [keys_of.stream(job_id)]
             args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
             args += [self.config.dead_letter_max, keys_of.prefix, _claim_record_ms(self.config), _flag(alone_first)]
             args += [self.config.interactive_burst, *peeked.ids]
@@ -753,6 +754,7 @@ class JobQueue:
             keys_of.dead,
             self._inflight_key(keys_of, cache_key),
             *self._ending_keys(keys_of, job),
+            keys_of.stream(job_id),
         ]
         args: list[Any] = [
             job_id,
@@ -783,6 +785,7 @@ class JobQueue:
             self._home_queue(keys_of, job),
             keys_of.ring(job.priority),
             keys_of.credit(job.priority),
+            keys_of.moves,
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=args))

@@ -6,7 +6,9 @@ User voices survive API and worker restarts, and every replica sees the same set
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
+from ttsq.domain.blends import BlendPart
 from ttsq.domain.voices import BUILTIN_VOICES, OPENAI_VOICES, Voice, VoiceError, builtin, speaker_dimension
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
@@ -76,6 +78,16 @@ class VoiceRegistry:
         """
         await self.check_free(name)
         voice = Voice(name=name, kind="reference", prompt=prompt, transcript=transcript, created_at=time.time())
+        if not await self.redis.hsetnx(self.keys.voices, name, voice.model_dump_json()):
+            raise VoiceError(f"a voice named {name!r} already exists", 409)
+        return voice
+
+    async def create_blend(self, name: str, parts: Sequence[BlendPart]) -> Voice:
+        """Store a blend as its recipe (:class:`~ttsq.domain.blends.BlendPart`: seeds and embeddings with weights),
+        not as an embedding: the API cannot draw a seed's embedding (that is torch's generator, in the worker), and a
+        recipe keeps the blend true to whichever checkpoint the workers load, as a seed voice is."""
+        await self.check_free(name)
+        voice = Voice(name=name, kind="blend", components=[*parts], created_at=time.time())
         if not await self.redis.hsetnx(self.keys.voices, name, voice.model_dump_json()):
             raise VoiceError(f"a voice named {name!r} already exists", 409)
         return voice

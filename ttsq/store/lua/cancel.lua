@@ -6,7 +6,7 @@
 -- A waiting job leaves its tenant's queue (fair.lua, put in front): the tally drops it, and a tenant left
 -- with nothing waiting leaves its lane's ring.
 -- KEYS: job, queue (the tally), processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries,
---       its tenant's queue, its lane's ring, its lane's credit
+--       its tenant's queue, its lane's ring, its lane's credit, the shard's moves (a stream: jobs left the queue)
 -- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
 local raw = redis.call('GET', KEYS[1])
@@ -26,6 +26,8 @@ if ARGV[6] ~= '' and type(job.holders) == 'table' and #job.holders > 1 then
   if #holders < #job.holders then
     job.holders = holders
     redis.call('SET', KEYS[1], cjson.encode(job))
+    redis.call('XADD', KEYS[6], '*', 'detached', ARGV[6])  -- its listeners see the task as cancelled now
+    redis.call('EXPIRE', KEYS[6], ARGV[4])
     return {'detached'}
   end
 end
@@ -46,7 +48,6 @@ job.status = 'cancelled'
 job.finished_at = clock(ARGV[3])
 job.not_before = cjson.null
 redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[4])
-redis.call('XADD', KEYS[6], '*', 'end', '1')
-redis.call('EXPIRE', KEYS[6], ARGV[4])
-ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[5])
+redis.call('XADD', KEYS[12], 'MAXLEN', '16', '*', 'cancelled', ARGV[1])  -- the jobs behind it moved up
+ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[5], KEYS[6], ARGV[4])
 return {'cancelled'}

@@ -14,8 +14,11 @@
 -- The claim is safe to repeat: the reply is kept under the worker's claim record with the caller's
 -- request id, and a second call with that id (a retry whose first answer was lost on the way)
 -- answers the same jobs again instead of claiming more; they stay the worker's, nothing is stranded.
+-- Each job started gets a 'status running' entry on its audio stream, and a claim that took jobs out of the queue
+-- adds one entry to the shard's moves stream: what the API's listener follows instead of reading jobs again.
 -- KEYS: queue (the tally), processing, leases, dead, claims, record, deliveries, interactive ring, batch ring,
---       interactive credit, batch credit, weights, streak, then per expected id: job, owner_jobs, tenant queue
+--       interactive credit, batch credit, weights, streak, moves, then per expected id: job, owner_jobs, tenant queue,
+--       stream
 -- ARGV: worker, request_id, clock ('' = Redis's TIME), lease_s, ttl_s, dead_max, prefix, record_ttl_ms,
 --       first ('1' | '0'), burst, then the expected ids in claim order
 -- Reply: {'claimed' | 'repeated', {started, job_json}, ...} with started 'run' (leased to this worker)
@@ -30,7 +33,7 @@ if record then
   end
 end
 local now = clock(ARGV[3])
-local function start(id, job, job_key, owner_key)
+local function start(id, job, job_key, owner_key, stream_key)
   job.attempts = job.attempts + 1
   job.orphan_seen_at = nil
   if job.attempts > job.max_attempts then
@@ -43,7 +46,7 @@ local function start(id, job, job_key, owner_key)
     redis.call('LREM', KEYS[2], 0, id)
     redis.call('LPUSH', KEYS[4], out)
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
-    ended(job, id, owner_key, KEYS[7], ARGV[7])
+    ended(job, id, owner_key, KEYS[7], ARGV[7], stream_key, ARGV[5])
     return {'dead', out}
   end
   job.status = 'running'
@@ -54,16 +57,19 @@ local function start(id, job, job_key, owner_key)
   local out = cjson.encode(job)
   redis.call('SET', job_key, out)
   redis.call('ZADD', KEYS[3], deadline(now + tonumber(ARGV[4])), id)
+  redis.call('XADD', stream_key, '*', 'status', 'running', 'attempt', job.attempts)
+  redis.call('EXPIRE', stream_key, ARGV[5])
   return {'run', out}
 end
 local rings = {interactive = KEYS[8], batch = KEYS[9]}
 local credit_keys = {interactive = KEYS[10], batch = KEYS[11]}
 local burst = tonumber(ARGV[10])
 local claims = {}
+local moved = 0
 for i = 11, #ARGV do
   local id = ARGV[i]
-  local base = 13 + 3 * (i - 11)
-  local job_key, owner_key, queue_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
+  local base = 14 + 4 * (i - 11)
+  local job_key, owner_key, queue_key, stream_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4]
   local batch_waiting = redis.call('LLEN', rings.batch) > 0
   local streak = tonumber(redis.call('GET', KEYS[13]) or '0')
   local lane = fair_lane(redis.call('LLEN', rings.interactive) > 0, batch_waiting, streak, burst)
@@ -79,6 +85,7 @@ for i = 11, #ARGV do
   -- Out of the tenant's queue (and the tally) into processing; the round robin moves on.
   redis.call('RPOP', queue_key)
   redis.call('RPOP', KEYS[1])
+  moved = moved + 1
   redis.call('LPUSH', KEYS[2], id)
   local credit = tonumber(redis.call('HGET', credit_keys[lane], tenant)) or fair_quantum(redis.call('HGET', KEYS[12], tenant))
   credit = credit - 1
@@ -97,10 +104,11 @@ for i = 11, #ARGV do
   if not job or job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
     redis.call('LREM', KEYS[2], 0, id)  -- nothing to run: an expired or finished job's id
   else
-    table.insert(claims, start(id, job, job_key, owner_key))
+    table.insert(claims, start(id, job, job_key, owner_key, stream_key))
     if alone then break end
   end
 end
+if moved > 0 then redis.call('XADD', KEYS[14], 'MAXLEN', '16', '*', 'claimed', moved) end
 redis.call('SET', KEYS[6], cjson.encode({request = ARGV[2], claims = claims}), 'PX', ARGV[8])
 local reply = {'claimed'}
 for _, item in ipairs(claims) do table.insert(reply, item) end

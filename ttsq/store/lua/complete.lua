@@ -26,7 +26,7 @@ job.worker = cjson.null
 if job.cancel_requested == true then
   job.status = 'cancelled'
   redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[3])
-  ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9])
+  ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9], KEYS[7], ARGV[3])
   return 'cancelled'
 end
 job.status = 'done'
@@ -40,9 +40,7 @@ redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[3])
 redis.call('HINCRBY', KEYS[5], 'jobs', 1)
 redis.call('HINCRBYFLOAT', KEYS[5], 'busy_s', ARGV[7])
--- After the job is done, in the same step: a reader that sees the end of the stream finds it done
+-- After the job is done, in the same step, ended() ends the stream: a reader that sees the end finds it done
 -- (and a reader waiting on a job that streamed nothing, one chunk, wakes up at once).
-redis.call('XADD', KEYS[7], '*', 'end', '1')
-redis.call('EXPIRE', KEYS[7], ARGV[3])
-ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9])
+ended(job, ARGV[1], KEYS[8], KEYS[9], ARGV[9], KEYS[7], ARGV[3])
 return 'done'

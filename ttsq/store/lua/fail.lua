@@ -2,7 +2,7 @@
 -- after ttl_s) and keep the final record in the capped dead-letter list. A job cancelled while it
 -- ran is marked cancelled instead of retried. Only the holder of the job's current claim may do
 -- this: a stale owner's failure changes nothing (see complete.lua).
--- KEYS: job, leases, processing, delayed, dead, inflight, owner_jobs (of the job's owner), deliveries
+-- KEYS: job, leases, processing, delayed, dead, inflight, owner_jobs (of the job's owner), deliveries, stream
 -- ARGV: id, reason, retryable ('1' | '0'), clock ('' = Redis's TIME), retry_base_s, ttl_s, dead_max, single_flight ('1' | '0'), prefix, token
 -- Reply: {'retry', delay_s} | {'failed'} | {'cancelled'} | {'gone'} | {'stale'}
 local raw = redis.call('GET', KEYS[1])
@@ -28,7 +28,7 @@ if job.cancel_requested == true then
   job.finished_at = now
   redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[6])
   release_inflight()
-  ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[9])
+  ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[9], KEYS[9], ARGV[6])
   return {'cancelled'}
 end
 if ARGV[3] == '1' and job.attempts < job.max_attempts then
@@ -37,6 +37,8 @@ if ARGV[3] == '1' and job.attempts < job.max_attempts then
   job.not_before = now + delay
   redis.call('SET', KEYS[1], cjson.encode(job))
   redis.call('ZADD', KEYS[4], now + delay, ARGV[1])
+  redis.call('XADD', KEYS[9], '*', 'status', 'queued')  -- its listeners see it wait for its next attempt
+  redis.call('EXPIRE', KEYS[9], ARGV[6])
   return {'retry', tostring(delay)}
 end
 job.status = 'failed'
@@ -46,5 +48,5 @@ redis.call('SET', KEYS[1], out, 'EX', ARGV[6])
 redis.call('LPUSH', KEYS[5], out)
 redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[7]) - 1)
 release_inflight()
-ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[9])
+ended(job, ARGV[1], KEYS[7], KEYS[8], ARGV[9], KEYS[9], ARGV[6])
 return {'failed'}
