@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
+import draw_api
 import openai_api
 import query_api
 import submit_api
@@ -29,7 +30,7 @@ from ttsq.api.errors import ERROR_RESPONSES, install_error_handlers
 from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
 from ttsq.api.schemas import deployment_openapi
-from ttsq.api.service import TTSService, Webhooks
+from ttsq.api.service import TTSService, VoiceDraws, Webhooks
 from ttsq.api.stream_slots import releasing
 from ttsq.api.uploads import multipart_as_json
 from ttsq.domain.ssrf import SsrfGuard
@@ -42,7 +43,9 @@ from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import create_redis, verify_redis
 from ttsq.store.deliveries import DeliveryQueue
+from ttsq.store.draws import DrawStore
 from ttsq.store.listener import JobListener
+from ttsq.store.pronunciation import PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateLimiter
 from ttsq.store.task_ids import TaskIdSigner
@@ -98,6 +101,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             on_submit=metrics.submitted,
             webhooks=webhooks,
             rate_limiter=RateLimiter(redis, queue.keys, config.rate_limit_per_s, config.rate_limit_burst),
+            pronunciation=PronunciationStore(
+                redis,
+                queue.keys,
+                config.pronunciation_limits(),
+                max_entries=config.pronunciation_max_entries,
+                refresh_s=config.pronunciation_refresh_s,
+            ),
+            draws=VoiceDraws(DrawStore(redis, queue.keys, config.result_ttl_s), config.draw_config()),
             listener=listener,
         )
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
@@ -159,9 +170,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, config.retry_after_s, metrics.submitted)
     app.include_router(submit_api.router)
     app.include_router(query_api.router)
+    app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
     app.include_router(admin_api.router)
+    app.include_router(admin_api.pronunciation)
 
     async def readiness() -> dict[str, Any]:
         """The probes answer anyone (kubelet sends no key): where keys are required, they say ready or not and nothing

@@ -43,7 +43,8 @@ from ttsq.store.listener import ListenerConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
-    from ttsq.api.service import ServiceConfig
+    from ttsq.api.service import DrawConfig, ServiceConfig
+    from ttsq.domain.pronunciation import DictionaryLimits
     from ttsq.inference.chattts import EngineConfig
     from ttsq.inference.faults import FaultConfig
     from ttsq.runtime.deliverer import WebhookConfig
@@ -377,6 +378,74 @@ class Settings(BaseSettings):
         None,
         description="The API's external base URL (`https://tts.example.com`), for webhooks' `result_url`; needed by them.",
         json_schema_extra=_group("Security and fair use", shown="unset"),
+    )
+
+    # --- pronunciation dictionary and voice draw ---------------------------------------------
+    pronunciation_max_entries: int = Field(
+        1_000,
+        ge=1,
+        le=100_000,
+        description="Pronunciation-dictionary entries one scope (global, a key, a tenant) may hold (docs/dictionary.md).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    pronunciation_max_pattern_chars: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Longest word or regex pattern of a dictionary entry.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    pronunciation_max_replacement_chars: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Longest replacement of a dictionary entry.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    pronunciation_regex_timeout_s: float = Field(
+        0.05,
+        gt=0,
+        le=5,
+        description="Time limit of one regex entry on one text; past it the submit is refused naming the entry "
+        "(catastrophic backtracking never holds the API).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    pronunciation_refresh_s: float = Field(
+        2.0,
+        ge=0,
+        description="How often an API process asks Redis whether the dictionary changed (one GET of its version); a "
+        "change through another replica applies within this.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+
+    draw_max_n: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="The most voices one draw (`POST /v1/voices/draw`) returns.",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_oversample: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="Seeds a draw speaks per voice it returns: it keeps the `n` of `n × DRAW_OVERSAMPLE` farthest from the "
+        "existing voices (each a short preview job).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_preview_text_zh: str = Field(
+        "你好，这是我的声音。",
+        min_length=1,
+        max_length=200,
+        description="What a drawn voice says in its preview (`language: zh`).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
+    )
+    draw_preview_text_en: str = Field(
+        "Hello, this is my voice.",
+        min_length=1,
+        max_length=200,
+        description="What a drawn voice says in its preview (`language: en`).",
+        json_schema_extra=_group("Pronunciation dictionary and voice draw"),
     )
 
     # --- result cache ------------------------------------------------------------------------
@@ -805,6 +874,16 @@ class Settings(BaseSettings):
             model_identity=self.model_identity(),
             notice=self.model_notice(),
         )
+
+    def draw_config(self) -> DrawConfig:
+        from ttsq.api.service import DrawConfig
+
+        return self._project(DrawConfig, "draw_")
+
+    def pronunciation_limits(self) -> DictionaryLimits:
+        from ttsq.domain.pronunciation import DictionaryLimits
+
+        return self._project(DictionaryLimits, "pronunciation_")
 
     def listener_config(self) -> ListenerConfig:
         """The API's stream listener's (``LISTEN_*``)."""

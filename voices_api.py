@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, status
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from starlette.convertors import Convertor, register_url_convertor
 
 from deps import AdminCaller, ServiceDep, TTSCaller
 from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE, invalid_field
@@ -15,6 +16,22 @@ from ttsq.api.schemas import NO_NUL, REQUEST_MODEL, ErrorBody
 from ttsq.api.service import MAX_BLEND_COMPONENTS, MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
 router = APIRouter(prefix="/v1/voices", tags=["voices"])
+
+
+class _VoiceNameConvertor(Convertor[str]):
+    """A voice's name in a path, never ``draw``: ``/v1/voices/draw`` is the draw's (``draw_api.py``), and a route
+    here that matched it too would answer its other methods (and list them in ``Allow``) as a voice's."""
+
+    regex = "(?!draw(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("voice_name", _VoiceNameConvertor())
 
 VoiceName = Annotated[str, Path(description="The voice's name.")]
 
@@ -165,7 +182,7 @@ async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voi
 
 
 @router.get(
-    "/{name}",
+    "/{name:voice_name}",
     operation_id="get_voice",
     response_model=Voice,
     responses={404: {"model": ErrorBody, "description": "No such voice."}, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
@@ -179,7 +196,7 @@ async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller) -> 
 
 
 @router.delete(
-    "/{name}",
+    "/{name:voice_name}",
     operation_id="delete_voice",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={

@@ -65,6 +65,15 @@ function api(path, init = {}) {
   return fetch(path, { ...init, headers, credentials: "same-origin" });
 }
 
+// A JSON body POSTed through api(), answered in JSON.
+function postJson(path, payload) {
+  return api(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(payload),
+  });
+}
+
 function isAuthFailure(response) { return response.status === 401 || response.status === 403; }
 
 // 401: no key, or one the server refused; 403: a valid key without the scope the route needs.
@@ -781,6 +790,123 @@ async function saveVoice() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Draw voices: POST /v1/voices/draw, long-poll GET /v1/voices/draw/{id}?wait=, then one row per
+// candidate: its preview (fetched with the key, played from a blob: URL) and a name to save it under.
+// ---------------------------------------------------------------------------------------------
+const drawEls = {
+  form: $("draw-form"), n: $("draw-n"), language: $("draw-language"), button: $("draw"),
+  status: $("draw-status"), list: $("draw-list"),
+};
+let drawUrls = [];            // the previews' blob URLs, revoked when the next draw replaces them
+
+function drawMessage(text, isError) {
+  drawEls.status.textContent = text;
+  drawEls.status.classList.toggle("is-error", Boolean(isError));
+}
+
+// A refused draw request, said where the user looks: 401/403, 422 (which field), 429/503 (when to retry).
+function drawRefused(response, body, what) {
+  if (isAuthFailure(response)) return handleAuthFailure(response, body, (text) => drawMessage(`${what}. ${text}`, true), drawEls.button);
+  if (response.status === 422) return drawMessage(validationMessage(body, { n: "draw-n" }, "draw-status").text, true);
+  if (response.status === 429 || response.status === 503) return drawMessage(retryMessage(response, body, what), true);
+  const detail = body && typeof body.detail === "string" ? body.detail : `HTTP ${response.status}`;
+  return drawMessage(`${what}: ${detail}.`, true);
+}
+
+async function drawVoices() {
+  clearInvalid([drawEls.n], "draw-status");
+  for (const url of drawUrls) URL.revokeObjectURL(url);
+  drawUrls = [];
+  drawEls.list.replaceChildren();
+  drawEls.button.disabled = true;
+  drawMessage("Drawing voices…", false);
+  try {
+    const started = await postJson("/v1/voices/draw", { n: parseInt(drawEls.n.value, 10), language: drawEls.language.value });
+    let body = await readJson(started);
+    if (started.status !== 202) { drawRefused(started, body, "No draw"); return; }
+    while (body.status !== "done") {
+      drawMessage(`Speaking the previews: ${body.previews_done} of ${body.previews_total} done…`, false);
+      const polled = await api(`/v1/voices/draw/${encodeURIComponent(body.draw_id)}?wait=20`, { headers: { Accept: "application/json" } });
+      const next = await readJson(polled);
+      if (!polled.ok) { drawRefused(polled, next, "The draw failed"); return; }
+      body = next;
+    }
+    for (const candidate of body.candidates) drawEls.list.append(await drawRow(candidate));
+    drawMessage(`${body.candidates.length} voice${body.candidates.length === 1 ? "" : "s"} drawn, most different first.`, false);
+  } catch (err) {
+    drawMessage(`Could not reach the server (${err.message}).`, true);
+  } finally {
+    drawEls.button.disabled = false;
+  }
+}
+
+async function drawRow(candidate) {
+  const row = document.createElement("li");
+  row.className = "draw-candidate";
+  row.dataset.seed = String(candidate.seed);
+  const info = document.createElement("p");
+  const far = candidate.distance === null ? "distance unknown"
+    : `distance ${candidate.distance.toFixed(2)} from ${candidate.nearest_voice}, the nearest voice`;
+  info.textContent = `Seed ${candidate.seed} — ${far}`;
+  const audio = document.createElement("audio");
+  audio.controls = true;
+  audio.preload = "auto";
+  audio.setAttribute("aria-label", `Preview of seed ${candidate.seed}`);
+  const preview = await api(candidate.preview_url);
+  if (preview.ok) {
+    const url = URL.createObjectURL(await preview.blob());
+    drawUrls.push(url);
+    audio.src = url;
+  }
+  const save = document.createElement("form");
+  save.className = "draw-save";
+  save.noValidate = true;
+  const id = `draw-name-${candidate.seed}`;
+  const label = document.createElement("label");
+  label.htmlFor = id;
+  label.textContent = "Save as";
+  const name = document.createElement("input");
+  Object.assign(name, { id, type: "text", maxLength: 64, autocomplete: "off" });
+  const button = document.createElement("button");
+  button.type = "submit";
+  button.className = "secondary";
+  button.textContent = "Save voice";
+  const said = document.createElement("span");
+  said.className = "message";
+  said.setAttribute("role", "status");
+  save.append(label, name, button, said);
+  save.addEventListener("submit", (event) => { event.preventDefault(); saveDrawn(candidate.seed, name, said, button); });
+  row.append(info, audio, save);
+  return row;
+}
+
+async function saveDrawn(seed, nameInput, said, button) {
+  const name = nameInput.value.trim();
+  const show = (text, isError) => { said.textContent = text; said.classList.toggle("is-error", isError); };
+  let response;
+  let body;
+  try {
+    response = await postJson("/v1/voices", { name, seed });
+    body = await readJson(response);
+  } catch (err) {
+    show(`Could not reach the server (${err.message}).`, true);
+    return;
+  }
+  if (response.status === 201) {
+    show(`Saved as “${body.name}”: it is in the voice list.`, false);
+    await loadVoices(body.name);
+  } else if (isAuthFailure(response)) {
+    handleAuthFailure(response, body, (text) => show(`Not saved. ${text}`, true), button);
+  } else if (response.status === 409) {
+    show(`A voice named “${name}” already exists; choose another name.`, true);
+  } else if (response.status === 422) {
+    show(validationMessage(body, {}, "draw-status").text, true);
+  } else {
+    show(`Not saved: HTTP ${response.status}.`, true);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Wiring
 // ---------------------------------------------------------------------------------------------
 els.form.addEventListener("submit", (event) => { event.preventDefault(); generate(); });
@@ -802,6 +928,7 @@ els.useSeed.addEventListener("click", () => {
 });
 els.keyForm.addEventListener("submit", (event) => { event.preventDefault(); useKey(); });
 els.keyForget.addEventListener("click", forgetKey);
+drawEls.form.addEventListener("submit", (event) => { event.preventDefault(); drawVoices(); });
 
 els.apiKey.value = apiKey;
 renderKeyState();

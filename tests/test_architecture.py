@@ -22,7 +22,7 @@ def test_import_contracts_hold() -> None:
     assert "3 kept, 0 broken" in result.stdout, result.stdout
 
 
-ROUTERS = ["submit_api", "query_api", "voices_api", "openai_api", "admin_api"]
+ROUTERS = ["submit_api", "query_api", "voices_api", "draw_api", "openai_api", "admin_api"]
 API_ENTRY = ["app", "deps", *ROUTERS]
 
 

@@ -56,10 +56,11 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # until the job is claimed; issue 20's tenant and lane; issue 21's captions), and an older worker ignores them (pydantic ignores
     # fields it does not know).
     # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice;
-    # its blends add the blend's recipe (null for other voices) and its one-voice-across-the-text flag (false).
-    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None}
+    # its blends add the blend's recipe (null for other voices) and its one-voice-across-the-text flag (false); its
+    # voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
+    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None}
     before = json.loads(STORED_BEFORE)
-    later = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False}
+    later = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False, "record_speaker": False}
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 

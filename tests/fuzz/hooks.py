@@ -6,8 +6,10 @@
   the schema calls valid must not be refused as invalid), except for the refusals no schema can
   state because they depend on the deployment's state, on what a text says once cleaned or on what a recording holds: a voice
   name that is not registered, a speaker embedding that does not decode, a text with nothing left to
-  speak or with a forbidden control token; and an integer written ``6.0``, which JSON Schema cannot tell
-  from ``6`` but the API's strict types refuse. Every other 400/422 to a schema-valid request still fails.
+  speak or with a forbidden control token (or made too long, or stopped, by the pronunciation dictionary), a
+  dictionary entry whose pattern does not compile or is longer than the deployment allows; and an integer
+  written ``6.0``, which JSON Schema cannot tell from ``6`` but the API's strict types refuse. Every other
+  400/422 to a schema-valid request still fails.
 * :func:`deleted_resources_are_gone`: schemathesis's ``use_after_free`` (after a successful DELETE, reading
   the resource must answer 404), except for a task's status: ``DELETE /v1/tts/tasks/{id}`` cancels the task
   and keeps its record readable ("cancelled", or "running" until the worker notices) until ``RESULT_TTL_S``,
@@ -78,8 +80,11 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
-    "text": ("text is empty", "nothing", "control token"),
-    "input": ("text is empty", "nothing", "control token"),
+    "text": ("text is empty", "nothing", "control token", "pronunciation"),
+    "input": ("text is empty", "nothing", "control token", "pronunciation"),
+    # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
+    "match": ("not a valid regular expression", "empty string", "whitespace", "the limit is", "ran past its time limit"),
+    "replacement": ("refers to a group", "control token", "the limit is"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
 """Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;

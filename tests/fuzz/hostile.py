@@ -56,6 +56,8 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/tts/submit"): {"text": "Hostile input.", "voice": "zh_female", "format": "wav", "seed": 1, "temperature": 0.3},
     ("post", "/v1/voices"): {"name": "hostile", "seed": 1},
     ("post", "/v1/audio/speech"): {"model": "tts-1", "input": "Hostile input.", "voice": "alloy", "speed": 1.0},
+    ("post", "/v1/voices/draw"): {"n": 1, "language": "en"},
+    ("post", "/v1/admin/pronunciation"): {"kind": "word", "match": "hostile", "replacement": "friendly", "scope": "global"},
 }
 """A valid body of every operation that takes one; an operation with a body missing here fails the run."""
 

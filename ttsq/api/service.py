@@ -32,18 +32,31 @@ from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import srt, vtt
+from ttsq.domain.draw import rank
 from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat, encoded
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, MAX_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.pronunciation import (
+    SCOPE_PATTERN,
+    DictionaryError,
+    DictionaryTimeout,
+    EntryKind,
+    EntryLanguage,
+    PronunciationEntry,
+    caller_scopes,
+    check_scope,
+)
 from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
-from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS, TextError, validate_text
+from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS, TextError, canonical_text, validate_text
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, VoiceError, validate_voice_name
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
+from ttsq.store.draws import Draw, DrawCandidate, DrawReference, DrawStore
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.listener import JobListener, ListenerConfig
+from ttsq.store.pronunciation import EntryConflict, PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
@@ -54,12 +67,16 @@ from ttsq.store.voices import VoiceRegistry
 
 __all__ = [
     "Download",
+    "DrawConfig",
+    "DrawOutcome",
+    "DrawnVoice",
     "InvalidInput",
     "ServerEvent",
     "ServiceConfig",
     "Submitted",
     "TTSService",
     "TaskNotFound",
+    "VoiceDraws",
     "Webhooks",
     "build_params",
     "readable",
@@ -74,11 +91,17 @@ __all__ += [
     "MIN_SPEED",
     "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
+    "SCOPE_PATTERN",
     "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
     "CaptionFormat",
+    "DrawLanguage",
+    "EntryConflict",
+    "EntryKind",
+    "EntryLanguage",
     "Job",
+    "PronunciationEntry",
     "Requeued",
     "Status",
     "StoreUnavailable",
@@ -147,6 +170,51 @@ class ServiceConfig:
     """One voice across a long text for requests that do not say (``CONSISTENT_VOICE``)."""
     voice_encode_timeout_s: float
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
+
+
+DrawLanguage = Literal["zh", "en"]
+
+
+@dataclass(frozen=True)
+class DrawConfig:
+    """What a voice draw needs from settings (``DRAW_*``)."""
+
+    max_n: int
+    """The most candidates one draw returns."""
+    oversample: int
+    """Seeds drawn per candidate returned: ``n × oversample`` are spoken, the ``n`` most different kept."""
+    preview_text_zh: str
+    preview_text_en: str
+
+
+@dataclass(frozen=True)
+class VoiceDraws:
+    """Voice draws, when configured: where they are kept and their settings."""
+
+    store: DrawStore
+    config: DrawConfig
+
+
+@dataclass(frozen=True)
+class DrawnVoice:
+    """One kept candidate: its seed (save it with ``POST /v1/voices``), its preview task, the existing voice
+    nearest to it and the Euclidean distance between their speaker embeddings (None when unmeasured)."""
+
+    seed: int
+    task_id: str
+    nearest_voice: str | None
+    distance: float | None
+
+
+@dataclass(frozen=True)
+class DrawOutcome:
+    """Where a draw stands: its previews spoken so far, and once all have ended, the kept candidates in order."""
+
+    draw: Draw
+    previews_done: int
+    previews_total: int
+    candidates: list[DrawnVoice] | None
+    """None while previews are still running."""
 
 
 class InvalidInput(Exception):
@@ -272,6 +340,8 @@ class TTSService:
         webhooks: Webhooks | None = None,
         rate_limiter: RateLimiter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        pronunciation: PronunciationStore | None = None,
+        draws: VoiceDraws | None = None,
         listener: JobListener | None = None,
     ) -> None:
         self.queue = queue
@@ -300,6 +370,10 @@ class TTSService:
         """The clock a long-poll's deadline is kept on (a test sets its own)."""
         self.encodings = VoiceEncodings(queue.redis, queue.keys, config.block_s)
         """Reference recordings → speaker prompts, by a worker (:meth:`create_reference_voice`)."""
+        self.pronunciation = pronunciation
+        """The pronunciation dictionary (docs/dictionary.md); None: texts go to the model as sent."""
+        self.draws = draws
+        """Voice draws (``POST /v1/voices/draw``); None: not offered."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -325,6 +399,7 @@ class TTSService:
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
+        body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
@@ -431,6 +506,33 @@ class TTSService:
             available = ", ".join(v.name for v in await self.voices.list())
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
+
+    async def pronounced(self, body: SubmitRequest, caller: Principal, max_text_chars: int) -> SubmitRequest:
+        """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
+        normalised and split (so the job's text and its cache key are the rewritten text's).
+
+        A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
+        is refused here, saying so (``max_text_chars``: the route's limit). A regex entry past its time limit refuses
+        the submit naming the entry.
+        """
+        if self.pronunciation is None or len(body.text) > max_text_chars:
+            return body
+        dictionary = await self.pronunciation.dictionary()
+        key = caller.key
+        try:
+            text = dictionary.apply(body.text, caller_scopes(key.id if key else None, key.tenant if key else None))
+        except DictionaryTimeout as exc:
+            raise InvalidInput("text", str(exc), body.text[:200]) from exc
+        if text == body.text:
+            return body
+        if len(text) > max_text_chars:
+            raise InvalidInput(
+                "text",
+                f"text is {len(text)} characters long once the pronunciation dictionary is applied; "
+                f"the limit is {max_text_chars}",
+                body.text[:200],
+            )
+        return body.model_copy(update={"text": text})
 
     async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
         """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
@@ -737,6 +839,127 @@ class TTSService:
             raise VoiceError(f"the recording could not be encoded: {exc}; nothing was stored", 422) from exc
         log.info("voice %s made from %.1f s of recording", name, duration)
         return await self.voices.create_reference(name, prompt=prompt, transcript=text)
+
+    # ---- pronunciation dictionary ---------------------------------------------------------------
+
+    def _dictionary(self) -> PronunciationStore:
+        if self.pronunciation is None:
+            raise InvalidInput("scope", "the pronunciation dictionary is not configured on this service")
+        return self.pronunciation
+
+    async def pronunciation_entries(self, scope: str | None) -> list[PronunciationEntry]:
+        """The dictionary's entries, oldest first (of one scope when given)."""
+        if scope is not None:
+            self._checked_scope(scope)
+        return await self._dictionary().list(scope)
+
+    async def add_pronunciation(
+        self, *, kind: EntryKind, match: str, replacement: str, language: EntryLanguage, scope: str, case_sensitive: bool
+    ) -> PronunciationEntry:
+        """Store an entry: :class:`InvalidInput` naming the field when it cannot apply, :class:`EntryConflict` when
+        its scope is full or already has it."""
+        try:
+            return await self._dictionary().create(
+                kind=kind, match=match, replacement=replacement, language=language, scope=scope, case_sensitive=case_sensitive
+            )
+        except EntryConflict:
+            raise
+        except DictionaryError as exc:
+            raise InvalidInput(exc.field, str(exc), None) from exc
+
+    async def delete_pronunciation(self, entry_id: str) -> bool:
+        return await self._dictionary().delete(entry_id)
+
+    @staticmethod
+    def _checked_scope(scope: str) -> str:
+        try:
+            return check_scope(scope)
+        except DictionaryError as exc:
+            raise InvalidInput("scope", str(exc), scope) from exc
+
+    # ---- voice draws ---------------------------------------------------------------------------
+
+    def _voice_draws(self) -> VoiceDraws:
+        if self.draws is None:
+            raise InvalidInput("n", "voice draws are not configured on this service")
+        return self.draws
+
+    async def draw_voices(self, n: int, language: DrawLanguage, caller: Principal) -> Draw:
+        """Queue a draw of ``n`` voices (at most ``DRAW_MAX_N``): ``n × oversample`` fresh seeds, each spoken once
+        (a preview job that records the speaker embedding its worker drew), and a preview of every seed voice to
+        measure against; the draw pays one token of the caller's bucket. Its previews are ordinary jobs: they batch
+        with every other request and are readable by the caller like its own tasks."""
+        draws = self._voice_draws()
+        n = min(n, draws.config.max_n)  # as a long-poll's wait is capped by MAX_WAIT_S
+        await self._pay(caller)
+        text = canonical_text(draws.config.preview_text_zh if language == "zh" else draws.config.preview_text_en)
+        seeds: list[int] = []
+        while len(seeds) < n * draws.config.oversample:
+            seed = draw_seed()
+            if seed not in seeds:
+                seeds.append(seed)
+        candidates = [DrawCandidate(seed=seed, task_id=await self._preview(text, seed, caller)) for seed in seeds]
+        references = [
+            DrawReference(voice=voice.name, embedding=voice.embedding)
+            if voice.embedding is not None
+            else DrawReference(voice=voice.name, task_id=await self._preview(text, voice.seed or 0, caller))
+            for voice in await self.voices.list()
+            if voice.embedding is not None or voice.seed is not None
+        ]
+        draw = Draw(
+            id=draws.store.new_id(), keep=n, language=language, reader=caller.reader, candidates=candidates, references=references
+        )
+        await draws.store.save(draw)
+        log.info("voice draw %s: %d candidates for %d, against %d voices", draw.id, len(candidates), n, len(references))
+        return draw
+
+    async def _preview(self, text: str, speaker_seed: int, caller: Principal) -> str:
+        """Queue one preview of the speaker ``speaker_seed`` draws: the voice as a saved seed voice speaks (the
+        default sampling seed), never cached (its point is the worker's recorded embedding)."""
+        params = TTSParams(
+            text=text, speaker_seed=speaker_seed, seed=DEFAULT_SAMPLING_SEED, format="wav", record_speaker=True, cache_key=None
+        )
+        signer = await self.signer()
+        result = await self.queue.enqueue(
+            signer.new(self.queue.shards.place(None).label),
+            params,
+            single_flight=False,
+            owner=caller.subject,
+            reader=caller.reader,
+            max_per_owner=self.config.max_queued_per_key,
+            tenant=caller.tenant,
+            priority=caller.priority(None),
+            weight=caller.weight,
+        )
+        return result.job.id
+
+    async def draw_outcome(self, draw_id: str, caller: Principal, wait_s: float = 0.0) -> DrawOutcome:
+        """The draw as it stands once all its previews have ended, or after ``wait_s`` (at most ``MAX_WAIT_S``).
+
+        Once every preview has ended, the candidates are ranked by the Euclidean distance from each one's speaker
+        embedding to the nearest existing voice's (:func:`ttsq.domain.draw.rank`); a preview that failed leaves its
+        candidate (or voice) out. Another caller's draw is "not found", like another caller's task.
+        """
+        draw = await self._voice_draws().store.get(draw_id)
+        if draw is None or not (draw.reader is None or caller.is_admin or caller.reader == draw.reader):
+            raise TaskNotFound(f"no voice draw {draw_id!r}: it never existed or has expired")
+        deadline = self.monotonic() + min(wait_s, self.config.max_wait_s)
+        jobs: dict[str, Job] = {}
+        for task_id in draw.task_ids:
+            jobs[task_id] = await self.wait_for_end(await self.job(task_id, caller), caller, max(0.0, deadline - self.monotonic()))
+        done = sum(1 for job in jobs.values() if job.status.is_final)
+        if done < len(jobs):
+            return DrawOutcome(draw, done, len(jobs), None)
+
+        def speaker(task_id: str | None) -> str | None:
+            job = jobs.get(task_id) if task_id is not None else None
+            return job.speaker if job is not None and job.status is Status.DONE else None
+
+        existing = {ref.voice: found for ref in draw.references if (found := ref.embedding or speaker(ref.task_id)) is not None}
+        measured = [c for c in draw.candidates if speaker(c.task_id) is not None]
+        ranked = rank([speaker(c.task_id) for c in measured], existing, draw.keep)
+        kept = [DrawnVoice(measured[r.index].seed, measured[r.index].task_id, r.nearest, r.distance) for r in ranked]
+        return DrawOutcome(draw, done, len(jobs), kept)
 
     # ---- readiness -------------------------------------------------------------------------
 

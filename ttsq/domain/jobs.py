@@ -71,6 +71,11 @@ class TTSParams(SamplingFields):
     deterministic: bool = True
     cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")
     callback_url: str | None = Field(default=None, description="Where to POST the outcome (a signed webhook), if anywhere.")
+    record_speaker: bool = Field(
+        default=False,
+        description="A voice draw's preview: the worker records the speaker embedding it used on the job (Job.speaker), "
+        "so the API, which has no model, can compare voices (docs/api.md#draw).",
+    )
 
 
 class Job(BaseModel):
@@ -89,6 +94,8 @@ class Job(BaseModel):
     duration_s: float | None = None
     captions: list[Cue] | None = None
     """One cue per synthesised chunk (:mod:`ttsq.domain.captions`), recorded with the result."""
+    speaker: str | None = None
+    """The speaker embedding the worker used, recorded with the result of a job that asked (``params.record_speaker``)."""
     content_type: str | None = None
     result_bytes: int | None = None
     not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")

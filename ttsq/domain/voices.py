@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 from ttsq.domain.blends import BlendPart
 
 VoiceKind = Literal["builtin", "seed", "embedding", "reference", "blend"]
-VOICE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+VOICE_NAME = re.compile(r"^(?!draw$)[A-Za-z0-9_-]{1,64}$")
+"""A voice's name; not ``draw``, which ``/v1/voices/draw`` (voice draws) names."""
 
 BUILTIN_VOICES: dict[str, int] = {
     "zh_female": 2,
@@ -73,6 +74,8 @@ class VoiceError(ValueError):
 
 
 def validate_voice_name(name: str) -> str:
+    if name == "draw":
+        raise ValueError("'draw' is not a voice name: /v1/voices/draw draws voices")
     if not VOICE_NAME.fullmatch(name):
         raise ValueError("a voice name is 1-64 letters, digits, '_' or '-'")
     return name

@@ -574,6 +574,7 @@ class Worker:
         if self.cache is not None and job.params.cache_key is not None and not outcome.from_cache:
             await self.cache.put(job.params.cache_key, outcome.audio)
         result = outcome.audio
+        speaker = await self._recorded_speaker(job.params)
         stored = await self._persist(
             lambda: self.queue.complete(
                 job,
@@ -583,6 +584,7 @@ class Worker:
                 outcome.busy_s,
                 job.params.cache_key,
                 result.captions,
+                speaker,
             )
         )
         if stored is Completed.STALE or stored is Failed.STALE:
@@ -658,6 +660,18 @@ class Worker:
                 while await pieces.get() is not None:
                     pass
                 return
+
+    async def _recorded_speaker(self, params: TTSParams) -> str | None:
+        """The speaker embedding a voice draw's preview was synthesised with (None for any other job): the one
+        just drawn for its seed, from the speaker cache, else drawn again off the loop (the draw is reproducible)."""
+        if not params.record_speaker:
+            return None
+        if params.speaker_embedding is not None or params.speaker_seed is None:
+            return params.speaker_embedding
+        cached = self._speakers.get(params.speaker_seed)
+        if cached is not None:
+            return cached
+        return await asyncio.get_running_loop().run_in_executor(None, self.engine.speaker_from_seed, params.speaker_seed)
 
     # ---- in the inference thread ------------------------------------------------------------
 

@@ -198,6 +198,20 @@ class Keys:
         """Hash of API keys: key id → JSON record with the key's SHA-256, never the key itself."""
         return self.prefix + "api-keys"
 
+    @property
+    def pronunciation(self) -> str:
+        """Hash of pronunciation-dictionary entries: entry id → JSON record (home shard)."""
+        return self.prefix + "pronunciation"
+
+    @property
+    def pronunciation_version(self) -> str:
+        """Counter bumped by every dictionary change: what the API replicas poll to know theirs is stale."""
+        return self.prefix + "pronunciation:version"
+
+    def draw(self, draw_id: str) -> str:
+        """A voice draw: its candidates' and reference voices' preview jobs (JSON); expires with their results."""
+        return f"{self.prefix}draw:{draw_id}"
+
     def rate_limit(self, subject: str) -> str:
         """Token bucket of one API key or anonymous client address."""
         return f"{self.prefix}rate:{subject}"

@@ -713,6 +713,7 @@ class JobQueue:
         busy_s: float,
         cache_key: str | None,
         captions: list[Cue] | None = None,
+        speaker: str | None = None,
     ) -> Completed | Failed:
         """Store the result of a claimed ``job`` and mark it done (both expire after ``result_ttl_s``), if its
         claim (:attr:`Job.claim`, the fencing token) is still the job's current one (:attr:`Completed.STALE`,
@@ -720,7 +721,8 @@ class JobQueue:
 
         ``cache_key`` releases the job's single-flight marker, so later identical requests are
         served from the cache instead of joining a finished job. A result over
-        ``max_result_bytes`` fails the job instead (the :class:`Failed` outcome is returned).
+        ``max_result_bytes`` fails the job instead (the :class:`Failed` outcome is returned). ``speaker``, the
+        speaker embedding it was synthesised with, is kept on the job when given (:attr:`Job.speaker`).
         """
         if len(audio) > self.config.max_result_bytes:
             reason = f"result is {len(audio)} bytes; the limit is {self.config.max_result_bytes}"
@@ -737,7 +739,7 @@ class JobQueue:
             *self._ending_keys(keys_of, job),
         ]
         args: list[Any] = [job_id, audio, self.config.result_ttl_s, self.clock.arg(), duration_s, content_type, busy_s]
-        args += [_flag(cache_key is not None), keys_of.prefix, token, _captions_arg(captions)]
+        args += [_flag(cache_key is not None), keys_of.prefix, token, _captions_arg(captions), speaker or ""]
         return Completed.parse(await self._complete(keys=keys, args=args))
 
     async def fail(self, job: Job, reason: str, *, retryable: bool, cache_key: str | None) -> Failed:

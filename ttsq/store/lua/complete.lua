@@ -5,7 +5,7 @@
 -- the job, perhaps to another worker) changes nothing, not even the new owner's lease.
 -- KEYS: job, result, leases, processing, stats, inflight, stream, owner_jobs (of the job's owner), deliveries
 -- ARGV: id, audio, ttl_s, clock ('' = Redis's TIME), duration_s, content_type, busy_s, single_flight ('1' | '0'), prefix, token,
---       captions (a JSON list of cues, or '' for none)
+--       captions (a JSON list of cues, or '' for none), speaker (the speaker embedding used, or '' for none)
 -- Reply: 'done' | 'cancelled' | 'gone' (the job had already finished, or expired)
 --      | 'stale' (the caller's claim is not the job's current one: refused)
 local raw = redis.call('GET', KEYS[1])
@@ -35,6 +35,7 @@ job.content_type = ARGV[6]
 job.result_bytes = string.len(ARGV[2])
 job.error = cjson.null
 if ARGV[11] ~= '' then job.captions = cjson.decode(ARGV[11]) end
+if ARGV[12] and ARGV[12] ~= '' then job.speaker = ARGV[12] end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 redis.call('SET', KEYS[1], cjson.encode(job), 'EX', ARGV[3])
 redis.call('HINCRBY', KEYS[5], 'jobs', 1)
