@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.runtime.upkeep import REDIS_ERRORS
+from ttsq.runtime.upkeep import REDIS_ERRORS, RedisOutage
 from ttsq.store.voice_encodings import VoiceEncodings
 
 __all__ = ["VoiceEncoderLoop"]
@@ -29,17 +29,23 @@ _OUTAGE_BACKOFF_S = 1.0
 
 
 class VoiceEncoderLoop:
-    """Serves encode requests until :meth:`stop`; ``call`` runs a function on the inference thread."""
+    """Serves encode requests until :meth:`stop`; ``call`` runs a function on the inference thread.
+
+    ``outage`` is the worker's one Redis-outage policy (:class:`ttsq.runtime.upkeep.RedisOutage`): an outage this
+    loop meets is the worker's, warned about once, and its pause ends as soon as any of the worker's calls gets
+    through (a loop of its own would warn at every retry)."""
 
     def __init__(
         self,
         encodings: VoiceEncodings,
         encode: Callable[[npt.NDArray[np.float32]], str],
         call: Callable[[Callable[[], str]], Future[str]],
+        outage: RedisOutage | None = None,
     ) -> None:
         self.encodings = encodings
         self._encode = encode
         self._call = call
+        self._outage = outage if outage is not None else RedisOutage(log, "voice encodings wait until it is back")
         self._task: asyncio.Task[None] | None = None
         self.served = 0
 
@@ -59,11 +65,12 @@ class VoiceEncoderLoop:
         while True:
             try:
                 request = await self.encodings.take()
+                self._outage.back()
                 if request is None:
                     continue
                 await self.encodings.answer(request, self._on_thread)
                 self.served += 1
                 log.info("encoded a reference recording of %.1f s", request.samples.size / SAMPLE_RATE)
             except REDIS_ERRORS as exc:
-                log.warning("voice encoding: Redis unavailable (%s); retrying", exc)
-                await asyncio.sleep(_OUTAGE_BACKOFF_S)
+                self._outage.lost("voice encoding", exc)
+                await self._outage.pause(_OUTAGE_BACKOFF_S)

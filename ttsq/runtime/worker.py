@@ -204,7 +204,10 @@ class Worker:
         (which takes a lock, so one worker of the pool sweeps per interval)."""
         self._systemd = SystemdNotifier(config.notify_socket)
         self.voice_encoder = VoiceEncoderLoop(
-            VoiceEncodings(queue.redis, queue.keys, queue.config.block_s), engine.speaker_from_audio, self._thread.call
+            VoiceEncodings(queue.redis, queue.keys, queue.config.block_s),
+            engine.speaker_from_audio,
+            self._thread.call,
+            self.outage,
         )
         """Reference recordings → speaker prompts for ``POST /v1/voices``, once the model is loaded (docs/voices.md)."""
         self._was_alive = True
