@@ -542,6 +542,14 @@ class Settings(BaseSettings):
         "limit of 1 keeps none).",
         json_schema_extra=_group("Model"),
     )
+    first_chunk_head_start: bool | Literal["auto"] = Field(
+        "auto",
+        description="With `ENGINE_BACKEND=ttsq`: a request's later chunks take no slot until its first chunk's codes are "
+        "decoded (they are prefilled meanwhile; other requests' rows fill the free slots). Where a step costs more as the "
+        "batch grows, the first audio comes sooner at the price of a lone long request's total time "
+        "(BENCHMARKS.md, \"Streamed formats\"). `auto`: on a CPU, not on CUDA.",
+        json_schema_extra=_group("Model"),
+    )
     overlap_prefill_and_audio: bool = Field(
         True,
         description="With `ENGINE_BACKEND=ttsq` on a CPU: build and prefill the next rows' prompts, and decode finished "

@@ -65,6 +65,7 @@ def chattts_engine(settings: Settings) -> Engine:
             batch_invariant=settings.batch_invariant,
             first_chunk_slots=settings.first_chunk_slots,
             overlap=settings.overlap_prefill_and_audio,
+            head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
         )
     else:
         engine = ChatTTSEngine(settings.engine_config())

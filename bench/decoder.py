@@ -98,6 +98,7 @@ def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
         batch_invariant=settings.batch_invariant,
         first_chunk_slots=settings.first_chunk_slots,
         overlap=settings.overlap_prefill_and_audio,
+        head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
     )
     reference = ChatTTSEngine(config)
     for engine in (ours, reference):

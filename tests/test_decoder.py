@@ -430,6 +430,48 @@ def test_out_of_memory_halves_the_slots_in_use_and_every_request_still_completes
     assert all(np.array_equal(clean[key][i], audio[key][i]) for key in clean for i in clean[key])
 
 
+@pytest.mark.parametrize("head_start", [True, False], ids=["head-start", "no-head-start"])
+def test_with_a_head_start_later_chunks_take_no_slot_until_their_first_chunk_is_decoded(
+    engine64: DecoderEngine, head_start: bool
+) -> None:
+    """A lone request of a few chunks in eight slots: with a head start its first chunk decodes alone (a smaller
+    batch, so sooner on a CPU) and the later chunks join once it ends; without, all share the steps from the start.
+    The audio is the same either way (each row's random stream is its own)."""
+    text = "One sentence here, with a few more words in it. A second one, also long enough to stand alone. And a third."
+    request = SynthesisRequest(text=text, speaker=engine64.speaker_from_seed(5), seed=9)
+    engine64._head_start = head_start
+    try:
+        scheduler = engine64._scheduler(8, engine64._limits(), oom_recover_s=60, capture=False, reserve=0)
+    finally:
+        engine64._head_start = False
+    assert scheduler.head_start is head_start
+    scheduler.add("r", request)
+    rows_per_step: list[int] = []
+    first_chunk_step: int | None = None
+    audio: dict[int, np.ndarray] = {}
+    while scheduler.busy:
+        before = scheduler.stats.row_steps
+        for event in scheduler.step():
+            if isinstance(event, ChunkReady):
+                audio[event.chunk.index] = event.chunk.samples
+                if event.chunk.index == 0:
+                    first_chunk_step = len(rows_per_step)
+        rows_per_step.append(scheduler.stats.row_steps - before)
+    chunks = len(audio)
+    assert 3 <= chunks <= 8 and sorted(audio) == list(range(chunks)) and first_chunk_step is not None
+    if head_start:
+        assert set(rows_per_step[:first_chunk_step]) == {1}, "the first chunk decoded alone"
+        assert max(rows_per_step[first_chunk_step + 1 :]) == chunks - 1, "then the later ones together"
+    else:
+        assert rows_per_step[0] == chunks, "every chunk from the first step"
+    alone = engine64._scheduler(8, engine64._limits(), oom_recover_s=60, capture=False, reserve=0)
+    alone.add("again", request)
+    again: dict[int, np.ndarray] = {}
+    while alone.busy:
+        again |= {e.chunk.index: e.chunk.samples for e in alone.step() if isinstance(e, ChunkReady)}
+    assert all(np.array_equal(audio[i], again[i]) for i in audio)
+
+
 def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_step(engine64: DecoderEngine) -> None:
     """Continuous batching: while rows wait, every step runs with every slot taken (none kept for first chunks here)."""
     scheduler = engine64._scheduler(2, engine64._limits(), oom_recover_s=60, capture=False, reserve=0)

@@ -60,12 +60,21 @@ class DecoderEngine(ChatTTSEngine):
     """One ChatTTS model replica decoded by ttsq's own loop. Blocking; one inference thread."""
 
     def __init__(
-        self, config: EngineConfig, *, cuda_graphs: bool, batch_invariant: bool, first_chunk_slots: int, overlap: bool
+        self,
+        config: EngineConfig,
+        *,
+        cuda_graphs: bool,
+        batch_invariant: bool,
+        first_chunk_slots: int,
+        overlap: bool,
+        head_start: bool | None = False,
     ) -> None:
         super().__init__(config)
         self.cuda_graphs = cuda_graphs
         self.batch_invariant = batch_invariant
         self.first_chunk_slots = first_chunk_slots
+        self._head_start = head_start
+        """Later chunks wait for their request's first chunk (:attr:`Scheduler.head_start`); None: on a CPU only."""
         self.overlap = overlap
         """Prefill and audio decoding in two threads beside the decode loop (on a CPU; on CUDA they stay in
         the loop until a GPU run has measured the overlap with streams of their own)."""
@@ -94,6 +103,14 @@ class DecoderEngine(ChatTTSEngine):
         return self._scheduler(
             slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots, overlap=self.overlap
         )
+
+    @property
+    def head_start(self) -> bool:
+        """Whether later chunks wait for their request's first chunk: as configured, or (None) on a CPU, where a
+        step's cost grows with its batch, and not on CUDA, where it barely does."""
+        if self._head_start is None:
+            return not self._device.startswith("cuda")
+        return self._head_start
 
     def _overlap_pools(self) -> tuple[RankedExecutor, RankedExecutor] | None:
         """One prefill thread and one audio thread, made once per engine (on a CPU only)."""
@@ -161,6 +178,7 @@ class DecoderEngine(ChatTTSEngine):
             limits,
             oom_recover_s=oom_recover_s,
             first_chunk_slots=reserve,
+            head_start=self.head_start,
             overlap=self._overlap_pools() if overlap else None,
         )
 

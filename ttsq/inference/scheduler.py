@@ -99,6 +99,8 @@ class _Request:
     """The first chunk's speaker prompt and text (ChatTTS's ``spk_smp``/``txt_smp``), once its audio is decoded."""
     held: list[_Row] = field(default_factory=list)
     """Later code rows waiting for :attr:`anchor`."""
+    lead_decoded: bool = False
+    """Its first chunk's codes are decoded (with :attr:`Scheduler.head_start`, its later chunks wait for this)."""
 
 
 @dataclass
@@ -152,6 +154,7 @@ class Scheduler:
         *,
         oom_recover_s: float,
         first_chunk_slots: int = 0,
+        head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -170,6 +173,10 @@ class Scheduler:
         self.first_chunk_slots = first_chunk_slots
         """Slots of the limit kept for requests' first chunks: later chunks leave them free (always one
         slot at least for later chunks, so a limit of 1 keeps nothing back)."""
+        self.head_start = head_start
+        """A request's later chunks take no slot until its first chunk's codes are decoded (they are prefilled
+        meanwhile). Where a step costs more as the batch grows (a CPU), the first chunk then runs in a smaller batch
+        and its audio comes sooner; other requests' rows still fill the free slots."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
         self._active: dict[tuple[str, int], _Row] = {}
@@ -329,6 +336,9 @@ class Scheduler:
             if not decoder.free_slots or decoder.occupied >= (limit if row.index == 0 else later):
                 held.append(entry)
                 continue
+            if self.head_start and row.index > 0 and not row.request.lead_decoded:
+                held.append(entry)  # its request's first chunk is still decoding, in a batch kept smaller for it
+                continue
             if self._prefill_pool is not None and (row.prefill is None or not row.prefill.done()):
                 held.append(entry)  # its prompt is still being prefilled; a ready row behind it may go first
                 continue
@@ -471,6 +481,8 @@ class Scheduler:
             row.suspect = False
             self._queue(row)
             return
+        if row.index == 0:
+            request.lead_decoded = True
         if ended.hit_limit:
             log.debug("chunk %d of %s hit max_new_token", row.index, request.key)
         if ended.hiddens is None:
