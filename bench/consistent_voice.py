@@ -18,9 +18,8 @@ import time
 
 import torch
 
-from bench.decoder import MAX_CHUNK_CHARS, RESULTS, SENTENCES, checkpoint, commit
+from bench.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_settings
 from bench.machine import machine
-from settings import Settings
 from ttsq.inference.base import ChunkReady, SynthesisRequest
 from ttsq.inference.decoder_engine import DecoderEngine
 
@@ -70,16 +69,7 @@ def main() -> None:
     torch.set_num_threads(1)
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     point = checkpoint("full" if args.full else "tiny", quick=True)
-    settings = Settings(
-        _env_file=None,
-        model=str(point.path),
-        device="cpu",
-        cpu_threads=1,
-        max_chunk_chars=MAX_CHUNK_CHARS,
-        max_new_token=point.tokens,
-        min_new_token=point.tokens,
-        normalize_text=False,
-    )
+    settings = cpu_settings(point, min_new_token=point.tokens)
     engine = DecoderEngine(settings.engine_config(), cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=True)
     engine.load()
     engine.warm_up()

@@ -80,17 +80,22 @@ def checkpoint(name: str, quick: bool) -> Checkpoint:
     return Checkpoint("full", path, tokens=16 if quick else 24, requests=12 if quick else 40)
 
 
-def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
-    settings = Settings(
+def cpu_settings(point: Checkpoint, *, min_new_token: int) -> Settings:
+    """The decoder benchmarks' worker settings for ``point``: this CPU, one thread, a sentence a chunk, no normalising."""
+    return Settings(
         _env_file=None,
         model=str(point.path),
         device="cpu",
         cpu_threads=1,
         max_chunk_chars=MAX_CHUNK_CHARS,
         max_new_token=point.tokens,
-        min_new_token=1,
+        min_new_token=min_new_token,
         normalize_text=False,
     )
+
+
+def engines(point: Checkpoint) -> tuple[DecoderEngine, ChatTTSEngine]:
+    settings = cpu_settings(point, min_new_token=1)
     config = settings.engine_config()
     ours = DecoderEngine(
         config,
