@@ -236,8 +236,11 @@ async def task_events(
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for event in service.events(job, caller, last_event_id):
-                yield f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
+            async for batch in service.events(job, caller, last_event_id):
+                yield "".join(
+                    f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
+                    for event in batch
+                )
         except StoreUnavailable:
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from tests.api.test_query import queued_task
 from tests.conftest import claimed, queue_config
+from ttsq.api.auth import Principal
 from ttsq.api.service import TTSService
 from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
@@ -78,3 +79,27 @@ async def test_a_queued_task_streams_running_pieces_and_its_end_live(client: htt
     assert statuses[0] == ("queued", None) and statuses[-1] == ("done", 3)
     assert ("running", 3) in statuses
     assert [data["index"] for _, kind, data in sent if kind == "timing"] == [0, 1, 2]
+
+
+async def test_a_piece_gives_its_timing_and_status_events_in_one_batch(client: httpx.AsyncClient, redis: Redis) -> None:
+    """What one read of the task's stream gives is handed to the route at once, so that it is written with one system
+    call: a thousand clients of one process otherwise cost two writes each per piece, and the writes, not the Python,
+    are most of the time from a piece's publication to the clients' first byte (``bench.listeners``)."""
+    task = await queued_task(client)
+    transport = client._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    service: TTSService = transport.app.state.service  # type: ignore[attr-defined]
+    caller = Principal(None, "127.0.0.1")
+    queue = JobQueue(redis, queue_config())
+    held = await claimed(queue)
+    streams = AudioStreams(redis, queue.shards, 60)
+    batches = service.events(await service.job(task, caller), caller)
+    first = await anext(batches)
+    assert [event.kind for event in first] == ["status"] and first[0].data["status"] == "running"
+    assert await streams.publish(held.job.id, held.token, 0, 3, b"\0\0" * 10, spoken=SPOKEN[0])
+    piece = await asyncio.wait_for(anext(batches), 30)
+    assert [(event.kind, event.data.get("index"), event.data.get("chunks_done")) for event in piece] == [
+        ("timing", 0, None),
+        ("status", None, 1),
+    ]
+    await batches.aclose()
