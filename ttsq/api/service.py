@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -685,7 +685,7 @@ class TTSService:
 
     async def events(
         self, job: Job, caller: Principal, last_event_id: str | None = None
-    ) -> AsyncIterator[list[ServerEvent]]:
+    ) -> AsyncGenerator[list[ServerEvent]]:
         """The task's ``status``, as ``caller`` sees it, each time it changes, and a ``timing`` event (a live caption
         cue) as each chunk's audio is published, until the task ends.
 
