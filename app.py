@@ -36,6 +36,8 @@ from ttsq.api.uploads import multipart_as_json
 from ttsq.domain.ssrf import SsrfGuard
 from ttsq.domain.webhooks import WebhookSigner
 from ttsq.runtime.clock_skew import skew_host_clock
+from ttsq.runtime.collector import collect_periodically
+from ttsq.runtime.collector import install as install_collector
 from ttsq.runtime.deliverer import Deliverer, system_resolver
 from ttsq.runtime.health import api_probes
 from ttsq.runtime.logs import configure_logging
@@ -121,6 +123,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if config.model == "tiny":
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
         stop = asyncio.Event()
+        restore_collector = collecting = None
+        if config.gc_full_collection_s > 0:  # last of start-up: what was built so far is frozen (ttsq/runtime/collector.py)
+            restore_collector = install_collector()
+            collecting = asyncio.create_task(
+                collect_periodically(config.gc_full_collection_s, stop, on_collect=metrics.full_collections.observe),
+                name="collector",
+            )
         delivering = asyncio.create_task(deliverer.run(stop), name="webhooks") if deliverer is not None else None
         listening = asyncio.create_task(listener.run(stop), name="listener")
         try:
@@ -130,6 +139,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await listening
             if delivering is not None:
                 await delivering
+            if collecting is not None and restore_collector is not None:
+                await collecting
+                restore_collector()
             await redis.aclose()
             if cache_redis is not redis:
                 await cache_redis.aclose()

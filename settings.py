@@ -192,6 +192,14 @@ class Settings(BaseSettings):
         "listener sends one command per LISTEN_BLOCK_S whatever the number of clients.",
         json_schema_extra=_group("API", shown="unset"),
     )
+    gc_full_collection_s: float = Field(
+        60.0,
+        ge=0,
+        description="The API process's full garbage collections run on this timer instead of whenever the heap grew by a "
+        "quarter (which a storm of new streams triggers again and again, each walk holding the event loop); the start-up "
+        "heap is frozen out of them. 0 = CPython's own policy.",
+        json_schema_extra=_group("API"),
+    )
     listen_retry_s: float = Field(
         0.5, gt=0, le=60, description="Pause of the stream listener before reading again after Redis could not be reached.",
         json_schema_extra=_group("API"),

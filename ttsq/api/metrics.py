@@ -79,6 +79,13 @@ class ApiMetrics:
             "Clients of this process waiting on the stream listener now (event streams, audio streams, long-polls).",
             registry=self.registry,
         )
+        self.full_collections = Histogram(
+            "ttsq_api_gc_full_collection_seconds",
+            "The API process's scheduled full garbage collections (every GC_FULL_COLLECTION_S), each of which holds the "
+            "event loop: their duration grows with what the held streams keep alive.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=self.registry,
+        )
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self._duration_children: dict[tuple[str, str], Any] = {}
         self._queue: QueueGauges | None = None
