@@ -76,9 +76,11 @@ OPEN_LIMITS_ENV = {
     "RATE_LIMIT_PER_S": "100000",
     "RATE_LIMIT_BURST": "100000",
     "MAX_QUEUED_PER_KEY": "100000",
+    "MAX_STREAMS": "256",
+    "MAX_STREAMS_PER_KEY": "256",
 }
-"""The chaos client is one address submitting hundreds of jobs: per-client fair-use limits would answer
-429 for reasons no scenario is about (the flood scenario sets its own queue cap)."""
+"""The chaos client is one address submitting hundreds of jobs and holding dozens of streams (S3d): per-client
+fair-use limits would answer 429 for reasons no scenario is about (the flood scenario sets its own queue cap)."""
 
 
 def _environment() -> dict[str, str]:

@@ -516,6 +516,9 @@ class _Listener:
     def _read(self, url: str) -> None:
         try:
             with httpx.stream("GET", url, timeout=60) as response:
+                if response.status_code != 200:
+                    self.error = f"answered {response.status_code}: {response.read().decode(errors='replace')[:200]}"
+                    return
                 if self.kind == "audio":
                     for chunk in response.iter_bytes():
                         self.audio += chunk
@@ -553,7 +556,14 @@ def listeners_through_redis_restart(chaos: Chaos) -> Figures:
         acks = [ack for request in requests if (ack := client.submit(request)) is not None]
         listeners = [_Listener(chaos.api.url, ack.task_id, kind) for ack in acks for kind in ("audio", "events")]
         subscribed = f"ttsq_listener_subscriptions {float(len(listeners))}"
-        wait_slowly(lambda: subscribed in httpx.get(f"{chaos.api.url}/metrics", timeout=5).text, 60, "every listener subscribed")
+        wait_slowly(
+            lambda: subscribed in httpx.get(f"{chaos.api.url}/metrics", timeout=5).text
+            or any(listener.error for listener in listeners),
+            60,
+            "every listener subscribed",
+        )
+        refused = [f"{listener.kind} listener of {listener.task_id}: {listener.error}" for listener in listeners if listener.error]
+        assert not refused, f"listeners could not open: {refused}"
     finally:
         for slot in pool:
             deployment.kill(slot, signal.SIGCONT)
