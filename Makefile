@@ -64,6 +64,7 @@ bench: install
 	$(PY) -m bench.encoders
 	$(PY) -m bench.stream_formats
 	$(PY) -m bench.listeners
+	GC_FULL_COLLECTION_S=0 $(PY) -m bench.listeners --results bench/results/listeners-cpython-gc.md  # control: CPython's collector
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install

@@ -23,7 +23,8 @@ over are the counts (commands, connections) and the ratios (``/healthz`` p99 in 
 
     .venv/bin/python -m bench.listeners [--listeners 1000] [--tasks 100] [--seconds 10] [--polls 20]
 
-writes ``bench/results/listeners.md``.
+writes ``bench/results/listeners.md`` (``--results`` elsewhere: e.g. a control run with ``GC_FULL_COLLECTION_S=0``,
+CPython's own collector, in the environment, which the API inherits).
 """
 
 from __future__ import annotations
@@ -266,6 +267,7 @@ def q(times: list[float], percent: int) -> float:
 
 def report(result: dict[str, Any], args: argparse.Namespace, load: tuple[str, str]) -> str:
     spec = machine()
+    collector = os.environ.get("GC_FULL_COLLECTION_S", "60 (default)")  # the API inherits this process's environment
     rest, storm, held = result["rest"], result["storm"], result["held"]
     first, polls = result["first_byte"], result["polls"]
     answered = ", ".join(f"{count}× {code}" for code, count in result["answered"].items())
@@ -276,7 +278,8 @@ def report(result: dict[str, Any], args: argparse.Namespace, load: tuple[str, st
         f"Machine: {spec['cpu']}, {spec['cores']} cores, {spec['memory_gib']} GiB; load average {load[0]} at start, "
         f"{load[1]} at end (shared with other work: read the counts and ratios, not the milliseconds)",
         "",
-        f"One uvicorn API process (`REDIS_MAX_CONNECTIONS=8`), one redis-server, no worker; {args.listeners} listeners "
+        f"One uvicorn API process (`REDIS_MAX_CONNECTIONS=8`, `GC_FULL_COLLECTION_S={collector}`), one redis-server, "
+        f"no worker; {args.listeners} listeners "
         f"opened at once (half event streams, half PCM audio streams) over {args.tasks} queued tasks: {answered}.",
         "",
         "| measure | figure | issue 21's target | before (issue 21's figures for the per-client path) |",
@@ -305,6 +308,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100, help="queued tasks the listeners are spread over")
     parser.add_argument("--seconds", type=float, default=10.0, help="each probing window, and the idle count's window")
     parser.add_argument("--polls", type=int, default=20, help="long-polls timed after the listeners' figures")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the report is written")
     parser.add_argument("--listen", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the listeners' process
     parser.add_argument("task_ids", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -324,8 +328,8 @@ def main() -> None:
         redis.stop()
     text = report(result, args, (load_start, f"{os.getloadavg()[0]:.2f}"))
     print(text)
-    RESULTS.write_text(text)
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    args.results.write_text(text)
+    print(f"written to {args.results}")
 
 
 if __name__ == "__main__":
