@@ -12,9 +12,12 @@ queue's own scripts, so nothing else touches Redis), queues ``--tasks`` tasks, a
 3. holds them idle for ``--seconds``: Redis's commands in that window (``INFO commandstats`` deltas, the benchmark's own
    ``INFO`` and ``CLIENT LIST`` left out) and its connections (``CLIENT LIST``, the benchmark's own left out), while
    ``/healthz`` is probed again;
-4. starts every task (a claim, as a worker's) and then publishes one piece of audio to each task's stream, noting the
-   moment just before each publication; each listener notes when its next bytes arrive (the clocks are the same
-   machine's ``CLOCK_MONOTONIC``): publication to first byte, over all listeners;
+4. starts every task (a claim, as a worker's) and publishes pieces of audio to the tasks' streams, noting the moment
+   just before each publication; each listener notes when its bytes arrive (the clocks are the same machine's
+   ``CLOCK_MONOTONIC``): publication to first byte, two ways. First a *burst*: one piece to every task back to back,
+   every listener served at once (the stress figure). Then *steady*: ``--rate`` pieces a second for ``--steady-s``
+   seconds, to the tasks in turn, as workers produce them (the default 200 a second is two pieces a second for each of
+   the 100 tasks: 2,000 deliveries a second to the 1,000 listeners held);
 5. long-polls ``GET /v1/tts/tasks/{id}?wait=30`` on ``--polls`` more running tasks, ends each (the queue's complete
    script), and times the answer from the moment just before the end was written.
 
@@ -57,6 +60,8 @@ from ttsq.store.streams import AudioStreams
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "listeners.md"
 OWN_COMMANDS = {"cmdstat_info", "cmdstat_client|list"}
+PIECE = b"\0\0" * 2400
+"""One piece: 0.1 s of PCM16 at 24 kHz."""
 """What the benchmark itself sends while it counts."""
 
 
@@ -171,21 +176,39 @@ async def settled(base: str, listeners: int) -> None:
     await asyncio.sleep(1.0)
 
 
-async def publish_all(redis: Redis, settings: Settings, task_ids: list[str]) -> dict[str, float]:
-    """Start every task (as a worker's claim), let the listeners settle, then publish one piece to each task's stream;
-    the moment just before each publication, by task id."""
+async def publish_all(
+    redis: Redis, settings: Settings, task_ids: list[str], rate: float, seconds: float
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Start every task (as a worker's claim), let the listeners settle, then publish pieces two ways, noting the moment
+    just before each publication, by task id:
+
+    - the burst: one piece to each task, back to back (every listener gets a piece at once: the stress figure);
+    - steady: ``rate`` pieces a second for ``seconds``, to the tasks in turn, evenly spaced (as workers produce them:
+      each task's next piece comes ``len(task_ids) / rate`` seconds after its last).
+    """
     queue = JobQueue(redis, settings.queue_config())
     streams = AudioStreams(redis, queue.shards, settings.result_ttl_s)
     held = {claim.job.id: claim.job for claim in await queue.claim_more("bench-worker", len(task_ids))}
     assert set(held) == set(task_ids), "the listened tasks were queued first, and one tenant's queue is first in, first out"
-    await asyncio.sleep(2.0)  # the "running" events reach the listeners; what is timed next is the piece alone
-    published = {}
-    for task in task_ids:
+    total = 2 + int(rate * seconds / len(task_ids)) + 1
+
+    async def publish(task: str, index: int) -> float:
         job = held[task]
-        published[task] = time.monotonic()
         assert job.claim is not None
-        assert await streams.publish(task, job.claim, 0, 2, b"\0\0" * 2400, spoken=(0, 2400, "Listening at scale."))
-    return published
+        moment = time.monotonic()
+        assert await streams.publish(task, job.claim, index, total, PIECE, spoken=(0, 2400, "Listening at scale."))
+        return moment
+
+    await asyncio.sleep(2.0)  # the "running" events reach the listeners; what is timed next is the pieces alone
+    burst = {task: await publish(task, 0) for task in task_ids}
+    await asyncio.sleep(2.0)  # every listener has had its piece
+    steady: dict[str, list[float]] = {task: [] for task in task_ids}
+    start = time.monotonic()
+    for n in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, start + n / rate - time.monotonic()))
+        task = task_ids[n % len(task_ids)]
+        steady[task].append(await publish(task, 1 + n // len(task_ids)))
+    return burst, steady
 
 
 async def long_polls(base: str, redis: Redis, settings: Settings, task_ids: list[str]) -> list[float]:
@@ -205,14 +228,17 @@ async def long_polls(base: str, redis: Redis, settings: Settings, task_ids: list
     return latencies
 
 
-def first_byte_latencies(arrivals: list[list[float]], task_ids: list[str], published: dict[str, float]) -> list[float]:
-    """For each listener, ms from its task's publication to the first bytes after it."""
+def first_byte_latencies(arrivals: list[list[float]], task_ids: list[str], published: dict[str, list[float]]) -> list[float]:
+    """For each listener and each publication to its task, ms from the publication to the first bytes after it (and
+    before the task's next publication)."""
     latencies = []
     for n, times in enumerate(arrivals):
-        moment = published[task_ids[n % len(task_ids)]]
-        after = [t for t in times if t >= moment]
-        if after:
-            latencies.append((after[0] - moment) * 1000)
+        moments = published[task_ids[n % len(task_ids)]]
+        for k, moment in enumerate(moments):
+            until = moments[k + 1] if k + 1 < len(moments) else float("inf")
+            after = [t for t in times if moment <= t < until]
+            if after:
+                latencies.append((after[0] - moment) * 1000)
     return latencies
 
 
@@ -235,12 +261,12 @@ def measure(base: str, port: int, settings: Settings, args: argparse.Namespace) 
             answered = json.loads(answer.result())
             subscribed.result()
 
-        async def held_phase() -> tuple[dict[str, Any], dict[str, float], list[float]]:
+        async def held_phase() -> tuple[dict[str, Any], tuple[dict[str, float], dict[str, list[float]]], list[float]]:
             client = Redis.from_url(settings.redis_url)
             try:
                 idle = await idle_window(base, client, args.seconds)
-                published = await publish_all(client, settings, tasks)
-                await asyncio.sleep(2.0)  # every listener has had its piece
+                published = await publish_all(client, settings, tasks, args.rate, args.steady_s)
+                await asyncio.sleep(2.0)  # every listener has had its last piece
                 polls = await long_polls(base, client, settings, polled)
                 return idle, published, polls
             finally:
@@ -255,7 +281,8 @@ def measure(base: str, port: int, settings: Settings, args: argparse.Namespace) 
         "storm": storm,
         "answered": answered,
         **idle,
-        "first_byte": first_byte_latencies(arrivals, tasks, published),
+        "first_byte": first_byte_latencies(arrivals, tasks, {task: [moment] for task, moment in published[0].items()}),
+        "steady": first_byte_latencies(arrivals, tasks, published[1]),
         "polls": polls,
     }
 
@@ -269,11 +296,11 @@ def report(result: dict[str, Any], args: argparse.Namespace, load: tuple[str, st
     spec = machine()
     collector = os.environ.get("GC_FULL_COLLECTION_S", "60 (default)")  # the API inherits this process's environment
     rest, storm, held = result["rest"], result["storm"], result["held"]
-    first, polls = result["first_byte"], result["polls"]
+    first, steady, polls = result["first_byte"], result["steady"], result["polls"]
     answered = ", ".join(f"{count}× {code}" for code, count in result["answered"].items())
     lines = [
         f"Command: `.venv/bin/python -m bench.listeners --listeners {args.listeners} --tasks {args.tasks} "
-        f"--seconds {args.seconds:g} --polls {args.polls}`",
+        f"--seconds {args.seconds:g} --polls {args.polls} --rate {args.rate:g} --steady-s {args.steady_s:g}`",
         f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         f"Machine: {spec['cpu']}, {spec['cores']} cores, {spec['memory_gib']} GiB; load average {load[0]} at start, "
         f"{load[1]} at end (shared with other work: read the counts and ratios, not the milliseconds)",
@@ -294,8 +321,11 @@ def report(result: dict[str, Any], args: argparse.Namespace, load: tuple[str, st
         f"| `/healthz` p50 / p99 ms with the listeners held ({len(held)} probes) | {cell(held)} | | |",
         f"| `/healthz` p99 storm / at rest | {q(storm, 99) / q(rest, 99):.1f}× | ≤ 2× | |",
         f"| `/healthz` p99 held / at rest | {q(held, 99) / q(rest, 99):.1f}× | ≤ 2× | |",
-        f"| publication → first byte, p50 / p99 / max ms ({len(first)} listeners) | {q(first, 50):.1f} / "
-        f"{q(first, 99):.1f} / {max(first):.1f} | p99 ≤ 50 | |",
+        f"| publication → first byte, steady: {args.rate:g} pieces/s to the tasks in turn for {args.steady_s:g} s, "
+        f"p50 / p99 / max ms ({len(steady)} deliveries) | {q(steady, 50):.1f} / {q(steady, 99):.1f} / {max(steady):.1f} "
+        "| p99 ≤ 50 | |",
+        f"| publication → first byte, burst: one piece to every task back to back, p50 / p99 / max ms ({len(first)} "
+        f"listeners) | {q(first, 50):.1f} / {q(first, 99):.1f} / {max(first):.1f} | (stress) | |",
         f"| long-poll answer after the task ends, p50 / p99 / max ms ({len(polls)} polls, listeners held) | "
         f"{q(polls, 50):.1f} / {q(polls, 99):.1f} / {max(polls):.1f} | ≤ 50 | |",
     ]
@@ -308,6 +338,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100, help="queued tasks the listeners are spread over")
     parser.add_argument("--seconds", type=float, default=10.0, help="each probing window, and the idle count's window")
     parser.add_argument("--polls", type=int, default=20, help="long-polls timed after the listeners' figures")
+    parser.add_argument("--rate", type=float, default=200.0, help="steady phase: pieces published a second")
+    parser.add_argument("--steady-s", type=float, default=10.0, help="steady phase: for how long")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the report is written")
     parser.add_argument("--listen", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the listeners' process
     parser.add_argument("task_ids", nargs="*", help=argparse.SUPPRESS)
