@@ -195,6 +195,7 @@ class Settings(BaseSettings):
     gc_full_collection_s: float = Field(
         60.0,
         ge=0,
+        le=86400,
         description="The API process's full garbage collections run on this timer instead of whenever the heap grew by a "
         "quarter (which a storm of new streams triggers again and again, each walk holding the event loop); the start-up "
         "heap is frozen out of them. 0 = CPython's own policy.",
