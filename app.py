@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if config.model == "tiny":
             log.warning("MODEL=tiny: workers use random weights; every result is noise")
         stop = asyncio.Event()
-        restore_collector = collecting = None
+        collecting = None
         if config.gc_full_collection_s > 0:  # last of start-up: what was built so far is frozen (ttsq/runtime/collector.py)
             restore_collector = install_collector()
             collecting = asyncio.create_task(
@@ -139,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await listening
             if delivering is not None:
                 await delivering
-            if collecting is not None and restore_collector is not None:
+            if collecting is not None:
                 await collecting
                 restore_collector()
             await redis.aclose()
