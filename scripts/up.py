@@ -146,7 +146,12 @@ def main() -> None:
         port = args.worker_base_port + index
         worker_env = dict(env, WORKER_HEALTH_PORT=str(port), WORKER_ID=f"{socket.gethostname()}-w{index}")
         workers.append(
-            Child(f"worker {index}", partial(spawn, worker_command(), cwd=ROOT, env=worker_env), f"http://127.0.0.1:{port}/healthz")
+            Child(
+                f"worker {index}",
+                partial(spawn, worker_command(), cwd=ROOT, env=worker_env),
+                health_url=f"http://127.0.0.1:{port}/healthz",
+                startup_url=f"http://127.0.0.1:{port}/readyz",
+            )
         )
     base = f"http://{args.host}:{args.port}"
     api = Child("api", partial(spawn, api_command(args.port, host=args.host), cwd=ROOT, env=env), f"{base}/healthz")

@@ -1,5 +1,5 @@
-"""The supervisor of ``make up``: real child processes (a small HTTP server whose /healthz a file
-controls), real probes over HTTP, and the test's clock — so backoff and liveness deadlines are
+"""The supervisor of ``make up``: real child processes (a small HTTP server whose /healthz and /readyz
+files control), real probes over HTTP, and the test's clock — so backoff and liveness deadlines are
 exact, with no sleeps to race."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ SERVER = """
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-flag = Path(sys.argv[2])
+unhealthy, starting = Path(sys.argv[2]), Path(sys.argv[3])
 class Health(BaseHTTPRequestHandler):
     def do_GET(self):
+        flag = starting if self.path == "/readyz" else unhealthy
         self.send_response(503 if flag.exists() else 200)
         self.end_headers()
     def log_message(self, *args):
@@ -40,13 +41,18 @@ class Fleet:
         self.clock = clock
         self.children: list[Child] = []
 
-    def child(self, name: str) -> Child:
+    def child(self, name: str, *, gated_by_readyz: bool = False) -> Child:
+        """A child whose liveness is /healthz; with ``gated_by_readyz``, its start ends at /readyz's first 200 (a worker)."""
         port = free_port()
-        flag = self.tmp / f"{name}.unhealthy"
         script = self.tmp / "health_server.py"
         script.write_text(SERVER)
-        args = [sys.executable, str(script), str(port), str(flag)]
-        child = Child(name, lambda: spawn(args, cwd=self.tmp, env=dict(os.environ)), f"http://127.0.0.1:{port}/healthz")
+        args = [sys.executable, str(script), str(port), str(self.tmp / f"{name}.unhealthy"), str(self.tmp / f"{name}.starting")]
+        child = Child(
+            name,
+            lambda: spawn(args, cwd=self.tmp, env=dict(os.environ)),
+            health_url=f"http://127.0.0.1:{port}/healthz",
+            startup_url=f"http://127.0.0.1:{port}/readyz" if gated_by_readyz else None,
+        )
         self.children.append(child)
         return child
 
@@ -57,6 +63,10 @@ class Fleet:
 
     def unhealthy(self, child: Child, on: bool = True) -> None:
         flag = self.tmp / f"{child.name}.unhealthy"
+        flag.touch() if on else flag.unlink(missing_ok=True)
+
+    def starting(self, child: Child, on: bool = True) -> None:
+        flag = self.tmp / f"{child.name}.starting"
         flag.touch() if on else flag.unlink(missing_ok=True)
 
     def close(self) -> None:
@@ -118,7 +128,7 @@ def test_a_process_that_stops_being_live_is_killed_and_restarted_but_not_one_sti
     supervisor.start_all()
     fleet.live(hung)
     supervisor.tick()
-    assert hung.live_once
+    assert hung.started
 
     fleet.unhealthy(hung)  # an inference hangs: /healthz answers 503 from now on
     first_pid = hung.process.pid  # type: ignore[union-attr]
@@ -140,6 +150,38 @@ def test_a_process_that_stops_being_live_is_killed_and_restarted_but_not_one_sti
     assert starting.process is not None and starting.process.poll() is None and starting.history == [], (
         "a process that never answered 200 is still starting, however long it takes"
     )
+
+
+def test_a_worker_is_judged_only_once_its_readiness_answered_so_a_slow_model_load_is_not_killed(
+    fleet: Fleet, clock: FakeClock
+) -> None:
+    """A worker importing torch from a cold disk cache answers /healthz once and then not for tens of
+    seconds (the import holds the interpreter lock): that is a slow start, not a hang. As Kubernetes'
+    startup probe on /readyz does, liveness counts only after the first ready answer."""
+    worker = fleet.child("worker", gated_by_readyz=True)
+    fleet.starting(worker)  # loading its model: /readyz 503
+    supervisor = Supervisor(fleet.children, Policy(unhealthy_after_s=15), clock=clock)
+    supervisor.start_all()
+    fleet.live(worker)
+    supervisor.tick()
+    pid = worker.process.pid  # type: ignore[union-attr]
+
+    fleet.unhealthy(worker)  # /healthz stops answering 200 while the load goes on
+    for _ in range(10):
+        clock.advance(10)
+        supervisor.tick()
+    assert worker.process is not None and worker.process.pid == pid and worker.history == [], "100 s of a slow start"
+    assert not worker.started
+
+    fleet.unhealthy(worker, on=False)
+    fleet.starting(worker, on=False)  # loaded and warmed
+    supervisor.tick()
+    assert worker.started
+    fleet.unhealthy(worker)  # from now on a failing /healthz is a hang
+    supervisor.tick()
+    clock.advance(15)
+    supervisor.tick()
+    assert worker.process is None and worker.history == ["killed: not live for 15 s"]
 
 
 def test_stop_terminates_every_child_and_restarts_nothing(fleet: Fleet, clock: FakeClock) -> None:

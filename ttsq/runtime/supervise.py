@@ -5,12 +5,16 @@ child that exits is started again after a backoff (1 s, doubling to 30 s; back t
 stayed up a minute), and the others keep running: one ``kill -9`` of a worker costs the jobs it
 held one lease, not the whole stack. A child with a liveness URL is also restarted when that URL
 keeps failing (503, or no answer) for ``unhealthy_after_s`` — the worker's ``/healthz`` turns 503
-when an inference hangs past ``JOB_TIMEOUT_S`` — but only once it has answered 200 at least once,
-so a worker still loading its model is never killed for being slow to start (Kubernetes'
-startup probe does the same). A child that dies while it starts — the OOM killer in the middle of a
-model load — is restarted with the same backoff as one that dies later. The one exit that is not
-restarted is a configuration error (:data:`~ttsq.runtime.launch.CONFIG_ERROR_EXIT`: starting it again
-would fail the same way): the child is given up on, and its owner (``make up``) stops.
+when an inference hangs past ``JOB_TIMEOUT_S`` — but only once it has *started*: its
+``startup_url`` (the worker's ``/readyz``: model loaded and warmed) answered 200 once, as
+Kubernetes' startup probe on ``/readyz`` gates the worker's liveness probe (``k8s/base/worker.yaml``).
+A worker loading its model is never judged: while it imports torch and ChatTTS from a cold disk
+cache, its loop cannot answer ``/healthz`` for tens of seconds (the import holds the interpreter
+lock while it maps the libraries), which is slowness to start, not a hang. A child that dies while
+it starts — the OOM killer in the middle of a model load — is restarted with the same backoff as
+one that dies later. The one exit that is not restarted is a configuration error
+(:data:`~ttsq.runtime.launch.CONFIG_ERROR_EXIT`: starting it again would fail the same way): the
+child is given up on, and its owner (``make up``) stops.
 
 Time and probes are injected, so the policy is tested by stepping :meth:`Supervisor.tick` on a
 fake clock with real child processes.
@@ -64,13 +68,16 @@ class Child:
     name: str
     start: Callable[[], subprocess.Popen[bytes]]
     health_url: str | None = None
+    startup_url: str | None = None
+    """Its first 200 ends the child's start; liveness is judged only after it. None: ``health_url`` itself."""
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
     consecutive_failures: int = 0
     """Exits or kills in a row without staying up ``reset_after_s``: the backoff's exponent."""
     next_start_at: float | None = None
-    live_once: bool = False
+    started: bool = False
+    """``startup_url`` answered 200 since the last launch: from now on ``health_url`` failing means not live."""
     failing_since: float | None = None
     history: list[str] = field(default_factory=list)
     """What happened to it (exits, kills, restarts), for logs and tests."""
@@ -101,7 +108,7 @@ class Supervisor:
         child.process = child.start()
         child.started_at = self.clock()
         child.next_start_at = None
-        child.live_once = False
+        child.started = False
         child.failing_since = None
 
     def backoff_s(self, child: Child) -> float:
@@ -133,12 +140,12 @@ class Supervisor:
 
     def _check_liveness(self, child: Child, now: float) -> None:
         assert child.health_url is not None and child.process is not None
+        if not child.started:  # still starting (loading a model may take minutes): not judged yet
+            child.started = self.probe(child.startup_url or child.health_url)
+            return
         if self.probe(child.health_url):
-            child.live_once = True
             child.failing_since = None
             return
-        if not child.live_once:
-            return  # still starting (loading a model may take minutes): not judged yet
         if child.failing_since is None:
             child.failing_since = now
             return
