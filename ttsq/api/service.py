@@ -703,13 +703,19 @@ class TTSService:
         """
         after = last_event_id if last_event_id is not None and _ENTRY_ID.fullmatch(last_event_id) else "0"
         cued = -1  # a re-run attempt republishes its cues from the first (an attempt is deterministic): each is sent once
+
+        def add_cue(batch: list[ServerEvent], entry_id: str, fields: dict[str, bytes]) -> None:
+            """The entry's ``timing`` event, unless it is no piece or its cue was sent already."""
+            nonlocal cued
+            cue = _timing(fields)
+            if cue is not None and cue["index"] > cued:
+                cued = cue["index"]
+                batch.append(ServerEvent(entry_id, "timing", cue))
+
         async with self.listener.follow(job.id, after) as subscription:
             batch: list[ServerEvent] = []
             for entry_id, fields in subscription.backlog:
-                cue = _timing(fields)
-                if cue is not None and cue["index"] > cued:
-                    cued = cue["index"]
-                    batch.append(ServerEvent(entry_id, "timing", cue))
+                add_cue(batch, entry_id, fields)
             position = subscription.seen
             current = await self.job(job.id, caller)
             last = await self._status_event(current)
@@ -720,10 +726,7 @@ class TTSService:
                     return
                 batch = []
                 for entry_id, fields in update.entries:
-                    cue = _timing(fields)
-                    if cue is not None and cue["index"] > cued:
-                        cued = cue["index"]
-                        batch.append(ServerEvent(entry_id, "timing", cue))
+                    add_cue(batch, entry_id, fields)
                     if _ends_for_reader(fields):
                         current = await self.job(job.id, caller)
                         event = await self._status_event(current)
