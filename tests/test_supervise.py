@@ -62,11 +62,15 @@ class Fleet:
         wait_for(lambda: http_probe(url), 30, f"{child.name} to answer")
 
     def unhealthy(self, child: Child, on: bool = True) -> None:
-        flag = self.tmp / f"{child.name}.unhealthy"
-        flag.touch() if on else flag.unlink(missing_ok=True)
+        """/healthz answers 503 while on."""
+        self._flag(child, "unhealthy", on)
 
     def starting(self, child: Child, on: bool = True) -> None:
-        flag = self.tmp / f"{child.name}.starting"
+        """/readyz answers 503 while on (a worker loading its model)."""
+        self._flag(child, "starting", on)
+
+    def _flag(self, child: Child, kind: str, on: bool) -> None:
+        flag = self.tmp / f"{child.name}.{kind}"
         flag.touch() if on else flag.unlink(missing_ok=True)
 
     def close(self) -> None:
