@@ -55,6 +55,23 @@ def describe(exc: BaseException) -> str:
     return text
 
 
+async def end_loop(task: asyncio.Task[None] | None, closing: asyncio.Event, wait_s: float) -> None:
+    """End a loop that runs against Redis: set ``closing`` (the loop checks it between commands), wait up to ``wait_s``
+    for ``task`` to end by itself, and only then cancel it, waiting at most 2 s more.
+
+    Not cancellation alone: a cancellation that lands inside a redis-py command can be absorbed by the client, and a
+    loop that absorbed it would run on — and whoever awaits it would wait — forever (a worker that never exits after
+    SIGTERM). Whatever the loop does, this returns within ``wait_s`` + 2 s; ``wait_s=0`` cancels at once (a loop whose
+    wait may be dropped), the signal still ending it if the cancel is absorbed."""
+    closing.set()
+    if task is None:
+        return
+    _, pending = await asyncio.wait({task}, timeout=wait_s)
+    if pending:  # a command that would not return: cancellation is the fallback
+        task.cancel()
+        await asyncio.wait(pending, timeout=2)
+
+
 class RedisOutage:
     """Whether Redis answers, as one loop and its chores see it, and how they wait for it.
 
@@ -214,11 +231,5 @@ class Upkeep:
 
     async def stop(self, wait_s: float) -> None:
         """Signal the task to end and wait up to ``wait_s`` for it; cancel it only if it does not."""
-        self._closing.set()
         task, self._task = self._task, None
-        if task is None:
-            return
-        _, pending = await asyncio.wait({task}, timeout=wait_s)
-        if pending:  # a Redis command that would not return: cancellation is the fallback
-            task.cancel()
-            await asyncio.wait(pending, timeout=2)
+        await end_loop(task, self._closing, wait_s)

@@ -9,7 +9,6 @@ exchange with the API :class:`ttsq.store.voice_encodings.VoiceEncodings`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -18,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.runtime.upkeep import REDIS_ERRORS, RedisOutage
+from ttsq.runtime.upkeep import REDIS_ERRORS, RedisOutage, end_loop
 from ttsq.store.voice_encodings import VoiceEncodings
 
 __all__ = ["VoiceEncoderLoop"]
@@ -30,6 +29,10 @@ _OUTAGE_BACKOFF_S = 1.0
 
 class VoiceEncoderLoop:
     """Serves encode requests until :meth:`stop`; ``call`` runs a function on the inference thread.
+
+    :meth:`stop` cancels it and also signals it (:func:`ttsq.runtime.upkeep.end_loop`): with cancellation alone, a
+    cancel absorbed inside the blocking ``BLPOP`` would leave it serving on, and the worker's shutdown, which awaited
+    it, waiting forever.
 
     ``outage`` is the worker's one Redis-outage policy (:class:`ttsq.runtime.upkeep.RedisOutage`): an outage this
     loop meets is the worker's, warned about once, and its pause ends as soon as any of the worker's calls gets
@@ -47,22 +50,24 @@ class VoiceEncoderLoop:
         self._call = call
         self._outage = outage if outage is not None else RedisOutage(log, "voice encodings wait until it is back")
         self._task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         self.served = 0
 
     def start(self) -> None:
+        self._closing.clear()
         self._task = asyncio.create_task(self._run(), name="voice-encoder")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Cancel the loop now — a recording in hand goes unanswered, and its API's wait ends with an error — and, if
+        the cancel is absorbed, let it end by signal at its next read; returns within 2 s either way."""
+        task, self._task = self._task, None
+        await end_loop(task, self._closing, wait_s=0.0)
 
     async def _on_thread(self, samples: npt.NDArray[np.float32]) -> str:
         return await asyncio.wrap_future(self._call(lambda: self._encode(samples)))
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing.is_set():
             try:
                 request = await self.encodings.take()
                 self._outage.back()
@@ -73,4 +78,4 @@ class VoiceEncoderLoop:
                 log.info("encoded a reference recording of %.1f s", request.samples.size / SAMPLE_RATE)
             except REDIS_ERRORS as exc:
                 self._outage.lost("voice encoding", exc)
-                await self._outage.pause(_OUTAGE_BACKOFF_S)
+                await self._outage.pause(_OUTAGE_BACKOFF_S, self._closing)
