@@ -47,7 +47,9 @@ RUN python3 requirements.py pyproject.toml worker > requirements.txt \
 # Python as the final stages): at run time the root filesystem may be read-only.
 FROM build-base AS source
 WORKDIR /app
-COPY app.py deps.py settings.py submit_api.py query_api.py voices_api.py openai_api.py admin_api.py worker.py LICENSE ./
+# Every top-level module: pyproject.toml's py-modules is their one list, and a test holds the root's *.py files,
+# the app's imports and that list equal (tests/deploy/test_images.py).
+COPY *.py LICENSE ./
 COPY ttsq ./ttsq
 COPY static ./static
 RUN python3 -m compileall -q /app

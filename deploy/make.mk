@@ -25,7 +25,7 @@ PODMAN_BUILD := podman build --isolation=chroot --network host -v /etc/ssl/certs
 .PHONY: deploy-tools deploy-test k8s-render prometheus-rule image image-base image-local image-check image-constraints
 
 deploy-tools:
-	scripts/install_deploy_tools.sh
+	scripts/install_deploy_tools.sh --images
 
 deploy-test: install deploy-tools
 	$(VENV)/bin/pytest tests/deploy

@@ -3,6 +3,7 @@ final stages, weights never baked in, and (``pytest -m image``, minutes) a real 
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import re
 import subprocess
@@ -115,12 +116,64 @@ def test_every_file_the_dockerfile_copies_is_in_the_build_context() -> None:
             if not args.startswith("--from="):
                 copied += [source.rstrip("/") for source in args.split()[:-1] if not source.startswith("--")]
     assert copied, "the Dockerfile copies nothing from the build context"
+    files: set[str] = set()
     for source in copied:
-        assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
-        assert _admitted(source, patterns), f"the Dockerfile copies {source}, but .dockerignore keeps it out of the build context"
-    modules = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"]
-    missing = [f"{module}.py" for module in modules if f"{module}.py" not in copied]
+        matches = [path.relative_to(ROOT).as_posix() for path in ROOT.glob(source)]
+        assert matches, f"the Dockerfile copies {source}, which does not exist"
+        for match in matches:
+            assert _admitted(match, patterns), f"the Dockerfile copies {match}, but .dockerignore keeps it out of the build context"
+        files.update(matches)
+    missing = [f"{module}.py" for module in py_modules() if f"{module}.py" not in files]
     assert not missing, f"the images lack the top-level modules {missing} (pyproject.toml py-modules)"
+
+
+def py_modules() -> list[str]:
+    """The one list of top-level modules: pyproject.toml's ``py-modules`` (what ``pip install .`` ships)."""
+    modules: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"]
+    return modules
+
+
+def root_imports(module: str) -> set[str]:
+    """The top-level modules of the repository's root that ``module`` imports, directly or through other root
+    modules or the ``ttsq`` package (every ``import``/``from`` anywhere in their source, lazy ones included)."""
+    found: set[str] = set()
+    pending = [ROOT / f"{module}.py"]
+    seen: set[Path] = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if (ROOT / f"{top}.py").is_file():
+                    found.add(top)
+                    pending.append(ROOT / f"{top}.py")
+                elif top == "ttsq":
+                    pending.extend((ROOT / "ttsq").rglob("*.py"))
+    return found
+
+
+def test_every_top_level_module_is_listed_once_and_shipped() -> None:
+    """``py-modules`` names every root module the app's entry points import (a module added without it would be
+    missing from ``pip install .``, and an image built from the list) and every ``*.py`` at the root (the images copy
+    the root's ``*.py``): one list, the code and both installs agreeing."""
+    listed = set(py_modules())
+    imported = root_imports("app") | root_imports("worker") | {"app", "worker"}
+    assert imported <= listed, f"pyproject.toml py-modules lacks {sorted(imported - listed)}, which the app imports"
+    on_disk = {path.stem for path in ROOT.glob("*.py")}
+    assert on_disk == listed, f"root modules {sorted(on_disk - listed)} unlisted; listed but absent: {sorted(listed - on_disk)}"
+
+
+def test_the_module_walk_sees_lazy_and_package_imports(tmp_path: Path) -> None:
+    """The walk follows imports inside functions and through ``ttsq``: the draw router (``draw_api``) is imported
+    by app.py itself, and the worker's entry point imports settings."""
+    assert "draw_api" in root_imports("app")
+    assert "settings" in root_imports("worker")
 
 
 def test_the_build_context_check_would_catch_an_ignored_file() -> None:
