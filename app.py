@@ -176,7 +176,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
     app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
     app.add_middleware(multipart_as_json, paths=["/v1/voices"])  # a form on this route becomes its JSON, checked as JSON
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes, larger={"/v1/voices": config.max_voice_body_bytes})
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=config.max_body_bytes,
+        larger={"/v1/voices": (config.max_voice_body_bytes, "MAX_VOICE_BODY_BYTES")},
+    )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     install_error_handlers(app, config.retry_after_s, metrics.submitted)

@@ -124,3 +124,23 @@ async def test_the_openai_route_speaks_a_blend_of_its_own_names_and_ttsq_voices(
     assert {(part.voice, part.seed) for part in job.params.speaker_blend} == {("zh_female", 2), ("zh_male", 1111)}
     refused = await client.post("/v1/audio/speech", json={"model": "tts-1", "input": "hi", "voice": "alloy*0.5+nobody*0.5"})
     assert refused.status_code == 400 and "nobody" in refused.text
+
+
+async def test_weights_whose_sum_overflows_a_float_blend_as_their_ratio_on_every_route(
+    client: httpx.AsyncClient, redis: Redis, tiny_decoder_engine: DecoderEngine
+) -> None:
+    """Found by a tester: ``a*1e308+b*1e308`` (each weight finite) overflowed ``math.fsum`` and was a 500 on the
+    submit route, the OpenAI route and a stored blend. Equal huge weights are an even blend."""
+    params = await submitted(client, redis, "zh_female*1e308+zh_male*1e308")
+    assert params.speaker_blend is not None
+    assert [part.weight for part in params.speaker_blend] == [0.5, 0.5]
+    stored = await client.post(
+        "/v1/voices",
+        json={"name": "huge", "components": [{"voice": "zh_female", "weight": 1.7e308}, {"voice": "zh_male", "weight": 1.7e308}]},
+    )
+    assert stored.status_code == 201, stored.text
+    async with running_worker(redis, tiny_decoder_engine):
+        speech = await client.post(
+            "/v1/audio/speech", json={"model": "tts-1", "input": "hi", "voice": "zh_female*1e308+zh_male*1e308"}
+        )
+    assert speech.status_code == 200, speech.text

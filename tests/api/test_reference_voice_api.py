@@ -144,3 +144,16 @@ async def test_a_recording_larger_than_the_default_body_limit_is_accepted_on_thi
     assert created.status_code == 201, created.text
     too_big = await client.post("/v1/tts/submit", json={"text": "x" * 70_000})
     assert too_big.status_code == 413
+
+
+async def test_a_voice_body_over_its_limit_is_a_413_naming_that_limit_as_json_and_as_a_form(make_settings: Any) -> None:
+    """Found by a tester: a multipart upload over the limit escaped the form reader as a 500 (and an ERROR
+    traceback), and the JSON route's 413 named ``MAX_BODY_BYTES``, a setting that does not govern this route."""
+    recording = audio_file(2.0)
+    async with api_client(make_settings(max_voice_body_bytes=100_000)) as (client, _):
+        as_json = await client.post("/v1/voices", json=body("big", recording))
+        files = {"audio": ("big.wav", recording, "audio/wav")}
+        as_form = await client.post("/v1/voices", data={"name": "big", "transcript": TRANSCRIPT}, files=files)
+    for answer in (as_json, as_form):
+        assert answer.status_code == 413, answer.text
+        assert "MAX_VOICE_BODY_BYTES" in answer.text and "100000 bytes" in answer.text

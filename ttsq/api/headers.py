@@ -44,11 +44,12 @@ class SecurityHeadersMiddleware:
 
 
 class BodyTooLarge(HTTPException):
-    """A request body over ``MAX_BODY_BYTES``: answered 413 before it is parsed. An HTTP exception, so
-    FastAPI's body parsing passes it through instead of calling it a malformed body (400)."""
+    """A request body over its route's limit (``MAX_BODY_BYTES``, or the larger one a route has): answered 413 before
+    it is parsed. An HTTP exception, so FastAPI's body parsing passes it through instead of calling it a malformed
+    body (400). The message names the setting that sets the limit, so an operator knows which one to raise."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than {limit} bytes (MAX_BODY_BYTES); nothing was read or queued")
+    def __init__(self, limit: int, setting: str = "MAX_BODY_BYTES") -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes ({setting}); nothing was read or queued")
         self.limit = limit
 
 
@@ -77,17 +78,18 @@ class BodyLimitMiddleware:
     and replaces the app's answer, so it is not used.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, int] | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.larger = dict(larger or {})
-        """Paths whose bodies may be larger (a reference recording on ``POST /v1/voices``), path → limit."""
+        """Paths whose bodies may be larger (a reference recording on ``POST /v1/voices``): path → (limit, the
+        setting's name)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.larger.get(scope["path"], self.max_bytes)
+        limit, setting = self.larger.get(scope["path"], (self.max_bytes, "MAX_BODY_BYTES"))
         declared = declared_length([value for name, value in scope["headers"] if name == b"content-length"])
         too_large = declared is not None and declared > limit
         received = 0
@@ -95,12 +97,12 @@ class BodyLimitMiddleware:
         async def counting() -> Message:
             nonlocal received
             if too_large:  # refused before a byte of the body is read
-                raise BodyTooLarge(limit)
+                raise BodyTooLarge(limit, setting)
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLarge(limit)
+                    raise BodyTooLarge(limit, setting)
             return message
 
         await self.app(scope, counting, send)

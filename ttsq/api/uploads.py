@@ -26,6 +26,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsq.api.bodies import REFUSAL
+from ttsq.api.headers import BodyTooLarge
 
 __all__ = ["MAX_FORM_FIELDS", "multipart_as_json"]
 
@@ -87,9 +88,15 @@ def multipart_as_json(app: ASGIApp, paths: Collection[str]) -> ASGIApp:
         if not _multipart(headers):
             await app(scope, receive, send)
             return
-        body = await _body(receive)
         try:
-            converted = await _as_json(headers, body)
+            body = await _body(receive)
+        except BodyTooLarge as exc:
+            # Raised here, outside the app's error handlers, it was a 500; kept like any refused body, it is the
+            # route's own 413 once the caller is authenticated.
+            scope.setdefault("state", {})[REFUSAL] = exc
+            body = None
+        try:
+            converted = b"" if body is None else await _as_json(headers, body)
         except MultiPartException as exc:
             scope.setdefault("state", {})[REFUSAL] = RequestValidationError(
                 [

@@ -111,7 +111,12 @@ def blend_weights(weights: Sequence[float], names: Sequence[str]) -> list[float]
     repeated = sorted({name for name in names if list(names).count(name) > 1})
     if repeated:
         raise BlendError(f"{', '.join(map(repr, repeated))} appears more than once in the blend")
-    total = math.fsum(weights)
+    try:
+        total = math.fsum(weights)
+    except OverflowError:  # finite weights near float's largest ("a*1e308+b*1e308"): their sum is not, their ratio is
+        largest = max(weights)
+        weights = [weight / largest for weight in weights]
+        total = math.fsum(weights)
     return [weight / total for weight in weights]
 
 
