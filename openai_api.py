@@ -196,8 +196,10 @@ def _delta(audio: bytes) -> str:
 class OpenAIVoice(BaseModel):
     """OpenAI's voice object (``audio.voice``, the SDK's ``openai.types.audio.Voice``), with ttsq's own fields.
 
-    ``type`` says how the voice was made, as OpenAI's does, in ttsq's terms: ``builtin``, ``seed`` or ``embedding``
-    (OpenAI's are ``audio_sample`` and ``prompt``; the SDK does not check them). ``voice_id`` (= ``id``) is what this
+    ``type`` says how the voice was made, as OpenAI's does, in ttsq's terms: ``builtin``, ``seed``, ``embedding``,
+    ``reference`` (from a recording) or ``blend`` — every kind a stored voice has (OpenAI's are ``audio_sample`` and
+    ``prompt``; the SDK does not check them). It allowed the first three only, and the listing was a 500 for everyone
+    once one reference or blend voice existed. ``voice_id`` (= ``id``) is what this
     listing said before it took OpenAI's shape; ``maps_to`` names the built-in voice an OpenAI name speaks with.
     """
 
@@ -205,7 +207,7 @@ class OpenAIVoice(BaseModel):
     object: Literal["audio.voice"] = "audio.voice"
     name: str
     created_at: int = Field(description="Unix seconds; 0 for the built-in voices and OpenAI's names.")
-    type: Literal["builtin", "seed", "embedding"]
+    type: Literal["builtin", "seed", "embedding", "reference", "blend"]
     voice_id: str
     maps_to: str | None = None
 

@@ -172,6 +172,30 @@ async def test_every_refused_address_class_is_refused_by_name(url: str, address_
     assert f"{address_class.value} address" in str(refused.value) and str(refused.value).endswith("; refused")
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (f"http://{'a' * 64}.example/", "a label of 64 characters"),
+        (f"http://{'a.' * 127}example/", "at most 253"),
+        ("http://a..example/", "a label of 0 characters"),
+        ("http://hooks.example:0/", "port 0 is not a TCP port"),
+        ("http://hooks.example:99999/", "port 99999 is not a TCP port"),
+    ],
+)
+async def test_a_host_dns_cannot_carry_or_a_port_tcp_has_not_is_refused_before_resolving(url: str, problem: str) -> None:
+    """Through the system resolver, a 64-character label raised ``UnicodeError`` (IDNA) out of the guard: a 500."""
+    with pytest.raises(RefusedUrl, match=problem):
+        await make_guard().check(url)
+
+
+async def test_a_resolver_that_fails_encoding_the_name_is_an_unresolvable_host() -> None:
+    async def idna_failure(host: str, port: int) -> Sequence[str]:
+        raise UnicodeError("encoding with 'idna' codec failed (UnicodeError: label too long)")
+
+    with pytest.raises(UnresolvableUrl, match="did not resolve"):
+        await make_guard(resolver=idna_failure).check("http://hooks.example/")
+
+
 async def test_the_metadata_refusal_says_what_it_is() -> None:
     with pytest.raises(RefusedUrl) as refused:
         await make_guard().check("http://169.254.169.254/latest/meta-data/iam/")

@@ -144,3 +144,15 @@ async def test_weights_whose_sum_overflows_a_float_blend_as_their_ratio_on_every
             "/v1/audio/speech", json={"model": "tts-1", "input": "hi", "voice": "zh_female*1e308+zh_male*1e308"}
         )
     assert speech.status_code == 200, speech.text
+
+
+async def test_the_openai_voice_listing_names_blends_and_recordings_with_their_kind(client: httpx.AsyncClient) -> None:
+    """Found by a tester: ``OpenAIVoice.type`` allowed builtin/seed/embedding only, so once one blend (or reference)
+    voice existed ``GET /v1/audio/voices`` was a 500 for every caller."""
+    stored = await client.post(
+        "/v1/voices", json={"name": "mix", "components": [{"voice": "zh_female", "weight": 1}, {"voice": "zh_male", "weight": 2}]}
+    )
+    assert stored.status_code == 201, stored.text
+    listing = await client.get("/v1/audio/voices")
+    assert listing.status_code == 200, listing.text
+    assert {voice["id"]: voice["type"] for voice in listing.json()["data"]}["mix"] == "blend"

@@ -339,7 +339,9 @@ async def test_callback_urls_need_webhooks_configured_and_a_sane_shape(redis: Re
         off = await submit(client, None, callback_url="https://hooks.example/tts")
         assert off.status_code == 422 and "not configured" in str(off.json())
     async with api_client(make_settings(webhook_secret="0123456789abcdef0123", public_url="https://tts.test")) as (client, _):
-        for bad in ("ftp://hooks.example/x", "https://user:pw@hooks.example/x", "not a url"):
+        long_label = f"https://{'a' * 64}.example/x"  # the IDNA codec inside getaddrinfo raised UnicodeError: a 500
+        for bad in ("ftp://hooks.example/x", "https://user:pw@hooks.example/x", "not a url", long_label,
+                    "https://hooks.example:0/x", "https://hooks.example:99999/x"):  # fmt: skip
             assert (await submit(client, None, callback_url=bad)).status_code == 422, bad
         for internal in ("http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:8000/v1/voices", "http://10.1.2.3/x",
                          "http://[::1]/x", "http://0.0.0.0/x", "http://224.0.0.1/x"):  # fmt: skip

@@ -121,6 +121,24 @@ class RefusedUrl(ValueError):
         self.refusal = refusal
 
 
+MAX_HOST_CHARS = 253
+MAX_LABEL_CHARS = 63
+"""DNS limits on a host name and on each of its dot-separated labels (RFC 1035, 2.3.4)."""
+
+
+def _check_host_name(host: str) -> None:
+    """Refuse a host name DNS cannot carry. Python's resolver encodes a name with the IDNA codec before it asks, and a
+    label over 63 characters raised ``UnicodeError`` there: a 500 on submit that any caller could cause."""
+    if host.startswith("["):
+        return  # an IPv6 literal
+    name = host.rstrip(".")
+    if len(name) > MAX_HOST_CHARS:
+        raise RefusedUrl(f"callback_url host is {len(name)} characters long; DNS names have at most {MAX_HOST_CHARS}")
+    for label in name.split("."):
+        if not 1 <= len(label) <= MAX_LABEL_CHARS:
+            raise RefusedUrl(f"callback_url host has a label of {len(label)} characters; DNS labels have 1 to {MAX_LABEL_CHARS}")
+
+
 class UnresolvableUrl(Exception):
     """The host did not resolve (now): a delivery retries; a submit may refuse it."""
 
@@ -222,6 +240,9 @@ class SsrfGuard:
             raise RefusedUrl("callback_url must not carry a user name or password")
         if not parsed.host:
             raise RefusedUrl("callback_url has no host")
+        if parsed.port is not None and not 1 <= parsed.port <= 65_535:
+            raise RefusedUrl(f"callback_url port {parsed.port} is not a TCP port (1-65535)")
+        _check_host_name(parsed.raw_host.decode("ascii"))
         return parsed
 
     def _allowed(self, address: IPAddress, port: int) -> bool:
@@ -250,7 +271,7 @@ class SsrfGuard:
         try:
             async with asyncio.timeout(self.resolve_timeout_s):
                 found = await self.resolver(host, port)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, UnicodeError) as exc:  # UnicodeError: the IDNA codec inside getaddrinfo
             raise UnresolvableUrl(f"callback_url host {host!r} did not resolve: {exc or 'timed out'}") from exc
         addresses: list[IPAddress] = []
         for text in found:
