@@ -546,13 +546,14 @@ def test_retry_delays_are_exponential_with_full_jitter_under_the_cap() -> None:
         assert max(delays) > 0.9 * ceiling and min(delays) < 0.1 * ceiling, "full jitter spreads over the whole range"
 
 
-async def test_a_redirect_is_not_followed_and_counts_as_a_failed_attempt(setup: Callable[..., Setup]) -> None:
+async def test_a_redirect_is_not_followed_and_the_delivery_is_given_up_at_once(setup: Callable[..., Setup]) -> None:
+    """A tester saw 3xx answers retried for 24 h: the same URL only redirects again."""
     s = setup()
     async with receiver(lambda request: Answer(302, headers={"location": "/elsewhere"}, body=b"")) as hooks:
         job_id = await s.job(hooks.url("/hook"))
         delivery = await s.deliverer.run_once()
     assert hooks.paths() == ["/hook"], "the redirect target is never requested"
-    assert delivery is not None and delivery.attempt.outcome is AttemptOutcome.RETRYING
+    assert delivery is not None and delivery.attempt.outcome is AttemptOutcome.GAVE_UP
     assert delivery.attempt.status_code == 302
     assert delivery.attempt.error == "the receiver answered 302 (a redirect); redirects are not followed"
     assert (await s.deliveries.log(job_id))[0].status_code == 302

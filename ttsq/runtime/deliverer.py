@@ -393,7 +393,8 @@ class Deliverer:
         except (httpx.HTTPError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             return AttemptResult(None, connection_failure(exc), elapsed(), detail=detail)
-        return AttemptResult(status, error, elapsed(), read, detail=detail)
+        # A redirect is given up at once: it is not followed, and the same URL will only redirect again.
+        return AttemptResult(status, error, elapsed(), read, detail=detail, permanent=300 <= status < 400)
 
     async def _send(self, target: Target, body: bytes, headers: dict[str, str]) -> tuple[int, int, str | None, str | None]:
         """POST to the approved addresses in turn (the next only when connecting fails): (status, bytes read, error, and
