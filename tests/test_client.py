@@ -29,6 +29,7 @@ from ttsq.client.sdk import (
     TaskNotFound,
     TaskStatus,
     TTSClient,
+    TTSError,
     VoiceNotFound,
 )
 
@@ -173,3 +174,27 @@ def test_cli_says_into_files_and_explains_bad_input(service: Service, tmp_path: 
     assert builtin.returncode == 2 and builtin.stderr.startswith("ttsq: "), builtin.stderr
     unreachable = run_cli("voices", "--url", f"http://127.0.0.1:{free_port()}")
     assert unreachable.returncode == 4 and "cannot reach" in unreachable.stderr
+
+
+def test_the_client_and_the_command_line_send_an_api_key_where_keys_are_required(service: Service, tmp_path: Path) -> None:
+    """Found by a tester: neither could send a key, so ``python -m ttsq say`` failed against any keyed deployment.
+    ``AUTH=auto`` requires keys on a public bind: without one the command line says how to give it."""
+    public = service.start_api("api-public", host="0.0.0.0")
+    created = subprocess.run(
+        [sys.executable, "-m", "ttsq", "keys", "create", "--name", "cli", "--scopes", "tts"],
+        cwd=ROOT, env=service.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.splitlines()[0]
+
+    anonymous = run_cli("voices", "--url", public)
+    assert anonymous.returncode != 0 and "401" in anonymous.stderr and "TTSQ_API_KEY" in anonymous.stderr
+    from_env = run_cli("voices", "--url", public, TTSQ_API_KEY=key)
+    assert from_env.returncode == 0 and "zh_female" in from_env.stdout, from_env.stderr
+    from_option = run_cli("voices", "--url", public, "--api-key", key)
+    assert from_option.returncode == 0 and "zh_female" in from_option.stdout, from_option.stderr
+    with TTSClient(public, api_key=key) as client:
+        assert "zh_female" in {voice.name for voice in client.voices()}
+    with TTSClient(public) as client, pytest.raises(TTSError) as refused:
+        client.voices()
+    assert refused.value.status_code == 401

@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--url", default=os.environ.get("TTSQ_URL", DEFAULT_URL), help="the ttsq API (default: $TTSQ_URL or %(default)s)"
     )
+    common.add_argument(
+        "--api-key",
+        default=os.environ.get("TTSQ_API_KEY"),
+        help="the API key, for a deployment that requires keys (default: $TTSQ_API_KEY; prefer the variable: "
+        "a command line is visible to other users of the machine)",
+    )
     parser = argparse.ArgumentParser(prog="python -m ttsq", description="Talk to a ttsq text-to-speech service.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -225,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[TTSClient, argparse.Namespace], int] = args.handler
     try:
-        with TTSClient(args.url) as client:
+        with TTSClient(args.url, api_key=args.api_key) as client:
             return handler(client, args)
     except (UsageError, InvalidRequest, NotFound, Conflict) as exc:
         return fail(EXIT_BAD_INPUT, f"invalid request: {exc}" if isinstance(exc, InvalidRequest) else str(exc))
@@ -237,7 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(EXIT_UNAVAILABLE, str(exc))
     except TimeoutError as exc:
         return fail(EXIT_ERROR, f"{exc}; check on it with `python -m ttsq status TASK_ID`")
-    except (TTSError, OSError) as exc:
+    except TTSError as exc:
+        if exc.status_code == 401 and not args.api_key:
+            return fail(EXIT_ERROR, f"{exc} (give the key as $TTSQ_API_KEY or --api-key)")
+        return fail(EXIT_ERROR, str(exc))
+    except OSError as exc:
         return fail(EXIT_ERROR, str(exc))
     except KeyboardInterrupt:
         return 130

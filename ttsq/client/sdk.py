@@ -327,12 +327,15 @@ class AsyncTTSClient:
 
     ``retries``: how many times ``submit`` retries a 429/503 answer (the server guarantees that such
     a request was not queued), sleeping the server's ``Retry-After``, at most ``max_retry_wait_s``.
+    ``api_key``: sent as ``Authorization: Bearer`` on every request (a deployment that requires keys answers 401
+    without one). The client never reads the environment: the command line takes it from ``$TTSQ_API_KEY``.
     """
 
     def __init__(
         self,
         base_url: str,
         *,
+        api_key: str | None = None,
         timeout: float = 30.0,
         retries: int = 2,
         max_retry_wait_s: float = 30.0,
@@ -342,7 +345,8 @@ class AsyncTTSClient:
         self.retries = retries
         self.max_retry_wait_s = max_retry_wait_s
         self._timeout = timeout
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport, headers=headers)
 
     async def __aenter__(self) -> Self:
         return self
@@ -547,10 +551,20 @@ class TTSClient:
     threads at once.
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 30.0, retries: int = 2, max_retry_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 2,
+        max_retry_wait_s: float = 30.0,
+    ) -> None:
         self._runner = asyncio.Runner()
         self._closed = False
-        self._client = AsyncTTSClient(base_url, timeout=timeout, retries=retries, max_retry_wait_s=max_retry_wait_s)
+        self._client = AsyncTTSClient(
+            base_url, api_key=api_key, timeout=timeout, retries=retries, max_retry_wait_s=max_retry_wait_s
+        )
         self.base_url = self._client.base_url
 
     def __enter__(self) -> Self:
