@@ -95,7 +95,20 @@ _SPEECH_EVENT = {
                 "properties": {"type": {"const": "speech.audio.delta"}, "audio": {"type": "string", "contentEncoding": "base64"}},
             }
         ),
-        sse_schema({"type": "object", "required": ["type"], "properties": {"type": {"const": "speech.audio.done"}}}),
+        sse_schema(
+            {
+                "type": "object",
+                "required": ["type", "usage"],
+                "properties": {
+                    "type": {"const": "speech.audio.done"},
+                    "usage": {
+                        "type": "object",
+                        "required": ["input_tokens", "output_tokens", "total_tokens"],
+                        "properties": {name: {"type": "integer"} for name in ("input_tokens", "output_tokens", "total_tokens")},
+                    },
+                },
+            }
+        ),
         sse_schema(
             {
                 "type": "object",
@@ -158,7 +171,7 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
     stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     if body.stream_format == "sse":
-        events = _sse(service, task_id, body.response_format, stored)
+        events = _sse(service, task_id, body.response_format, stored, _usage(body.input))
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
@@ -169,9 +182,18 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     return StreamingResponse(service.audio(task_id, body.response_format, pcm), media_type=media_type, headers=headers)
 
 
-async def _sse(service: TTSService, task_id: str, fmt: OpenAIFormat, stored: Download | None) -> AsyncIterator[str]:
+def _usage(text: str) -> dict[str, int]:
+    """OpenAI's ``usage`` object, which ``speech.audio.done`` must carry (LiveKit's OpenAI plugin reads it as an
+    object: ``null`` failed its stream after the first audio). ttsq counts no billing tokens: ``input_tokens`` is the
+    input's characters, ``output_tokens`` 0 — true of what it measures, and said so in docs/api.md."""
+    return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
+
+
+async def _sse(
+    service: TTSService, task_id: str, fmt: OpenAIFormat, stored: Download | None, used: dict[str, int]
+) -> AsyncIterator[str]:
     """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (their
-    bytes joined are one file, as the raw body is), then ``speech.audio.done``."""
+    bytes joined are one file, as the raw body is), then ``speech.audio.done`` with its ``usage``."""
     try:
         if stored is not None and stored.audio is not None:
             yield _delta(stored.audio)
@@ -181,7 +203,7 @@ async def _sse(service: TTSService, task_id: str, fmt: OpenAIFormat, stored: Dow
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
         return
-    yield _event({"type": "speech.audio.done", "usage": None})
+    yield _event({"type": "speech.audio.done", "usage": used})
 
 
 def _event(data: dict[str, Any], name: str | None = None) -> str:
