@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from tests.conftest import api_client, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final, worker_config
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.domain.captions import Cue, captions, source_spans
+from ttsq.domain.captions import Cue, captions, source_spans, spoken_text
 from ttsq.domain.captions import srt as to_srt
 from ttsq.domain.captions import vtt as to_vtt
 from ttsq.domain.jobs import Status
@@ -57,6 +57,26 @@ def test_source_offsets_map_each_chunk_back_to_the_callers_text() -> None:
 
 def cues() -> list[Cue]:
     return captions(TEXT, [(0, 36_000, "First sentence here."), (38_880, 90_001, "Second one --> longer\n\nthan the first.")])
+
+
+def test_a_cue_shows_the_words_without_chattts_control_tokens_and_keeps_its_place() -> None:
+    """Found by a tester: cue text kept ``[laugh]`` and ``[uv_break]``, which no one hears as words."""
+    source = "Well [laugh] that is funny. Next [uv_break] one."
+    (first, second) = captions(source, [(0, 10, "Well [laugh] that is funny."), (10, 20, "Next [uv_break] one.")])
+    assert (first.text, second.text) == ("Well that is funny.", "Next one.")
+    assert source[first.source_start : first.source_end] == "Well [laugh] that is funny.", "offsets are in the caller's text"
+    assert spoken_text("[laugh_2][break_3]") == ""
+
+
+def test_a_rewritten_chunk_is_not_placed_on_a_later_sentence_that_reads_like_it() -> None:
+    """Found by a tester: offsets were filled for a rewritten chunk (docs: null) when its rewriting occurred later on."""
+    source = "I have 2 cats. I have two cats."
+    assert source_spans(source, ["I have two cats.", "I have two cats."]) == [None, (15, 31)]
+    source = "Room 3 is free. Ask for room 4. Room 3 is free."
+    assert source_spans(source, ["Room three is free.", "Ask for room four.", "Room 3 is free."]) == [None, None, None], (
+        "after a lost chunk, one that occurs twice in the rest is not guessed at"
+    )
+    assert source_spans("A b. C d. E f.", ["A b.", "C d.", "E f."]) == [(0, 4), (5, 9), (10, 14)]
 
 
 def test_srt_and_webvtt_parse_with_their_parsers_and_keep_the_times() -> None:

@@ -3,18 +3,20 @@
 The worker joins a job's chunks (:class:`ttsq.domain.audio.ChunkJoiner`) and so knows exactly where each
 chunk's samples start and end in the result: cue times are those sample positions, kept as whole samples (so
 they add up exactly) and turned into seconds only when written out. A cue's text is the chunk as the model
-spoke it (after normalisation; refined text when ``refine_text`` asked for it). Where that text appears in the
-caller's text as it was accepted (after invisible and control characters were removed), the cue also carries
-its character offsets there; a normaliser that rewrote the chunk ("3" → "three") leaves them unset.
+spoke it (after normalisation; refined text when ``refine_text`` asked for it), without ChatTTS's control
+tokens. Where that text appears in the caller's text as it was accepted (after invisible and control
+characters were removed), the cue also carries its character offsets there; a normaliser that rewrote
+the chunk ("3" → "three") leaves them unset.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Cue", "captions", "source_spans", "srt", "vtt"]
+__all__ = ["Cue", "captions", "source_spans", "spoken_text", "srt", "vtt"]
 
 
 class Cue(BaseModel):
@@ -36,20 +38,40 @@ class Cue(BaseModel):
         return {"start_s": self.start / sample_rate, "end_s": self.end / sample_rate, **self.model_dump()}
 
 
+_CONTROL_TOKEN = re.compile(r"\[[A-Za-z0-9_]+\]")
+"""A ChatTTS control token as a chunk's text carries it (``[uv_break]``, ``[laugh_1]``): steering, not words."""
+
+
+def spoken_text(text: str) -> str:
+    """A chunk's text as a caption shows it: its control tokens removed (they are not heard as words), spaces
+    collapsed."""
+    return " ".join(_CONTROL_TOKEN.sub(" ", text).split())
+
+
 def source_spans(source: str, texts: Sequence[str]) -> list[tuple[int, int] | None]:
     """Where each of ``texts`` (in order) lies in ``source``, or None for one that does not appear as it is.
 
-    Chunks come from splitting ``source`` in order, so each is looked for after the previous one found.
+    Chunks come from splitting ``source`` in order, so each is looked for after the previous one. Right after a chunk
+    found (or at the start) only spaces and punctuation may come before the next: a rewritten chunk ("2 cats" spoken
+    as "two cats") must not be pinned on a later sentence that happens to read like it. After a chunk that was not
+    found, where it ended is unknown: the next is placed only where it occurs once in the rest of the text.
     """
     spans: list[tuple[int, int] | None] = []
     cursor = 0
+    lost = False
     for chunk in texts:
         at = source.find(chunk, cursor) if chunk else -1
+        if at >= 0 and not lost and any(char.isalnum() for char in source[cursor:at]):
+            at = -1  # words of the caller's text lie between: this is another sentence, not this chunk
+        elif at >= 0 and lost and source.find(chunk, at + 1) >= 0:
+            at = -1  # not where the lost chunk ended: ambiguous
         if at < 0:
             spans.append(None)
+            lost = True
             continue
         spans.append((at, at + len(chunk)))
         cursor = at + len(chunk)
+        lost = False
     return spans
 
 
@@ -61,7 +83,7 @@ def captions(source: str, timings: Sequence[tuple[int, int, str]]) -> list[Cue]:
             index=index,
             start=start,
             end=end,
-            text=spoken,
+            text=spoken_text(spoken),
             source_start=span[0] if span else None,
             source_end=span[1] if span else None,
         )

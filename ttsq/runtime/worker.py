@@ -34,7 +34,7 @@ from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
 from ttsq.domain.blends import BlendPart
-from ttsq.domain.captions import captions
+from ttsq.domain.captions import captions, spoken_text
 from ttsq.domain.jobs import AudioFormat, Job, TTSParams
 from ttsq.inference.base import (
     Batcher,
@@ -495,7 +495,7 @@ class Worker:
             for index, piece in flight.audio.add(event.chunk):
                 if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
                     pcm = encode_audio(piece, "pcm") if piece.size else b""
-                    self._stream(flight, (index, event.chunk.total, pcm, flight.audio.timings[index]))
+                    self._stream(flight, (index, event.chunk.total, pcm, _cue(flight.audio.timings[index])))
             if flight.audio.complete:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
@@ -818,3 +818,9 @@ def _token(job: Job) -> int:
 
 def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:
     return CachedAudio(encode_audio(samples, fmt), CONTENT_TYPES[fmt], duration_s(samples))
+
+
+def _cue(timing: tuple[int, int, str]) -> tuple[int, int, str]:
+    """A chunk's live caption (``timing`` event): its place in the joined audio and its text as the stored cue has it."""
+    start, end, text = timing
+    return start, end, spoken_text(text)
