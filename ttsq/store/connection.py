@@ -133,7 +133,7 @@ def _sentinel_primary(url: str, *, tls: bool, **common: Any) -> Redis:
     sentinels, username, password = cluster_nodes(url)
     service, db = sentinel_service(url)
     timeouts = {"socket_timeout": common["socket_timeout"], "socket_connect_timeout": common["socket_connect_timeout"]}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves its __init__ unannotated
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # redis-py < 8.2 left its __init__ unannotated
         sentinels, sentinel_kwargs=timeouts, username=username, password=password, db=db, ssl=tls, **common
     )
     primary: Redis = sentinel.master_for(service)
