@@ -6,7 +6,7 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install chromium prometheus debian-redis tiny-checkpoint loadtest bench bench-quick clean
+.PHONY: up test lint typecheck pytest install agent-clients chromium prometheus debian-redis tiny-checkpoint loadtest bench bench-quick clean
 
 ## Install everything into .venv (once; again when pyproject.toml changes).
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
@@ -38,8 +38,12 @@ typecheck: install
 ## Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
 ## its order stay in one process, and the second CPU core works while the first waits on a worker process.
 PYTEST_PROCESSES ?= 2
-pytest: install chromium prometheus debian-redis deploy-tools
+pytest: install chromium prometheus debian-redis deploy-tools agent-clients
 	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile
+
+## LiveKit Agents' and Pipecat's own TTS clients in their own venv (var/agents-venv), for tests/e2e/test_agent_clients.py.
+agent-clients:
+	scripts/install_agent_clients.sh
 
 ## Debian's chromium for the page tests (Playwright drives it; it never downloads a browser).
 chromium:
