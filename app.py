@@ -20,6 +20,7 @@ import admin_api
 import draw_api
 import openai_api
 import query_api
+import realtime_api
 import submit_api
 import voices_api
 from deps import ApiKeyCaller, MetricsCaller, document_security
@@ -113,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             draws=VoiceDraws(DrawStore(redis, queue.keys, config.result_ttl_s), config.draw_config()),
             listener=listener,
         )
+        app.state.realtime_config = config.realtime_config()
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
         if config.auth == "off":
             log.warning(
@@ -189,6 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
+    app.include_router(realtime_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)
 

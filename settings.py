@@ -43,6 +43,7 @@ from ttsq.store.listener import ListenerConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
+    from ttsq.api.realtime import RealtimeConfig
     from ttsq.api.service import DrawConfig, ServiceConfig
     from ttsq.domain.pronunciation import DictionaryLimits
     from ttsq.inference.chattts import EngineConfig
@@ -226,6 +227,44 @@ class Settings(BaseSettings):
             "HMAC secret (≥ 16 bytes) that signs task ids; unset = one random secret created in Redis and shared by every replica."
         ),
         json_schema_extra=_group("API", shown="unset"),
+    )
+
+    realtime_idle_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A realtime session (`/v1/tts/realtime`) with no message from its client for this long, and none of "
+        "its audio pending, is closed (code 4408); so is one whose first message does not come within it.",
+        json_schema_extra=_group("API"),
+    )
+    realtime_max_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="The longest a realtime session lasts, however busy (then code 4408; its unsent chunks are cancelled).",
+        json_schema_extra=_group("API"),
+    )
+    realtime_max_chars: int = Field(
+        20_000,
+        ge=1,
+        description="The most text one realtime session may send (then code 4413); each of its chunks is also one submit "
+        "of the key's rate limit.",
+        json_schema_extra=_group("API"),
+    )
+    realtime_clause_wait_s: float = Field(
+        0.6,
+        gt=0,
+        le=60,
+        description="How long text in a realtime session waits for its sentence to end before it is spoken up to its last "
+        "clause mark (comma, colon, 、).",
+        json_schema_extra=_group("API"),
+    )
+    realtime_max_message_bytes: int = Field(
+        65_536,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="The largest message a realtime session's client may send (then code 1009).",
+        json_schema_extra=_group("API"),
     )
 
     # --- security and fair use ---------------------------------------------------------------
@@ -891,6 +930,12 @@ class Settings(BaseSettings):
             model_identity=self.model_identity(),
             notice=self.model_notice(),
         )
+
+    def realtime_config(self) -> RealtimeConfig:
+        """The realtime sessions' limits (``REALTIME_*``), with the chunk size the workers cut text at."""
+        from ttsq.api.realtime import RealtimeConfig
+
+        return self._project(RealtimeConfig, "realtime_", max_chunk_chars=self.max_chunk_chars, max_session_s=self.realtime_max_s)
 
     def draw_config(self) -> DrawConfig:
         from ttsq.api.service import DrawConfig

@@ -241,7 +241,13 @@ class Download:
 
 
 def build_params(
-    body: SubmitRequest, voice: Voice | None, *, max_text_chars: int, model_identity: str, scope: str | None = None
+    body: SubmitRequest,
+    voice: Voice | None,
+    *,
+    max_text_chars: int,
+    model_identity: str,
+    scope: str | None = None,
+    first_chunk: int = 0,
 ) -> TTSParams:
     """A job's parameters from a request: the voice/seed rule and the checks that need settings.
 
@@ -276,6 +282,7 @@ def build_params(
         seed=seed,
         format=body.format,
         deterministic=deterministic,
+        first_chunk=first_chunk,
         **dict(body.sampling),
     )
     params.cache_key = cache_key(params, model_identity, scope)
@@ -384,12 +391,19 @@ class TTSService:
     # ---- submit ----------------------------------------------------------------------------
 
     async def submit(
-        self, body: SubmitRequest, caller: Principal, voice: Voice | None = None, *, max_text_chars: int | None = None
+        self,
+        body: SubmitRequest,
+        caller: Principal,
+        voice: Voice | None = None,
+        *,
+        max_text_chars: int | None = None,
+        first_chunk: int = 0,
     ) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
         ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first); ``max_text_chars``
-        replaces ``MAX_TEXT_CHARS`` (the OpenAI route's own limit).
+        replaces ``MAX_TEXT_CHARS`` (the OpenAI route's own limit); ``first_chunk`` places the text in a longer one
+        (a realtime session's later sentence: :class:`ttsq.domain.jobs.TTSParams`).
         The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
@@ -400,7 +414,7 @@ class TTSService:
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
         body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
-        params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars)
+        params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars, first_chunk)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
@@ -569,12 +583,19 @@ class TTSService:
         return caller.key.sharing_scope
 
     def build_params(
-        self, body: SubmitRequest, voice: Voice | None, scope: str | None = None, max_text_chars: int | None = None
+        self,
+        body: SubmitRequest,
+        voice: Voice | None,
+        scope: str | None = None,
+        max_text_chars: int | None = None,
+        first_chunk: int = 0,
     ) -> TTSParams:
         if body.consistent_voice is None and self.config.consistent_voice:
             body = body.model_copy(update={"consistent_voice": True})
         limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
-        return build_params(body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope)
+        return build_params(
+            body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope, first_chunk=first_chunk
+        )
 
     # ---- look up ---------------------------------------------------------------------------
 

@@ -115,6 +115,16 @@ def encode_audio(samples: npt.NDArray[np.floating], fmt: AudioFormat, sample_rat
     return buffer.getvalue()
 
 
+SENTENCE_GAP_MS = 120.0
+"""The pause between two chunks of one text (:class:`ChunkJoiner`); a realtime session puts the same pause between its
+chunks, which are tasks of their own, so its audio is the text's joined audio."""
+
+
+def sentence_gap_pcm16(sample_rate: int = SAMPLE_RATE) -> bytes:
+    """:data:`SENTENCE_GAP_MS` of silence as PCM16."""
+    return bytes(2 * _ms_to_samples(SENTENCE_GAP_MS, sample_rate, "gap_ms"))
+
+
 def _ms_to_samples(ms: float, sample_rate: int, what: str) -> int:
     """Convert a duration to whole samples, refusing negative or non-finite values."""
     if not math.isfinite(ms) or ms < 0:
@@ -141,7 +151,7 @@ class ChunkJoiner:
     re-decoding earlier audio avoids the seams of ChatTTS's own streaming (2noise#959).
     """
 
-    def __init__(self, sample_rate: int = SAMPLE_RATE, fade_ms: float = 10.0, gap_ms: float = 120.0) -> None:
+    def __init__(self, sample_rate: int = SAMPLE_RATE, fade_ms: float = 10.0, gap_ms: float = SENTENCE_GAP_MS) -> None:
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
         self._fade = _ms_to_samples(fade_ms, sample_rate, "fade_ms")
@@ -167,7 +177,7 @@ def join_chunks(
     chunks: Sequence[npt.NDArray[np.floating]],
     sample_rate: int = SAMPLE_RATE,
     fade_ms: float = 10.0,
-    gap_ms: float = 120.0,
+    gap_ms: float = SENTENCE_GAP_MS,
 ) -> npt.NDArray[np.float32]:
     """Concatenate per-sentence audio with click-free seams and a pause between sentences.
 

@@ -56,6 +56,8 @@ def engine_input(params: TTSParams) -> dict[str, object]:
     material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
     if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
         material["consistent_voice"] = True
+    if params.first_chunk:  # a realtime session's later chunk samples as that chunk of the whole text
+        material["first_chunk"] = params.first_chunk
     return material
 
 

@@ -67,6 +67,12 @@ class TTSParams(SamplingFields):
         default=None, description="The components of a blended speaker, drawn and blended by the worker (blends)."
     )
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
+    first_chunk: int = Field(
+        default=0,
+        ge=0,
+        description="Where this job's chunks stand in a longer text (a realtime session's later sentences): chunk i "
+        "samples as chunk first_chunk + i of that text would, so a session's audio equals the text submitted whole.",
+    )
     format: AudioFormat = "wav"
     deterministic: bool = True
     cache_key: str | None = Field(default=None, description="Result-cache key; None for random requests.")

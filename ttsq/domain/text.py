@@ -465,3 +465,66 @@ def detect_language(text: str) -> Literal["zh", "en"]:
     included so that rare characters in names count too.
     """
     return "zh" if _CJK_IDEOGRAPH.search(text) else "en"
+
+
+class TextStream:
+    """Text that arrives in pieces (an LLM's reply, word by word), cut into synthesis chunks as they complete.
+
+    A chunk is spoken once its sentence is complete: at a sentence end (as :func:`split_sentences` cuts), at once,
+    without waiting for the next piece (at an LLM's pace, 30-80 ms a token, that wait would be most of a realtime
+    budget); only a period right after a digit waits, as it may be a decimal point ("3." before "5"). A mark or
+    closing quote that arrives after its sentence was cut starts the next chunk. What is complete is split as
+    :func:`split_sentences` splits a whole text (sentences that arrive together merge into chunks of up to
+    ``max_chars``, as a submit's do); text that arrives a word at a time is cut at each sentence, so its first chunk
+    is its first sentence. Three more ways out, for text that has no sentence end yet: :meth:`clauses` (the caller's
+    wait ran out: speak up to the last clause mark), :meth:`flush` (speak everything now), and a buffer past
+    ``max_chars`` (speak what fits, cut at clauses or spaces). Nothing but whitespace at chunk edges is dropped.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        if max_chars < _MIN_SPLIT_CHARS:
+            raise ValueError(f"max_chars must be at least {_MIN_SPLIT_CHARS}, got {max_chars}")
+        self.max_chars = max_chars
+        self.pending = ""
+        """Text received and not yet cut into a chunk."""
+
+    def feed(self, piece: str) -> list[str]:
+        """Add ``piece``; the chunks it completes."""
+        self.pending += piece
+        end = 0
+        for match in _SENTENCE_END.finditer(self.pending):
+            if _is_sentence_end(match) and (match.end() < len(self.pending) or self._ends_for_sure(match)):
+                end = match.end()
+        chunks = self._take(end)
+        if len(self.pending.strip()) > self.max_chars:
+            pieces = split_sentences(self.pending, self.max_chars)
+            # Every piece but the last ends at a cut point; the last may be a word still being written.
+            keep = self.pending.rstrip().rfind(pieces[-1]) if pieces else -1
+            if keep > 0:
+                chunks += self._take(keep)
+        return chunks
+
+    @staticmethod
+    def _ends_for_sure(match: re.Match[str]) -> bool:
+        """A sentence end that is the last thing received: a decimal point may follow a digit ("3." before "5"),
+        anything else ends the sentence now (an LLM's next token would only add a quote or another mark to it)."""
+        before = match.string[match.start() - 1 : match.start()]
+        return not (before.isdigit() and match.group(0) == ".")
+
+    def clauses(self) -> list[str]:
+        """The chunks up to the last clause mark (",", "、", ":"), for text whose sentence is slow to end."""
+        end = 0
+        for match in _CLAUSE_END.finditer(self.pending):
+            if _is_clause_end(match):
+                end = match.end()
+        return self._take(end)
+
+    def flush(self) -> list[str]:
+        """Every chunk of what has arrived, complete or not."""
+        return self._take(len(self.pending))
+
+    def _take(self, end: int) -> list[str]:
+        if end <= 0:
+            return []
+        taken, self.pending = self.pending[:end], self.pending[end:]
+        return split_sentences(taken, self.max_chars)

@@ -74,6 +74,9 @@ class SynthesisRequest:
     """ChatTTS's ``spk_smp``: a recording's DVAE codes (:meth:`Engine.speaker_from_audio`), appended to the prompt."""
     prompt_text: str | None = None
     """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
+    first_chunk: int = 0
+    """The index of the text's first chunk in a longer text (a realtime session's later sentences): chunk ``i`` draws
+    the random stream of chunk ``first_chunk + i`` (:func:`ttsq.inference.decoder.stream_seed`)."""
     consistent: bool = False
     """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
     first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""

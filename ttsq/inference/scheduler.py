@@ -423,7 +423,7 @@ class Scheduler:
             repetition_penalty=CODE_REPETITION_PENALTY,
             min_new_token=min(max(self.limits.min_new_token, 1), self.limits.max_new_token),
             max_new_token=self.limits.max_new_token,
-            seed=stream_seed(request.seed, row.index),
+            seed=stream_seed(request.seed, request.first_chunk + row.index),
         )
 
     def _refine_params(self, row: _Row) -> RowParams:
@@ -434,7 +434,7 @@ class Scheduler:
             repetition_penalty=REFINE_REPETITION_PENALTY,
             min_new_token=1,
             max_new_token=self.limits.refine_max_new_token,
-            seed=stream_seed(row.request.request.seed, row.index),
+            seed=stream_seed(row.request.request.seed, row.request.request.first_chunk + row.index),
         )
 
     # ---- stepping ----------------------------------------------------------------------------

@@ -688,6 +688,7 @@ class Worker:
             speaker_prompt=params.speaker_prompt,
             prompt_text=params.prompt_text,
             consistent=params.consistent_voice,
+            first_chunk=params.first_chunk,
         )
 
     def _speaker(self, params: TTSParams) -> str | None:

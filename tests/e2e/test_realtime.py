@@ -1,0 +1,183 @@
+"""Realtime sessions (``/v1/tts/realtime``) against real processes: text in word by word, audio out as it is made.
+
+A real uvicorn API, a real worker on the tiny checkpoint, a real WebSocket client (``websockets``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.service import ROOT, Service, wait_for
+from ttsq.domain.audio import SAMPLE_RATE, SENTENCE_GAP_MS
+
+pytestmark = pytest.mark.e2e
+
+# Each sentence is over half of the tests' MAX_CHUNK_CHARS (40), so a submit of the whole text cuts it where the
+# session does: at every sentence.
+TEXT = "The first sentence is spoken here. The second one follows right after. Then a third one ends it."
+GAP = round(SENTENCE_GAP_MS * SAMPLE_RATE / 1000)
+
+
+def session_url(api_url: str) -> str:
+    return api_url.replace("http://", "ws://") + "/v1/tts/realtime"
+
+
+def start(ws: ClientConnection, **options: Any) -> None:
+    ws.send(json.dumps({"type": "session.start", **options}))
+    started = json.loads(ws.recv(timeout=30))
+    assert started["type"] == "session.started" and started["sample_rate"] == SAMPLE_RATE, started
+
+
+def drain(ws: ClientConnection) -> tuple[bytes, list[dict[str, Any]], int | None]:
+    """Everything until the server closes: the audio, the events, the close code."""
+    audio, events = bytearray(), []
+    try:
+        while True:
+            message = ws.recv(timeout=120)
+            if isinstance(message, bytes):
+                audio += message
+            else:
+                events.append(json.loads(message))
+    except ConnectionClosed:
+        pass
+    return bytes(audio), events, ws.close_code
+
+
+def submitted_pcm(service: Service, text: str, **body: Any) -> bytes:
+    task = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": text, "format": "pcm", **body}, timeout=30)
+    assert task.status_code in (200, 202), task.text
+    task_id = task.json()["task_id"]
+    service.wait_status(task_id, {"done"})
+    result = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}", timeout=30)
+    assert result.status_code == 200
+    return result.content
+
+
+def test_text_streamed_word_by_word_speaks_as_the_text_submitted_whole(service: Service) -> None:
+    service.start_worker("realtime")
+    with connect(session_url(service.api_url), open_timeout=30) as ws:
+        start(ws, voice="zh_female", seed=7)
+        words = TEXT.split(" ")
+        for word in words[:6]:  # the first sentence, and the first word of the next: the first sentence is complete
+            ws.send(json.dumps({"type": "text", "text": word + " "}))
+        first = ws.recv(timeout=120)
+        while not isinstance(first, bytes):  # segment.queued events come first
+            assert json.loads(first)["type"] == "segment.queued", first
+            first = ws.recv(timeout=120)
+        # Audio is here while most of the text has not been sent yet.
+        for word in words[6:]:
+            ws.send(json.dumps({"type": "text", "text": word + " "}))
+        ws.send(json.dumps({"type": "close"}))
+        rest, events, code = drain(ws)
+    audio = first + rest
+    assert code == 1000, events
+    assert [e["type"] for e in events if e["type"] != "segment.queued"] == ["segment.done"] * 3 + ["session.done"], events
+    done = [e for e in events if e["type"] == "segment.done"]
+    assert [d["text"] for d in done] == [
+        "The first sentence is spoken here.",
+        "The second one follows right after.",
+        "Then a third one ends it.",
+    ]
+    assert done[0]["start_s"] == 0 and events[-1]["audio_s"] == done[-1]["end_s"] == len(audio) / 2 / SAMPLE_RATE
+    for before, after in itertools.pairwise(done):  # the pause a joined text has between sentences
+        assert round((after["start_s"] - before["end_s"]) * SAMPLE_RATE) == GAP
+
+    whole = submitted_pcm(service, TEXT, voice="zh_female", seed=7)
+    ours, theirs = np.frombuffer(audio, np.int16), np.frombuffer(whole, np.int16)
+    assert ours.size == theirs.size
+    # The same tokens; the vocoder's float output of a chunk decoded beside others may round one step apart.
+    assert np.abs(ours.astype(np.int32) - theirs).max() <= 1
+    assert np.count_nonzero(ours != theirs) < ours.size // 100
+
+
+def test_bad_messages_each_get_an_error_and_the_session_goes_on(service: Service) -> None:
+    service.start_worker("realtime-bad")
+    ws = connect(session_url(service.api_url), open_timeout=30).__enter__()  # the server closes it
+    start(ws, voice="zh_male")
+    bad: list[str | bytes] = [
+        "not json",
+        "[1, 2]",
+        '{"type": 5}',
+        '{"type": "dance"}',
+        '{"type": "text", "text": 5}',
+        '{"type": "text", "text": "x", "extra": 1}',
+        '{"type": "text", "text": NaN}',
+        '{"type": "session.start"}',
+        "[" * 5000 + "]" * 5000,
+        b"\x00\x01binary",
+        '{"type": "flush", "now": true}',
+    ]
+    messages = [bad[i % len(bad)] for i in range(1000)]
+    for message in messages:
+        ws.send(message)
+    errors = [json.loads(ws.recv(timeout=60)) for _ in messages]
+    assert all(e["type"] == "error" and e["code"] == "invalid_message" and e["message"] for e in errors), errors[:12]
+    ws.send(json.dumps({"type": "text", "text": "Still speaking after all that."}))
+    ws.send(json.dumps({"type": "close"}))
+    ws.send(json.dumps({"type": "text", "text": "too late"}))
+    audio, events, code = drain(ws)
+    assert code == 1000 and len(audio) > 0
+    assert {"type": "error", "code": "closing", "message": "the session is closing: no more messages"} in events
+    assert events[-1]["type"] == "session.done" and events[-1]["segments"] == 1
+
+    with connect(session_url(service.api_url), open_timeout=30) as huge:
+        start(huge)
+        huge.send(json.dumps({"type": "text", "text": "a" * 70_000}))
+        _, events, code = drain(huge)
+    assert code == 1009 and events[-1]["code"] == "message_too_big" and "REALTIME_MAX_MESSAGE_BYTES" in events[-1]["message"]
+    assert httpx.get(f"{service.api_url}/healthz").status_code == 200
+
+
+def test_sessions_that_cannot_start_are_closed_with_a_reason(service: Service) -> None:
+    url = session_url(service.api_url)
+    revoked = service.create_key("revoked", "tts")
+    subprocess.run(
+        [sys.executable, "-m", "ttsq", "keys", "revoke", revoked.split("_")[1]], cwd=ROOT, env=service.env, check=True, timeout=60
+    )
+    cases: list[tuple[dict[str, Any] | str, int, str]] = [
+        ({"type": "text", "text": "hi"}, 4400, "session.start"),
+        ({"type": "session.start", "voice": "nobody"}, 4400, "unknown voice"),
+        ({"type": "session.start", "speed": 99}, 4400, "speed"),
+        ({"type": "session.start", "api_key": revoked}, 4401, "key"),
+        ({"type": "session.start", "api_key": service.create_key("metrics-only", "metrics")}, 4403, "'tts' scope"),
+    ]
+    for first, code, said in cases:
+        with connect(url, open_timeout=30) as ws:
+            ws.send(first if isinstance(first, str) else json.dumps(first))
+            _, events, closed = drain(ws)
+        assert closed == code and events[-1]["type"] == "error" and said in events[-1]["message"], (first, closed, events)
+
+    idle_api = service.start_api("api-idle", REALTIME_IDLE_S="0.5")
+    with connect(session_url(idle_api), open_timeout=30) as ws:
+        start(ws)
+        _, events, idle_code = drain(ws)  # never sends a thing
+    assert idle_code == 4408 and "REALTIME_IDLE_S" in events[-1]["message"]
+
+
+def test_a_dropped_client_cancels_what_it_queued(service: Service) -> None:
+    service.start_worker("realtime-drop")
+    sentences = [f"Sentence number {n} is long enough to stand alone." for n in range(12)]
+    with connect(session_url(service.api_url), open_timeout=30) as ws:
+        start(ws, voice="zh_female")
+        ws.send(json.dumps({"type": "text", "text": " ".join(sentences) + " "}))
+        queued: list[str] = []
+        while len(queued) < len(sentences):
+            event = ws.recv(timeout=60)
+            if isinstance(event, str) and json.loads(event)["type"] == "segment.queued":
+                queued.append(json.loads(event)["task_id"])
+    # gone without a close message
+
+    def all_final() -> bool:
+        return all(service.status(task)["status"] in {"done", "cancelled"} for task in queued)
+
+    wait_for(all_final, 120, "every queued chunk to end")
+    assert "cancelled" in {service.status(task)["status"] for task in queued}, "the worker went on with a gone session"
