@@ -32,8 +32,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-typecheck: install
+typecheck: install agent-clients
 	$(VENV)/bin/mypy .
+	cd integrations && ../var/agents-venv/bin/mypy --strict --explicit-package-bases livekit/plugins/ttsq/__init__.py ttsq_pipecat/__init__.py
 
 ## Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
 ## its order stay in one process, and the second CPU core works while the first waits on a worker process.
@@ -41,7 +42,8 @@ PYTEST_PROCESSES ?= 2
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
 	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile
 
-## LiveKit Agents' and Pipecat's own TTS clients in their own venv (var/agents-venv), for tests/e2e/test_agent_clients.py.
+## LiveKit Agents' and Pipecat's own TTS clients in their own venv (var/agents-venv), with ttsq's plugins for them
+## (integrations/, type-checked there against the frameworks), for tests/e2e/test_agent_clients.py.
 agent-clients:
 	scripts/install_agent_clients.sh
 

@@ -67,9 +67,95 @@ async def pipecat(base_url: str, key: str, model: str, pieces: list[str]) -> dic
     return found
 
 
+async def livekit_stream(base_url: str, key: str, voice: str, pieces: list[str]) -> dict[str, Any]:
+    """ttsq's own LiveKit plugin (integrations/): LiveKit's ``tts.stream()`` contract, text pushed a piece at a time
+    while the audio is read; says whether audio came before the text ended."""
+    from livekit.plugins import ttsq
+
+    tts = ttsq.TTS(base_url=base_url, api_key=key if key.startswith("ttsq_") else None, voice=voice, seed=7)
+    stream = tts.stream()
+    started = time.perf_counter()
+    found: dict[str, Any] = {"pcm_bytes": 0, "sample_rate": 0, "first_audio_s": None, "input_ended": False}
+    found["audio_before_input_ended"] = False
+
+    async def write() -> None:
+        for piece in pieces:
+            stream.push_text(piece)
+            await asyncio.sleep(0.05)  # an LLM's pace
+            if found["first_audio_s"] is not None and not found["input_ended"]:
+                found["audio_before_input_ended"] = True
+        await asyncio.sleep(0)
+        found["input_ended"] = True
+        stream.end_input()
+
+    writing = asyncio.create_task(write())
+    async for event in stream:
+        if found["first_audio_s"] is None:
+            found["first_audio_s"] = time.perf_counter() - started
+        found["pcm_bytes"] += len(bytes(event.frame.data))
+        found["sample_rate"] = event.frame.sample_rate
+    await writing
+    await stream.aclose()
+    await tts.aclose()
+    return found
+
+
+async def pipecat_stream(base_url: str, key: str, voice: str, pieces: list[str]) -> dict[str, Any]:
+    """ttsq's own Pipecat service (integrations/) in a pipeline, fed an LLM's reply token by token (the frames an LLM
+    service pushes: a response start, text frames, a response end); says whether audio came before the reply ended."""
+    from pipecat.frames.frames import (
+        EndFrame,
+        ErrorFrame,
+        Frame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.runner import PipelineRunner
+    from pipecat.pipeline.task import PipelineParams, PipelineTask
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from ttsq_pipecat import TTSQTTSService
+
+    found: dict[str, Any] = {"pcm_bytes": 0, "sample_rate": 0, "first_audio_s": None, "errors": []}
+    found["input_ended"] = False
+    found["audio_before_input_ended"] = False
+    started = time.perf_counter()
+
+    class Collector(FrameProcessor):  # type: ignore[misc]  # the pipeline's sink: what a transport would play
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            if isinstance(frame, TTSAudioRawFrame):
+                if found["first_audio_s"] is None:
+                    found["first_audio_s"] = time.perf_counter() - started
+                    found["audio_before_input_ended"] = not found["input_ended"]
+                found["pcm_bytes"] += len(frame.audio)
+                found["sample_rate"] = frame.sample_rate
+            elif isinstance(frame, ErrorFrame):
+                found["errors"].append(str(frame.error))
+            await self.push_frame(frame, direction)
+
+    tts = TTSQTTSService(base_url=base_url, api_key=key if key.startswith("ttsq_") else None, voice=voice, seed=7)
+    task = PipelineTask(Pipeline([tts, Collector()]), params=PipelineParams(audio_out_sample_rate=24_000))
+
+    async def llm() -> None:  # an LLM's reply, a token at a time
+        await task.queue_frame(LLMFullResponseStartFrame())
+        for piece in pieces:
+            await task.queue_frame(LLMTextFrame(piece))
+            await asyncio.sleep(0.05)
+        found["input_ended"] = True
+        await task.queue_frames([LLMFullResponseEndFrame(), EndFrame()])
+
+    writing = asyncio.create_task(llm())
+    await PipelineRunner(handle_sigint=False).run(task)
+    await writing
+    return found
+
+
 def main(argv: list[str]) -> None:
     framework, base_url, key, model, *pieces = argv[1:]
-    run = {"livekit": livekit, "pipecat": pipecat}[framework]
+    run = {"livekit": livekit, "pipecat": pipecat, "livekit-stream": livekit_stream, "pipecat-stream": pipecat_stream}[framework]
     print(json.dumps(asyncio.run(run(base_url, key, model, pieces))))
 
 

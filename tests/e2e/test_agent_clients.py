@@ -8,6 +8,7 @@ ttsq's. Each must get the whole text's audio: as many samples as ttsq's own answ
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,14 @@ MP3_FRAME = 1152
 adds its delay; the decoded length is the PCM's within two frames per request."""
 
 
-def run_client(framework: str, service: Service, model: str) -> dict[str, Any]:
+def run_client(framework: str, service: Service, model: str, pieces: list[str] = PIECES) -> dict[str, Any]:
     done = subprocess.run(
-        [str(AGENTS_PYTHON), str(CLIENTS), framework, service.api_url, "no-key-on-loopback", model, *PIECES],
+        [str(AGENTS_PYTHON), str(CLIENTS), framework, service.api_url, "no-key-on-loopback", model, *pieces],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "integrations")},  # ttsq's plugins as they are in the tree
     )
     assert done.returncode == 0, done.stderr[-4000:]
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -77,3 +79,23 @@ def test_livekit_and_pipecat_openai_clients_get_the_whole_text(service: Service,
     piped = run_client("pipecat", service, "tts-1")  # PCM through a pipeline, a TTSSpeakFrame per piece
     assert piped["errors"] == [], piped
     assert piped["sample_rate"] == 24_000 and piped["pcm_bytes"] == expected, (piped, expected)
+
+
+def test_ttsq_plugins_stream_an_llm_reply_into_the_realtime_route(service: Service, agents_python: Path) -> None:
+    """ttsq's LiveKit plugin (``tts.stream()``: push_text, end_input) and Pipecat service (a pipeline fed an LLM's
+    frames, token by token) get audio back before the text ends, and all of it: the text's audio as submitted whole."""
+    service.start_worker("agents-stream")
+    tokens = [word + " " for word in " ".join(PIECES).split(" ")]
+    whole = httpx.post(
+        f"{service.api_url}/v1/tts/submit",
+        json={"text": " ".join(PIECES), "voice": "zh_female", "seed": 7, "format": "pcm"},
+        timeout=30,
+    )
+    task_id = whole.json()["task_id"]
+    service.wait_status(task_id, {"done"})
+    expected = len(httpx.get(f"{service.api_url}/v1/tts/result/{task_id}", timeout=30).content)
+    for framework in ("livekit-stream", "pipecat-stream"):
+        found = run_client(framework, service, "zh_female", tokens)
+        assert found.get("errors", []) == [], (framework, found)
+        assert found["audio_before_input_ended"], (framework, found)
+        assert found["sample_rate"] == 24_000 and found["pcm_bytes"] == expected, (framework, found, expected)
