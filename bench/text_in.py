@@ -14,7 +14,7 @@ and the cache is off (``bench.ttfa``'s deployment: one redis-server, one worker 
 drift in machine load hits both alike. Also reported: the session's last audio against the same text submitted whole
 and streamed (the price, if any, of speaking a text as separate chunks).
 
-    python -m bench.realtime [--runs N]
+    python -m bench.text_in [--runs N]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from websockets.asyncio.client import connect
 from bench.cache_latency import ROOT
 from bench.ttfa import Checkpoint, service
 
-RESULTS = ROOT / "bench" / "results" / "realtime.md"
+RESULTS = ROOT / "bench" / "results" / "text_in.md"
 SENTENCES = [
     "The morning train was late again, so everyone waited in the rain.",
     "A small dog sat beside the bench and watched the empty tracks.",
@@ -175,7 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    command = ".venv/bin/python -m bench.realtime" + (f" --runs {args.runs}" if args.runs != 5 else "")
+    command = ".venv/bin/python -m bench.text_in" + (f" --runs {args.runs}" if args.runs != 5 else "")
     with tempfile.TemporaryDirectory() as tmp, service(Checkpoint("tiny-random", "tiny", args.runs, 120.0), Path(tmp)) as url:
         results = measure(url, args.runs)
     text = report(results, args.runs, command)
