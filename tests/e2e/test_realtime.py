@@ -122,12 +122,17 @@ def test_bad_messages_each_get_an_error_and_the_session_goes_on(service: Service
     errors = [json.loads(ws.recv(timeout=60)) for _ in messages]
     assert all(e["type"] == "error" and e["code"] == "invalid_message" and e["message"] for e in errors), errors[:12]
     ws.send(json.dumps({"type": "text", "text": "Still speaking after all that."}))
+    for piece in ["la", " "] * 40:  # a flood of tiny pieces with no sentence end: cut as the text outgrows a chunk
+        ws.send(json.dumps({"type": "text", "text": piece}))
     ws.send(json.dumps({"type": "close"}))
     ws.send(json.dumps({"type": "text", "text": "too late"}))
     audio, events, code = drain(ws)
     assert code == 1000 and len(audio) > 0
     assert {"type": "error", "code": "closing", "message": "the session is closing: no more messages"} in events
-    assert events[-1]["type"] == "session.done" and events[-1]["segments"] == 1
+    done = [e for e in events if e["type"] == "segment.done"]
+    assert done[0]["text"] == "Still speaking after all that."
+    assert "".join(d["text"] for d in done[1:]).replace(" ", "") == "la" * 40
+    assert events[-1]["type"] == "session.done" and events[-1]["segments"] == len(done) >= 3
 
     with connect(session_url(service.api_url), open_timeout=30) as huge:
         start(huge)
@@ -155,6 +160,10 @@ def test_sessions_that_cannot_start_are_closed_with_a_reason(service: Service) -
             ws.send(first if isinstance(first, str) else json.dumps(first))
             _, events, closed = drain(ws)
         assert closed == code and events[-1]["type"] == "error" and said in events[-1]["message"], (first, closed, events)
+
+    for _ in range(10):  # more sessions than MAX_STREAMS_PER_KEY (8), each dropped: none keeps its slot
+        with connect(url, open_timeout=30) as ws:
+            start(ws)
 
     idle_api = service.start_api("api-idle", REALTIME_IDLE_S="0.5")
     with connect(session_url(idle_api), open_timeout=30) as ws:
