@@ -259,6 +259,15 @@ class Settings(BaseSettings):
         "clause mark (comma, colon, 、).",
         json_schema_extra=_group("API"),
     )
+    realtime_ahead: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="Chunks a realtime session keeps queued beyond the one whose audio is streaming: the next is queued "
+        "when a chunk's first audio goes out, so later sentences do not slow the first one's decode while the listener "
+        "waits (docs/realtime.md). Raise it where a chunk takes longer to synthesise than the one before it lasts.",
+        json_schema_extra=_group("API"),
+    )
     realtime_max_message_bytes: int = Field(
         65_536,
         ge=1024,

@@ -37,8 +37,9 @@ def start(ws: ClientConnection, **options: Any) -> None:
     assert started["type"] == "session.started" and started["sample_rate"] == SAMPLE_RATE, started
 
 
-def drain(ws: ClientConnection) -> tuple[bytes, list[dict[str, Any]], int | None]:
-    """Everything until the server closes: the audio, the events, the close code."""
+def drain(ws: ClientConnection, order: list[str] | None = None) -> tuple[bytes, list[dict[str, Any]], int | None]:
+    """Everything until the server closes: the audio, the events, the close code (and into ``order``, each
+    message's kind as it came: ``audio`` or the event's type)."""
     audio, events = bytearray(), []
     try:
         while True:
@@ -47,6 +48,8 @@ def drain(ws: ClientConnection) -> tuple[bytes, list[dict[str, Any]], int | None
                 audio += message
             else:
                 events.append(json.loads(message))
+            if order is not None:
+                order.append("audio" if isinstance(message, bytes) else events[-1]["type"])
     except ConnectionClosed:
         pass
     return bytes(audio), events, ws.close_code
@@ -70,17 +73,23 @@ def test_text_streamed_word_by_word_speaks_as_the_text_submitted_whole(service: 
         for word in words[:6]:  # the first sentence, and the first word of the next: the first sentence is complete
             ws.send(json.dumps({"type": "text", "text": word + " "}))
         first = ws.recv(timeout=120)
+        order = []
         while not isinstance(first, bytes):  # segment.queued events come first
             assert json.loads(first)["type"] == "segment.queued", first
+            order.append("segment.queued")
             first = ws.recv(timeout=120)
+        order.append("audio")
         # Audio is here while most of the text has not been sent yet.
         for word in words[6:]:
             ws.send(json.dumps({"type": "text", "text": word + " "}))
         ws.send(json.dumps({"type": "close"}))
-        rest, events, code = drain(ws)
+        rest, events, code = drain(ws, order)
     audio = first + rest
     assert code == 1000, events
     assert [e["type"] for e in events if e["type"] != "segment.queued"] == ["segment.done"] * 3 + ["session.done"], events
+    # REALTIME_AHEAD=1: a chunk is queued once the one before it has audio out, never before.
+    queued_at = [n for n, kind in enumerate(order) if kind == "segment.queued"]
+    assert len(queued_at) == 3 and all("audio" in order[a:b] for a, b in itertools.pairwise(queued_at)), order
     done = [e for e in events if e["type"] == "segment.done"]
     assert [d["text"] for d in done] == [
         "The first sentence is spoken here.",
@@ -174,8 +183,9 @@ def test_sessions_that_cannot_start_are_closed_with_a_reason(service: Service) -
 
 def test_a_dropped_client_cancels_what_it_queued(service: Service) -> None:
     service.start_worker("realtime-drop")
+    eager = service.start_api("api-eager", REALTIME_AHEAD="100")  # every chunk queued at once
     sentences = [f"Sentence number {n} is long enough to stand alone." for n in range(12)]
-    with connect(session_url(service.api_url), open_timeout=30) as ws:
+    with connect(session_url(eager), open_timeout=30) as ws:
         start(ws, voice="zh_female")
         ws.send(json.dumps({"type": "text", "text": " ".join(sentences) + " "}))
         queued: list[str] = []

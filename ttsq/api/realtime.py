@@ -31,6 +31,8 @@ import json
 import logging
 import time
 import uuid
+from asyncio import FIRST_COMPLETED as FIRST
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -90,6 +92,10 @@ class RealtimeConfig:
     """How long text without a sentence end waits before it is spoken up to its last clause mark."""
     max_message_bytes: int
     """The largest message; a larger one ends the session with 1009."""
+    ahead: int
+    """Chunks a session keeps queued beyond the one whose audio is streaming (``REALTIME_AHEAD``): the next is
+    queued when a chunk's first audio goes out, so a session's later sentences do not share decode steps with its
+    first one while a listener waits for it (on a CPU each row added to a step slows the step)."""
 
 
 class SessionStart(SamplingFields):
@@ -130,6 +136,8 @@ class _Segment:
     index: int
     text: str
     task_id: str
+    started: bool = False
+    """Its first audio has gone out."""
     sent: bool = False
 
 
@@ -186,6 +194,10 @@ class _Session:
         self.id = uuid.uuid4().hex
         self.text = TextStream(config.max_chunk_chars)
         self.segments: list[_Segment] = []
+        self.waiting: deque[str] = deque()
+        """Chunks cut and not yet queued (:attr:`RealtimeConfig.ahead`)."""
+        self.input_ended = False
+        self.pumping = asyncio.Lock()
         self.to_send: asyncio.Queue[_Segment | None] = asyncio.Queue()
         self.chars = 0
         self.samples = 0
@@ -226,9 +238,14 @@ class _Session:
             deadlines = [self.began + self.config.max_session_s, self._idle_due()]
             if clause_due is not None:
                 deadlines.append(clause_due)
-            try:
-                message = await asyncio.wait_for(inbox.messages.get(), max(0.0, min(deadlines) - now))
-            except TimeoutError:
+            getting = asyncio.ensure_future(inbox.messages.get())
+            done, _ = await asyncio.wait({getting, sender}, timeout=max(0.0, min(deadlines) - now), return_when=FIRST)
+            if sender in done:  # the audio side failed (a refused submit, Redis): raise it here
+                getting.cancel()
+                sender.result()
+                raise RuntimeError("the audio sender ended before the input")
+            if getting not in done:
+                getting.cancel()
                 now = self.clock()
                 if now >= self.began + self.config.max_session_s:
                     raise SessionEnded("timeout", self._too_long()) from None
@@ -240,8 +257,7 @@ class _Session:
                         "timeout", f"no message for {self.config.idle_s:g} s (REALTIME_IDLE_S); send close when the text ends"
                     ) from None
                 continue
-            if sender.done():
-                sender.result()  # the audio side failed: raise it here
+            message = getting.result()
             self.active = self.clock()
             kind = await self._handle(message)
             if kind in ("close", "cancel"):
@@ -255,7 +271,7 @@ class _Session:
         return f"a session lasts at most {self.config.max_session_s:g} s (REALTIME_MAX_S)"
 
     def _idle_due(self) -> float:
-        pending = any(not segment.sent for segment in self.segments)
+        pending = bool(self.waiting) or any(not segment.sent for segment in self.segments)
         return float("inf") if pending else self.active + self.config.idle_s
 
     async def _handle(self, message: dict[str, Any]) -> str | None:
@@ -290,34 +306,48 @@ class _Session:
         return str(kind)
 
     async def _queue(self, chunks: list[str]) -> None:
-        """Queue each chunk as a task at its place in the session (``first_chunk``), in order."""
-        for chunk in chunks:
-            index = len(self.segments)
-            body = SubmitRequest.model_validate(
-                {
-                    "text": chunk,
-                    "voice": self.voice.name if self.voice is not None else None,
-                    "seed": self.start.seed,
-                    "format": "pcm",
-                    "priority": self.start.priority,
-                    "consistent_voice": False,  # each chunk is a task of its own: no first chunk to condition on
-                    **dict(self.start.sampling),
-                },
-                strict=False,
-            )
-            try:
-                submitted = await self.service.submit(body, self.caller, self.voice, first_chunk=index)
-            except InvalidInput as exc:
-                await self.send({"type": "error", "code": "invalid_text", "message": exc.message, "text": chunk[:200]})
-                continue
-            except RateLimitExceeded as exc:
-                raise SessionEnded("too_many_requests", f"{exc} (each chunk is one submit)") from None
-            except QueueFullError as exc:
-                raise SessionEnded("too_many_requests", str(exc)) from None
-            segment = _Segment(index, chunk, submitted.answer.task_id)
-            self.segments.append(segment)
-            await self.send({"type": "segment.queued", "index": index, "text": chunk, "task_id": segment.task_id})
-            self.to_send.put_nowait(segment)
+        """Take newly cut chunks; queue what :attr:`RealtimeConfig.ahead` allows now."""
+        self.waiting.extend(chunks)
+        await self._pump()
+
+    async def _pump(self) -> None:
+        """Queue waiting chunks, in order, while fewer than ``ahead`` queued ones have no audio out yet; once the
+        input has ended and nothing waits, tell the sender that no more will come."""
+        async with self.pumping:
+            while self.waiting and sum(not s.started and not s.sent for s in self.segments) < self.config.ahead:
+                await self._submit(self.waiting.popleft())
+            if self.input_ended and not self.waiting:
+                self.to_send.put_nowait(None)
+                self.input_ended = False  # said once
+
+    async def _submit(self, chunk: str) -> None:
+        """Queue ``chunk`` as a task at its place in the session (``first_chunk``)."""
+        index = len(self.segments)
+        body = SubmitRequest.model_validate(
+            {
+                "text": chunk,
+                "voice": self.voice.name if self.voice is not None else None,
+                "seed": self.start.seed,
+                "format": "pcm",
+                "priority": self.start.priority,
+                "consistent_voice": False,  # each chunk is a task of its own: no first chunk to condition on
+                **dict(self.start.sampling),
+            },
+            strict=False,
+        )
+        try:
+            submitted = await self.service.submit(body, self.caller, self.voice, first_chunk=index)
+        except InvalidInput as exc:
+            await self.send({"type": "error", "code": "invalid_text", "message": exc.message, "text": chunk[:200]})
+            return
+        except RateLimitExceeded as exc:
+            raise SessionEnded("too_many_requests", f"{exc} (each chunk is one submit)") from None
+        except QueueFullError as exc:
+            raise SessionEnded("too_many_requests", str(exc)) from None
+        segment = _Segment(index, chunk, submitted.answer.task_id)
+        self.segments.append(segment)
+        await self.send({"type": "segment.queued", "index": index, "text": chunk, "task_id": segment.task_id})
+        self.to_send.put_nowait(segment)
 
     async def _send_audio(self) -> None:
         """Each queued chunk's audio in order, as its worker streams it, then its exact place in the session."""
@@ -332,11 +362,16 @@ class _Session:
                             start = self.samples
                         await self.ws.send_bytes(piece)
                     self.samples += len(piece) // 2
+                    if not segment.started:
+                        segment.started = True
+                        await self._pump()  # the next chunk, now that this one's audio is out
             except StreamFailed as exc:
                 segment.sent = True
+                await self._pump()
                 await self.send({"type": "error", "code": "synthesis_failed", "index": segment.index, "message": str(exc)})
                 continue
             segment.sent = True
+            await self._pump()  # a chunk that had no audio to start with
             self.active = self.clock()
             await self.send(
                 {
@@ -353,10 +388,12 @@ class _Session:
         """After ``close``: the rest of the audio (messages meanwhile are told the session is closing); after
         ``cancel``: nothing more. Then ``session.done``."""
         if cancelled:
+            self.waiting.clear()
             sender.cancel()
             await self._cancel_unsent()
         else:
-            self.to_send.put_nowait(None)
+            self.input_ended = True
+            await self._pump()
             while not sender.done():
                 getting = asyncio.ensure_future(inbox.messages.get())
                 left = max(0.0, self.began + self.config.max_session_s - self.clock())
