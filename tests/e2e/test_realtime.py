@@ -170,6 +170,14 @@ def test_sessions_that_cannot_start_are_closed_with_a_reason(service: Service) -
             _, events, closed = drain(ws)
         assert closed == code and events[-1]["type"] == "error" and said in events[-1]["message"], (first, closed, events)
 
+    with connect(url, open_timeout=30, additional_headers={"Authorization": f"Bearer {revoked}"}) as ws:
+        ws.send(json.dumps({"type": "session.start"}))  # the key in the handshake's header, as the plugins send it
+        _, events, closed = drain(ws)
+    assert closed == 4401 and events[-1]["code"] == "unauthorized"
+    valid = service.create_key("speaker", "tts")
+    with connect(url, open_timeout=30, additional_headers={"X-API-Key": valid}) as ws:
+        start(ws)
+
     for _ in range(10):  # more sessions than MAX_STREAMS_PER_KEY (8), each dropped: none keeps its slot
         with connect(url, open_timeout=30) as ws:
             start(ws)
