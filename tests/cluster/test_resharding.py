@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.crc import key_slot
 
