@@ -16,4 +16,4 @@ reshard-chaos: install
 ## Resharding under load on redis-py $(REDIS_PY_OLD) (installed beside the venv, in var/, for this run only).
 reshard-redis-py6: install
 	$(VENV)/bin/pip install -q --no-deps --target var/redis-py-$(REDIS_PY_OLD) 'redis==$(REDIS_PY_OLD)'
-	PYTHONPATH=var/redis-py-$(REDIS_PY_OLD) $(VENV)/bin/pytest -p no:cacheprovider -s tests/cluster/test_resharding.py tests/cluster/test_cluster.py
+	PYTHONPATH=var/redis-py-$(REDIS_PY_OLD) $(VENV)/bin/pytest -p no:cacheprovider tests/cluster/test_resharding.py tests/cluster/test_cluster.py

@@ -5,6 +5,7 @@ under load with the chaos ledger's judgement (issue 19).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+import uvloop
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
@@ -60,6 +62,20 @@ def test_only_redis_pys_own_errors_of_a_torn_connection_count_as_an_outage() -> 
     assert not torn_connection(raised(lambda: None.writelines))  # type: ignore[attr-defined]  # raised here
     assert not torn_connection(raised(_not_implemented))
     assert not torn_connection(ValueError("not a connection's"))
+    closed = uvloop.run(_write_to_a_closed_transport())  # uvloop's own RuntimeError, but called from here, not redis-py
+    assert "the handler is closed" in str(closed) and not torn_connection(closed)
+
+
+async def _write_to_a_closed_transport() -> BaseException:
+    """What uvloop raises for a write on a transport closed under the writer (frames: asyncio's, uvloop's ``.pyx``)."""
+    server = await asyncio.start_server(lambda _reader, _writer: None, "127.0.0.1", 0)
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.transport.close()
+        await asyncio.sleep(0.05)
+        return raised(lambda: writer.writelines([b"PING\r\n"]))
+    finally:
+        server.close()
 
 
 def _not_implemented() -> None:

@@ -39,6 +39,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -115,20 +116,27 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | No
     return nodes, unquote(username) or None, unquote(password) or None
 
 
-_TORN_IN = tuple(os.path.dirname(module.__file__ or "") + os.sep for module in (redis, asyncio))
-"""Where a ``RuntimeError`` or ``AttributeError`` of a closed connection is raised: redis-py's code, or asyncio's
-transport under it. One raised anywhere else is a bug, not an outage, and is not converted."""
+_REDIS_PY = os.path.dirname(redis.__file__ or "") + os.sep
+_EVENT_LOOP = os.path.dirname(asyncio.__file__ or "") + os.sep
+
+
+def _in_event_loop(filename: str) -> bool:
+    """Whether a frame is the event loop's transport code: asyncio's, or uvloop's (Cython frames: ``uvloop/….pyx``)."""
+    return filename.startswith(_EVENT_LOOP) or "uvloop" in PurePath(filename).parts
 
 
 def torn_connection(exc: BaseException) -> bool:
     """Whether ``exc`` is redis-py meeting a connection closed under a running command: a ``RuntimeError``
-    ("unable to perform operation on <TCPTransport closed=True>; the handler is closed") or an ``AttributeError``
-    (``'NoneType' object has no attribute 'writelines'``: the connection's writer already dropped), raised in
-    redis-py's or asyncio's code. ``NotImplementedError`` and ``RecursionError`` (kinds of ``RuntimeError`` too) never are."""
+    ("unable to perform operation on <TCPTransport closed=True>; the handler is closed", from uvloop) or an
+    ``AttributeError`` (``'NoneType' object has no attribute 'writelines'``: the connection's writer already
+    dropped), raised in redis-py's code or in the event loop's transport under it. One raised anywhere else is a
+    bug, not an outage; ``NotImplementedError`` and ``RecursionError`` (kinds of ``RuntimeError`` too) never are."""
     if not isinstance(exc, RuntimeError | AttributeError) or isinstance(exc, NotImplementedError | RecursionError):
         return False
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and frames[-1].filename.startswith(_TORN_IN)
+    frames = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    while frames and _in_event_loop(frames[-1]):
+        frames.pop()
+    return bool(frames) and frames[-1].startswith(_REDIS_PY)
 
 
 def _as_outage(exc: BaseException) -> RedisConnectionError:
