@@ -25,7 +25,7 @@ from tests.cluster.deployment import Processes
 from tests.conftest import api_client, params, queue_config, settings, task_id
 from tests.service import wait_for
 from ttsq.domain.audio import encode_audio
-from ttsq.store.connection import ClusterClient, RedisClient, cluster_nodes, create_redis, torn_connection
+from ttsq.store.connection import ClusterClient, ClusterPipelineClient, RedisClient, cluster_nodes, create_redis, torn_connection
 from ttsq.store.keys import Keys
 from ttsq.store.local_redis import free_port
 from ttsq.store.local_topology import LocalCluster
@@ -88,6 +88,7 @@ async def test_the_cluster_client_patches_one_slot_per_moved_instead_of_reconnec
     every connection, those under other running commands too (redis-py before 8)."""
     assert isinstance(client, ClusterClient) and client.reinitialize_steps == 0
     async with client.pipeline(transaction=False) as pipe:
+        assert isinstance(pipe, ClusterPipelineClient)
         pipe.set("{ttsq}torn", b"1")
         pipe.get("{ttsq}torn")
         assert await pipe.execute() == [True, b"1"], "its pipelines are redis-py's, with the same conversion"

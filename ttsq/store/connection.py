@@ -146,6 +146,8 @@ def _as_outage(exc: BaseException) -> RedisConnectionError:
 class ClusterPipelineClient(ClusterPipeline):
     """redis-py's cluster pipeline, whose torn connections are outages (see :class:`ClusterClient`)."""
 
+    __slots__ = ()  # redis-py's own pipeline becomes one (ClusterClient.pipeline): the same layout, one method more
+
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
         try:
             return await super().execute(raise_on_error, allow_redirections)
@@ -174,10 +176,12 @@ class ClusterClient(RedisCluster):
             raise _as_outage(exc) from exc
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
-        if shard_hint:
-            raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        # redis-py declares an attribute abstract that its own ClusterPipeline sets in __init__.
-        return ClusterPipelineClient(self, transaction)  # type: ignore[abstract,unused-ignore]
+        """redis-py's pipeline (built by redis-py: its constructor's arguments differ between versions), whose
+        :meth:`~ClusterPipelineClient.execute` converts a torn connection as :meth:`execute_command` does."""
+        pipe = super().pipeline(transaction, shard_hint)
+        # mypy takes an attribute redis-py declares abstract (and sets in __init__) for an abstract class.
+        pipe.__class__ = ClusterPipelineClient  # type: ignore[type-abstract,unused-ignore]
+        return pipe
 
 
 def _cluster(url: str, *, tls: bool, **common: Any) -> ClusterClient:
