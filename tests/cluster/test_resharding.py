@@ -40,7 +40,9 @@ ENOUGH = 30
 
 @pytest.fixture
 def processes(tmp_path: Path, cluster: LocalCluster) -> Iterator[Processes]:
-    deployment = Processes(tmp_path, cluster.url(), env={"QUEUE_SHARDS": str(SHARDS)})
+    # Leases of 10 s, not the 3 s of the other cluster tests: a lease renewal refused for a few seconds while a slot
+    # moves must not pass for a dropped claim (a job run twice); one dropped still comes back, at attempt 2.
+    deployment = Processes(tmp_path, cluster.url(), env={"QUEUE_SHARDS": str(SHARDS), "LEASE_S": "10"})
     yield deployment
     deployment.kill_all()
 
