@@ -94,4 +94,5 @@ include deploy/make.mk
 include bench/gpu.mk
 include tests/chaos/chaos.mk
 include tests/fuzz/fuzz.mk
+include tests/cluster/cluster.mk
 include loadtest/soak.mk

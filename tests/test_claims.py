@@ -22,12 +22,12 @@ from ttsq.store.queue import JobQueue
 WORKER = "claim-tester"
 
 
-async def proxied_queue(url: str, retries: int) -> JobQueue:
+async def proxied_queue(url: str, retries: int, shards: int = 1) -> JobQueue:
     """A queue whose client gives up on a reply after half a second, then retries ``retries`` times. Its claim
     script is loaded already (on an empty queue), so the command whose answer a test loses is the claim itself,
     not a first EVALSHA answered NOSCRIPT."""
     config = settings(redis_url=url, redis_socket_timeout_s=0.5, redis_retries=retries, block_s=0.3)
-    queue = JobQueue(create_redis(config.redis_config()), queue_config(block_s=0.3))
+    queue = JobQueue(create_redis(config.redis_config()), queue_config(block_s=0.3, queue_shards=shards))
     assert await queue.claim_more("warm-up", 1) == []
     return queue
 
@@ -90,3 +90,29 @@ async def test_a_retried_wait_for_work_moves_nothing(redis_server: Any, redis: R
             await queue.redis.aclose()
     assert claim is not None and claim.job.id == job_id and claim.job.attempts == 1
     assert await redis.llen(queue.keys.queue) == 0 and await redis.zcard(queue.keys.leases) == 1
+
+
+async def test_a_shard_that_fails_after_another_answered_keeps_the_claims_already_taken(
+    redis_server: Any, redis: Redis, caplog: Any
+) -> None:
+    """Issue 28: with two shards, the claim on the second failed (its slot moving in a resharded cluster) and
+    ``claim_more`` raised, dropping the job it had just claimed on the first: leased to a worker that never knew,
+    it waited out its lease. Now the first shard's claim is kept, and the failed one is asked again next time."""
+    async with redis_proxy(redis_server.port) as proxy:
+        queue = await proxied_queue(proxy.url, retries=0, shards=2)
+        first, second = queue.shards.all  # the warm-up claim took a turn: this round visits shard 0, then shard 1
+        on_first, on_second = f"{task_id()}_{first.label}", f"{task_id()}_{second.label}"
+        assert first.label == "" and queue.shards.of(on_second) == second
+        for job_id in (on_first, on_second):
+            await queue.enqueue(job_id, params(job_id), single_flight=False)
+        try:
+            proxy.lose_reply_to(second.claim_record(WORKER).encode())
+            kept = await queue.claim_more(WORKER, 2)
+            again = await queue.claim_more(WORKER, 2)
+        finally:
+            await queue.redis.aclose()
+    assert len(proxy.lost) == 1, "the second shard's claim reached Redis and its answer was lost"
+    assert [claim.job.id for claim in kept] == [on_first], "the first shard's claim is in hand, not dropped"
+    assert [claim.job.id for claim in again] == [on_second], "the lost claim, asked again, names the job it took"
+    assert all(claim.job.attempts == 1 for claim in [*kept, *again])
+    assert "keeping the 1 job(s) claimed from the others" in caplog.text

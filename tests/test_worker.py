@@ -17,13 +17,15 @@ from redis.asyncio import Redis
 
 from tests.conftest import fault_config, queue_config, settings, task_id
 from tests.helpers import params_for
-from tests.redis_server import free_port
+from tests.redis_proxy import RedisProxy, redis_proxy
+from tests.redis_server import RedisServer, free_port
 from ttsq.api.schemas import SubmitRequest
 from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.inference.base import Engine, PermanentError
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker, WorkerConfig
+from ttsq.store.connection import create_redis
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue, QueueConfig
 
@@ -214,3 +216,67 @@ async def test_metrics_on_the_health_port_follow_jobs_through_the_worker(redis: 
     assert value(scrape, "ttsq_worker_info", model="tiny-random", device="cpu") == 1
     assert 0 <= value(scrape, "ttsq_worker_loop_tick_age_seconds") < 60
     assert not any(name == "ttsq_gpu_memory_bytes" for name, _ in scrape), "a CPU worker exports no GPU memory"
+
+
+@asynccontextmanager
+async def proxied(redis_server: RedisServer) -> AsyncIterator[tuple[RedisProxy, Redis]]:
+    """A client of ``redis_server`` through a fault-injecting proxy (:mod:`tests.redis_proxy`)."""
+    async with redis_proxy(redis_server.port) as proxy:
+        client = create_redis(settings(redis_url=proxy.url, redis_socket_timeout_s=2.0, block_s=0.2).redis_config())
+        assert isinstance(client, Redis)
+        try:
+            yield proxy, client
+        finally:
+            await client.aclose()
+
+
+async def test_a_result_redis_refuses_to_store_is_retried_and_the_worker_is_not_ready_meanwhile(
+    redis_server: RedisServer, redis: Redis, tiny_engine: ChatTTSEngine
+) -> None:
+    """Issue 28: a result write that failed left the worker holding the job while ``/readyz`` said 200. Now the write
+    is retried until Redis takes it, and meanwhile the worker says it is not ready, and why."""
+    port = free_port()
+    job_id = task_id()
+    async with (
+        proxied(redis_server) as (proxy, client),
+        running_worker(client, tiny_engine, worker_health_port=port) as worker,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+    ):
+        refused = worker.queue.keys.result(job_id).encode()  # only the completion names the result's key
+        proxy.answer(refused, b"-OOM command not allowed when used memory > 'maxmemory'.\r\n")
+        await worker.queue.enqueue(job_id, params("Refused at first."), single_flight=False)
+
+        async def unready() -> bool:
+            return (await http.get("/readyz")).status_code == 503
+
+        await wait_until(unready, 60)
+        body = (await http.get("/readyz")).json()
+        assert body["storing"].startswith("cannot store job outcomes: OutOfMemoryError: "), body
+        assert body["claiming"] == "ok", "claims work: what fails is storing"
+        assert (await worker.queue.get(job_id)).status is Status.RUNNING  # type: ignore[union-attr]
+        proxy.stop_answering(refused)
+        job = await wait_final(worker.queue, job_id)
+        assert job.status is Status.DONE and job.attempts == 1, "stored by the retry, not run again"
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["storing"] == "ok"
+    assert len(proxy.answered) >= 1
+
+
+async def test_an_outcome_that_cannot_be_stored_releases_the_job_to_run_again(
+    redis_server: RedisServer, redis: Redis, tiny_engine: ChatTTSEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28: a store that failed with something other than a Redis outage (redis-py's own ``AttributeError`` mid
+    slot move) killed the storing task and left the job in the worker's hands, its lease renewed for as long as the
+    worker lived. Here the completion gets a reply the worker cannot read: the job is released at once, as a retryable
+    failure saying why, and its next attempt stores it."""
+    job_id = task_id()
+    config = queue_config(block_s=0.2, max_attempts=3, retry_base_s=1.0)
+    async with proxied(redis_server) as (proxy, client), running_worker(client, tiny_engine, config) as worker:
+        proxy.answer(worker.queue.keys.result(job_id).encode(), b"$7\r\nunknown\r\n", times=1)
+        await worker.queue.enqueue(job_id, params("Unreadable the first time."), single_flight=False)
+        job = await wait_final(worker.queue, job_id, 60)
+        assert not worker._running, "nothing left in hand"
+    assert len(proxy.answered) == 1
+    assert job.status is Status.DONE and job.attempts == 2, (job.status, job.attempts, job.error)
+    assert "storing its outcome failed; releasing it to run again" in caplog.text
+    assert f"{job_id} attempt 1: storing its outcome failed: ValueError: " in caplog.text

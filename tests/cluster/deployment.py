@@ -1,9 +1,10 @@
 """ttsq's real processes against a Redis Cluster (or any REDIS_URL): API replicas and workers, as in production.
 
-Workers run ``worker.main`` on a benchmark stand-in engine (``python -m bench.fixed_worker``): the real
-claim loop, leases, heartbeats, probes and shutdown, with no model to load, so a test can start several
+:meth:`Processes.worker` runs ``worker.main`` on a benchmark stand-in engine (``python -m bench.fixed_worker``):
+the real claim loop, leases, heartbeats, probes and shutdown, with no model to load, so a test can start several
 in seconds and what it measures is the queue. ``BENCH_ENGINE=noop`` answers at once; ``fixed`` spends
-``FIXED_COST_CALL_MS`` per call.
+``FIXED_COST_CALL_MS`` per call. :meth:`Processes.model_workers` is ``python worker.py`` itself, on the tiny
+random-weight ChatTTS checkpoint, as the chaos suite runs it (:data:`tests.chaos.harness.ENGINE_ENV`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from tests.chaos.harness import OPEN_LIMITS_ENV, TIMING_ENV
+from tests.chaos.harness import ENGINE_ENV, OPEN_LIMITS_ENV, TIMING_ENV
 from tests.service import ROOT, wait_for
-from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
+from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 
 QUICK = {
     **TIMING_ENV,
@@ -77,6 +78,20 @@ class Processes:
         if ready:
             wait_for(lambda: worker.get("/readyz").status_code == 200, 120, f"worker {name} to be ready")
         return worker
+
+    def model_workers(self, names: list[str], checkpoint: Path, **env: str) -> list[StandIn]:
+        """``python worker.py`` on the tiny ChatTTS checkpoint, one per name, started together (their start-ups,
+        seconds of CPU each, overlap) and then waited for until ready."""
+        workers = []
+        for name in names:
+            port = free_port()
+            settings = {**ENGINE_ENV, "TINY_CHECKPOINT_DIR": str(checkpoint), "WORKER_ID": name, "WORKER_HEALTH_PORT": str(port)}
+            process = spawn(worker_command(), cwd=ROOT, env=self._env({**settings, **env}), log=self.tmp / f"{name}.log")
+            self.processes.append(process)
+            workers.append(StandIn(name, process, f"http://127.0.0.1:{port}"))
+        for worker in workers:
+            wait_until_ok(f"{worker.url}/readyz", 180, [worker.process])
+        return workers
 
     def log(self, name: str) -> str:
         path = self.tmp / f"{name}.log"

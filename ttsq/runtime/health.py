@@ -8,10 +8,11 @@ different failures apart: a *stalled loop* stops answering at all (the probe tim
 is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
 
 ``/readyz`` answers 200 while the worker can take jobs: its model is loaded and warmed, it is not
-stopping, and its last claim reached the queue. A worker whose claims fail — Redis away, or a Redis
-that answers every command with an error (``MOVED`` from a cluster node a plain client was pointed
-at, ``CLUSTERDOWN``, ``NOAUTH``) — is not ready, so an orchestrator never counts a pod that serves no
-job; liveness stays local, so it is not restarted for it either.
+stopping, its last claim reached the queue, and no finished job's outcome is failing to be stored. A
+worker whose claims fail — Redis away, or a Redis that answers every command with an error (``MOVED``
+from a cluster node a plain client was pointed at, ``CLUSTERDOWN``, ``NOAUTH``) — or whose results
+cannot be written (it retries them) is not ready, so an orchestrator never counts a pod that makes no
+progress; liveness stays local, so it is not restarted for it either.
 
 API (routes of the app): ``/healthz`` answers while the process serves requests; ``/readyz``
 answers 200 while Redis is reachable — never depending on workers, so an API in front of a pool
@@ -57,6 +58,9 @@ class HeartbeatRecord:
     redis_ok: bool = True
     claim_error: str | None = None
     """Why the last claim failed (None: it reached the queue, or none was tried yet): readiness fails meanwhile."""
+    store_error: str | None = None
+    """Why storing a finished job's outcome is failing (None: no store is failing now): the worker retries it, and
+    readiness fails meanwhile — its finished work is stuck in its hands, whatever its claims do."""
     last_tick: float = field(default_factory=time.time)
     last_heartbeat: float | None = None
     """When the heartbeat was last written to Redis (None: not yet)."""
@@ -98,13 +102,15 @@ def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[
 
     async def readyz(_: Request) -> JSONResponse:
         claiming = record.claim_error is None
-        ready = record.ready and not record.stopping and claiming
+        storing = record.store_error is None
+        ready = record.ready and not record.stopping and claiming and storing
         body: dict[str, Any] = {
             "status": "ready" if ready else "not ready",
             "model_loaded": record.model_loaded,
             "model": record.model,
             "speaks_noise": record.speaks_noise,
             "claiming": "ok" if claiming else f"cannot claim jobs: {record.claim_error}",
+            "storing": "ok" if storing else f"cannot store job outcomes: {record.store_error}",
         }
         if record.speaks_noise:
             body["notice"] = "random-weight test checkpoint: the audio is noise"

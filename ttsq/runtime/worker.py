@@ -179,6 +179,8 @@ class Worker:
         """Ids of jobs that must run alone (their last worker was lost) whose outcome is not stored yet: until it is,
         nothing else is claimed, so a job that kills the process takes no other job's synthesis or storing with it."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._failing_stores: dict[object, str] = {}
+        """Stores of job outcomes failing now (each retried by :meth:`_persist`), and why: ``/readyz`` fails meanwhile."""
         self._speakers: OrderedDict[int, str] = OrderedDict()
         """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
@@ -561,14 +563,38 @@ class Worker:
         self._thread.call(self.engine.release_memory)
 
     async def _settle(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
-        """Store one job's outcome: its result (and cache entry), or its failure."""
-        with context.working_on(job.id):
-            await self._store(job, outcome, claimed_at)
-        # Its lease is released with its outcome: renewing it after that would report it lost. Unless the job was
-        # claimed again meanwhile (a stale outcome, refused): the newer claim stays in hand.
-        if self._running.get(job.id) == _token(job):
-            del self._running[job.id]
-            self._alone.discard(job.id)
+        """Store one job's outcome: its result (and cache entry), or its failure. A Redis outage is retried
+        (:meth:`_persist`); anything else that stops the store releases the job (:meth:`_release`)."""
+        try:
+            with context.working_on(job.id):
+                await self._store(job, outcome, claimed_at)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the job must not stay in this worker's hands
+            await self._release(job, exc)
+        finally:
+            # Its lease is released with its outcome: renewing it after that would report it lost. Unless the job was
+            # claimed again meanwhile (a stale outcome, refused): the newer claim stays in hand.
+            if self._running.get(job.id) == _token(job):
+                del self._running[job.id]
+                self._alone.discard(job.id)
+
+    async def _release(self, job: Job, error: BaseException) -> None:
+        """A job whose outcome could not be stored for a reason retrying would not fix (not a Redis outage: those are
+        retried until Redis answers) is given back now, as a retryable failure that says why, so it runs again — here
+        or on another worker. It used to stay in hand with its lease renewed forever (issue 28: a job "running" for
+        minutes, its worker ready). If even that write fails, the lease is no longer renewed (:meth:`_settle`): it
+        lapses, and the sweep requeues the job."""
+        log.error("  ✗ %s attempt %d: storing its outcome failed; releasing it to run again", job.id, job.attempts, exc_info=error)
+        reason = f"storing its outcome failed: {type(error).__name__}: {error}"
+        try:
+            released = await self.queue.fail(job, reason, retryable=True, cache_key=job.params.cache_key)
+        except Exception as exc:  # noqa: BLE001 - the lease lapses instead; the sweep requeues the job
+            log.warning("  %s could not be released (%s): its lease lapses, and the sweep requeues it", job.id, describe(exc))
+            return
+        if released is Failed.RETRY:
+            self.metrics.ended("retried", job.attempts)
+        elif released is Failed.FAILED:
+            self.metrics.ended("failed", job.attempts)
+        log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, released)
 
     async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
         if isinstance(outcome, Failure):
@@ -735,11 +761,30 @@ class Worker:
         Gives up only when stopping past the grace period; the lease then lapses and the
         sweep requeues the job, so it is re-run rather than lost.
         """
+        failing = object()
+
+        async def attempt() -> T:
+            """One try; while any store is failing, ``/readyz`` says so (the worker's finished work is stuck)."""
+            try:
+                value = await write()
+            except REDIS_ERRORS as exc:
+                self._failing_stores[failing] = describe(exc)[:300]
+                self.record.store_error = next(reversed(self._failing_stores.values()))
+                raise
+            self._store_settled(failing)
+            return value
+
         try:
-            return await self.outage.persist(write, "store a job outcome", give_up=self._past_grace)
+            return await self.outage.persist(attempt, "store a job outcome", give_up=self._past_grace)
         except REDIS_ERRORS as exc:
             log.error("could not store a job outcome before shutdown: %s", exc)
             return None
+        finally:
+            self._store_settled(failing)
+
+    def _store_settled(self, store: object) -> None:
+        self._failing_stores.pop(store, None)
+        self.record.store_error = next(reversed(self._failing_stores.values()), None)
 
     def _refused(self, job: Job, what: str) -> None:
         """The queue refused this worker's write: its claim on ``job`` is stale (fencing). Counted and logged."""

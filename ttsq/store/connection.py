@@ -20,18 +20,32 @@ timeout, instead of opening more than ``REDIS_MAX_CONNECTIONS``.
 Retries are few and short: the API turns a Redis outage into ``503 Retry-After`` rather than
 holding the client while it waits. :data:`STORE_ERRORS` is what an outage raises, the cluster
 client's own exceptions (``RedisClusterException`` is not a ``RedisError``) included.
+
+A Redis Cluster being resharded (a slot ``MIGRATING``/``IMPORTING``, its keys ``MIGRATE`` batch by batch, then
+``SETSLOT … NODE``) is a pause, not an outage: commands meet ``ASK``, ``TRYAGAIN`` and ``MOVED``, which redis-py's
+cluster client follows or retries, and a command it cannot finish in time (``TTL exhausted``) is a ``RedisError``:
+the caller's outage path (503 + Retry-After at the API, a paused or retried loop in the worker).
+:class:`ClusterClient` keeps it that way: it does not rebuild its whole topology every few ``MOVED`` (which made
+redis-py up to 7 close every connection, those under other running commands included), and a command whose
+connection was closed under it anyway, which redis-py surfaces as ``RuntimeError`` or ``AttributeError``,
+raises a ``ConnectionError`` instead, as the outage it is.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import redis
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
@@ -102,15 +116,85 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | No
     return nodes, unquote(username) or None, unquote(password) or None
 
 
-def _cluster(url: str, *, tls: bool, **common: Any) -> RedisCluster:
-    """redis-py's cluster client on the URL's seed nodes: it learns the slots from them, follows ``MOVED`` and
-    ``ASK``, and relearns the slots after a failover (its own retries, then ours: the caller backs off)."""
+_REDIS_PY = os.path.dirname(redis.__file__ or "") + os.sep
+_EVENT_LOOP = os.path.dirname(asyncio.__file__ or "") + os.sep
+
+
+def _in_event_loop(filename: str) -> bool:
+    """Whether a frame is the event loop's transport code: asyncio's, or uvloop's (Cython frames: ``uvloop/….pyx``)."""
+    return filename.startswith(_EVENT_LOOP) or "uvloop" in PurePath(filename).parts
+
+
+def torn_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py meeting a connection closed under a running command: a ``RuntimeError``
+    ("unable to perform operation on <TCPTransport closed=True>; the handler is closed", from uvloop) or an
+    ``AttributeError`` (``'NoneType' object has no attribute 'writelines'``: the connection's writer already
+    dropped), raised in redis-py's code or in the event loop's transport under it. One raised anywhere else is a
+    bug, not an outage; ``NotImplementedError`` and ``RecursionError`` (kinds of ``RuntimeError`` too) never are."""
+    if not isinstance(exc, RuntimeError | AttributeError) or isinstance(exc, NotImplementedError | RecursionError):
+        return False
+    frames = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    while frames and _in_event_loop(frames[-1]):
+        frames.pop()
+    return bool(frames) and frames[-1].startswith(_REDIS_PY)
+
+
+def _as_outage(exc: BaseException) -> RedisConnectionError:
+    return RedisConnectionError(f"a cluster connection was closed under the command ({type(exc).__name__}: {exc})")
+
+
+class ClusterPipelineClient(ClusterPipeline):
+    """redis-py's cluster pipeline, whose torn connections are outages (see :class:`ClusterClient`)."""
+
+    __slots__ = ()  # redis-py's own pipeline becomes one (ClusterClient.pipeline): the same layout, one method more
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except (RuntimeError, AttributeError) as exc:
+            if not torn_connection(exc):
+                raise
+            raise _as_outage(exc) from exc
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client, for which a resharding is a pause (the module's docstring says what that takes).
+
+    ``reinitialize_steps=0``: a ``MOVED`` patches the one slot it names, never the whole topology. A slot move
+    answers ``MOVED`` for every key of the slot at once, and a full rebuild every few of them (the default, 5) gains
+    nothing over the patch — ttsq's keys live in a handful of slots — while redis-py up to 7 closed every
+    connection for it, those other tasks were using included. A failover, a node gone, ``CLUSTERDOWN`` still
+    rebuild it (they are connection errors, or ask for it themselves).
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (RuntimeError, AttributeError) as exc:
+            if not torn_connection(exc):
+                raise
+            raise _as_outage(exc) from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        """redis-py's pipeline (built by redis-py: its constructor's arguments differ between versions), whose
+        :meth:`~ClusterPipelineClient.execute` converts a torn connection as :meth:`execute_command` does."""
+        pipe = super().pipeline(transaction, shard_hint)
+        # mypy takes an attribute redis-py declares abstract (and sets in __init__) for an abstract class.
+        pipe.__class__ = ClusterPipelineClient  # type: ignore[type-abstract,unused-ignore]
+        return pipe
+
+
+def _cluster(url: str, *, tls: bool, **common: Any) -> ClusterClient:
+    """A cluster client (:class:`ClusterClient`) on the URL's seed nodes: it learns the slots from them, follows
+    ``MOVED`` and ``ASK``, retries ``TRYAGAIN``, and relearns the slots after a failover (its own retries, then
+    ours: the caller backs off)."""
     nodes, username, password = cluster_nodes(url)
-    return RedisCluster(
+    return ClusterClient(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
         username=username,
         password=password,
         ssl=tls,
+        reinitialize_steps=0,
         **common,
     )
 

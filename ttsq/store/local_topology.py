@@ -138,11 +138,12 @@ class LocalCluster:
     def wait_healthy(self, timeout_s: float = 60) -> None:
         wait(self.healthy, timeout_s, "the cluster to be healthy")
 
-    def migrate_slot(self, slot: int, to: RedisServer, batch: int = 100) -> int:
+    def migrate_slot(self, slot: int, to: RedisServer, batch: int = 100, pause_s: float = 0.0) -> int:
         """Move ``slot`` and its keys to master ``to`` as ``redis-cli --cluster reshard`` does; returns the keys moved.
 
         While it runs, clients meet ``ASK`` redirections, and a multi-key command on keys split between
         the two nodes meets ``TRYAGAIN``: that is what a client of a cluster being resharded lives with.
+        ``pause_s`` between batches holds the slot half-moved longer, as a big slot or a slow link would.
         """
         source = self.slot_owner(slot)
         if source.port == to.port:
@@ -154,6 +155,8 @@ class LocalCluster:
         while keys := _command(source, "CLUSTER", "GETKEYSINSLOT", slot, batch):
             _command(source, "MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
+            if pause_s:
+                time.sleep(pause_s)
         for node in self.masters():
             _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         wait(lambda: all(self._owner_seen_by(node, slot) == to.port for node in self.alive()), 30, f"slot {slot} to move")

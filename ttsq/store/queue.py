@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 from ttsq.domain.captions import Cue
 from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
-from ttsq.store.connection import RedisClient
+from ttsq.store.connection import STORE_ERRORS, RedisClient
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys, Shards
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, charge_script, token_bucket_lua
@@ -621,12 +621,29 @@ class JobQueue:
 
         Stops, on each shard, before a job marked ``isolate`` (its last worker was lost): that one is left for a
         blocking :meth:`claim`, and the worker runs it alone.
+
+        A shard that fails after others answered (its slot moving in a resharded Redis Cluster, its master failing
+        over) ends the round with the claims already taken: they are leased to this worker, and raising would lose
+        them from its hands until their leases lapse. The failed shard's claim is asked again by the next one
+        (:meth:`_claim`). With nothing claimed yet, the error is raised: the caller's outage path.
         """
         claims: list[Claim] = []
         for keys in self._rotation():
             if len(claims) >= count:
                 break
-            claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False)
+            try:
+                claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False)
+            except (*STORE_ERRORS, OSError) as exc:
+                if not claims:
+                    raise
+                log.warning(
+                    "claiming from queue shard %r failed (%s: %s); keeping the %d job(s) claimed from the others",
+                    keys.label,
+                    type(exc).__name__,
+                    exc,
+                    len(claims),
+                )
+                break
         return claims
 
     async def _claim(self, keys_of: Keys, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
