@@ -22,13 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.cache_latency import ROOT
-from ttsq.inference.checkpoint import apply_config_overrides, config_overrides
+from ttsq.inference.checkpoint import CheckpointSize, apply_config_overrides, config_overrides
 from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
 
 RESULTS = ROOT / "bench" / "results" / "lookahead.md"
 
 
-def decoder_and_vocos(size: str) -> tuple[Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]], int]:
+def decoder_and_vocos(size: CheckpointSize) -> tuple[Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]], int]:
     """The audio decode of ``Chat._decode_to_wavs`` (decoder, then Vocos) with random weights of ``size``."""
     import torch
     from ChatTTS.config import Config
@@ -91,7 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny dimensions only, two lengths")
     args = parser.parse_args()
-    sizes = ["tiny"] if args.quick else ["tiny", "full"]
+    sizes: list[CheckpointSize] = ["tiny"] if args.quick else ["tiny", "full"]
     lengths = [120, 260] if args.quick else [120, 260, 400]
     lines = [
         "# Piecewise audio decode against the whole decode",
