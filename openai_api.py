@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import ServiceDep, StreamCaller, TTSCaller
+from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
 from ttsq.api.service import (
@@ -125,13 +126,14 @@ _SPEECH_EVENT = {
 """One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
 
 
-async def _voice(name: str, service: TTSService) -> Voice:
-    """OpenAI's names map onto built-in voices, ttsq's names are themselves; a blend may mix both (docs/voices.md)."""
+async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
+    """OpenAI's names map onto built-in voices, ttsq's names are themselves (those the caller sees: docs/voices.md);
+    a blend may mix both."""
     if is_blend(name):
-        return await service.resolve_blend(name, "voice", OPENAI_VOICES)
-    voice = await service.get_voice(OPENAI_VOICES.get(name, name))
+        return await service.resolve_blend(name, caller, "voice", OPENAI_VOICES)
+    voice = await service.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
     if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices(caller))])
         raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
     return voice
 
@@ -155,7 +157,7 @@ async def _voice(name: str, service: TTSService) -> Voice:
     summary="OpenAI-compatible text to speech",
 )
 async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
-    voice = await _voice(body.voice, service)
+    voice = await _voice(body.voice, service, caller)
     native = SubmitRequest(
         text=body.input,
         voice=voice.name,
@@ -258,6 +260,6 @@ async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
     ]
     native = [
         OpenAIVoice(id=v.name, name=v.name, created_at=int(v.created_at or 0), type=v.kind, voice_id=v.name)
-        for v in await service.list_voices()
+        for v in await service.list_voices(caller)
     ]
     return VoiceListing(data=mapped + native, voices=mapped + native)

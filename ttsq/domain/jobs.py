@@ -54,6 +54,11 @@ class TTSParams(SamplingFields):
 
     text: str
     voice: str | None = None
+    voice_owner: str | None = Field(
+        default=None,
+        description="The tenant whose own voice this is (``tenant:NAME``/``key:ID``); None: a global voice, or none. "
+        "Part of the cache key (:func:`ttsq.domain.cache_key.cache_key`).",
+    )
     speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
     speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
     speaker_prompt: str | None = Field(
