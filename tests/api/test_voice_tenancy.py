@@ -190,3 +190,24 @@ async def test_without_keys_every_caller_is_one_tenant_whose_voices_are_global(c
     assert created.status_code == 201 and created.json()["owner"] is None
     assert (await client.get("/v1/voices/house")).json()["seed"] == 3
     assert (await client.post("/v1/tts/submit", json={"text": "hi", "voice": "house"})).status_code == 202
+
+
+async def test_a_job_carries_its_tenants_voice_so_a_later_voice_of_that_name_cannot_change_it(
+    redis: Redis, make_settings: Any
+) -> None:
+    """The worker's side: it never looks a voice up by name. What a job speaks with was resolved in its submitter's
+    tenant when it was accepted, and travels in the job with the voice's owner, so another tenant making a voice of
+    the same name while it waits (a race for the name) reaches nothing the worker claims."""
+    async with keyed(make_settings) as (client, _):
+        acme_admin, acme = await new_key(redis, "admin", tenant="acme"), await new_key(redis, "tts", tenant="acme")
+        other_admin = await new_key(redis, "admin", tenant="other")
+        assert (await client.post("/v1/voices", json={"name": "anna", "seed": 77}, headers=bearer(acme_admin))).status_code == 201
+        task = (await speak(client, acme, "anna")).json()["task_id"]
+        assert (await client.delete("/v1/voices/anna", headers=bearer(acme_admin))).status_code == 204
+        assert (await client.post("/v1/voices", json={"name": "anna", "seed": 5}, headers=bearer(other_admin))).status_code == 201
+
+        claim = await JobQueue(redis, queue_config()).claim("worker", block_s=0.1)
+        assert claim is not None and claim.job.id == task
+        assert claim.job.tenant == "tenant:acme"
+        params = claim.job.params
+        assert (params.voice, params.speaker_seed, params.voice_owner) == ("anna", 77, "tenant:acme")
