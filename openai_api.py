@@ -17,7 +17,7 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -156,7 +156,7 @@ async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
+async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller, request: Request) -> Response:
     voice = await _voice(body.voice, service, caller)
     native = SubmitRequest(
         text=body.input,
@@ -172,8 +172,13 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
     stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
+    # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
+    # submit joined it meanwhile, or a webhook waits for it: TTSService.abandon); a job it joined is left alone.
+    sole = stored is None and not submitted.answer.joined
     if body.stream_format == "sse":
         events = _sse(service, task_id, body.response_format, stored, _usage(body.input))
+        if sole:
+            events = service.cancelled_when_abandoned(events, task_id, caller, request.state)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
@@ -181,7 +186,10 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
         pcm = await service.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
     except StreamFailed as exc:
         return openai_error(500, f"synthesis failed: {exc}")
-    return StreamingResponse(service.audio(task_id, body.response_format, pcm), media_type=media_type, headers=headers)
+    audio = service.audio(task_id, body.response_format, pcm)
+    if sole:
+        audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
+    return StreamingResponse(audio, media_type=media_type, headers=headers)
 
 
 def _usage(text: str) -> dict[str, int]:

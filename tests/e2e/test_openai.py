@@ -18,7 +18,7 @@ from openai.types.audio import Voice
 
 from openai_api import chattts_speed
 from tests.conftest import queue_config, settings
-from tests.service import Service
+from tests.service import Service, Worker, wait_for
 from ttsq.domain.audio import SAMPLE_RATE, encode_audio
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.store.connection import create_redis
@@ -67,6 +67,30 @@ def test_openai_sdk_streaming_equals_the_whole_response(service: Service) -> Non
         "usage": {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)},
     }, "OpenAI's shape: LiveKit's plugin reads usage as an object (null failed its stream)"
     assert b"".join(base64.b64decode(e["audio"]) for e in events[:-1]) == whole.content
+
+
+def in_flight(worker: Worker) -> float:
+    """The worker's ``ttsq_jobs_in_flight`` gauge: jobs it claimed and has not finished."""
+    line = next(line for line in worker.get("/metrics").text.splitlines() if line.startswith("ttsq_jobs_in_flight "))
+    return float(line.split()[1])
+
+
+def test_a_stream_whose_client_went_away_cancels_its_job_and_frees_the_worker(service: Service) -> None:
+    """Issue 28's finding 8: a 3,000-character ``with_streaming_response`` request closed after its first bytes left
+    its job running, holding the worker. Its request was the job's only listener, so the job is cancelled; the worker
+    stops its rows at its next lease renewal. Long chunks (400 tokens each) keep the job running well past the close."""
+    worker = service.start_worker("openai-gone", MIN_NEW_TOKEN="400", MAX_NEW_TOKEN="400")
+    text = " ".join(f"Sentence number {index} is read aloud here." for index in range(80))[:3000]
+    assert len(text) == 3000
+    with client_for(service).audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=text, response_format="pcm"
+    ) as response:
+        task_id = response.headers["x-ttsq-task-id"]
+        assert next(response.iter_bytes()), "the first audio came"
+    final = service.wait_status(task_id, {"cancelled", "done", "failed"}, 120)
+    assert final["status"] == "cancelled", final
+    wait_for(lambda: in_flight(worker) == 0, 60, "the worker to hold no job")
+    assert "its only listener went away: cancelling" in service.log("api").decode(), "the API cancelled it, running"
 
 
 def test_openai_sdk_errors(service: Service) -> None:

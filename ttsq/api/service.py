@@ -21,12 +21,12 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ttsq.api.auth import Forbidden, Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
-from ttsq.api.stream_slots import StreamSlots, hold
+from ttsq.api.stream_slots import StreamSlots, hold, when_over
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
@@ -216,6 +216,10 @@ class DrawOutcome:
     previews_total: int
     candidates: list[DrawnVoice] | None
     """None while previews are still running."""
+
+
+_Piece = TypeVar("_Piece", bytes, str)
+"""A streamed body's piece: audio bytes, or a server-sent event."""
 
 
 class InvalidInput(Exception):
@@ -424,6 +428,8 @@ class TTSService:
         """The pronunciation dictionary (docs/dictionary.md); None: texts go to the model as sent."""
         self.draws = draws
         """Voice draws (``POST /v1/voices/draw``); None: not offered."""
+        self._abandoning: set[asyncio.Task[None]] = set()
+        """Cancels of abandoned tasks under way (:meth:`cancelled_when_abandoned`), held until they end."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -668,6 +674,54 @@ class TTSService:
             return Cancelled.DETACHED
         outcome = await self.queue.cancel(job, caller.reader, caller.subject)
         log.info("task %s cancel by %s: %s", job.id, caller.subject, outcome)
+        return outcome
+
+    def cancelled_when_abandoned(
+        self, pieces: AsyncIterator[_Piece], task_id: str, caller: Principal, request_state: Any
+    ) -> AsyncIterator[_Piece]:
+        """``pieces``, as the body of a request that queued ``task_id`` and is the only one listening to it (the OpenAI
+        route: its answer is the audio). When the response is over before the body ended — its client went away, before
+        or after the first audio — the task is abandoned (:meth:`abandon`) in an asyncio task of its own (what is over
+        may have been cancelled), once :func:`~ttsq.api.stream_slots.releasing` says so: it runs whatever happened."""
+        ended = False
+
+        async def body() -> AsyncIterator[_Piece]:
+            nonlocal ended
+            async for piece in pieces:
+                yield piece
+            ended = True
+
+        def over() -> None:
+            if not ended:
+                task = asyncio.get_running_loop().create_task(self._abandon_quietly(task_id, caller))
+                self._abandoning.add(task)
+                task.add_done_callback(self._abandoning.discard)
+
+        when_over(request_state, over)
+        return body()
+
+    async def _abandon_quietly(self, task_id: str, caller: Principal) -> None:
+        try:
+            await self.abandon(task_id, caller)
+        except STORE_ERRORS as exc:  # nobody is left to answer; the job then runs to its end, as before
+            log.warning("task %s: its listener went away, and Redis could not be told: %s", task_id, exc)
+
+    async def abandon(self, task_id: str, caller: Principal) -> Cancelled | None:
+        """``caller`` queued this task for one request that streams its audio, and that request's client went away
+        before the audio ended: cancel it — unless anyone else still wants it, and then change nothing.
+
+        Wanting it: a webhook waits for its outcome (``callback_url``), or a submit joined it in flight, the same
+        caller's included (``Job.joins``, checked inside the cancel script: :meth:`JobQueue.cancel` with ``sole``).
+        A running job is stopped by its worker at its next lease renewal, its rows leave the engine, and it ends
+        ``cancelled`` (docs/api.md). None when there was nothing to cancel (no such job, or it is a webhook's)."""
+        try:
+            job = await self._readable_job(task_id, caller)
+        except TaskNotFound:
+            return None
+        if job.params.callback_url is not None or job.status.is_final:
+            return None
+        outcome = await self.queue.cancel(job, caller.reader, caller.subject, sole=True)
+        log.info("task %s: its only listener went away: %s", job.id, outcome)
         return outcome
 
     # ---- operators ------------------------------------------------------------------------

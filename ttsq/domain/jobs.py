@@ -118,6 +118,11 @@ class Job(BaseModel):
         default=None,
         description="Owners who asked for it (submitter, single-flight joiners): a cancel by one of several only detaches it.",
     )
+    joins: int = Field(
+        default=0,
+        description="Submits that joined it in flight (single-flight), its own submitter's again included: a request that "
+        "queued it and went away cancels it only while this is 0.",
+    )
     cancel_requested: bool = Field(
         default=False, description="Cancelled while running: its result is discarded when its batch ends."
     )
