@@ -93,6 +93,28 @@ def test_a_stream_whose_client_went_away_cancels_its_job_and_frees_the_worker(se
     assert "its only listener went away: cancelling" in service.log("api").decode(), "the API cancelled it, running"
 
 
+def test_a_closed_sse_stream_cancels_its_job_unless_a_submit_joined_it(service: Service) -> None:
+    """The SSE form goes the same way; and a job someone else asked for meanwhile (here a native submit of the same
+    request, which single-flight joins to it) is left to finish for them when the stream that queued it closes."""
+    service.start_worker("openai-sse-gone", MIN_NEW_TOKEN="400", MAX_NEW_TOKEN="400")
+
+    def first_event_then_close(text: str, join: bool) -> str:
+        body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm", "stream_format": "sse"}
+        with httpx.stream("POST", f"{service.api_url}/v1/audio/speech", json=body, timeout=120) as sse:
+            task_id = sse.headers["x-ttsq-task-id"]
+            if join:
+                joined = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": text, "voice": "zh_female", "format": "pcm"})
+                assert joined.json()["joined"] is True and joined.json()["task_id"] == task_id, joined.text
+            assert next(line for line in sse.iter_lines() if line.startswith("data:")), "the first audio came"
+        return task_id
+
+    alone = first_event_then_close(" ".join(f"Line {index} of a long reading." for index in range(40)), join=False)
+    assert service.wait_status(alone, {"cancelled", "done", "failed"}, 120)["status"] == "cancelled"
+    shared = first_event_then_close("A shorter text. Another submit wants it too. So it is finished.", join=True)
+    assert service.wait_status(shared, {"cancelled", "done", "failed"}, 120)["status"] == "done"
+    assert f"task {shared}: its only listener went away: kept" in service.log("api").decode()
+
+
 def test_openai_sdk_errors(service: Service) -> None:
     client = client_for(service)
     cases: list[tuple[dict[str, Any], str]] = [
