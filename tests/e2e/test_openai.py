@@ -90,6 +90,8 @@ def test_a_stream_whose_client_went_away_cancels_its_job_and_frees_the_worker(se
     final = service.wait_status(task_id, {"cancelled", "done", "failed"}, 120)
     assert final["status"] == "cancelled", final
     wait_for(lambda: in_flight(worker) == 0, 60, "the worker to hold no job")
+    again = client_for(service).audio.speech.create(model="tts-1", voice="alloy", input="Free again.", response_format="pcm")
+    assert len(again.content) > 0, "the worker claims again"
     assert "its only listener went away: cancelling" in service.log("api").decode(), "the API cancelled it, running"
 
 
