@@ -592,7 +592,8 @@ class TTSService:
         if len(text) > max_text_chars:
             raise InvalidInput(
                 "text",
-                f"text is {len(text)} characters long once the pronunciation dictionary is applied; the limit is {max_text_chars}",
+                f"text is {len(text)} characters long once the pronunciation dictionary is applied; "
+                f"the limit is {max_text_chars}",
                 body.text[:200],
             )
         return body.model_copy(update={"text": text})
@@ -800,7 +801,9 @@ class TTSService:
             return vtt(job.captions, SAMPLE_RATE)
         return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
-    async def events(self, job: Job, caller: Principal, last_event_id: str | None = None) -> AsyncGenerator[list[ServerEvent]]:
+    async def events(
+        self, job: Job, caller: Principal, last_event_id: str | None = None
+    ) -> AsyncGenerator[list[ServerEvent]]:
         """The task's ``status``, as ``caller`` sees it, each time it changes, and a ``timing`` event (a live caption
         cue) as each chunk's audio is published, until the task ends.
 
