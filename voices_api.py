@@ -34,10 +34,14 @@ class _VoiceNameConvertor(Convertor[str]):
 register_url_convertor("voice_name", _VoiceNameConvertor())
 
 VoiceName = Annotated[str, Path(description="The voice's name.")]
+_TENANT_PATTERN = r"^(?:key:[0-9a-f]{12}|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
+"""A tenant's name (``keys create --tenant``), or ``key:<id>`` for a key that is a tenant of its own: what
+:func:`ttsq.api.service.viewed_owner` takes, in the schema, so a malformed one is a 422 naming the field where it is."""
+
 Tenant = Annotated[
     str | None,
     Query(
-        max_length=80,
+        pattern=_TENANT_PATTERN,
         description="Scope admin: act as this tenant sees the voices (a tenant's name, or `key:<id>` for a key that is "
         "a tenant of its own) instead of as the caller's own tenant.",
     ),
@@ -120,8 +124,7 @@ class VoiceCreate(BaseModel):
     )
     tenant: str | None = Field(
         None,
-        min_length=1,
-        max_length=80,
+        pattern=_TENANT_PATTERN,
         description="Make the voice this tenant's (its name, or `key:<id>` for a key that is a tenant of its own) "
         "instead of the creating key's tenant's; not with `shared`.",
     )
