@@ -17,11 +17,12 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import ServiceDep, StreamCaller, TTSCaller
+from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
 from ttsq.api.service import (
@@ -125,13 +126,14 @@ _SPEECH_EVENT = {
 """One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
 
 
-async def _voice(name: str, service: TTSService) -> Voice:
-    """OpenAI's names map onto built-in voices, ttsq's names are themselves; a blend may mix both (docs/voices.md)."""
+async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
+    """OpenAI's names map onto built-in voices, ttsq's names are themselves (those the caller sees: docs/voices.md);
+    a blend may mix both."""
     if is_blend(name):
-        return await service.resolve_blend(name, "voice", OPENAI_VOICES)
-    voice = await service.get_voice(OPENAI_VOICES.get(name, name))
+        return await service.resolve_blend(name, caller, "voice", OPENAI_VOICES)
+    voice = await service.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
     if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices())])
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices(caller))])
         raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
     return voice
 
@@ -154,8 +156,8 @@ async def _voice(name: str, service: TTSService) -> Voice:
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller) -> Response:
-    voice = await _voice(body.voice, service)
+async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller, request: Request) -> Response:
+    voice = await _voice(body.voice, service, caller)
     native = SubmitRequest(
         text=body.input,
         voice=voice.name,
@@ -170,8 +172,13 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
     stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
+    # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
+    # submit joined it meanwhile, or a webhook waits for it: TTSService.abandon); a job it joined is left alone.
+    sole = stored is None and not submitted.answer.joined
     if body.stream_format == "sse":
         events = _sse(service, task_id, body.response_format, stored, _usage(body.input))
+        if sole:
+            events = service.cancelled_when_abandoned(events, task_id, caller, request.state)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
@@ -179,7 +186,10 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller)
         pcm = await service.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
     except StreamFailed as exc:
         return openai_error(500, f"synthesis failed: {exc}")
-    return StreamingResponse(service.audio(task_id, body.response_format, pcm), media_type=media_type, headers=headers)
+    audio = service.audio(task_id, body.response_format, pcm)
+    if sole:
+        audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
+    return StreamingResponse(audio, media_type=media_type, headers=headers)
 
 
 def _usage(text: str) -> dict[str, int]:
@@ -258,6 +268,6 @@ async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
     ]
     native = [
         OpenAIVoice(id=v.name, name=v.name, created_at=int(v.created_at or 0), type=v.kind, voice_id=v.name)
-        for v in await service.list_voices()
+        for v in await service.list_voices(caller)
     ]
     return VoiceListing(data=mapped + native, voices=mapped + native)

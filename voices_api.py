@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from starlette.convertors import Convertor, register_url_convertor
@@ -34,6 +34,18 @@ class _VoiceNameConvertor(Convertor[str]):
 register_url_convertor("voice_name", _VoiceNameConvertor())
 
 VoiceName = Annotated[str, Path(description="The voice's name.")]
+_TENANT_PATTERN = r"^(?:key:[0-9a-f]{12}|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$"
+"""A tenant's name (``keys create --tenant``), or ``key:<id>`` for a key that is a tenant of its own: what
+:func:`ttsq.api.service.viewed_owner` takes, in the schema, so a malformed one is a 422 naming the field where it is."""
+
+Tenant = Annotated[
+    str | None,
+    Query(
+        pattern=_TENANT_PATTERN,
+        description="Scope admin: act as this tenant sees the voices (a tenant's name, or `key:<id>` for a key that is "
+        "a tenant of its own) instead of as the caller's own tenant.",
+    ),
+]
 
 _NAME_SCHEMA: dict[str, JsonValue] = {"pattern": VOICE_NAME.pattern, "minLength": 1, "maxLength": 64}
 """What :func:`validate_voice_name` accepts, for the schema (the validator keeps its own plain message)."""
@@ -105,6 +117,17 @@ class VoiceCreate(BaseModel):
     transcript: str | None = Field(
         None, min_length=1, max_length=2_000, description="What the reference recording says (with `audio`)."
     )
+    shared: bool = Field(
+        False,
+        description="A global voice, seen and used by every tenant (the shared catalogue); otherwise the voice is the "
+        "creating key's tenant's alone (docs/voices.md#tenants).",
+    )
+    tenant: str | None = Field(
+        None,
+        pattern=_TENANT_PATTERN,
+        description="Make the voice this tenant's (its name, or `key:<id>` for a key that is a tenant of its own) "
+        "instead of the creating key's tenant's; not with `shared`.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -134,8 +157,9 @@ def _summary(voice: Voice) -> Voice:
     responses={503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="List voices",
 )
-async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
-    return VoiceList(voices=[_summary(v) for v in await service.list_voices()])
+async def list_voices(service: ServiceDep, caller: TTSCaller, tenant: Tenant = None) -> VoiceList:
+    """The built-in voices, the global ones and the caller's tenant's own (never another tenant's)."""
+    return VoiceList(voices=[_summary(v) for v in await service.list_voices(caller, tenant)])
 
 
 @router.post(
@@ -157,17 +181,20 @@ async def list_voices(service: ServiceDep, caller: TTSCaller) -> VoiceList:
 )
 async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
     if body.audio is not None or body.transcript is not None:
-        return await _create_reference_voice(body, service)
+        return await _create_reference_voice(body, service, caller)
     if body.components is not None:
         if body.seed is not None or body.embedding is not None:
             raise invalid_field("components", "give exactly one of seed, embedding or components")
-        return await service.create_blend_voice(body.name, [(part.voice, part.weight) for part in body.components])
+        components = [(part.voice, part.weight) for part in body.components]
+        return await service.create_blend_voice(body.name, components, caller, shared=body.shared, tenant=body.tenant)
     if (body.seed is None) == (body.embedding is None):
         raise invalid_field("seed", "give exactly one of seed or embedding (or audio with its transcript)", body.seed)
-    return await service.create_voice(body.name, seed=body.seed, embedding=body.embedding)
+    return await service.create_voice(
+        body.name, caller, seed=body.seed, embedding=body.embedding, shared=body.shared, tenant=body.tenant
+    )
 
 
-async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voice:
+async def _create_reference_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
     """``audio`` (base64) and ``transcript``, alone: a voice made from a recording (docs/voices.md)."""
     if body.seed is not None or body.embedding is not None or body.components is not None:
         raise invalid_field("audio", "give exactly one of seed or embedding (or audio with its transcript)")
@@ -178,18 +205,24 @@ async def _create_reference_voice(body: VoiceCreate, service: ServiceDep) -> Voi
         audio = base64.b64decode(body.audio, validate=True)
     except ValueError as exc:  # binascii.Error, or a character outside ASCII (which b64decode refuses with a ValueError)
         raise invalid_field("audio", f"not base64: {exc}") from exc
-    return await service.create_reference_voice(body.name, audio, body.transcript)
+    return await service.create_reference_voice(body.name, audio, body.transcript, caller, shared=body.shared, tenant=body.tenant)
 
 
 @router.get(
     "/{name:voice_name}",
     operation_id="get_voice",
     response_model=Voice,
-    responses={404: {"model": ErrorBody, "description": "No such voice."}, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
+    responses={
+        404: {"model": ErrorBody, "description": "No such voice (or another tenant's)."},
+        422: ERROR_RESPONSES[422],
+        503: ERROR_RESPONSES[503],
+        **AUTH_RESPONSES,
+    },
     summary="Fetch a voice",
 )
-async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller) -> Voice:
-    voice = await service.get_voice(name)
+async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller, tenant: Tenant = None) -> Voice:
+    """A voice the caller sees; its speaker prompt, transcript and embeddings only to the ``admin`` scope."""
+    voice = await service.get_voice(name, caller, tenant)
     if voice is None:
         raise HTTPException(404, f"no voice named {name!r}")
     return voice
@@ -200,14 +233,16 @@ async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller) -> 
     operation_id="delete_voice",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={
-        404: {"model": ErrorBody, "description": "No such voice."},
+        404: {"model": ErrorBody, "description": "No such voice (or another tenant's)."},
         409: {"model": ErrorBody, "description": "Built-in voices cannot be deleted."},
+        422: ERROR_RESPONSES[422],
         503: ERROR_RESPONSES[503],
         **AUTH_RESPONSES,
     },
     summary="Delete a voice (scope admin)",
 )
-async def delete_voice(name: VoiceName, service: ServiceDep, caller: AdminCaller) -> Response:
-    if not await service.delete_voice(name):
+async def delete_voice(name: VoiceName, service: ServiceDep, caller: AdminCaller, tenant: Tenant = None) -> Response:
+    """Deletes the voice the name means to the caller's tenant (or to ``tenant``): its own, else the global one."""
+    if not await service.delete_voice(name, caller, tenant):
         raise HTTPException(404, f"no voice named {name!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

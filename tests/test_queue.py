@@ -22,7 +22,7 @@ from ttsq.store.connection import (
     enforce_eviction_policy,
 )
 from ttsq.store.queue import JobQueue, QueueFullError
-from ttsq.store.replies import Completed, Enqueued, Failed, Started
+from ttsq.store.replies import Cancelled, Completed, Enqueued, Failed, Started
 
 SWEEP = 5.0
 
@@ -277,6 +277,25 @@ async def test_single_flight_joins_an_identical_job_only_when_asked(make_queue: 
     separate = await queue.enqueue(task_id(), keyed, single_flight=False)
     assert joined.outcome is Enqueued.JOINED and joined.job.id == first.job.id
     assert separate.outcome is Enqueued.CREATED and separate.job.id != first.job.id
+
+
+async def test_a_sole_cancel_ends_only_a_job_nobody_joined(make_queue: Any) -> None:
+    """A request that queued a job and went away (``sole``) cancels it only while no submit joined it — its own
+    submitter's second submit included, which adds no holder — checked in the cancel script, waiting or running."""
+    queue: JobQueue = make_queue()
+    keyed = params(cache_key="k" * 64)
+    alone = await queue.enqueue(task_id(), params(), single_flight=True, owner="addr:a", max_per_owner=10)
+    assert await queue.cancel(alone.job, None, "addr:a", sole=True) is Cancelled.CANCELLED
+    first = await queue.enqueue(task_id(), keyed, single_flight=True, owner="addr:a", max_per_owner=10)
+    again = await queue.enqueue(task_id(), keyed, single_flight=True, owner="addr:a", max_per_owner=10)
+    assert again.outcome is Enqueued.JOINED and again.job.id == first.job.id
+    assert await queue.cancel(first.job, None, "addr:a", sole=True) is Cancelled.KEPT
+    claim = await claimed(queue)
+    assert claim.job.id == first.job.id and claim.job.joins == 1
+    assert await queue.cancel(claim.job, None, "addr:a", sole=True) is Cancelled.KEPT, "running, and still joined"
+    job = await queue.get(first.job.id)
+    assert job is not None and job.status is Status.RUNNING and not job.cancel_requested
+    assert await queue.cancel(claim.job, None, "addr:a") is Cancelled.CANCELLING, "an explicit cancel is not a sole one"
 
 
 async def test_a_stale_owner_is_refused_and_cannot_touch_the_new_owners_lease(

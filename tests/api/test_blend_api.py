@@ -82,7 +82,7 @@ async def test_a_bad_blend_in_a_request_is_a_422_naming_the_problem(
     client: httpx.AsyncClient, redis: Redis, voice: str, problem: str
 ) -> None:
     registry = VoiceRegistry(redis, JobQueue(redis, queue_config()).keys)
-    await registry.create_reference("cloned", prompt="not-used", transcript="t")
+    await registry.create_reference("cloned", None, prompt="not-used", transcript="t")
     assert (
         await client.post(
             "/v1/voices",

@@ -43,7 +43,7 @@ async def test_the_setting_is_the_default_and_a_request_overrides_it(redis: Redi
 
 
 async def test_a_reference_voice_is_anchored_already_so_the_flag_is_dropped(client: httpx.AsyncClient, redis: Redis) -> None:
-    await VoiceRegistry(redis, JobQueue(redis, queue_config()).keys).create_reference("cloned", prompt="p", transcript="t")
+    await VoiceRegistry(redis, JobQueue(redis, queue_config()).keys).create_reference("cloned", None, prompt="p", transcript="t")
     params = await params_of(client, redis, voice="cloned", consistent_voice=True)
     assert not params.consistent_voice and params.speaker_prompt == "p"
 

@@ -18,7 +18,7 @@ from openai.types.audio import Voice
 
 from openai_api import chattts_speed
 from tests.conftest import queue_config, settings
-from tests.service import Service
+from tests.service import Service, Worker, wait_for
 from ttsq.domain.audio import SAMPLE_RATE, encode_audio
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.store.connection import create_redis
@@ -67,6 +67,54 @@ def test_openai_sdk_streaming_equals_the_whole_response(service: Service) -> Non
         "usage": {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)},
     }, "OpenAI's shape: LiveKit's plugin reads usage as an object (null failed its stream)"
     assert b"".join(base64.b64decode(e["audio"]) for e in events[:-1]) == whole.content
+
+
+def in_flight(worker: Worker) -> float:
+    """The worker's ``ttsq_jobs_in_flight`` gauge: jobs it claimed and has not finished."""
+    line = next(line for line in worker.get("/metrics").text.splitlines() if line.startswith("ttsq_jobs_in_flight "))
+    return float(line.split()[1])
+
+
+def test_a_stream_whose_client_went_away_cancels_its_job_and_frees_the_worker(service: Service) -> None:
+    """Issue 28's finding 8: a 3,000-character ``with_streaming_response`` request closed after its first bytes left
+    its job running, holding the worker. Its request was the job's only listener, so the job is cancelled; the worker
+    stops its rows at its next lease renewal. Long chunks (400 tokens each) keep the job running well past the close."""
+    worker = service.start_worker("openai-gone", MIN_NEW_TOKEN="400", MAX_NEW_TOKEN="400")
+    text = " ".join(f"Sentence number {index} is read aloud here." for index in range(80))[:3000]
+    assert len(text) == 3000
+    with client_for(service).audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=text, response_format="pcm"
+    ) as response:
+        task_id = response.headers["x-ttsq-task-id"]
+        assert next(response.iter_bytes()), "the first audio came"
+    final = service.wait_status(task_id, {"cancelled", "done", "failed"}, 120)
+    assert final["status"] == "cancelled", final
+    wait_for(lambda: in_flight(worker) == 0, 60, "the worker to hold no job")
+    again = client_for(service).audio.speech.create(model="tts-1", voice="alloy", input="Free again.", response_format="pcm")
+    assert len(again.content) > 0, "the worker claims again"
+    assert "its only listener went away: cancelling" in service.log("api").decode(), "the API cancelled it, running"
+
+
+def test_a_closed_sse_stream_cancels_its_job_unless_a_submit_joined_it(service: Service) -> None:
+    """The SSE form goes the same way; and a job someone else asked for meanwhile (here a native submit of the same
+    request, which single-flight joins to it) is left to finish for them when the stream that queued it closes."""
+    service.start_worker("openai-sse-gone", MIN_NEW_TOKEN="400", MAX_NEW_TOKEN="400")
+
+    def first_event_then_close(text: str, join: bool) -> str:
+        body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm", "stream_format": "sse"}
+        with httpx.stream("POST", f"{service.api_url}/v1/audio/speech", json=body, timeout=120) as sse:
+            task_id = sse.headers["x-ttsq-task-id"]
+            if join:
+                joined = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": text, "voice": "zh_female", "format": "pcm"})
+                assert joined.json()["joined"] is True and joined.json()["task_id"] == task_id, joined.text
+            assert next(line for line in sse.iter_lines() if line.startswith("data:")), "the first audio came"
+        return task_id
+
+    alone = first_event_then_close(" ".join(f"Line {index} of a long reading." for index in range(40)), join=False)
+    assert service.wait_status(alone, {"cancelled", "done", "failed"}, 120)["status"] == "cancelled"
+    shared = first_event_then_close("A shorter text. Another submit wants it too. So it is finished.", join=True)
+    assert service.wait_status(shared, {"cancelled", "done", "failed"}, 120)["status"] == "done"
+    assert f"task {shared}: its only listener went away: kept" in service.log("api").decode()
 
 
 def test_openai_sdk_errors(service: Service) -> None:

@@ -442,10 +442,11 @@ async def _receive_into(websocket: WebSocket, inbox: _Inbox) -> None:
             return
 
 
-async def _voice(service: TTSService, name: str | None) -> Voice | None:
+async def _voice(service: TTSService, name: str | None, caller: Principal) -> Voice | None:
+    """The session's voice among those ``caller`` sees (its tenant's and the global ones); OpenAI's names too."""
     if name is None:
         return None
-    return await service.resolve_voice(OPENAI_VOICES.get(name, name))
+    return await service.resolve_voice(OPENAI_VOICES.get(name, name), caller)
 
 
 async def _close(websocket: WebSocket, code: str, message: str | None = None) -> None:
@@ -498,7 +499,7 @@ async def serve_session(
         except TooManyStreams as exc:
             raise SessionEnded("too_many_requests" if exc.per_key else "unavailable", str(exc)) from None
         try:
-            voice = await _voice(service, start.voice)
+            voice = await _voice(service, start.voice, caller)
         except InvalidInput as exc:
             raise SessionEnded("invalid_session", f"{exc.field}: {exc.message}") from None
         except VoiceError as exc:

@@ -21,12 +21,12 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from ttsq.api.auth import Principal
+from ttsq.api.auth import Forbidden, Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
-from ttsq.api.stream_slots import StreamSlots, hold
+from ttsq.api.stream_slots import StreamSlots, hold, when_over
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blend_parts, is_blend, parse_blend
@@ -50,6 +50,7 @@ from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS, TextError, canonical_text, validate_text
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, VoiceError, validate_voice_name
+from ttsq.store.api_keys import TENANT
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
@@ -217,6 +218,10 @@ class DrawOutcome:
     """None while previews are still running."""
 
 
+_Piece = TypeVar("_Piece", bytes, str)
+"""A streamed body's piece: audio bytes, or a server-sent event."""
+
+
 class InvalidInput(Exception):
     """A request field that cannot be served, named so the client can fix it."""
 
@@ -272,6 +277,7 @@ def build_params(
     params = TTSParams.model_construct(
         text=text,
         voice=voice.name if voice is not None else None,
+        voice_owner=voice.owner if voice is not None else None,
         speaker_seed=speaker_seed,
         speaker_embedding=speaker_embedding,
         speaker_prompt=voice.prompt if voice is not None else None,
@@ -287,6 +293,54 @@ def build_params(
     )
     params.cache_key = cache_key(params, model_identity, scope)
     return params
+
+
+_KEY_OWNER = re.compile(r"key:[0-9a-f]{12}")
+
+
+def voice_owner(caller: Principal) -> str | None:
+    """Whose voices ``caller`` sees, uses and makes by default: its key's tenant (:attr:`ApiKey.sharing_scope`: the
+    tenant an admin grouped it into, else the key itself). Callers without a key are one tenant, whose voices are the
+    global ones (docs/voices.md#tenants), so a deployment without keys works as before."""
+    return caller.key.sharing_scope if caller.key is not None else None
+
+
+def _owner_of(tenant: str) -> str:
+    """``tenant`` as it names a voice's owner: a tenant's name (``acme`` → ``tenant:acme``), or ``key:<id>`` for a key
+    that is a tenant of its own; :class:`InvalidInput` naming ``tenant`` otherwise."""
+    if _KEY_OWNER.fullmatch(tenant):
+        return tenant
+    if TENANT.fullmatch(tenant):
+        return f"tenant:{tenant}"
+    raise InvalidInput(
+        "tenant", "a tenant is 1-64 letters, digits, '_', '.' or '-' (or key:<id> for a key of its own)", tenant[:100]
+    )
+
+
+def viewed_owner(caller: Principal, tenant: str | None) -> str | None:
+    """Whose view of the voices a read or delete acts in: the caller's own (:func:`voice_owner`), or, for an admin
+    who names one, ``tenant``'s (:class:`~ttsq.api.auth.Forbidden` for anyone else: a tenant looks at its own)."""
+    if tenant is None:
+        return voice_owner(caller)
+    if not caller.allows("admin"):
+        raise Forbidden("admin")
+    return _owner_of(tenant)
+
+
+def new_voice_owner(caller: Principal, shared: bool, tenant: str | None) -> str | None:
+    """Whose a new voice is: global when ``shared`` (an admin's catalogue), ``tenant``'s when an admin names one, else
+    the caller's own tenant's (:func:`voice_owner`)."""
+    if shared and tenant is not None:
+        raise InvalidInput("shared", "give shared (a global voice) or tenant (one tenant's voice), not both")
+    if shared:
+        return None
+    return voice_owner(caller) if tenant is None else _owner_of(tenant)
+
+
+def shown(voice: Voice, caller: Principal) -> Voice:
+    """``voice`` as ``caller`` may see it: whole to an admin (and to callers without a key, who act as one), without
+    its prompt, transcript and embeddings to a ``tts`` key (:meth:`~ttsq.domain.voices.Voice.for_tts_key`)."""
+    return voice if caller.allows("admin") else voice.for_tts_key()
 
 
 def readable(job: Job, caller: Principal) -> bool:
@@ -381,6 +435,8 @@ class TTSService:
         """The pronunciation dictionary (docs/dictionary.md); None: texts go to the model as sent."""
         self.draws = draws
         """Voice draws (``POST /v1/voices/draw``); None: not offered."""
+        self._abandoning: set[asyncio.Task[None]] = set()
+        """Cancels of abandoned tasks under way (:meth:`cancelled_when_abandoned`), held until they end."""
 
     async def signer(self) -> TaskIdSigner:
         """The task-id signer; without a configured secret, the one shared in Redis is fetched once."""
@@ -412,7 +468,7 @@ class TTSService:
         :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
-            voice = await self.resolve_voice(body.voice)
+            voice = await self.resolve_voice(body.voice, caller)
         body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars, first_chunk)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
@@ -510,16 +566,24 @@ class TTSService:
             pass
         return url
 
-    async def resolve_voice(self, name: str, field: str = "voice") -> Voice:
-        """The named voice (or blend: :meth:`resolve_blend`), or :class:`InvalidInput` naming the field and the voices
-        that exist."""
+    async def resolve_voice(self, name: str, caller: Principal, field: str = "voice") -> Voice:
+        """The named voice (or blend: :meth:`resolve_blend`) among those ``caller`` sees (:func:`voice_owner`), or
+        :class:`InvalidInput` naming the field and the voices it sees — never another tenant's."""
         if is_blend(name):
-            return await self.resolve_blend(name, field)
-        voice = await self.voices.get(name)
+            return await self.resolve_blend(name, caller, field)
+        owner = voice_owner(caller)
+        voice = await self.voices.get(name, owner)
         if voice is None:
-            available = ", ".join(v.name for v in await self.voices.list())
-            raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
+            raise InvalidInput(field, f"unknown voice {name!r}; available: {await self._visible_names(owner)}", name)
         return voice
+
+    async def resolve_named_voice(self, name: str, caller: Principal) -> Voice | None:
+        """The voice ``name`` means to ``caller``, whole (to synthesise with: a reference voice's prompt included), or
+        None when it sees none by that name."""
+        return await self.voices.get(name, voice_owner(caller))
+
+    async def _visible_names(self, owner: str | None) -> str:
+        return ", ".join(v.name for v in await self.voices.list(owner))
 
     async def pronounced(self, body: SubmitRequest, caller: Principal, max_text_chars: int) -> SubmitRequest:
         """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
@@ -548,27 +612,33 @@ class TTSService:
             )
         return body.model_copy(update={"text": text})
 
-    async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
+    async def resolve_blend(
+        self, expression: str, caller: Principal, field: str = "voice", aliases: Mapping[str, str] | None = None
+    ) -> Voice:
         """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
-        looked up (through ``aliases``: OpenAI's names on the OpenAI route), resolved to its seed or embedding and
-        weighed (:func:`ttsq.domain.blends.blend_parts`); any problem is a 422 naming ``field``."""
+        looked up among the voices ``caller`` sees (through ``aliases``: OpenAI's names on the OpenAI route), resolved
+        to its seed or embedding and weighed (:func:`ttsq.domain.blends.blend_parts`); any problem is a 422 naming
+        ``field``. A blend of any of the caller's own voices is its tenant's (``owner``), as its cache key must say."""
         try:
             terms = parse_blend(expression)
         except BlendError as exc:
             raise InvalidInput(field, str(exc), expression[:200]) from exc
-        parts = await self._blend_parts([(name if aliases is None else aliases.get(name, name), w) for name, w in terms], field)
-        return Voice(name=expression, kind="blend", components=parts)
+        names = [(name if aliases is None else aliases.get(name, name), w) for name, w in terms]
+        parts, owned = await self._blend_parts(names, voice_owner(caller), field)
+        return Voice(name=expression, kind="blend", components=parts, owner=voice_owner(caller) if owned else None)
 
-    async def _blend_parts(self, terms: Sequence[tuple[str, float]], field: str) -> list[BlendPart]:
+    async def _blend_parts(self, terms: Sequence[tuple[str, float]], owner: str | None, field: str) -> tuple[list[BlendPart], bool]:
+        """The blend's parts among the voices ``owner`` sees, and whether any of them is ``owner``'s own."""
         voices: list[tuple[Voice, float]] = []
         for name, weight in terms:
-            voice = await self.voices.get(name)
+            voice = await self.voices.get(name, owner)
             if voice is None:
-                available = ", ".join(v.name for v in await self.voices.list())
-                raise InvalidInput(field, f"unknown voice {name!r} in the blend; available: {available}", name)
+                raise InvalidInput(
+                    field, f"unknown voice {name!r} in the blend; available: {await self._visible_names(owner)}", name
+                )
             voices.append((voice, weight))
         try:
-            return blend_parts(voices)
+            return blend_parts(voices), any(voice.owner is not None for voice, _ in voices)
         except BlendError as exc:
             raise InvalidInput(field, str(exc)) from exc
 
@@ -626,6 +696,54 @@ class TTSService:
             return Cancelled.DETACHED
         outcome = await self.queue.cancel(job, caller.reader, caller.subject)
         log.info("task %s cancel by %s: %s", job.id, caller.subject, outcome)
+        return outcome
+
+    def cancelled_when_abandoned(
+        self, pieces: AsyncIterator[_Piece], task_id: str, caller: Principal, request_state: Any
+    ) -> AsyncIterator[_Piece]:
+        """``pieces``, as the body of a request that queued ``task_id`` and is the only one listening to it (the OpenAI
+        route: its answer is the audio). When the response is over before the body ended — its client went away, before
+        or after the first audio — the task is abandoned (:meth:`abandon`) in an asyncio task of its own (what is over
+        may have been cancelled), once :func:`~ttsq.api.stream_slots.releasing` says so: it runs whatever happened."""
+        ended = False
+
+        async def body() -> AsyncIterator[_Piece]:
+            nonlocal ended
+            async for piece in pieces:
+                yield piece
+            ended = True
+
+        def over() -> None:
+            if not ended:
+                task = asyncio.get_running_loop().create_task(self._abandon_quietly(task_id, caller))
+                self._abandoning.add(task)
+                task.add_done_callback(self._abandoning.discard)
+
+        when_over(request_state, over)
+        return body()
+
+    async def _abandon_quietly(self, task_id: str, caller: Principal) -> None:
+        try:
+            await self.abandon(task_id, caller)
+        except STORE_ERRORS as exc:  # nobody is left to answer; the job then runs to its end, as before
+            log.warning("task %s: its listener went away, and Redis could not be told: %s", task_id, exc)
+
+    async def abandon(self, task_id: str, caller: Principal) -> Cancelled | None:
+        """``caller`` queued this task for one request that streams its audio, and that request's client went away
+        before the audio ended: cancel it — unless anyone else still wants it, and then change nothing.
+
+        Wanting it: a webhook waits for its outcome (``callback_url``), or a submit joined it in flight, the same
+        caller's included (``Job.joins``, checked inside the cancel script: :meth:`JobQueue.cancel` with ``sole``).
+        A running job is stopped by its worker at its next lease renewal, its rows leave the engine, and it ends
+        ``cancelled`` (docs/api.md). None when there was nothing to cancel (no such job, or it is a webhook's)."""
+        try:
+            job = await self._readable_job(task_id, caller)
+        except TaskNotFound:
+            return None
+        if job.params.callback_url is not None or job.status.is_final:
+            return None
+        outcome = await self.queue.cancel(job, caller.reader, caller.subject, sole=True)
+        log.info("task %s: its only listener went away: %s", job.id, outcome)
         return outcome
 
     # ---- operators ------------------------------------------------------------------------
@@ -834,25 +952,52 @@ class TTSService:
 
     # ---- voices ----------------------------------------------------------------------------
 
-    async def list_voices(self) -> list[Voice]:
-        return await self.voices.list()
+    async def list_voices(self, caller: Principal, tenant: str | None = None) -> list[Voice]:
+        """The voices ``caller`` sees (:func:`voice_owner`; an admin may look as ``tenant`` does: :func:`viewed_owner`),
+        as it may see them (:func:`shown`)."""
+        return [shown(voice, caller) for voice in await self.voices.list(viewed_owner(caller, tenant))]
 
-    async def get_voice(self, name: str) -> Voice | None:
-        return await self.voices.get(name)
+    async def get_voice(self, name: str, caller: Principal, tenant: str | None = None) -> Voice | None:
+        """The voice ``name`` means to ``caller`` (or, for an admin, to ``tenant``), as it may see it; None when it sees
+        none by that name — another tenant's voice is as absent as one that never existed."""
+        voice = await self.voices.get(name, viewed_owner(caller, tenant))
+        return None if voice is None else shown(voice, caller)
 
-    async def create_voice(self, name: str, *, seed: int | None, embedding: str | None) -> Voice:
-        return await self.voices.create(name, seed=seed, embedding=embedding)
+    async def create_voice(
+        self,
+        name: str,
+        caller: Principal,
+        *,
+        seed: int | None,
+        embedding: str | None,
+        shared: bool = False,
+        tenant: str | None = None,
+    ) -> Voice:
+        return await self.voices.create(name, new_voice_owner(caller, shared, tenant), seed=seed, embedding=embedding)
 
-    async def create_blend_voice(self, name: str, components: Sequence[tuple[str, float]]) -> Voice:
-        """A stored blend: its recipe, resolved now (seeds and embeddings with normalised weights), so it does not
-        change when a component voice is deleted or re-created; the worker computes its embedding (docs/voices.md)."""
-        await self.voices.check_free(name)
-        return await self.voices.create_blend(name, await self._blend_parts(components, "components"))
+    async def create_blend_voice(
+        self,
+        name: str,
+        components: Sequence[tuple[str, float]],
+        caller: Principal,
+        *,
+        shared: bool = False,
+        tenant: str | None = None,
+    ) -> Voice:
+        """A stored blend: its recipe, resolved now (seeds and embeddings with normalised weights) among the voices its
+        owner sees, so it does not change when a component voice is deleted or re-created; the worker computes its
+        embedding (docs/voices.md)."""
+        owner = new_voice_owner(caller, shared, tenant)
+        await self.voices.check_free(name, owner)
+        parts, _ = await self._blend_parts(components, owner, "components")
+        return await self.voices.create_blend(name, owner, parts)
 
-    async def delete_voice(self, name: str) -> bool:
-        return await self.voices.delete(name)
+    async def delete_voice(self, name: str, caller: Principal, tenant: str | None = None) -> bool:
+        return await self.voices.delete(name, viewed_owner(caller, tenant))
 
-    async def create_reference_voice(self, name: str, audio: bytes, transcript: str) -> Voice:
+    async def create_reference_voice(
+        self, name: str, audio: bytes, transcript: str, caller: Principal, *, shared: bool = False, tenant: str | None = None
+    ) -> Voice:
         """A voice from a recording and its transcript: checked here, encoded by a worker, stored only once encoded.
 
         The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), refused with a 422
@@ -860,7 +1005,8 @@ class TTSService:
         (:mod:`ttsq.store.voice_encodings`). What is stored is ChatTTS's speaker prompt and the transcript; the
         recording is not kept anywhere (its samples expire from Redis once encoded or given up on).
         """
-        await self.voices.check_free(name)
+        owner = new_voice_owner(caller, shared, tenant)
+        await self.voices.check_free(name, owner)
         try:
             samples = await asyncio.to_thread(decode_reference, audio)
             duration = check_reference(samples, self.config.max_reference_s)
@@ -877,7 +1023,7 @@ class TTSService:
         except EncodeFailed as exc:
             raise VoiceError(f"the recording could not be encoded: {exc}; nothing was stored", 422) from exc
         log.info("voice %s made from %.1f s of recording", name, duration)
-        return await self.voices.create_reference(name, prompt=prompt, transcript=text)
+        return await self.voices.create_reference(name, owner, prompt=prompt, transcript=text)
 
     # ---- pronunciation dictionary ---------------------------------------------------------------
 
@@ -942,7 +1088,7 @@ class TTSService:
             DrawReference(voice=voice.name, embedding=voice.embedding)
             if voice.embedding is not None
             else DrawReference(voice=voice.name, task_id=await self._preview(text, voice.seed or 0, caller))
-            for voice in await self.voices.list()
+            for voice in await self.voices.list(voice_owner(caller))
             if voice.embedding is not None or voice.seed is not None
         ]
         draw = Draw(

@@ -22,10 +22,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["HELD", "StreamSlots", "TooManyStreams", "releasing"]
+__all__ = ["HELD", "StreamSlots", "TooManyStreams", "releasing", "when_over"]
 
 HELD = "ttsq_stream_slots"
-"""Where a request keeps its slots' release functions, in its state."""
+"""Where a request keeps its slots' release functions (and whatever else waits for its response to be over), in its state."""
 
 
 class TooManyStreams(Exception):
@@ -76,12 +76,17 @@ class StreamSlots:
 
 def hold(slots: StreamSlots, caller: str, state: Any) -> None:
     """Take a slot for ``caller`` and keep it in the request's ``state`` until :func:`releasing` gives it back."""
-    release = slots.take(caller)
+    when_over(state, slots.take(caller))
+
+
+def when_over(state: Any, callback: Callable[[], None]) -> None:
+    """Have :func:`releasing` call ``callback`` once the response to the request whose ``state`` this is is over: sent,
+    failed, or abandoned by its client — even one whose body never started."""
     held = getattr(state, HELD, None)
     if held is None:
         held = []
         setattr(state, HELD, held)
-    held.append(release)
+    held.append(callback)
 
 
 def releasing(app: ASGIApp) -> ASGIApp:

@@ -158,7 +158,7 @@ def cmd_voices(client: TTSClient, args: argparse.Namespace) -> int:
 
 
 def cmd_voice_add(client: TTSClient, args: argparse.Namespace) -> int:
-    voice = client.create_voice(args.name, seed=args.seed, embedding=args.embedding)
+    voice = client.create_voice(args.name, seed=args.seed, embedding=args.embedding, shared=args.shared)
     print(f"added voice {voice.name} ({voice.kind}{'' if voice.seed is None else f', seed {voice.seed}'})")
     return EXIT_OK
 
@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = add.add_mutually_exclusive_group(required=True)
     source.add_argument("--seed", type=int, help="a speaker seed")
     source.add_argument("--embedding", help="a ChatTTS speaker embedding string")
+    add.add_argument("--shared", action="store_true", help="a global voice, every tenant's (default: the key's tenant's)")
     add.set_defaults(handler=cmd_voice_add)
 
     remove = commands.add_parser("voice-rm", parents=[common], help="delete a registered voice")

@@ -144,6 +144,8 @@ class Voice:
     builtin: bool = False
     embedding: str | None = None
     created_at: float | None = None
+    owner: str | None = None
+    """Whose voice it is (``tenant:NAME`` or ``key:ID``); None: global, every tenant's."""
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -514,9 +516,14 @@ class AsyncTTSClient:
             raise TTSError(f"unexpected response for voices: {body!r}")
         return [_parse(Voice, item) for item in items]
 
-    async def create_voice(self, name: str, *, seed: int | None = None, embedding: str | None = None) -> Voice:
-        """Register a voice from a speaker seed or a speaker embedding; :class:`Conflict` if the name is taken."""
+    async def create_voice(
+        self, name: str, *, seed: int | None = None, embedding: str | None = None, shared: bool = False
+    ) -> Voice:
+        """Register a voice from a speaker seed or a speaker embedding; :class:`Conflict` if the name is taken. The
+        voice is the key's tenant's, or global (every tenant's) when ``shared`` (docs/voices.md#tenants)."""
         body: dict[str, Any] = {"name": name}
+        if shared:
+            body["shared"] = True
         if seed is not None:
             body["seed"] = seed
         if embedding is not None:

@@ -2,7 +2,7 @@
 
 The key covers the exact text the engine receives (already canonical: see
 :func:`ttsq.domain.text.canonical_text`), the speaker identity, every sampling parameter, the output
-format, a model identity, and the caller's **sharing scope**. The scope is what keeps tenants
+format, a model identity, the caller's **sharing scope**, and the owner of a tenant's own voice. The scope is what keeps tenants
 apart: the cache and single-flight (whose marker is named by the key) find only entries and jobs
 of the same scope, so a caller can never test whether another scope synthesised a text. No scope
 (``None``: one tenant, or callers without a key) leaves the key as it was before scopes existed.
@@ -11,6 +11,10 @@ The speaker is identified by what produces the embedding — a speaker seed on a
 by a voice's *name*, so a voice re-created under the same name with a different speaker cannot hit
 the old entry. The model identity comes from settings
 (the API loads no model), and it also covers the synthesis settings that shape the audio.
+
+A tenant's own voice adds its owner (``params.voice_owner``): with ``CACHE_SCOPE=global`` the caller's scope is not in
+the key, and two tenants' voices made the same way (one seed, or one recording) must still not share audio, so
+that no tenant can learn from a cache hit what another synthesised with its voice. A global voice adds nothing.
 """
 
 from __future__ import annotations
@@ -72,5 +76,7 @@ def cache_key(params: TTSParams, model_identity: str, scope: str | None = None) 
     material: dict[str, object] = {"v": KEY_VERSION, "model": model_identity, "format": params.format, **engine_input(params)}
     if scope is not None:
         material["scope"] = scope
+    if params.voice_owner is not None:  # only for a tenant's own voice: every key made before voices had owners stays
+        material["voice_owner"] = params.voice_owner
     encoded = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(encoded.encode()).hexdigest()

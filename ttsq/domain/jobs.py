@@ -54,6 +54,11 @@ class TTSParams(SamplingFields):
 
     text: str
     voice: str | None = None
+    voice_owner: str | None = Field(
+        default=None,
+        description="The tenant whose own voice this is (``tenant:NAME``/``key:ID``); None: a global voice, or none. "
+        "Part of the cache key (:func:`ttsq.domain.cache_key.cache_key`).",
+    )
     speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
     speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
     speaker_prompt: str | None = Field(
@@ -118,6 +123,11 @@ class Job(BaseModel):
     holders: list[str] | None = Field(
         default=None,
         description="Owners who asked for it (submitter, single-flight joiners): a cancel by one of several only detaches it.",
+    )
+    joins: int = Field(
+        default=0,
+        description="Submits that joined it in flight (single-flight), its own submitter's again included: a request that "
+        "queued it and went away cancels it only while this is 0.",
     )
     cancel_requested: bool = Field(
         default=False, description="Cancelled while running: its result is discarded when its batch ends."

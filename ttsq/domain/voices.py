@@ -63,6 +63,18 @@ class Voice(BaseModel):
         None, description="The voices a blend mixes, resolved to seeds or embeddings, with their weights (blends)."
     )
     created_at: float | None = None
+    owner: str | None = Field(
+        None,
+        description="Whose voice it is: `tenant:NAME` or `key:ID` (that tenant's keys alone see and use it); "
+        "null: global (built-in voices and an admin's shared catalogue, seen by every tenant).",
+    )
+
+    def for_tts_key(self) -> Voice:
+        """The voice as a caller without the ``admin`` scope may see it: without what makes its speaker (a reference
+        voice's prompt is a compressed encoding of a person's recording, and its transcript what they said; an
+        embedding, in a voice or a blend's components, is the speaker itself), which only admins are shown."""
+        parts = None if self.components is None else [part.model_copy(update={"embedding": None}) for part in self.components]
+        return self.model_copy(update={"embedding": None, "prompt": None, "transcript": None, "components": parts})
 
 
 class VoiceError(ValueError):

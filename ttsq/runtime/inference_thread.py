@@ -72,8 +72,10 @@ _Command = _Add | _Cancel | _Call | _Stop
 class InferenceThread:
     """Runs ``setup`` (load, warm, size: it returns the batcher) and then the batcher, in one daemon thread.
 
-    ``report`` is called from this thread after every step, and after commands that produced events
-    (the worker passes a function that hands the report to its event loop). ``job_timeout_s`` bounds one step: past it the
+    ``report`` is called from this thread after every step, and after commands that produced events or left the
+    batcher idle by cancelling (the worker passes a function that hands the report to its event loop, which claims
+    again on every report: a cancel that emptied the engine without one would leave a worker that found no room while
+    the cancelled rows still waited asleep for good). ``job_timeout_s`` bounds one step: past it the
     liveness record reports the inference hung.
     """
 
@@ -84,6 +86,8 @@ class InferenceThread:
         self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.batcher: Batcher | None = None
+        self._freed = False
+        """A cancel dropped rows since the last report (read and written in this thread only)."""
 
     def start(self, setup: Callable[[], Batcher]) -> Future[Batcher]:
         """Start the thread; the future completes when ``setup`` has returned the batcher (or failed)."""
@@ -130,7 +134,8 @@ class InferenceThread:
             if not self._take_commands(batcher, events, block=not batcher.busy):
                 return
             if not batcher.busy:
-                if events:
+                if events or self._freed:
+                    self._freed = False
                     self._report(StepReport(events, rows=0, seconds=0.0))
                 continue
             before = batcher.stats.row_steps
@@ -145,6 +150,7 @@ class InferenceThread:
             finally:
                 if not batcher.busy:  # while rows remain, the next step names itself at once
                     self._record.current_job = None
+            self._freed = False
             self._report(StepReport(events, batcher.stats.row_steps - before, time.time() - started, broken))
 
     def _name_step(self, keys: list[str], started: float) -> None:
@@ -173,6 +179,7 @@ class InferenceThread:
                     events += batcher.add(command.key, request, alone=command.alone)
             elif isinstance(command, _Cancel):
                 batcher.cancel(command.key)
+                self._freed = True
             else:
                 try:
                     command.done.set_result(command.fn())

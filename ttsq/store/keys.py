@@ -242,8 +242,14 @@ class Keys:
 
     @property
     def voices(self) -> str:
-        """Hash of registered voices: name → JSON record."""
+        """Hash of the global voices (every tenant sees them: an admin's catalogue): name → JSON record. Every voice
+        stored before voices belonged to tenants is here, so a deployment's existing voices became global as they were."""
         return self.prefix + "voices"
+
+    def tenant_voices(self, owner: str) -> str:
+        """Hash of one tenant's own voices (``owner``: ``tenant:<name>`` or ``key:<id>``, the sharing scope of the key
+        that made them): name → JSON record, seen and used by that tenant's keys (and admins) only."""
+        return f"{self.prefix}voices:{owner}"
 
     @property
     def voice_encodes(self) -> str:

@@ -787,9 +787,11 @@ class JobQueue:
         ]
         return Failed.parse(await self._fail(keys=keys, args=args))
 
-    async def cancel(self, job: Job, reader: str | None, holder: str | None = None) -> Cancelled:
+    async def cancel(self, job: Job, reader: str | None, holder: str | None = None, *, sole: bool = False) -> Cancelled:
         """Cancel ``job`` for the caller — ``reader`` its key id, ``holder`` its owner name (see
-        :class:`Cancelled`); calling it again changes nothing."""
+        :class:`Cancelled`); calling it again changes nothing. ``sole``: only if no submit joined it since it was
+        queued (``Job.joins``), else :attr:`Cancelled.KEPT` and nothing changes — checked in the script, so a join
+        that lands just before is never cancelled with it."""
         keys_of = self.shards.of(job.id)
         keys = [
             keys_of.job(job.id),
@@ -805,7 +807,7 @@ class JobQueue:
             keys_of.moves,
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
-        return Cancelled.parse(await self._cancel(keys=keys, args=args))
+        return Cancelled.parse(await self._cancel(keys=keys, args=[*args, "1" if sole else "0"]))
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
         """Requeue lapsed leases and never-started claims, release due retries, on every shard — each unless

@@ -244,6 +244,8 @@ class Cancelled(Outcome):
     FINAL = "final"
     """It had already finished (done or failed): nothing to cancel."""
     GONE = "gone"
+    KEPT = "kept"
+    """A sole cancel (its submitter went away) of a job others joined: it goes on, unchanged."""
 
 
 class Requeued(Outcome):

@@ -7,13 +7,15 @@
 -- with nothing waiting leaves its lane's ring.
 -- KEYS: job, queue (the tally), processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries,
 --       its tenant's queue, its lane's ring, its lane's credit, the shard's moves (a stream: jobs left the queue)
--- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name)
--- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'}
+-- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name),
+--       sole ('1': cancel only a job nobody joined — its submitter went away — else change nothing and reply 'kept')
+-- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'} | {'kept'}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {'gone'} end
 local job = cjson.decode(raw)
 if job.status == 'cancelled' then return {'cancelled'} end
 if job.status == 'done' or job.status == 'failed' then return {'final', job.status} end
+if ARGV[7] == '1' and (tonumber(job.joins) or 0) > 0 then return {'kept'} end
 local function without(list, value)
   local kept = {}
   for _, item in ipairs(list) do

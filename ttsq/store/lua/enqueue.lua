@@ -1,7 +1,8 @@
 -- Record a job and queue its id in one step; a second call with the same id changes nothing.
 -- With single-flight on, an identical job already in flight is joined instead (its id is the
 -- value of the inflight key): the joining API key becomes one of its readers and the joining owner
--- one of its holders (whose cancels only detach them while others hold it); ARGV[5] names an
+-- one of its holders (whose cancels only detach them while others hold it), and the job counts the
+-- join (joins: a sole cancel, by a submitter who went away, leaves a joined job be); ARGV[5] names an
 -- id the caller found finished, which may be replaced. An owner (API key or client address) may
 -- have at most max_per_owner jobs queued or running. With a rate (ARGV[12]) the submit first takes a
 -- token from the caller's bucket (token_bucket.lua is put in front): one round trip pays and queues.
@@ -45,7 +46,8 @@ if single_flight then
     local other = cjson.decode(raw)
     -- An anonymous caller never joins a keyed job (it could not read it); it gets a job of its own.
     if not (ARGV[8] == '' and type(other.readers) == 'table') then
-      local changed = false
+      other.joins = (tonumber(other.joins) or 0) + 1  -- even by its own submitter: one owner may ask twice
+      local changed = true
       if ARGV[8] ~= '' and type(other.readers) == 'table' and not contains(other.readers, ARGV[8]) then
         table.insert(other.readers, ARGV[8])
         changed = true
