@@ -58,9 +58,12 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice;
     # its blends add the blend's recipe (null for other voices) and its one-voice-across-the-text flag (false); its
     # voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
-    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None}
+    # Issue 28's tenant voices add the voice's owner (null for a global voice) and the count of submits that joined
+    # the job (0); issue 32's realtime sessions, where a job's chunks stand in a longer text (0: at its start).
+    added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None, "joins": 0}
     before = json.loads(STORED_BEFORE)
     later = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False, "record_speaker": False}
+    later |= {"voice_owner": None, "first_chunk": 0}
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 
