@@ -2,11 +2,15 @@
 environment (``scripts/install_agent_clients.sh``: var/agents-venv) by tests/e2e/test_agent_clients.py.
 
     var/agents-venv/bin/python tests/agents/clients.py livekit|pipecat BASE_URL KEY MODEL TEXT...
+    PYTHONPATH=integrations var/agents-venv/bin/python tests/agents/clients.py \
+        livekit-stream|pipecat-stream BASE_URL KEY VOICE TOKEN...
 
-Prints one JSON line: the audio the client got (PCM16 bytes, sample rate, frames) and when the first audio came
-relative to the request (seconds). Each text argument is one piece the client is given (LiveKit: one ``synthesize``
-per piece, as its sentence-splitting adapter does; Pipecat: one ``TTSSpeakFrame`` per piece through a pipeline).
-This file imports only the frameworks (it never imports ttsq): it stands for an agent's process.
+Prints one JSON line: the audio the client got (PCM16 bytes, sample rate) and when the first audio came relative to
+the request (seconds). With the OpenAI clients each text argument is one piece (LiveKit: one ``synthesize`` per
+piece, as its sentence-splitting adapter does; Pipecat: one ``TTSSpeakFrame`` per piece through a pipeline); with
+ttsq's own plugins each is a token streamed in, and the line says whether audio came before the input ended.
+This file imports only the frameworks and the plugins in integrations/ (never the ttsq package): it stands for an
+agent's process.
 """
 
 from __future__ import annotations
@@ -37,31 +41,40 @@ async def livekit(base_url: str, key: str, model: str, pieces: list[str]) -> dic
     return {"pcm_bytes": len(pcm), "sample_rate": rate, "first_audio_s": first}
 
 
-async def pipecat(base_url: str, key: str, model: str, pieces: list[str]) -> dict[str, Any]:
-    from pipecat.frames.frames import EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSSpeakFrame
-    from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.pipeline.runner import PipelineRunner
-    from pipecat.pipeline.task import PipelineParams, PipelineTask
+def collector(found: dict[str, Any], started: float) -> Any:
+    """A Pipecat pipeline's sink (what a transport would play): counts the audio into ``found``, notes when the first
+    came (and, where ``found`` tracks it, whether the input had ended by then), and keeps the errors."""
+    from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-    from pipecat.services.openai.tts import OpenAITTSService
 
-    found: dict[str, Any] = {"pcm_bytes": 0, "sample_rate": 0, "first_audio_s": None, "errors": []}
-    started = time.perf_counter()
-
-    class Collector(FrameProcessor):  # type: ignore[misc]  # the pipeline's sink: what a transport would play
+    class Collector(FrameProcessor):  # type: ignore[misc]
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
             if isinstance(frame, TTSAudioRawFrame):
                 if found["first_audio_s"] is None:
                     found["first_audio_s"] = time.perf_counter() - started
+                    if "input_ended" in found:
+                        found["audio_before_input_ended"] = not found["input_ended"]
                 found["pcm_bytes"] += len(frame.audio)
                 found["sample_rate"] = frame.sample_rate
             elif isinstance(frame, ErrorFrame):
                 found["errors"].append(str(frame.error))
             await self.push_frame(frame, direction)
 
+    return Collector()
+
+
+async def pipecat(base_url: str, key: str, model: str, pieces: list[str]) -> dict[str, Any]:
+    from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.runner import PipelineRunner
+    from pipecat.pipeline.task import PipelineParams, PipelineTask
+    from pipecat.services.openai.tts import OpenAITTSService
+
+    found: dict[str, Any] = {"pcm_bytes": 0, "sample_rate": 0, "first_audio_s": None, "errors": []}
+    started = time.perf_counter()
     tts = OpenAITTSService(api_key=key, base_url=f"{base_url}/v1", voice="alloy", model=model)
-    task = PipelineTask(Pipeline([tts, Collector()]), params=PipelineParams(audio_out_sample_rate=24_000))
+    task = PipelineTask(Pipeline([tts, collector(found, started)]), params=PipelineParams(audio_out_sample_rate=24_000))
     await task.queue_frames([*(TTSSpeakFrame(piece) for piece in pieces), EndFrame()])
     await PipelineRunner(handle_sigint=False).run(task)
     return found
@@ -105,39 +118,21 @@ async def pipecat_stream(base_url: str, key: str, voice: str, pieces: list[str])
     service pushes: a response start, text frames, a response end); says whether audio came before the reply ended."""
     from pipecat.frames.frames import (
         EndFrame,
-        ErrorFrame,
-        Frame,
         LLMFullResponseEndFrame,
         LLMFullResponseStartFrame,
         LLMTextFrame,
-        TTSAudioRawFrame,
     )
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.runner import PipelineRunner
     from pipecat.pipeline.task import PipelineParams, PipelineTask
-    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from ttsq_pipecat import TTSQTTSService
 
     found: dict[str, Any] = {"pcm_bytes": 0, "sample_rate": 0, "first_audio_s": None, "errors": []}
     found["input_ended"] = False
     found["audio_before_input_ended"] = False
     started = time.perf_counter()
-
-    class Collector(FrameProcessor):  # type: ignore[misc]  # the pipeline's sink: what a transport would play
-        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-            await super().process_frame(frame, direction)
-            if isinstance(frame, TTSAudioRawFrame):
-                if found["first_audio_s"] is None:
-                    found["first_audio_s"] = time.perf_counter() - started
-                    found["audio_before_input_ended"] = not found["input_ended"]
-                found["pcm_bytes"] += len(frame.audio)
-                found["sample_rate"] = frame.sample_rate
-            elif isinstance(frame, ErrorFrame):
-                found["errors"].append(str(frame.error))
-            await self.push_frame(frame, direction)
-
     tts = TTSQTTSService(base_url=base_url, api_key=key if key.startswith("ttsq_") else None, voice=voice, seed=7)
-    task = PipelineTask(Pipeline([tts, Collector()]), params=PipelineParams(audio_out_sample_rate=24_000))
+    task = PipelineTask(Pipeline([tts, collector(found, started)]), params=PipelineParams(audio_out_sample_rate=24_000))
 
     async def llm() -> None:  # an LLM's reply, a token at a time
         await task.queue_frame(LLMFullResponseStartFrame())
