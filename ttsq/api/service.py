@@ -834,14 +834,15 @@ class TTSService:
     async def create_reference_voice(self, name: str, audio: bytes, transcript: str) -> Voice:
         """A voice from a recording and its transcript: checked here, encoded by a worker, stored only once encoded.
 
-        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), refused with a 422
+        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), within bounds on its
+        rate, length and decoding time read before and while it is decoded, refused with a 422
         naming ``audio`` or ``transcript`` (:mod:`ttsq.domain.reference_audio`), then handed to a worker's DVAE encoder
         (:mod:`ttsq.store.voice_encodings`). What is stored is ChatTTS's speaker prompt and the transcript; the
         recording is not kept anywhere (its samples expire from Redis once encoded or given up on).
         """
         await self.voices.check_free(name)
         try:
-            samples = await asyncio.to_thread(decode_reference, audio)
+            samples = await asyncio.to_thread(decode_reference, audio, self.config.max_reference_s)
             duration = check_reference(samples, self.config.max_reference_s)
         except ReferenceAudioError as exc:
             raise InvalidInput("audio", str(exc)) from exc
