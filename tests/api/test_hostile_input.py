@@ -35,6 +35,7 @@ ISSUE_CASES = [
     ("/v1/tts/submit", b'{"text":"hi","seed":' + b"7" * 5000 + b"}", "seed"),
     ("/v1/tts/submit", b'{"text":"hi","seed":1,"seed":2}', "seed"),
     ("/v1/tts/submit", b'{"text":"hi","voice":' + b"[" * 20_000 + b"]" * 20_000 + b"}", "voice"),
+    ("/v1/tts/submit", b'{"text":"hi","voice":[' + b"0," * 1000 + b"0]}", "voice"),
     ("/v1/voices", b'{"name":"x","seed":NaN}', "seed"),
     ("/v1/voices", b'{"name":"\\ud800","seed":1}', "name"),
     ("/v1/voices", b'{"name":"x","embedding":"\\ud800"}', "embedding"),
