@@ -394,12 +394,13 @@ class TTSService:
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
         submit pays one token of ``caller``'s bucket — inside the script that queues the job, so paying
-        costs no round trip of its own (a cache hit pays on its own) — and raises
+        costs no round trip of its own (a cache hit pays on its own; a text that runs a regex entry of the dictionary
+        pays before it runs, :meth:`pronounced`) — and raises
         :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice)
-        body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
+        body, paid = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
@@ -410,7 +411,7 @@ class TTSService:
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
-                rate = await self._pay(caller)
+                rate = paid or await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
                     signer.new(shard),
@@ -444,7 +445,7 @@ class TTSService:
             owner=caller.subject,
             reader=caller.reader,
             max_per_owner=self.config.max_queued_per_key,
-            charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+            charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None and paid is None else None,
             tenant=caller.tenant,
             priority=caller.priority(body.priority),
             weight=caller.weight,
@@ -469,7 +470,7 @@ class TTSService:
             joined=result.joined,
             notice=self.config.notice,
         )
-        return Submitted(answer, result.rate)
+        return Submitted(answer, result.rate or paid)
 
     async def _pay(self, caller: Principal) -> RateDecision | None:
         """One token of ``caller``'s bucket for a submit that queues nothing."""
@@ -507,24 +508,36 @@ class TTSService:
             raise InvalidInput(field, f"unknown voice {name!r}; available: {available}", name)
         return voice
 
-    async def pronounced(self, body: SubmitRequest, caller: Principal, max_text_chars: int) -> SubmitRequest:
+    async def pronounced(
+        self, body: SubmitRequest, caller: Principal, max_text_chars: int
+    ) -> tuple[SubmitRequest, RateDecision | None]:
         """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
-        normalised and split (so the job's text and its cache key are the rewritten text's).
+        normalised and split (so the job's text and its cache key are the rewritten text's); and the submit's token,
+        when it was taken here.
 
         A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
-        is refused here, saying so (``max_text_chars``: the route's limit). A regex entry past its time limit refuses
-        the submit naming the entry.
+        is refused here, saying so (``max_text_chars``: the route's limit). Regex entries may each run up to their
+        time limit, so when the caller's entries include one, the submit's token is taken first (a caller with an
+        empty bucket gets its 429 before any regex runs, and a submit refused by a regex's time limit has paid like
+        any other) and the entries run in a thread, the ``regex`` module releasing the GIL, off the event loop. A
+        regex entry past its time limit refuses the submit naming the entry.
         """
         if self.pronunciation is None or len(body.text) > max_text_chars:
-            return body
+            return body, None
         dictionary = await self.pronunciation.dictionary()
         key = caller.key
+        scopes = caller_scopes(key.id if key else None, key.tenant if key else None)
+        paid = None
         try:
-            text = dictionary.apply(body.text, caller_scopes(key.id if key else None, key.tenant if key else None))
+            if dictionary.runs_regexes(body.text, scopes):
+                paid = await self._pay(caller)
+                text = await asyncio.to_thread(dictionary.apply, body.text, scopes)
+            else:
+                text = dictionary.apply(body.text, scopes)
         except DictionaryTimeout as exc:
             raise InvalidInput("text", str(exc), body.text[:200]) from exc
         if text == body.text:
-            return body
+            return body, paid
         if len(text) > max_text_chars:
             raise InvalidInput(
                 "text",
@@ -532,7 +545,7 @@ class TTSService:
                 f"the limit is {max_text_chars}",
                 body.text[:200],
             )
-        return body.model_copy(update={"text": text})
+        return body.model_copy(update={"text": text}), paid
 
     async def resolve_blend(self, expression: str, field: str = "voice", aliases: Mapping[str, str] | None = None) -> Voice:
         """A blend written in a request (``"zh_female*0.7+narrator*0.3"``) as a voice of kind ``blend``: each name
