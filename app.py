@@ -181,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         max_bytes=config.max_body_bytes,
         larger={"/v1/voices": (config.max_voice_body_bytes, "MAX_VOICE_BODY_BYTES")},
+        read_timeout_s=config.body_read_timeout_s,
     )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

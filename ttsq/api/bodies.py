@@ -21,7 +21,8 @@ with another ``Content-Type`` (415) — is handed to the route as no body at all
 request's state; the caller dependency (``deps.py``) raises it once the caller is authenticated
 (:func:`ttsq.api.errors.raise_refused_body`), so a caller without a valid key gets its 401 and learns nothing,
 not even what is wrong with its body. Before reading a byte of the body it asks ``before_body`` (``deps.py``:
-the route's caller is authenticated and authorised first) and reads nothing for a caller that is refused.
+the route's caller is authenticated and authorised first) and reads nothing for a caller that is refused, whose
+answer then closes the connection.
 Outside it, ``BodyLimitMiddleware`` bounds what is read.
 """
 
@@ -267,15 +268,16 @@ def strict_json(app: ASGIApp, before_body: Callable[[Scope], Awaitable[bool]] | 
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        checked = False
+        checked = unread = False
 
         async def checking() -> Message:
-            nonlocal checked
+            nonlocal checked, unread
             # The router has put the matched route in the scope by the time the route reads its body.
             if checked or getattr(scope.get("route"), "body_field", None) is None:
                 return await receive()
             checked = True
             if before_body is not None and not await before_body(scope):
+                unread = True
                 return {"type": "http.request", "body": b"", "more_body": False}
             chunks: list[bytes] = []
             while True:
@@ -298,6 +300,13 @@ def strict_json(app: ASGIApp, before_body: Callable[[Scope], Awaitable[bool]] | 
                 body = b""
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await app(scope, checking, send)
+        async def closing(message: Message) -> None:
+            """The answer to a refused caller closes the connection: its body was never read, and a client that goes
+            on sending it (or trickling it) would otherwise keep the connection."""
+            if unread and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, checking, closing)
 
     return checked_app
