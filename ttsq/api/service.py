@@ -472,11 +472,11 @@ class TTSService:
         )
         return Submitted(answer, result.rate or paid)
 
-    async def _pay(self, caller: Principal) -> RateDecision | None:
-        """One token of ``caller``'s bucket for a submit that queues nothing."""
+    async def _pay(self, caller: Principal, cost: int = 1) -> RateDecision | None:
+        """``cost`` tokens (one unless told) of ``caller``'s bucket, for work that is not paid by queuing it."""
         if self.rate_limiter is None:
             return None
-        decision = await self.rate_limiter.take(caller.subject)
+        decision = await self.rate_limiter.take(caller.subject, cost)
         if not decision.allowed:
             raise RateLimitExceeded(decision)
         return decision
@@ -919,11 +919,13 @@ class TTSService:
     async def draw_voices(self, n: int, language: DrawLanguage, caller: Principal) -> Draw:
         """Queue a draw of ``n`` voices (at most ``DRAW_MAX_N``): ``n × oversample`` fresh seeds, each spoken once
         (a preview job that records the speaker embedding its worker drew), and a preview of every seed voice to
-        measure against; the draw pays one token of the caller's bucket. Its previews are ordinary jobs: they batch
-        with every other request and are readable by the caller like its own tasks."""
+        measure against; the draw pays one token of the caller's bucket per job it queues (at most the whole bucket),
+        before queuing any: one token once queued 24 jobs. Its previews are ordinary jobs: they batch with every other
+        request and are readable by the caller like its own tasks."""
         draws = self._voice_draws()
         n = min(n, draws.config.max_n)  # as a long-poll's wait is capped by MAX_WAIT_S
-        await self._pay(caller)
+        measured = [voice for voice in await self.voices.list() if voice.embedding is not None or voice.seed is not None]
+        await self._pay(caller, n * draws.config.oversample + sum(1 for voice in measured if voice.embedding is None))
         text = canonical_text(draws.config.preview_text_zh if language == "zh" else draws.config.preview_text_en)
         seeds: list[int] = []
         while len(seeds) < n * draws.config.oversample:
@@ -935,8 +937,7 @@ class TTSService:
             DrawReference(voice=voice.name, embedding=voice.embedding)
             if voice.embedding is not None
             else DrawReference(voice=voice.name, task_id=await self._preview(text, voice.seed or 0, caller))
-            for voice in await self.voices.list()
-            if voice.embedding is not None or voice.seed is not None
+            for voice in measured
         ]
         draw = Draw(
             id=draws.store.new_id(), keep=n, language=language, reader=caller.reader, candidates=candidates, references=references

@@ -193,7 +193,7 @@ def _min_width(pattern: str, compiled: regex.Pattern[str], timeout_s: float) -> 
     (its syntax is mostly the ``regex`` module's), else 0 if it matches empty in one of :data:`_PROBES` (None:
     no empty match seen)."""
     try:
-        from re import _parser  # type: ignore[attr-defined]
+        from re import _parser
 
         width: int = _parser.parse(pattern).getwidth()[0]
         return width
