@@ -119,6 +119,23 @@ async def test_the_fixed_hostile_corpus_on_every_route(
     assert above_warning(caplog) == []
 
 
+@pytest.mark.parametrize("auth", ["auto", "on"])
+async def test_inputs_that_cost_work_are_refused_naming_their_field(
+    redis: Redis, make_settings: Any, caplog: pytest.LogCaptureFixture, auth: str
+) -> None:
+    """Issue 28's costly inputs (:func:`tests.fuzz.hostile.abuse_cases`): pathological recordings, an oversize form,
+    regexes that compile to gigabytes or match nothing, texts of digits that read aloud for minutes."""
+    async with api_client(make_settings(auth=auth)) as (client, _):
+        key = await new_key(redis, "admin") if auth == "on" else None
+        spec = (await client.get("/openapi.json", headers=bearer(key) if key else {})).json()
+        corpus = hostile.abuse_cases(spec)
+        assert len(corpus) == 9 + 1 + 7 + 2, "every kind reaches its operation"
+        outcome = await hostile.send(client, corpus, key=key)
+    assert outcome.problems == [], "\n".join(outcome.problems)
+    assert outcome.server_errors == 0 and outcome.statuses[413] == 1
+    assert above_warning(caplog) == []
+
+
 async def test_an_echo_that_json_cannot_carry_is_made_safe_not_a_500() -> None:
     """The 422 echoes what was sent; whatever a validator echoes — a non-finite number, a lone surrogate, bytes that are
     not UTF-8 — the answer is still strict JSON in UTF-8 (the cause of issue 20's 500s, behind the strict reader)."""
