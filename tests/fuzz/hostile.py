@@ -237,6 +237,10 @@ def abuse_cases(spec: dict[str, Any], max_voice_body_bytes: int = 8 * 2**20) -> 
         for name, audio in recordings.items():
             body = json.dumps({"name": "hostile_audio", "audio": base64.b64encode(audio).decode(), "transcript": transcript})
             found.append(Case(name, *voices, body.encode(), names=("audio",), must_refuse=True, documented=documented[voices]))
+        ints = b"[" + b"0," * (4 * 2**20 - 2) + b"0]"  # 8 MiB: it once held the event loop 8 s, parsed and walked
+        found.append(
+            Case("an 8 MiB array of integers", *voices, ints, names=("body",), must_refuse=True, documented=documented[voices])
+        )
         form, form_type = _multipart({"name": "big", "transcript": transcript}, {"audio": b"\0" * (max_voice_body_bytes + 1)})
         found.append(
             Case("a form over MAX_VOICE_BODY_BYTES", *voices, form, form_type, must_refuse=True, documented=documented[voices])
