@@ -11,7 +11,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import AdminCaller, ServiceDep
-from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE
+from ttsq.api.errors import (
+    AUTH_RESPONSES,
+    BODY_TIMEOUT_RESPONSE,
+    BODY_TOO_LARGE_RESPONSE,
+    ERROR_RESPONSES,
+    UNSUPPORTED_MEDIA_TYPE_RESPONSE,
+)
 from ttsq.api.schemas import REQUEST_MODEL, DeadLetter, DeadLetterList, ErrorBody, RequeueResponse
 from ttsq.api.service import SCOPE_PATTERN, EntryConflict, EntryKind, EntryLanguage, PronunciationEntry, Requeued
 
@@ -112,6 +118,7 @@ _NO_ENTRY = {"model": ErrorBody, "description": "No entry with that id."}
     response_model=PronunciationEntry,
     responses={
         409: {"model": ErrorBody, "description": "The scope already has this entry, or holds as many as it may."},
+        408: BODY_TIMEOUT_RESPONSE,
         413: BODY_TOO_LARGE_RESPONSE,
         415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,

@@ -23,7 +23,7 @@ import query_api
 import realtime_api
 import submit_api
 import voices_api
-from deps import ApiKeyCaller, MetricsCaller, document_security
+from deps import ApiKeyCaller, MetricsCaller, authenticate_before_body, document_security
 from settings import Settings, get_settings, startup_warnings
 from ttsq.api.auth import Authenticator, KeyPolicy
 from ttsq.api.bodies import strict_json
@@ -176,12 +176,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ],
         )
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
-    app.add_middleware(strict_json)  # inside the body limit: it reads only what the limit lets through
+    # inside the body limit: it reads only what the limit lets through, and only once the route's caller may send it
+    app.add_middleware(strict_json, before_body=authenticate_before_body)
     app.add_middleware(multipart_as_json, paths=["/v1/voices"])  # a form on this route becomes its JSON, checked as JSON
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=config.max_body_bytes,
         larger={"/v1/voices": (config.max_voice_body_bytes, "MAX_VOICE_BODY_BYTES")},
+        read_timeout_s=config.body_read_timeout_s,
     )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import (
     AUTH_RESPONSES,
+    BODY_TIMEOUT_RESPONSE,
     BODY_TOO_LARGE_RESPONSE,
     ERROR_RESPONSES,
     QUEUE_FULL_RESPONSE,
@@ -78,6 +79,7 @@ class DrawBody(BaseModel):
     status_code=status.HTTP_202_ACCEPTED,
     response_model=DrawBody,
     responses={
+        408: BODY_TIMEOUT_RESPONSE,
         413: BODY_TOO_LARGE_RESPONSE,
         415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,

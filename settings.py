@@ -330,6 +330,14 @@ class Settings(BaseSettings):
         "`MAX_BODY_BYTES`.",
         json_schema_extra=_group("Security and fair use"),
     )
+    body_read_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How long a request body may take to arrive whole, from the route's first read of it; past it, "
+        "408 and the connection is closed (a client that declares more than it sends cannot hold one).",
+        json_schema_extra=_group("Security and fair use"),
+    )
     consistent_voice: bool = Field(
         False,
         description="Keep one voice across a long text by default: the first chunk's audio becomes the speaker prompt "

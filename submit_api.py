@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response, status
 from deps import ServiceDep, TTSCaller
 from ttsq.api.errors import (
     AUTH_RESPONSES,
+    BODY_TIMEOUT_RESPONSE,
     BODY_TOO_LARGE_RESPONSE,
     ERROR_RESPONSES,
     QUEUE_FULL_RESPONSE,
@@ -33,6 +34,7 @@ TASK_LINKS = task_links("$response.body#/task_id")
             "links": TASK_LINKS,
         },
         202: {"description": "Queued, or joined an identical task in flight.", "headers": RATE_LIMIT_HEADERS, "links": TASK_LINKS},
+        408: BODY_TIMEOUT_RESPONSE,
         413: BODY_TOO_LARGE_RESPONSE,
         415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,

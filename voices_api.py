@@ -11,7 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from starlette.convertors import Convertor, register_url_convertor
 
 from deps import AdminCaller, ServiceDep, TTSCaller
-from ttsq.api.errors import AUTH_RESPONSES, BODY_TOO_LARGE_RESPONSE, ERROR_RESPONSES, UNSUPPORTED_MEDIA_TYPE_RESPONSE, invalid_field
+from ttsq.api.errors import (
+    AUTH_RESPONSES,
+    BODY_TIMEOUT_RESPONSE,
+    BODY_TOO_LARGE_RESPONSE,
+    ERROR_RESPONSES,
+    UNSUPPORTED_MEDIA_TYPE_RESPONSE,
+    invalid_field,
+)
 from ttsq.api.schemas import NO_NUL, REQUEST_MODEL, ErrorBody
 from ttsq.api.service import MAX_BLEND_COMPONENTS, MAX_SEED, VOICE_NAME, Voice, validate_voice_name
 
@@ -171,6 +178,7 @@ async def list_voices(service: ServiceDep, caller: TTSCaller, tenant: Tenant = N
         201: {"description": "The voice, usable by name at once.", "links": _VOICE_LINKS},
         503: {"model": ErrorBody, "description": "Redis is unreachable, or no worker encoded the recording in time."},
         409: {"model": ErrorBody, "description": "The name is taken, or a built-in voice's."},
+        408: BODY_TIMEOUT_RESPONSE,
         413: BODY_TOO_LARGE_RESPONSE,
         415: UNSUPPORTED_MEDIA_TYPE_RESPONSE,
         **ERROR_RESPONSES,

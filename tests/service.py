@@ -42,10 +42,13 @@ class Service:
     env: dict[str, str]
     api_url: str = ""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    named: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    """Each process by the name it was started with (the latest one of a name)."""
 
     def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
         process = spawn(args, cwd=ROOT, env={**self.env, **env}, log=self.tmp / f"{name}.log")
         self.processes.append(process)
+        self.named[name] = process
         return process
 
     def start_api(self, name: str = "api", host: str = "127.0.0.1", **env: str) -> str:

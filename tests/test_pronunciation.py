@@ -90,6 +90,13 @@ def test_the_callers_key_beats_its_tenant_which_beats_global() -> None:
     [
         ({"kind": "regex", "match": "(unclosed", "replacement": "x"}, "match", "not a valid regular expression"),
         ({"kind": "regex", "match": "a*", "replacement": "x"}, "match", "empty string"),
+        ({"kind": "regex", "match": r"\b", "replacement": "x"}, "match", "zero characters"),
+        ({"kind": "regex", "match": "(?=x)", "replacement": "x"}, "match", "zero characters"),
+        ({"kind": "regex", "match": "(?<=x)", "replacement": "x"}, "match", "zero characters"),
+        ({"kind": "regex", "match": r"\p{Lu}*(?=x)", "replacement": "x"}, "match", "zero characters"),
+        ({"kind": "regex", "match": "a{100000000}", "replacement": "x"}, "match", "multiply to 100000000"),
+        ({"kind": "regex", "match": "(?:a{1000}){1000}", "replacement": "x"}, "match", "multiply to 1000000"),
+        ({"kind": "regex", "match": "((a{10}){10}){11}", "replacement": "x"}, "match", "multiply to 1100"),
         ({"kind": "regex", "match": "(a)b", "replacement": r"\2"}, "replacement", "group"),
         ({"kind": "word", "match": "x" * 41, "replacement": "x"}, "match", "limit is 40"),
         ({"kind": "word", "match": "x", "replacement": "y" * 41}, "replacement", "limit is 40"),
@@ -102,6 +109,21 @@ def test_bad_entries_are_refused_naming_the_field(fields: dict[str, Any], field:
     with pytest.raises(DictionaryError) as refused:
         check_entry(PronunciationEntry(id="x", created_at=0.0, **fields), LIMITS)
     assert refused.value.field == field and words in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"\bSQL\b", "(?<=Mr)\\.", r"\p{Han}+市", "(?:ab){10}c{100}", "[{}]{3}", r"\p{L}{2}", "a{1000}", "(?:foo){e<=1}"]
+)
+def test_patterns_with_width_and_modest_counts_are_taken(pattern: str) -> None:
+    check_entry(PronunciationEntry(id="x", created_at=0.0, kind="regex", match=pattern, replacement="y"), LIMITS)
+
+
+def test_an_empty_match_is_never_replaced_even_by_an_entry_stored_before_zero_width_patterns_were_refused() -> None:
+    def stored(match: str, replacement: str) -> PronunciationEntry:  # not checked: as an older version stored it
+        return PronunciationEntry(id=match, kind="regex", match=match, replacement=replacement, created_at=0.0)
+
+    assert apply("a b", stored(r"\b", "X")) == "a b"
+    assert apply("x-ray, xx", stored("x*", "Y")) == "Y-ray, Y"
 
 
 def test_a_catastrophic_regex_is_stopped_by_its_time_limit_naming_the_entry() -> None:

@@ -62,7 +62,8 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # the job (0); issue 32's realtime sessions, where a job's chunks stand in a longer text (0: at its start).
     added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None, "joins": 0}
     before = json.loads(STORED_BEFORE)
-    later = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False, "record_speaker": False}
+    later: dict[str, object] = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False}
+    later |= {"record_speaker": False}
     later |= {"voice_owner": None, "first_chunk": 0}
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}

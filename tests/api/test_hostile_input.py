@@ -35,6 +35,7 @@ ISSUE_CASES = [
     ("/v1/tts/submit", b'{"text":"hi","seed":' + b"7" * 5000 + b"}", "seed"),
     ("/v1/tts/submit", b'{"text":"hi","seed":1,"seed":2}', "seed"),
     ("/v1/tts/submit", b'{"text":"hi","voice":' + b"[" * 20_000 + b"]" * 20_000 + b"}", "voice"),
+    ("/v1/tts/submit", b'{"text":"hi","voice":[' + b"0," * 1000 + b"0]}", "voice"),
     ("/v1/voices", b'{"name":"x","seed":NaN}', "seed"),
     ("/v1/voices", b'{"name":"\\ud800","seed":1}', "name"),
     ("/v1/voices", b'{"name":"x","embedding":"\\ud800"}', "embedding"),
@@ -115,6 +116,23 @@ async def test_the_fixed_hostile_corpus_on_every_route(
         outcome = await hostile.send(client, corpus, key=key)
     assert outcome.problems == [], "\n".join(outcome.problems[:20])
     assert outcome.server_errors == 0 and outcome.sent == len(corpus)
+    assert above_warning(caplog) == []
+
+
+@pytest.mark.parametrize("auth", ["auto", "on"])
+async def test_inputs_that_cost_work_are_refused_naming_their_field(
+    redis: Redis, make_settings: Any, caplog: pytest.LogCaptureFixture, auth: str
+) -> None:
+    """Issue 28's costly inputs (:func:`tests.fuzz.hostile.abuse_cases`): pathological recordings, an oversize form,
+    regexes that compile to gigabytes or match nothing, texts of digits that read aloud for minutes."""
+    async with api_client(make_settings(auth=auth)) as (client, _):
+        key = await new_key(redis, "admin") if auth == "on" else None
+        spec = (await client.get("/openapi.json", headers=bearer(key) if key else {})).json()
+        corpus = hostile.abuse_cases(spec)
+        assert len(corpus) == 9 + 2 + 7 + 2, "every kind reaches its operation"
+        outcome = await hostile.send(client, corpus, key=key)
+    assert outcome.problems == [], "\n".join(outcome.problems)
+    assert outcome.server_errors == 0 and outcome.statuses[413] == 1
     assert above_warning(caplog) == []
 
 

@@ -106,6 +106,9 @@ async def test_the_openai_route_applies_the_dictionary(client: httpx.AsyncClient
     [
         ({"kind": "regex", "match": "(oops", "replacement": "x"}, "match", "not a valid regular expression"),
         ({"kind": "regex", "match": "x?", "replacement": "y"}, "match", "empty string"),
+        ({"kind": "regex", "match": r"\b", "replacement": "y"}, "match", "zero characters"),
+        ({"kind": "regex", "match": "(?=x)", "replacement": "y"}, "match", "zero characters"),
+        ({"kind": "regex", "match": "(?:a{1000}){1000}", "replacement": "y"}, "match", "multiply to 1000000"),
         ({"kind": "regex", "match": "(x)", "replacement": r"\3"}, "replacement", "group"),
         ({"match": "x" * 201, "replacement": "y"}, "match", "limit is 200"),
         ({"match": "x", "replacement": "[spk_emb]"}, "replacement", "[spk_emb]"),
@@ -138,6 +141,23 @@ async def test_a_catastrophic_regex_refuses_the_submit_naming_the_entry(client: 
     entry = await add(client, kind="regex", match="(a|aa)+b", replacement="x")
     refused = await client.post("/v1/tts/submit", json={"text": "a" * 80 + "!"})
     assert refused.status_code == 422 and entry["id"] in refused.text
+
+
+async def test_a_submit_that_runs_regex_entries_pays_its_token_before_they_run_timed_out_or_not(
+    make_settings: Any, redis: Redis
+) -> None:
+    """Submits refused by a regex's time limit each spent its time and paid nothing, so a caller could repeat them
+    at will; now each pays one token, as a queued submit does (and no more), and an empty bucket is a 429."""
+    async with api_client(make_settings(rate_limit_burst=2, rate_limit_per_s=0.001)) as (client, _):
+        await add(client, kind="regex", match="(a|aa)+b", replacement="x")
+        answers = [await client.post("/v1/tts/submit", json={"text": "a" * 80 + "!"}) for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [422, 422, 429], [answer.text for answer in answers]
+    await redis.flushdb()  # a full bucket again, and no entry
+    async with api_client(make_settings(rate_limit_burst=2, rate_limit_per_s=0.001)) as (client, _):
+        await add(client, kind="regex", match=r"\bSQL\b", replacement="sequel")
+        answers = [await client.post("/v1/tts/submit", json={"text": f"SQL {n}."}) for n in range(3)]
+    assert [answer.status_code for answer in answers] == [202, 202, 429], "one token each, not two"
+    assert answers[1].headers["RateLimit-Remaining"] == "0"
 
 
 async def test_a_text_the_dictionary_makes_too_long_is_refused_saying_so(make_settings: Any) -> None:

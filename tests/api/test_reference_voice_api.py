@@ -18,6 +18,7 @@ import soundfile as sf
 from redis.asyncio import Redis
 
 from tests.conftest import api_client, queue_config
+from tests.test_reference_audio import long_flac, wav
 from tests.test_worker import running_worker
 from ttsq.domain.reference_audio import decode_reference
 from ttsq.inference.chattts import ChatTTSEngine
@@ -98,11 +99,23 @@ async def test_a_voice_from_a_recording_speaks_on_the_openai_route_through_a_rea
         (lambda: audio_file(31.0, rate=16_000), TRANSCRIPT * 5, "audio", "at most 30 s"),
         (lambda: audio_file(5.0, amplitude=0.0), TRANSCRIPT, "audio", "silent"),
         (lambda: b"RIFF this is not audio at all" * 10, TRANSCRIPT, "audio", "not decodable"),
+        (lambda: wav(1, 120_000), TRANSCRIPT, "audio", "sample rate of 1 Hz"),
+        (lambda: long_flac(3_600), TRANSCRIPT, "audio", "longer than 30 s"),
         (lambda: audio_file(5.0), "   ", "transcript", "empty"),
         (lambda: audio_file(5.0), "嗯", "transcript", "implausible"),
         (lambda: audio_file(3.0), "x" * 200, "transcript", "implausible"),
     ],
-    ids=["too-short", "too-long", "silent", "not-audio", "empty-transcript", "transcript-too-short", "transcript-too-long"],
+    ids=[
+        "too-short",
+        "too-long",
+        "silent",
+        "not-audio",
+        "1-hz-header",
+        "hour-of-flac",
+        "empty-transcript",
+        "transcript-too-short",
+        "transcript-too-long",
+    ],
 )
 async def test_bad_recordings_and_transcripts_get_a_422_naming_the_problem_and_nothing_is_stored(
     client: httpx.AsyncClient, make: Any, transcript: str, field: str, problem: str

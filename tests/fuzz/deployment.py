@@ -39,6 +39,8 @@ FUZZ_SETTINGS = {
     # and here it would only hide the task routes behind 429s.
     "RATE_LIMIT_PER_S": "100000",
     "RATE_LIMIT_BURST": "100000",
+    # Bodies declared and never finished (hostile.unsent_bodies) are answered 408 after this, not after a minute.
+    "BODY_READ_TIMEOUT_S": "2",
     "PYTHONUNBUFFERED": "1",
 }
 

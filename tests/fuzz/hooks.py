@@ -80,10 +80,18 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
-    "text": ("text is empty", "nothing", "control token", "pronunciation"),
-    "input": ("text is empty", "nothing", "control token", "pronunciation"),
+    "text": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
+    "input": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
-    "match": ("not a valid regular expression", "empty string", "whitespace", "the limit is", "ran past its time limit"),
+    "match": (
+        "not a valid regular expression",
+        "empty string",
+        "zero characters",
+        "repetition counts",
+        "whitespace",
+        "the limit is",
+        "ran past its time limit",
+    ),
     "replacement": ("refers to a group", "control token", "the limit is"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }

@@ -12,14 +12,22 @@ value in each of its fields, the whole-body cases and the content types; every o
 query parameters (raw percent-encoded bytes among them) and a hostile body it may ignore. :func:`cases` is the
 fixed corpus (``make test`` sends it all); :func:`random_cases` draws combinations — several hostile values at
 once, nested at random depths, beside unknown fields — ``make fuzz`` sends many.
+
+:func:`abuse_cases` are the inputs that cost the API work rather than break its parser (issue 28): recordings whose
+header claims 1 Hz to 10 MHz, 64 channels or an hour of FLAC, truncated files, a form over
+``MAX_VOICE_BODY_BYTES``, dictionary regexes that compile to gigabytes or match nothing, and texts of digits that
+read aloud for minutes. Each must be refused with a 4xx naming its field. :func:`unsent_bodies` declares bodies it
+never finishes sending, on raw sockets (a live server only): each must be answered (401, 403 or 408), never held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import re
+import socket
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +53,8 @@ VALUES: dict[str, str] = {
     "an array nested 40 deep": "[" * 40 + "]" * 40,
     "an array nested 20000 deep": "[" * 20_000 + "]" * 20_000,
     "an object nested 40 deep": '{"a":' * 40 + "1" + "}" * 40,
+    "an array of 2000 numbers": "[" + "0," * 1999 + "0]",
+    "an object of 1500 keys": "{" + ",".join(f'"k{index}":null' for index in range(1500)) + "}",
     "NaN inside an array": "[1, NaN]",
     "a lone surrogate inside an object": '{"x": "\\ud800"}',
     "a lone surrogate as a key": '{"\\ud800": 1}',
@@ -129,9 +139,7 @@ def _body_cases(method: str, path: str, base: dict[str, Any], forms: bool = Fals
             changed = [(key, value if key == field_name else text) for key, text in fields]
             if field_name not in base:
                 changed.append((field_name, value))
-            found.append(
-                Case(f"{value_name} in {field_name}", method, path, _body(changed), names=(field_name,), must_refuse=True)
-            )
+            found.append(Case(f"{value_name} in {field_name}", method, path, _body(changed), names=(field_name,), must_refuse=True))
     for key, _ in fields:
         twice = _body([*fields, (key, json.dumps(base[key]))])
         found.append(Case(f"{key} twice", method, path, twice, names=(key,), must_refuse=True))
@@ -194,6 +202,110 @@ def cases(spec: dict[str, Any]) -> list[Case]:
             forms = "multipart/form-data" in operation["requestBody"].get("content", {})
             found += _documented(operation, _body_cases(method, path, BASE_BODIES[(method, path)], forms))
         found += _documented(operation, _parameter_cases(method, path, operation.get("parameters", [])))
+    return found
+
+
+def _multipart(fields: dict[str, str], files: dict[str, bytes], boundary: str = "hostile-boundary") -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body and its ``Content-Type``."""
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    for name, data in files.items():
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.wav"\r\n'
+        parts.append(head.encode() + b"Content-Type: audio/wav\r\n\r\n" + data + b"\r\n")
+    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def abuse_cases(spec: dict[str, Any], max_voice_body_bytes: int = 8 * 2**20) -> list[Case]:
+    """Inputs that cost work rather than break parsing, on the operations of ``spec`` that take them (see the module's
+    docstring); each must be refused naming its field (a 413 for the oversize form)."""
+    from tests.test_reference_audio import long_flac, wav
+
+    documented = {(method, path): frozenset(op.get("responses", {})) for method, path, op in operations(spec)}
+    found: list[Case] = []
+    voices = ("post", "/v1/voices")
+    if voices in documented:
+        transcript = "今天天气很好，我们一起去公园散步吧。"
+        recordings = {
+            **{f"a WAV whose header says {rate} Hz": wav(rate, 120_000) for rate in (1, 100, 7_999, 192_001, 10_000_000)},
+            "a WAV whose header says 64 channels": wav(16_000, 2_000, channels=64),
+            "an hour of FLAC": long_flac(3_600),
+            "a WAV cut inside its header": wav(16_000, 80_000)[:30],
+            "a WAV claiming 18 hours": wav(16_000, 80_000, declared=2**31)[:40_000],
+        }
+        for name, audio in recordings.items():
+            body = json.dumps({"name": "hostile_audio", "audio": base64.b64encode(audio).decode(), "transcript": transcript})
+            found.append(Case(name, *voices, body.encode(), names=("audio",), must_refuse=True, documented=documented[voices]))
+        ints = b"[" + b"0," * (4 * 2**20 - 2) + b"0]"  # 8 MiB: it once held the event loop 8 s, parsed and walked
+        found.append(
+            Case("an 8 MiB array of integers", *voices, ints, names=("body",), must_refuse=True, documented=documented[voices])
+        )
+        form, form_type = _multipart({"name": "big", "transcript": transcript}, {"audio": b"\0" * (max_voice_body_bytes + 1)})
+        found.append(
+            Case("a form over MAX_VOICE_BODY_BYTES", *voices, form, form_type, must_refuse=True, documented=documented[voices])
+        )
+    entries = ("post", "/v1/admin/pronunciation")
+    if entries in documented:
+        for pattern in ("a{100000000}", "(?:a{1000}){1000}", r"\b", "(?=x)", "(?<=x)", "x?", "(unclosed"):
+            body = json.dumps({"kind": "regex", "match": pattern, "replacement": "y", "scope": "global"})
+            found.append(
+                Case(
+                    f"the regex {pattern}",
+                    *entries,
+                    body.encode(),
+                    names=("match",),
+                    must_refuse=True,
+                    documented=documented[entries],
+                )
+            )
+    texts = {("post", "/v1/tts/submit"): "text", ("post", "/v1/audio/speech"): "input"}
+    for (method, path), field_name in texts.items():
+        if (method, path) in documented:
+            digits = json.dumps({**BASE_BODIES[(method, path)], field_name: "9" * 4096}).encode()
+            found.append(
+                Case(
+                    "4096 digits",
+                    method,
+                    path,
+                    digits,
+                    names=(field_name,),
+                    must_refuse=True,
+                    documented=documented[(method, path)],
+                )
+            )
+    return found
+
+
+@dataclass(frozen=True)
+class Unsent:
+    """A body declared in ``Content-Length`` and never finished: the answer's status (None: the connection closed
+    without one) and whether the server closed the connection after it (rather than waiting for the rest)."""
+
+    path: str
+    status: int | None
+    closed: bool
+
+
+def unsent_bodies(host: str, port: int, key: str | None, *, declared: int = 60_000, wait_s: float = 120) -> list[Unsent]:
+    """Declare a ``declared``-byte JSON body to every operation in :data:`BASE_BODIES`, send half of it, and wait for
+    the server (blocking; ``wait_s`` only guards against a hang, the server must answer by ``BODY_READ_TIMEOUT_S``)."""
+    found = []
+    for _, path in BASE_BODIES:
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json", f"Content-Length: {declared}"]
+        if key is not None:
+            head.append(f"Authorization: Bearer {key}")
+        with socket.create_connection((host, port), timeout=wait_s) as conn:
+            conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + b'{"text":"' + b"x" * (declared // 2))
+            received = b""
+            try:
+                while chunk := conn.recv(65536):
+                    received += chunk
+                closed = True
+            except TimeoutError:
+                closed = False
+        status = int(received.split(b" ", 2)[1]) if received.startswith(b"HTTP/1.1 ") else None
+        found.append(Unsent(path, status, closed))
     return found
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -25,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from tests.fuzz import hostile
 from tests.fuzz.deployment import Deployment, Target, deployment
@@ -166,54 +169,145 @@ def fuzz(target: Target, *, max_examples: int, seed: int | None = None, workers:
     return Outcome(result.returncode, output, seconds, shown, report, checks)
 
 
+HEALTHZ_MAX_S = 1.0
+"""Slowest ``/healthz`` answer allowed while the hostile corpus runs (``make fuzz`` only; ``make test`` asserts no
+timing)."""
+
+RSS_BOUND_MB = 300
+"""Most resident memory the API process may reach while the hostile corpus runs (``make fuzz``): it starts near
+100 MB and peaked at 117 MB (bench/results/hostile.md); a 1 Hz recording header alone once grew it by 22 GB."""
+
+
+@dataclass
+class Watch:
+    """``/healthz`` answered and the API process's memory sampled every ``interval_s`` from a thread, while a run lasts."""
+
+    url: str
+    pid: int
+    interval_s: float = 0.2
+    probes: int = 0
+    slowest_s: float = 0.0
+    failed_probes: int = 0
+    rss_start_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _rss_mb(self) -> float:
+        process = psutil.Process(self.pid)
+        return float(sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])) / 2**20
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    ok = client.get(f"{self.url}/healthz").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.slowest_s = max(self.slowest_s, time.monotonic() - started)
+                self.probes += 1
+                self.failed_probes += 0 if ok else 1
+                self.rss_peak_mb = max(self.rss_peak_mb, self._rss_mb())
+                self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> Watch:
+        self.rss_start_mb = self.rss_peak_mb = self._rss_mb()
+        self._thread = threading.Thread(target=self._run, name="watch-healthz", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def held(self) -> bool:
+        return self.failed_probes == 0 and self.slowest_s < HEALTHZ_MAX_S and self.rss_peak_mb <= RSS_BOUND_MB
+
+
 @dataclass(frozen=True)
 class HostileOutcome:
-    """The hostile-JSON corpus against one API: its answers, and what the API logged above WARNING meanwhile."""
+    """The hostile corpus against one API: its answers, what the API logged above WARNING meanwhile, the bodies it was
+    never sent in full, and (``make fuzz``) how ``/healthz`` and the process's memory held up."""
 
     outcome: hostile.Outcome
     fixed: int
     drawn: int
     logged: list[str]
     seconds: float
+    abuse: int = 0
+    unsent: list[hostile.Unsent] = field(default_factory=list)
+    watch: Watch | None = None
+
+    @property
+    def unsent_problems(self) -> list[str]:
+        return [
+            f"POST {u.path} with a body never finished -> {u.status}, connection {'closed' if u.closed else 'held'}"
+            for u in self.unsent
+            if u.status not in (401, 403, 408) or not u.closed
+        ]
 
     @property
     def passed(self) -> bool:
-        return not self.outcome.problems and self.outcome.server_errors == 0 and not self.logged
+        held = self.watch is None or self.watch.held
+        return (
+            not self.outcome.problems and self.outcome.server_errors == 0 and not self.logged and not self.unsent_problems and held
+        )
 
 
-def hostile_run(deployed: Deployment, target: Target, *, draws: int, seed: int) -> HostileOutcome:
-    """Send the fixed corpus and ``draws`` drawn cases per operation with a body to ``target`` (with its key)."""
+def hostile_run(deployed: Deployment, target: Target, *, draws: int, seed: int, watch: bool = False) -> HostileOutcome:
+    """Send the fixed corpus, the costly inputs and ``draws`` drawn cases per operation with a body to ``target`` (with
+    its key), then declare bodies it never finishes; ``watch``: probe ``/healthz`` and sample the API's memory all along."""
     before = len(deployed.service.log(target.process))
     headers = {"Authorization": f"Bearer {target.key}"} if target.key else {}
 
-    async def send() -> tuple[hostile.Outcome, int, int]:
+    async def send() -> tuple[hostile.Outcome, int, int, int]:
         async with httpx.AsyncClient(base_url=target.url, timeout=REQUEST_TIMEOUT_S) as client:
             spec = (await client.get("/openapi.json", headers=headers)).raise_for_status().json()
-            fixed, drawn = hostile.cases(spec), hostile.random_cases(spec, draws, seed)
-            return await hostile.send(client, fixed + drawn, key=target.key), len(fixed), len(drawn)
+            fixed, abuse, drawn = hostile.cases(spec), hostile.abuse_cases(spec), hostile.random_cases(spec, draws, seed)
+            return await hostile.send(client, fixed + abuse + drawn, key=target.key), len(fixed), len(drawn), len(abuse)
 
+    watcher = Watch(target.url, deployed.service.named[target.process].pid) if watch else None
     started = time.monotonic()
-    outcome, fixed, drawn = asyncio.run(send())
+    with watcher if watcher is not None else contextlib.nullcontext():
+        outcome, fixed, drawn, abuse = asyncio.run(send())
+        port = httpx.URL(target.url).port
+        assert port is not None
+        unsent = hostile.unsent_bodies("127.0.0.1", port, target.key)
+        if target.key is not None:  # and without it: refused before the body, never waited for
+            unsent += hostile.unsent_bodies("127.0.0.1", port, None)
     seconds = time.monotonic() - started
     logged = hostile.log_lines_above_warning(deployed.service.log(target.process)[before:].decode("utf-8", "replace"))
-    return HostileOutcome(outcome, fixed, drawn, logged, seconds)
+    return HostileOutcome(outcome, fixed, drawn, logged, seconds, abuse, unsent, watcher)
 
 
 def hostile_markdown(target: Target, result: HostileOutcome) -> list[str]:
     """The hostile corpus's section of ``bench/results/fuzz.md`` for one target."""
     outcome = result.outcome
     statuses = ", ".join(f"{status}: {count}" for status, count in sorted(outcome.statuses.items()))
+    unsent = ", ".join(f"{u.path} {u.status}{'' if u.closed else ' (held)'}" for u in result.unsent)
     lines = [
-        f"## hostile JSON corpus, {target.name}: {'passed' if result.passed else 'FAILED'}",
+        f"## hostile corpus, {target.name}: {'passed' if result.passed else 'FAILED'}",
         "",
-        f"- requests: {outcome.sent} ({result.fixed} of the fixed corpus, {result.drawn} drawn) in {result.seconds:.0f}s, "
-        "to every operation of the schema",
+        f"- requests: {outcome.sent} ({result.fixed} of the fixed corpus, {result.abuse} costly inputs, {result.drawn} drawn) "
+        f"in {result.seconds:.0f}s, to every operation of the schema",
         f"- answers by status: {statuses}",
         f"- server errors (5xx or a dropped connection): {outcome.server_errors}",
         f"- answers breaking a rule (not refused, field not named, status not documented): {len(outcome.problems)}",
         f"- API log lines above WARNING meanwhile: {len(result.logged)}",
+        f"- bodies declared and never finished: {unsent}",
     ]
-    shown = [*outcome.problems[:20], *result.logged[:20]]
+    if result.watch is not None:
+        watch = result.watch
+        lines += [
+            f"- /healthz meanwhile: {watch.probes} probes, slowest {watch.slowest_s * 1000:.0f} ms (bound "
+            f"{HEALTHZ_MAX_S * 1000:.0f} ms), {watch.failed_probes} failed",
+            f"- API resident memory: {watch.rss_start_mb:.0f} MB at the start, {watch.rss_peak_mb:.0f} MB at most "
+            f"(bound {RSS_BOUND_MB} MB)",
+        ]
+    shown = [*outcome.problems[:20], *result.logged[:20], *result.unsent_problems]
     if shown:
         lines += ["", "```", *shown, "```"]
     return [*lines, ""]
@@ -267,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hostile-draws", type=int, default=500, help="hostile-JSON bodies drawn per operation with a body (and the fixed corpus)"
     )
+    parser.add_argument(
+        "--hostile-only", action="store_true", help="skip schemathesis: only the hostile corpus (make fuzz-hostile)"
+    )
     parser.add_argument("--output", type=Path, help="write the summary here (markdown: date, command, cases, each check)")
     parser.add_argument(
         "--logs", type=Path, default=ROOT / "var" / "fuzz", help="the CLI's full reports and, on failure, the processes' logs"
@@ -283,21 +380,28 @@ def main(argv: list[str] | None = None) -> int:
     for stale in args.logs.glob("*-deployment.log"):  # a passing run leaves none, so an old one would mislead
         stale.unlink()
     report = [
-        "# API fuzzing (`make fuzz`)",
+        "# Hostile corpus (`make fuzz-hostile`)" if args.hostile_only else "# API fuzzing (`make fuzz`)",
         "",
         f"- date: {started:%Y-%m-%d %H:%M} UTC",
         f"- command: `{invocation.strip()}`, seed {seed} (reproduce with `--seed {seed}`)",
-        f"- examples per operation and phase: {args.max_examples}; schemathesis checks: {CHECKS} (positive_data_acceptance as "
-        "schema_valid_requests_are_served, use_after_free as deleted_resources_are_gone), plus no_internal_details",
-        f"- hostile-JSON corpus (`tests/fuzz/hostile.py`): the fixed corpus and {args.hostile_draws} drawn bodies per operation "
-        "with a body, on every operation of each API",
+    ]
+    if not args.hostile_only:
+        report.append(
+            f"- examples per operation and phase: {args.max_examples}; schemathesis checks: {CHECKS} (positive_data_acceptance "
+            "as schema_valid_requests_are_served, use_after_free as deleted_resources_are_gone), plus no_internal_details"
+        )
+    report += [
+        f"- hostile corpus (`tests/fuzz/hostile.py`): the fixed corpus, the costly inputs and {args.hostile_draws} drawn bodies "
+        "per operation with a body, on every operation of each API, then bodies declared and never finished; /healthz "
+        f"probed every 0.2 s meanwhile (slowest allowed {HEALTHZ_MAX_S:g} s) and the API's memory sampled (at most "
+        f"{RSS_BOUND_MB} MB)",
         "- deployment: redis-server, one worker on the tiny checkpoint, two API replicas "
         "(keys optional; AUTH=on with an admin key)",
         "",
     ]
     failed = False
     with tempfile.TemporaryDirectory(prefix="ttsq-fuzz-deploy-") as tmp, deployment(Path(tmp), checkpoint) as deployed:
-        for target in (deployed.open, deployed.keyed):
+        for target in () if args.hostile_only else (deployed.open, deployed.keyed):
             outcome = fuzz(target, max_examples=args.max_examples, seed=seed, workers=args.workers)
             slug = "keyed" if target.key else "open"
             (args.logs / f"{slug}.txt").write_text(outcome.output)
@@ -308,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
                 (args.logs / f"{slug}-deployment.log").write_text(deployed.logs())
             report += markdown(target, outcome)
         for target in (deployed.open, deployed.keyed):
-            result = hostile_run(deployed, target, draws=args.hostile_draws, seed=seed)
-            print(f"hostile JSON corpus, {target.name}: {'passed' if result.passed else 'FAILED'}", flush=True)
+            result = hostile_run(deployed, target, draws=args.hostile_draws, seed=seed, watch=True)
+            print(f"hostile corpus, {target.name}: {'passed' if result.passed else 'FAILED'}", flush=True)
             if not result.passed:
                 failed = True
                 (args.logs / f"hostile-{target.process}-deployment.log").write_text(deployed.logs())

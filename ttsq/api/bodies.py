@@ -8,18 +8,31 @@ broke the 422 answer itself, whose strict JSON and UTF-8 encoding of the echoed 
 connection and an ERROR traceback that any caller could cause at will. NUL characters and nesting deeper than
 :data:`MAX_DEPTH` are refused too: no field needs them. :func:`read_json` is the one reader of these rules.
 
+What reading may cost is bounded before the reader runs. Python's reader holds the event loop (and the GIL) for as
+long as it takes, about a second per 4 million numbers here, and the body is read twice (here, then by FastAPI);
+so a body of more than :data:`MAX_VALUES` values or nested past :data:`MAX_DEPTH` is refused from a count of its
+brackets and commas (:func:`_shape_problem`: ``bytes.count`` when the count alone proves the body small, else a
+scan of its tokens that stops at the first value over either bound), and never parsed. A body longer than
+:data:`OFF_LOOP_BYTES` (only a reference recording's route takes one) is checked in a thread.
+
 :func:`strict_json` (a middleware) applies them on every route that takes a JSON body, when the route reads it
 (routes without a body never have theirs read). A refused body — not JSON, one of the values above, or sent
 with another ``Content-Type`` (415) — is handed to the route as no body at all, and the refusal is kept in the
 request's state; the caller dependency (``deps.py``) raises it once the caller is authenticated
 (:func:`ttsq.api.errors.raise_refused_body`), so a caller without a valid key gets its 401 and learns nothing,
-not even what is wrong with its body. Outside it, ``BodyLimitMiddleware`` bounds what is read.
+not even what is wrong with its body. Before reading a byte of the body it asks ``before_body`` (``deps.py``:
+the route's caller is authenticated and authorised first) and reads nothing for a caller that is refused, whose
+answer then closes the connection.
+Outside it, ``BodyLimitMiddleware`` bounds what is read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.message import Message as MimeMessage
 from typing import Any
@@ -28,13 +41,30 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER_CHARS", "REFUSAL", "UnsupportedMediaType", "read_json", "strict_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NUMBER_CHARS",
+    "MAX_VALUES",
+    "OFF_LOOP_BYTES",
+    "REFUSAL",
+    "UnsupportedMediaType",
+    "read_json",
+    "strict_json",
+]
 
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects a body may have (every request body of this API is one flat object)."""
 
 MAX_NUMBER_CHARS = 64
 """Longest number literal, in characters: far past any field's range, short of what makes parsing costly."""
+
+MAX_VALUES = 1_000
+"""Most values (counted as its commas and opening brackets) a body may hold: the largest body of this API is one
+object of a few dozen, and what reading costs grows with them."""
+
+OFF_LOOP_BYTES = 65_536
+"""A body longer than this is checked in a thread: ``MAX_BODY_BYTES``'s default, so only the routes with a larger
+limit of their own (a reference recording, ``MAX_VOICE_BODY_BYTES``) send one there."""
 
 MAX_ERRORS = 10
 """Most refusals named in one answer."""
@@ -136,36 +166,49 @@ def _problems(value: Any) -> list[tuple[Loc, str]]:
     return found
 
 
-def _too_deep(text: str) -> Loc:
-    """The top-level field whose value nests past :data:`MAX_DEPTH` (empty: the body itself), read by counting
-    brackets outside strings — only for a body too deep for the reader, so ordinary bodies never pay for it."""
-    depth, key, last, start = 0, None, None, 0
-    in_string = escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-                last = text[start : index + 1]
-        elif char == '"':
-            in_string, start = True, index
-        elif char in "[{":
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]')
+"""A JSON string or one structural character: what :func:`_shape_problem` steps over (numbers and literals are
+skipped by the scanner, in C)."""
+
+
+def _shape_problem(body: bytes) -> tuple[Loc, str] | None:
+    """Where ``body`` nests past :data:`MAX_DEPTH` or holds more than :data:`MAX_VALUES` values, and which, read from
+    its brackets and commas before any parsing (the field: the top-level key it happened under). Counting the
+    bytes proves most bodies small at once (a bracket or comma inside a string only adds to the count); the rest are
+    scanned token by token, and the scan stops at the first value past a bound, so its steps are bounded too."""
+    opens = body.count(b"[") + body.count(b"{")
+    if opens <= MAX_DEPTH and opens + body.count(b",") <= MAX_VALUES:
+        return None
+    depth = values = 0
+    key: str | None = None
+    last: bytes | None = None
+    for step, token in enumerate(_TOKEN.finditer(body)):
+        if step > 4 * MAX_VALUES:  # a key, a colon, a value and a comma per value, at most: the rest is not JSON
+            return (() if key is None else (key,)), f"more than {MAX_VALUES} values; a request body holds at most {MAX_VALUES}"
+        text = token.group()
+        if text[:1] == b'"':
+            last = text
+            continue
+        if text in b"[{":
             depth += 1
+            values += 1
             if depth > MAX_DEPTH:
-                return () if key is None else (key,)
-        elif char in "]}":
+                return (() if key is None else (key,)), f"nested more than {MAX_DEPTH} levels deep"
+        elif text in b"]}":
             depth -= 1
-        elif depth == 1 and char == ":" and last is not None:
+        elif text == b",":
+            values += 1
+            if depth == 1:
+                key = None
+        elif depth == 1 and last is not None:  # a colon after a top-level key
             try:
                 key = _printable(json.loads(last))
             except ValueError:
-                key = last[1:-1]
-        elif depth == 1 and char == ",":
-            key = None
-    return ()
+                key = last[1:-1].decode("utf-8", "backslashreplace")
+        if values > MAX_VALUES:
+            return (() if key is None else (key,)), f"more than {MAX_VALUES} values; a request body holds at most {MAX_VALUES}"
+        last = None
+    return None
 
 
 def _error(loc: Loc, message: str) -> dict[str, Any]:
@@ -174,16 +217,17 @@ def _error(loc: Loc, message: str) -> dict[str, Any]:
 
 def read_json(body: bytes) -> Any:
     """``body`` as JSON by RFC 8259's rules (in UTF-8), or :class:`RequestValidationError` naming each refused field."""
+    shape = _shape_problem(body)
+    if shape is not None:
+        raise RequestValidationError([_error(*shape)])
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RequestValidationError([_error((), "the request body is not JSON in UTF-8")]) from exc
     try:
-        value = json.loads(
-            text, parse_constant=_constant, parse_int=_int, parse_float=_float, object_pairs_hook=_object
-        )
-    except RecursionError as exc:  # nested about a thousand levels deep: find the field it happened in
-        raise RequestValidationError([_error(_too_deep(text), f"nested more than {MAX_DEPTH} levels deep")]) from exc
+        value = json.loads(text, parse_constant=_constant, parse_int=_int, parse_float=_float, object_pairs_hook=_object)
+    except RecursionError as exc:  # only where the scan and the reader disagree about a malformed body
+        raise RequestValidationError([_error((), f"nested more than {MAX_DEPTH} levels deep")]) from exc
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise RequestValidationError([_error((), f"the request body is not JSON: {exc.msg} ({where})")]) from exc
@@ -215,22 +259,26 @@ def _refusal(content_type: str | None, body: bytes) -> Exception | None:
     return None
 
 
-def strict_json(app: ASGIApp) -> ASGIApp:
+def strict_json(app: ASGIApp, before_body: Callable[[Scope], Awaitable[bool]] | None = None) -> ASGIApp:
     """``app`` with the body of every route that reads a JSON body checked as it is read (see the module's docstring);
-    a middleware factory for ``app.add_middleware``."""
+    a middleware factory for ``app.add_middleware``. ``before_body``: whether the body may be read at all (False:
+    the route gets no body, and nothing is read from the client)."""
 
     async def checked_app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        checked = False
+        checked = unread = False
 
         async def checking() -> Message:
-            nonlocal checked
+            nonlocal checked, unread
             # The router has put the matched route in the scope by the time the route reads its body.
             if checked or getattr(scope.get("route"), "body_field", None) is None:
                 return await receive()
             checked = True
+            if before_body is not None and not await before_body(scope):
+                unread = True
+                return {"type": "http.request", "body": b"", "more_body": False}
             chunks: list[bytes] = []
             while True:
                 message = await receive()
@@ -241,12 +289,24 @@ def strict_json(app: ASGIApp) -> ASGIApp:
                     break
             body = b"".join(chunks)
             content_type = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"content-type"), None)
-            refusal = _refusal(content_type, body) if body else None
+            if not body:
+                refusal = None
+            elif len(body) > OFF_LOOP_BYTES:
+                refusal = await asyncio.to_thread(_refusal, content_type, body)
+            else:
+                refusal = _refusal(content_type, body)
             if refusal is not None:
                 scope.setdefault("state", {})[REFUSAL] = refusal
                 body = b""
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await app(scope, checking, send)
+        async def closing(message: Message) -> None:
+            """The answer to a refused caller closes the connection: its body was never read, and a client that goes
+            on sending it (or trickling it) would otherwise keep the connection."""
+            if unread and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, checking, closing)
 
     return checked_app

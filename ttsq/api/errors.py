@@ -69,6 +69,13 @@ BODY_TOO_LARGE_RESPONSE: dict[str, Any] = {
 }
 """413, on every route that takes a body."""
 
+BODY_TIMEOUT_RESPONSE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The request body did not arrive whole within `BODY_READ_TIMEOUT_S`; the connection is closed and "
+    "nothing was queued.",
+}
+"""408, on every route that takes a body (:class:`ttsq.api.headers.BodyTimedOut`)."""
+
 UNSUPPORTED_MEDIA_TYPE_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
     "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`); nothing was read.",
@@ -137,6 +144,7 @@ OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
         "`Retry-After` seconds.",
     },
+    408: {"model": OpenAIErrorBody, "description": "The request body did not arrive whole within `BODY_READ_TIMEOUT_S`."},
     413: {"model": OpenAIErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
     415: {"model": OpenAIErrorBody, "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`)."},
     500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
@@ -147,6 +155,7 @@ _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",

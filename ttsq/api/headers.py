@@ -8,6 +8,7 @@ their script from a CDN and are left without it).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from starlette.exceptions import HTTPException
@@ -53,6 +54,18 @@ class BodyTooLarge(HTTPException):
         self.limit = limit
 
 
+class BodyTimedOut(HTTPException):
+    """A request body that did not arrive whole within its time (``BODY_READ_TIMEOUT_S``): answered 408, and the
+    connection is closed (``Connection: close``), so a client that declared more than it sends cannot hold it."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s (BODY_READ_TIMEOUT_S); nothing was read or queued",
+            headers={"Connection": "close"},
+        )
+
+
 def declared_length(values: list[bytes]) -> int | None:
     """The body length that ``Content-Length`` field values declare, read as HTTP reads them (RFC 9110, 5.5 and 8.6):
     the whitespace around a field value is not part of it, and a list of identical lengths (several fields, or one
@@ -69,17 +82,29 @@ def declared_length(values: list[bytes]) -> int | None:
 
 
 class BodyLimitMiddleware:
-    """Refuse a body over ``max_bytes`` before anything reads it.
+    """Refuse a body over ``max_bytes`` before anything reads it, or one that does not arrive in ``read_timeout_s``.
 
     A declared ``Content-Length`` over the limit is refused at once, without reading a byte of the
     body; a body without one (chunked) is counted as it streams in and refused the moment it passes
     the limit. Either way :class:`BodyTooLarge` reaches the app's error handlers, which answer 413 in
     the route's own error shape (native or OpenAI). Starlette's own limiter answers in plain text
     and replaces the app's answer, so it is not used.
+
+    The whole body must come within ``read_timeout_s`` of the app's first read of it, else
+    :class:`BodyTimedOut` (408, and the connection closed): uvicorn has no such deadline, and a body that
+    declared more than it sent held its connection for as long as the client liked (≥ 200 s measured).
+    Once the body is complete, reads pass through untimed (a streamed answer reads on, for the disconnect).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, tuple[int, str]] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        larger: Mapping[str, tuple[int, str]] | None = None,
+        read_timeout_s: float | None = None,
+    ) -> None:
         self.app = app
+        self.read_timeout_s = read_timeout_s
         self.max_bytes = max_bytes
         self.larger = dict(larger or {})
         """Paths whose bodies may be larger (a reference recording on ``POST /v1/voices``): path → (limit, the
@@ -93,17 +118,27 @@ class BodyLimitMiddleware:
         declared = declared_length([value for name, value in scope["headers"] if name == b"content-length"])
         too_large = declared is not None and declared > limit
         received = 0
+        complete = False
+        deadline: float | None = None
 
         async def counting() -> Message:
-            nonlocal received
+            nonlocal received, complete, deadline
             if too_large:  # refused before a byte of the body is read
                 raise BodyTooLarge(limit, setting)
-            message = await receive()
+            if complete or self.read_timeout_s is None:
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.read_timeout_s if deadline is None else deadline
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimedOut(self.read_timeout_s) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if received > limit:
                     raise BodyTooLarge(limit, setting)
             return message
 
         await self.app(scope, counting, send)
-

@@ -464,12 +464,13 @@ class TTSService:
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
         submit pays one token of ``caller``'s bucket — inside the script that queues the job, so paying
-        costs no round trip of its own (a cache hit pays on its own) — and raises
+        costs no round trip of its own (a cache hit pays on its own; a text that runs a regex entry of the dictionary
+        pays before it runs, :meth:`pronounced`) — and raises
         :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
         if voice is None and body.voice is not None:
             voice = await self.resolve_voice(body.voice, caller)
-        body = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
+        body, paid = await self.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars, first_chunk)
         callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
@@ -480,7 +481,7 @@ class TTSService:
         if params.cache_key is not None:
             hit = await self.cache.find(params.cache_key)
             if hit is not None:
-                rate = await self._pay(caller)
+                rate = paid or await self._pay(caller)
                 entry = hit.entry
                 job = await self.queue.record_done(
                     signer.new(shard),
@@ -514,7 +515,7 @@ class TTSService:
             owner=caller.subject,
             reader=caller.reader,
             max_per_owner=self.config.max_queued_per_key,
-            charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None else None,
+            charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None and paid is None else None,
             tenant=caller.tenant,
             priority=caller.priority(body.priority),
             weight=caller.weight,
@@ -539,13 +540,13 @@ class TTSService:
             joined=result.joined,
             notice=self.config.notice,
         )
-        return Submitted(answer, result.rate)
+        return Submitted(answer, result.rate or paid)
 
-    async def _pay(self, caller: Principal) -> RateDecision | None:
-        """One token of ``caller``'s bucket for a submit that queues nothing."""
+    async def _pay(self, caller: Principal, cost: int = 1) -> RateDecision | None:
+        """``cost`` tokens (one unless told) of ``caller``'s bucket, for work that is not paid by queuing it."""
         if self.rate_limiter is None:
             return None
-        decision = await self.rate_limiter.take(caller.subject)
+        decision = await self.rate_limiter.take(caller.subject, cost)
         if not decision.allowed:
             raise RateLimitExceeded(decision)
         return decision
@@ -585,24 +586,36 @@ class TTSService:
     async def _visible_names(self, owner: str | None) -> str:
         return ", ".join(v.name for v in await self.voices.list(owner))
 
-    async def pronounced(self, body: SubmitRequest, caller: Principal, max_text_chars: int) -> SubmitRequest:
+    async def pronounced(
+        self, body: SubmitRequest, caller: Principal, max_text_chars: int
+    ) -> tuple[SubmitRequest, RateDecision | None]:
         """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
-        normalised and split (so the job's text and its cache key are the rewritten text's).
+        normalised and split (so the job's text and its cache key are the rewritten text's); and the submit's token,
+        when it was taken here.
 
         A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
-        is refused here, saying so (``max_text_chars``: the route's limit). A regex entry past its time limit refuses
-        the submit naming the entry.
+        is refused here, saying so (``max_text_chars``: the route's limit). Regex entries may each run up to their
+        time limit, so when the caller's entries include one, the submit's token is taken first (a caller with an
+        empty bucket gets its 429 before any regex runs, and a submit refused by a regex's time limit has paid like
+        any other) and the entries run in a thread, the ``regex`` module releasing the GIL, off the event loop. A
+        regex entry past its time limit refuses the submit naming the entry.
         """
         if self.pronunciation is None or len(body.text) > max_text_chars:
-            return body
+            return body, None
         dictionary = await self.pronunciation.dictionary()
         key = caller.key
+        scopes = caller_scopes(key.id if key else None, key.tenant if key else None)
+        paid = None
         try:
-            text = dictionary.apply(body.text, caller_scopes(key.id if key else None, key.tenant if key else None))
+            if dictionary.runs_regexes(body.text, scopes):
+                paid = await self._pay(caller)
+                text = await asyncio.to_thread(dictionary.apply, body.text, scopes)
+            else:
+                text = dictionary.apply(body.text, scopes)
         except DictionaryTimeout as exc:
             raise InvalidInput("text", str(exc), body.text[:200]) from exc
         if text == body.text:
-            return body
+            return body, paid
         if len(text) > max_text_chars:
             raise InvalidInput(
                 "text",
@@ -610,7 +623,7 @@ class TTSService:
                 f"the limit is {max_text_chars}",
                 body.text[:200],
             )
-        return body.model_copy(update={"text": text})
+        return body.model_copy(update={"text": text}), paid
 
     async def resolve_blend(
         self, expression: str, caller: Principal, field: str = "voice", aliases: Mapping[str, str] | None = None
@@ -1000,7 +1013,8 @@ class TTSService:
     ) -> Voice:
         """A voice from a recording and its transcript: checked here, encoded by a worker, stored only once encoded.
 
-        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), refused with a 422
+        The recording is decoded and resampled to 24 kHz mono in a thread (PyAV; no torch here), within bounds on its
+        rate, length and decoding time read before and while it is decoded, refused with a 422
         naming ``audio`` or ``transcript`` (:mod:`ttsq.domain.reference_audio`), then handed to a worker's DVAE encoder
         (:mod:`ttsq.store.voice_encodings`). What is stored is ChatTTS's speaker prompt and the transcript; the
         recording is not kept anywhere (its samples expire from Redis once encoded or given up on).
@@ -1008,7 +1022,7 @@ class TTSService:
         owner = new_voice_owner(caller, shared, tenant)
         await self.voices.check_free(name, owner)
         try:
-            samples = await asyncio.to_thread(decode_reference, audio)
+            samples = await asyncio.to_thread(decode_reference, audio, self.config.max_reference_s)
             duration = check_reference(samples, self.config.max_reference_s)
         except ReferenceAudioError as exc:
             raise InvalidInput("audio", str(exc)) from exc
@@ -1072,11 +1086,14 @@ class TTSService:
     async def draw_voices(self, n: int, language: DrawLanguage, caller: Principal) -> Draw:
         """Queue a draw of ``n`` voices (at most ``DRAW_MAX_N``): ``n × oversample`` fresh seeds, each spoken once
         (a preview job that records the speaker embedding its worker drew), and a preview of every seed voice to
-        measure against; the draw pays one token of the caller's bucket. Its previews are ordinary jobs: they batch
-        with every other request and are readable by the caller like its own tasks."""
+        measure against; the draw pays one token of the caller's bucket per job it queues (at most the whole bucket),
+        before queuing any: one token once queued 24 jobs. Its previews are ordinary jobs: they batch with every other
+        request and are readable by the caller like its own tasks."""
         draws = self._voice_draws()
         n = min(n, draws.config.max_n)  # as a long-poll's wait is capped by MAX_WAIT_S
-        await self._pay(caller)
+        visible = await self.voices.list(voice_owner(caller))
+        measured = [voice for voice in visible if voice.embedding is not None or voice.seed is not None]
+        await self._pay(caller, n * draws.config.oversample + sum(1 for voice in measured if voice.embedding is None))
         text = canonical_text(draws.config.preview_text_zh if language == "zh" else draws.config.preview_text_en)
         seeds: list[int] = []
         while len(seeds) < n * draws.config.oversample:
@@ -1088,8 +1105,7 @@ class TTSService:
             DrawReference(voice=voice.name, embedding=voice.embedding)
             if voice.embedding is not None
             else DrawReference(voice=voice.name, task_id=await self._preview(text, voice.seed or 0, caller))
-            for voice in await self.voices.list(voice_owner(caller))
-            if voice.embedding is not None or voice.seed is not None
+            for voice in measured
         ]
         draw = Draw(
             id=draws.store.new_id(), keep=n, language=language, reader=caller.reader, candidates=candidates, references=references

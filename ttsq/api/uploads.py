@@ -8,9 +8,10 @@ From there the request is the JSON request: :func:`ttsq.api.bodies.strict_json`'
 422s naming the same fields (a form field that should be a number is refused as a string would be in JSON).
 
 It sits inside ``BodyLimitMiddleware`` (the form counts against the route's limit as sent) and outside
-``strict_json``. A form that cannot be parsed is not answered here: the refusal is kept in the request's state,
-as ``strict_json`` keeps its own, and raised once the caller is authenticated, so a caller without a valid key
-learns nothing of its body. Every other path and content type passes through untouched.
+``strict_json``, and reads the form only when the route reads its body — after ``strict_json`` has had the caller
+authenticated, so a caller without a valid key never has its form read. A form that cannot be parsed is not
+answered here: the refusal is kept in the request's state, as ``strict_json`` keeps its own, and raised once the
+caller is authenticated. Every other path and content type passes through untouched.
 """
 
 from __future__ import annotations
@@ -88,39 +89,40 @@ def multipart_as_json(app: ASGIApp, paths: Collection[str]) -> ASGIApp:
         if not _multipart(headers):
             await app(scope, receive, send)
             return
-        try:
-            body = await _body(receive)
-        except BodyTooLarge as exc:
-            # Raised here, outside the app's error handlers, it was a 500; kept like any refused body, it is the
-            # route's own 413 once the caller is authenticated.
-            scope.setdefault("state", {})[REFUSAL] = exc
-            body = None
-        try:
-            converted = b"" if body is None else await _as_json(headers, body)
-        except MultiPartException as exc:
-            scope.setdefault("state", {})[REFUSAL] = RequestValidationError(
-                [
-                    {
-                        "type": "multipart",
-                        "loc": ("body",),
-                        "msg": f"not the multipart form its Content-Type announces: {exc.message}",
-                        "input": None,
-                    }
-                ]
-            )
-            converted = b""
         rest = [(name, value) for name, value in scope["headers"] if name not in (b"content-type", b"content-length")]
-        length = str(len(converted)).encode()
-        inner = {**scope, "headers": [*rest, (b"content-type", b"application/json"), (b"content-length", length)]}
+        inner = {**scope, "headers": [*rest, (b"content-type", b"application/json")]}
         delivered = False
 
-        async def replay() -> Message:
+        async def converted() -> Message:
+            """The form as JSON, read and converted only when the route reads its body: after ``strict_json`` has
+            asked whether the caller may send one, so a refused caller's form is never read."""
             nonlocal delivered
             if delivered:
                 return await receive()
             delivered = True
-            return {"type": "http.request", "body": converted, "more_body": False}
+            try:
+                body: bytes | None = await _body(receive)
+            except BodyTooLarge as exc:
+                # Raised here, outside the app's error handlers, it was a 500; kept like any refused body, it is the
+                # route's own 413 once the caller is authenticated.
+                inner.setdefault("state", {})[REFUSAL] = exc
+                body = None
+            try:
+                as_json = b"" if body is None else await _as_json(headers, body)
+            except MultiPartException as exc:
+                inner.setdefault("state", {})[REFUSAL] = RequestValidationError(
+                    [
+                        {
+                            "type": "multipart",
+                            "loc": ("body",),
+                            "msg": f"not the multipart form its Content-Type announces: {exc.message}",
+                            "input": None,
+                        }
+                    ]
+                )
+                as_json = b""
+            return {"type": "http.request", "body": as_json, "more_body": False}
 
-        await app(inner, replay, send)
+        await app(inner, converted, send)
 
     return converting_app

@@ -20,10 +20,16 @@ The rules, in the order they apply to a text (:meth:`Dictionary.apply`):
   character has no boundary, so "重庆" matches inside "重庆市". Words match **case-insensitively** unless the
   entry says ``case_sensitive``; a regex matches as written (put ``(?i)`` in it to ignore case).
 
-**Regex safety.** Patterns are compiled when written (a bad one is refused naming the problem), may not match
-the empty string, and are capped in length (as are replacements and the number of entries a scope holds). They
-run on the ``regex`` module with a time limit per use: a pattern that backtracks catastrophically on some text
-raises :class:`DictionaryTimeout` naming the entry instead of holding the API; the syntax itself is not
+**Regex safety.** Patterns are compiled when written (a bad one is refused naming the problem), and are capped
+in length (as are replacements and the number of entries a scope holds). Before compiling, the repetition counts
+are read from the pattern: their product along any nesting may not pass :data:`MAX_REPEAT` (the compiler unrolls
+counted repeats — ``a{100000000}``, 12 characters, allocated over 6 GB). A pattern may match nothing empty, not
+only not the empty string: one whose shortest match is zero characters wide (``\\b``, ``(?=x)``, ``x?``) would
+insert its replacement at every place it holds, so it is refused, its width read by the standard library's
+parser where that can read it and probed on sample texts where it cannot; an empty match is never replaced even
+so. They run on the ``regex`` module with a time limit per use and the GIL released (its ``concurrent`` mode,
+so a caller can run them off the event loop): a pattern that backtracks catastrophically on some text raises
+:class:`DictionaryTimeout` naming the entry instead of holding the API; the syntax itself is not otherwise
 restricted. Word entries are escaped literals in one alternation (the stdlib ``re``: no backtracking to fear).
 
 A replacement may not contain a ChatTTS control token the text itself may not (``[Stts]``…): the dictionary
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +51,7 @@ from ttsq.domain.text import detect_language, find_forbidden_tokens
 
 __all__ = [
     "GLOBAL",
+    "MAX_REPEAT",
     "SCOPE_PATTERN",
     "Dictionary",
     "DictionaryError",
@@ -69,6 +76,16 @@ _SCOPE = re.compile(SCOPE_PATTERN)
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
 """What a word boundary is about: Latin letters (with their accented forms) and digits."""
 _LATIN_CHAR = re.compile(f"[{_LATIN}]")
+
+MAX_REPEAT = 1_000
+"""Largest product of repetition counts along one nesting of a pattern (``(?:a{10}){100}`` is 1,000): compiling
+``(?:a{1000}){1000}`` took 274 MB, ``a{1000}`` 12 MB (the interpreter's own)."""
+_COUNT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+"""A counted repeat, ``{m}``, ``{m,}``, ``{,n}`` or ``{m,n}``, where a quantifier may stand."""
+_BRACED_ESCAPE = frozenset("pPNx")
+r"""Escapes whose argument may be in braces (``\p{L}``, ``\N{name}``, ``\x{263a}``): not a count."""
+_PROBES = ("", "a", "Aa 1.", "the API, 用API调用。\n", "x" * 3)
+"""Texts on which a pattern the standard library cannot parse must not match empty."""
 
 
 class PronunciationEntry(BaseModel):
@@ -131,6 +148,64 @@ def _compile_regex(pattern: str) -> regex.Pattern[str]:
     return regex.compile(pattern, regex.VERSION0)
 
 
+def _repeat_weight(pattern: str) -> int:
+    """The largest product of repetition counts along any nesting of ``pattern``, read without compiling it:
+    what a compiler that unrolls counted repeats multiplies out. Escapes and character classes are skipped; a
+    count's weight is its largest bound given (``{2,5}``: 5; ``{3,}``: 3)."""
+    outer: list[int] = []
+    current = last = 1
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            if pattern[index + 1 : index + 2] in _BRACED_ESCAPE and pattern[index + 2 : index + 3] == "{":
+                index = pattern.find("}", index) if "}" in pattern[index:] else len(pattern)
+            else:
+                index += 1
+            last = 1
+        elif char == "[":
+            index += 1
+            index += 1 if pattern[index : index + 1] == "^" else 0
+            index += 1 if pattern[index : index + 1] == "]" else 0  # a leading "]" is one of the class's characters
+            while index < len(pattern) and pattern[index] != "]":
+                index += 2 if pattern[index] == "\\" else 1
+            last = 1
+        elif char == "(":
+            outer.append(current)
+            current = 1
+        elif char == ")":
+            last = current
+            current = max(outer.pop() if outer else 1, current)
+        elif char == "{" and (count := _COUNT.match(pattern, index)) is not None:
+            bounds = [int(bound) for bound in count.groups() if bound]
+            last *= max(bounds, default=1)
+            current = max(current, last)
+            index = count.end() - 1
+        else:
+            last = 1
+        current = max(current, last)
+        index += 1
+    return max([current, *outer])
+
+
+def _min_width(pattern: str, compiled: regex.Pattern[str], timeout_s: float) -> int | None:
+    """The shortest match ``pattern`` can have: from the standard library's parser where it can read the pattern
+    (its syntax is mostly the ``regex`` module's), else 0 if it matches empty in one of :data:`_PROBES` (None:
+    no empty match seen)."""
+    try:
+        from re import _parser
+
+        width: int = _parser.parse(pattern).getwidth()[0]
+        return width
+    except Exception:  # noqa: BLE001 - regex-only syntax (\p{L}, fuzzy matching...): probe it instead
+        pass
+    for text in _PROBES:
+        for found in compiled.finditer(text, timeout=timeout_s):
+            if found.end() == found.start():
+                return 0
+    return None
+
+
 def check_entry(entry: PronunciationEntry, limits: DictionaryLimits) -> None:
     """Refuse an entry that could not be applied, with the field and the reason (:class:`DictionaryError`)."""
     check_scope(entry.scope)
@@ -150,16 +225,28 @@ def check_entry(entry: PronunciationEntry, limits: DictionaryLimits) -> None:
         if entry.match != entry.match.strip():
             raise DictionaryError("match", "a word may not start or end with whitespace")
         return
+    weight = _repeat_weight(entry.match)
+    if weight > MAX_REPEAT:
+        raise DictionaryError(
+            "match", f"the pattern's repetition counts multiply to {weight}; at most {MAX_REPEAT} are allowed (not compiled)"
+        )
     try:
         compiled = _compile_regex(entry.match)
     except regex.error as exc:
         raise DictionaryError("match", f"not a valid regular expression: {exc}") from exc
     try:
         empty = compiled.match("", timeout=limits.regex_timeout_s)
+        width = 0 if empty is not None else _min_width(entry.match, compiled, limits.regex_timeout_s)
     except TimeoutError as exc:
-        raise DictionaryError("match", "the pattern ran past its time limit on an empty text") from exc
+        raise DictionaryError("match", "the pattern ran past its time limit on a sample text") from exc
     if empty is not None:
         raise DictionaryError("match", "the pattern matches the empty string (it would insert its replacement everywhere)")
+    if width == 0:
+        raise DictionaryError(
+            "match",
+            "the pattern can match zero characters (an anchor, a lookaround or an optional part alone, like \\b or "
+            "(?=x)): it would insert its replacement at every place it holds",
+        )
     # A match object with every group of the pattern (unmatched), to check the replacement's group references on.
     probe = _compile_regex(f"(?:{entry.match})|").match("")
     try:
@@ -179,6 +266,16 @@ def _boundary_word(word: str, case_sensitive: bool) -> str:
     return before + body + after
 
 
+def _nonempty(replacement: str) -> Callable[[regex.Match[str]], str]:
+    """``replacement`` for a match with characters, nothing for an empty one: an entry stored before zero-width
+    patterns were refused still rewrites only what it matched."""
+
+    def expand(found: regex.Match[str]) -> str:
+        return found.expand(replacement) if found.end() > found.start() else ""
+
+    return expand
+
+
 @dataclass(frozen=True)
 class _Applier:
     """The entries for one caller's scopes and one language, compiled: regexes in order, then the words' alternation."""
@@ -190,7 +287,7 @@ class _Applier:
     def apply(self, text: str, timeout_s: float) -> str:
         for entry, pattern in self.regexes:
             try:
-                text = pattern.sub(entry.replacement, text, timeout=timeout_s)
+                text = pattern.sub(_nonempty(entry.replacement), text, timeout=timeout_s, concurrent=True)
             except TimeoutError as exc:
                 raise DictionaryTimeout(entry) from exc
         if self.words is not None:
@@ -218,6 +315,14 @@ class Dictionary:
             return text
         applier = self._applier(tuple(scopes), detect_language(text))
         return text if applier is None else applier.apply(text, self.timeout_s)
+
+    def runs_regexes(self, text: str, scopes: Sequence[str]) -> bool:
+        """Whether :meth:`apply` runs a regex entry on ``text`` for ``scopes``: work that may take up to the time
+        limit per entry, which a caller pays for and runs off the event loop (words take microseconds)."""
+        if not self.entries:
+            return False
+        applier = self._applier(tuple(scopes), detect_language(text))
+        return applier is not None and bool(applier.regexes)
 
     def _applier(self, scopes: tuple[str, ...], language: str) -> _Applier | None:
         key = (scopes, language)

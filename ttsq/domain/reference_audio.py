@@ -6,6 +6,11 @@ expects mono float32 audio at 24 kHz. That encoding needs the model, so it runs 
 with a message naming the problem, before a worker is asked for anything:
 
 * not decodable audio (PyAV reads wav, mp3, flac and ogg/vorbis/opus from the bytes alone);
+* a sample rate outside :data:`MIN_SAMPLE_RATE`-:data:`MAX_SAMPLE_RATE` or more than :data:`MAX_CHANNELS` channels,
+  refused from the stream's header before a sample is decoded (a WAV whose header claims 1 Hz was upsampled 24,000x:
+  a 240 KB upload grew the API by 22 GB);
+* more audio than the longest reference, refused as soon as the decoder has read past it (an hour of FLAC in
+  272 KB was decoded whole: +320 MB, 7 s), or a decode that runs past its time budget;
 * shorter than :data:`MIN_REFERENCE_S` or longer than :data:`MAX_REFERENCE_S` (ChatTTS's own advice for a prompt
   is a few seconds; 30 s of prompt is already ~1,400 positions of the GPT's context);
 * silent: an RMS level below :data:`SILENCE_DBFS` (nothing to learn a voice from);
@@ -16,6 +21,9 @@ from __future__ import annotations
 
 import io
 import math
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,10 +31,14 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLE_RATE
 
 __all__ = [
+    "DECODE_BUDGET_S",
+    "MAX_CHANNELS",
     "MAX_CHARS_PER_S",
     "MAX_REFERENCE_S",
+    "MAX_SAMPLE_RATE",
     "MIN_CHARS_PER_S",
     "MIN_REFERENCE_S",
+    "MIN_SAMPLE_RATE",
     "SILENCE_DBFS",
     "ReferenceAudioError",
     "check_reference",
@@ -43,6 +55,15 @@ MIN_CHARS_PER_S = 0.5
 """A transcript has at least one spoken character per two seconds of recording (pauses allowed for)..."""
 MAX_CHARS_PER_S = 25.0
 """...and at most 25 per second: fast English runs ~15 letters and spaces a second, Chinese ~5-7 characters."""
+MIN_SAMPLE_RATE = 8_000
+"""Slowest sample rate taken (telephone audio); below it a header is lying or the recording holds no speech band."""
+MAX_SAMPLE_RATE = 192_000
+"""Fastest sample rate taken (studio audio); every decoded frame is held to the same range as the header."""
+MAX_CHANNELS = 8
+"""Most channels taken (7.1); they are averaged to mono."""
+DECODE_BUDGET_S = 10.0
+"""Longest a decode may take: 30 s of 192 kHz FLAC decodes in well under a second here, so past this the file is
+built to be slow, and the decoding thread is released with a refusal."""
 DVAE_HOP = 512
 """Samples per prompt position: the DVAE's mel hop (256) times its encoder's downsampling (2)."""
 
@@ -51,25 +72,47 @@ class ReferenceAudioError(ValueError):
     """A reference recording or transcript that cannot make a voice; the message says why."""
 
 
-def decode_reference(data: bytes) -> npt.NDArray[np.float32]:
+def decode_reference(
+    data: bytes,
+    max_s: float = MAX_REFERENCE_S,
+    *,
+    budget_s: float = DECODE_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> npt.NDArray[np.float32]:
     """Any audio PyAV can read → mono float32 at :data:`~ttsq.domain.audio.SAMPLE_RATE` (what the DVAE encoder takes).
 
     Channels are averaged and the rate converted by libswresample, deterministically: the same bytes give the
     same samples (and so the same prompt) in every API process.
+
+    What it may cost is bounded before and while decoding, since a few kilobytes can claim anything: the stream's
+    sample rate and channels are checked from its header before a frame is decoded, every frame again, and decoding
+    stops with a refusal as soon as more than ``max_s`` seconds were read or ``budget_s`` seconds of ``clock`` passed.
+    Each frame is resampled as it comes and only the 24 kHz mono output is kept, so memory stays near ``max_s``
+    seconds of output whatever the file holds. Runs in a thread (the caller's ``asyncio.to_thread``): it blocks.
     """
     import av
 
     if not data:
         raise ReferenceAudioError("the audio is empty")
+    deadline = clock() + budget_s
+    pieces: list[npt.NDArray[np.float32]] = []
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.audio:
                 raise ReferenceAudioError("the file holds no audio stream")
             stream = container.streams.audio[0]
+            _check_format(stream.sample_rate, stream.channels, "its header says")
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-            pieces: list[npt.NDArray[np.float32]] = []
-            for frame in [*container.decode(stream), None]:
-                pieces.extend(np.asarray(out.to_ndarray(), dtype=np.float32).reshape(-1) for out in resampler.resample(frame))
+            read_s = 0.0
+            for frame in container.decode(stream):
+                _check_format(frame.sample_rate, len(frame.layout.channels), "a frame has")
+                read_s += frame.samples / frame.sample_rate
+                if read_s > max_s:
+                    raise ReferenceAudioError(f"the recording is longer than {max_s:g} s; at most {max_s:g} s are taken")
+                if clock() > deadline:
+                    raise ReferenceAudioError(f"the audio took longer than {budget_s:g} s to decode; nothing was kept")
+                pieces.extend(_mono(resampler.resample(frame)))
+            pieces.extend(_mono(resampler.resample(None)))
     except ReferenceAudioError:
         raise
     except Exception as exc:
@@ -80,6 +123,19 @@ def decode_reference(data: bytes) -> npt.NDArray[np.float32]:
     if not np.isfinite(samples).all():
         raise ReferenceAudioError("the audio holds non-finite samples")
     return samples
+
+
+def _check_format(rate: int | None, channels: int, where: str) -> None:
+    if rate is None or not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise ReferenceAudioError(
+            f"{where} a sample rate of {rate} Hz; {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz is taken; nothing was decoded"
+        )
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ReferenceAudioError(f"{where} {channels} channels; 1-{MAX_CHANNELS} are taken")
+
+
+def _mono(frames: list[Any]) -> list[npt.NDArray[np.float32]]:
+    return [np.asarray(out.to_ndarray(), dtype=np.float32).reshape(-1) for out in frames]
 
 
 def check_reference(samples: npt.NDArray[np.float32], max_reference_s: float = MAX_REFERENCE_S) -> float:

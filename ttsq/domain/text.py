@@ -26,6 +26,7 @@ __all__ = [
     "CHATTTS_CONTROL_TOKENS",
     "CHATTTS_HALF_TO_FULL",
     "CHATTTS_SIMPLIFIER",
+    "DIGIT_SPOKEN_CHARS",
     "TextError",
     "canonical_text",
     "clean_text",
@@ -34,6 +35,7 @@ __all__ = [
     "fold_width",
     "model_view",
     "split_sentences",
+    "spoken_length",
     "validate_text",
 ]
 
@@ -312,6 +314,20 @@ def find_forbidden_tokens(text: str) -> list[str]:
     return found
 
 
+DIGIT_SPOKEN_CHARS: dict[str, int] = {"en": 6, "zh": 2}
+"""About how many characters one digit becomes once numbers are read aloud, by the text's language (WeTextProcessing,
+measured 2026-12-04: in English "1,234,567.89" became 90 characters for 9 digits, "2026" 17, a digit read alone 4-5;
+in Chinese 1-2 per digit). A text of 500 digits was 383 s of audio."""
+
+
+def spoken_length(text: str) -> tuple[int, int, int]:
+    """About how long ``text`` is once its numbers are read aloud, in characters: (that length, its ASCII digits,
+    what each counts as, :data:`DIGIT_SPOKEN_CHARS`) — a bound known before a worker's normaliser runs."""
+    digits = sum(map(text.count, "0123456789"))
+    weight = DIGIT_SPOKEN_CHARS[detect_language(text)]
+    return len(text) + digits * (weight - 1), digits, weight
+
+
 def validate_text(raw: str, max_chars: int) -> str:
     """Clean ``raw`` and refuse it, with a reason a person can act on, if it is unusable.
 
@@ -319,7 +335,8 @@ def validate_text(raw: str, max_chars: int) -> str:
     as sent, first, so that the API refuses exactly what its schema's ``maxLength`` says and a long
     text costs no cleaning; and then the cleaned text, since that is what the model sees (cleaning
     almost always shortens a text, but one width form, U+FFE3, becomes two characters). This is the
-    one place the limit is checked.
+    one place the limit is checked. It holds for the text as it will be read, too: a number's digits expand
+    into words (:func:`spoken_length`), so each counts as several characters.
     """
     if len(raw) > max_chars:
         raise TextError(f"text is {len(raw)} characters long as sent; the limit is {max_chars}")
@@ -330,6 +347,12 @@ def validate_text(raw: str, max_chars: int) -> str:
         raise TextError("text is empty after removing invisible and control characters")
     if len(cleaned) > max_chars:
         raise TextError(f"text is {len(cleaned)} characters long once cleaned; the limit is {max_chars}")
+    spoken, digits, weight = spoken_length(cleaned)
+    if spoken > max_chars:
+        raise TextError(
+            f"text reads as about {spoken} characters once its {digits} digits are read aloud (each counts as {weight}); "
+            f"the limit is {max_chars}"
+        )
     forbidden = find_forbidden_tokens(cleaned)
     if forbidden:
         names = ", ".join(forbidden)

@@ -92,8 +92,10 @@ class RateLimiter:
         """What the enqueue script needs to take ``subject``'s token in the same step."""
         return Charge(self.keys.rate_limit(subject), self.clock.arg(), self.rate_per_s, self.burst)
 
-    async def take(self, subject: str) -> RateDecision:
-        """Take a token now, on its own (for a submit that queues nothing)."""
+    async def take(self, subject: str, cost: int = 1) -> RateDecision:
+        """Take ``cost`` tokens now, on their own (a submit that queues nothing; work paid before it is done), all or
+        none; a cost over the bucket's size is taken as the whole bucket (else it could never be paid)."""
         charge = self.charge(subject)
-        reply = await self._script(keys=[charge.key], args=[charge.clock, charge.rate_per_s, charge.burst])
+        cost = max(1, min(cost, charge.burst))
+        reply = await self._script(keys=[charge.key], args=[charge.clock, charge.rate_per_s, charge.burst, cost])
         return charge.decision(TokenTaken.parse(reply))
