@@ -548,3 +548,15 @@ def test_a_request_that_must_run_alone_never_shares_a_step(engine64: DecoderEngi
         scheduler.step()
     assert any(reqs[1].text in texts for texts in seen)
     assert all(texts == {reqs[1].text} for texts in seen if reqs[1].text in texts)
+
+
+def test_a_cpu_decoder_asked_for_cuda_graphs_captures_none_and_does_not_log_that_it_did(
+    tiny_checkpoint_dir: Any, caplog: Any
+) -> None:
+    """CUDA_GRAPHS is on by default; on a CPU there is nothing to capture, and the worker's log said it had."""
+    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=True, batch_invariant=False, first_chunk_slots=1, overlap=False)
+    engine.load()
+    caplog.set_level("INFO", logger="ttsq.inference.decoder_engine")
+    scheduler = engine._scheduler(2, engine._limits(), oom_recover_s=60, capture=True, reserve=0)
+    assert not scheduler.code.cuda_graphs
+    assert "CUDA graphs" not in caplog.text

@@ -163,7 +163,7 @@ class DecoderEngine(ChatTTSEngine):
                 cuda_graphs=graphs,
                 batch_invariant=self.batch_invariant,
             )
-            if graphs:
+            if made.cuda_graphs:  # asked for and on CUDA: a CPU has no graphs to capture, and the log must not say so
                 started = time.perf_counter()
                 made.capture()
                 elapsed = time.perf_counter() - started
