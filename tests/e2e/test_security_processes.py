@@ -102,6 +102,29 @@ def test_keys_are_required_on_a_public_bind_and_managed_with_the_command(service
     assert key not in logs, "no key ever reaches a log"
 
 
+def test_an_api_on_a_unix_socket_requires_keys_under_auth_auto(service: Service, tmp_path: Path) -> None:
+    """``uvicorn --uds`` (behind a reverse proxy, its usual use) is as public as the proxy: under AUTH=auto it needs
+    keys. It stayed keyless (no TCP socket to judge by) and made every anonymous caller an admin."""
+    path = tmp_path / "ttsq.sock"
+    api = service.spawn("api-uds", [sys.executable, "-m", "uvicorn", "app:app", "--uds", str(path), "--no-access-log"])
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://ttsq") as client:
+
+        def ready() -> bool:
+            assert api.poll() is None, service.log("api-uds").decode()[-2000:]
+            try:
+                return client.get("/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(ready, 60, "the API on a Unix socket to be ready")
+        anonymous = client.post("/v1/voices", json={"name": "taken", "seed": 1})
+        assert anonymous.status_code == 401, anonymous.text
+        assert client.post("/v1/tts/submit", json={"text": "hi", "seed": 1}).status_code == 401
+        admin = service.create_key("operator", "admin")
+        made = client.post("/v1/voices", json={"name": "narrator2", "seed": 1}, headers={"Authorization": f"Bearer {admin}"})
+        assert made.status_code == 201, made.text
+
+
 def _tls_material(directory: Path) -> dict[str, Path]:
     """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl command."""
     directory.mkdir()

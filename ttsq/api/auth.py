@@ -102,11 +102,19 @@ def _is_loopback(host: str) -> bool:
 
 
 def listening_addresses(pid: int | None = None) -> list[str]:
-    """The addresses this process accepts connections on (its listening TCP sockets)."""
+    """The addresses this process accepts connections on: its listening TCP sockets' IPs, and ``unix:<path>`` for
+    each Unix socket bound to a path (``uvicorn --uds``; a client's Unix sockets are bound to none).
+
+    A Unix socket counts as public, not loopback: it is reachable by whatever can open its path, which behind a
+    reverse proxy (its usual use) is every client of the proxy. Under ``AUTH=auto`` such an API requires keys, as on
+    a public address (it never did: with no TCP socket found, it stayed keyless and made anonymous callers admins);
+    ``AUTH=off`` is how an operator says the proxy authenticates."""
     import psutil
 
     process = psutil.Process(pid or os.getpid())
-    return [conn.laddr.ip for conn in process.net_connections(kind="inet") if conn.status == psutil.CONN_LISTEN and conn.laddr]
+    tcp = [conn.laddr.ip for conn in process.net_connections(kind="inet") if conn.status == psutil.CONN_LISTEN and conn.laddr]
+    unix = [f"unix:{conn.laddr}" for conn in process.net_connections(kind="unix") if isinstance(conn.laddr, str) and conn.laddr]
+    return tcp + unix
 
 
 class KeyPolicy:
