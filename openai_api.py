@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -50,7 +51,9 @@ class SpeechRequest(BaseModel):
     """OpenAI's ``audio.speech.create`` body. ``model`` and ``instructions`` are accepted and ignored:
     there is one model, and ChatTTS takes no style instructions (use prosody tokens in ``input``)."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")  # strict like every request body; OpenAI adds parameters, so extras pass
+    # Strict like every request body. OpenAI adds parameters and the SDKs send them, so unknown fields pass, named in
+    # the answer's X-TTSQ-Ignored-Fields header (they were ignored without a word).
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str = Field(min_length=1, examples=["tts-1"])
     input: str = Field(
@@ -170,6 +173,8 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller,
     task_id = submitted.answer.task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
+    if body.model_extra:
+        headers["X-TTSQ-Ignored-Fields"] = _field_names(body.model_extra)
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
     stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
@@ -190,6 +195,17 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller,
     if sole:
         audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
     return StreamingResponse(audio, media_type=media_type, headers=headers)
+
+
+def _field_names(extra: dict[str, Any]) -> str:
+    """The unknown fields a request sent, for a header: each name as sent when it is a plain identifier (ASCII
+    letters, digits, ``_.-``, at most 64), else ``(unnamed)``; at most 20, then how many more."""
+    names = sorted(name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in extra)
+    more = f", and {len(names) - 20} more" if len(names) > 20 else ""
+    return ", ".join(names[:20]) + more
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _usage(text: str) -> dict[str, int]:

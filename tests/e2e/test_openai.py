@@ -42,6 +42,12 @@ def test_openai_sdk_speech_in_every_supported_format(service: Service) -> None:
             assert audio.response.headers["content-type"] == "audio/aac" and audio.content[:2] == b"\xff\xf1", "ADTS"
     pcm = client.audio.speech.create(model="gpt-4o-mini-tts", voice="nova", input="Raw samples please.", response_format="pcm")
     assert len(pcm.content) > 0 and len(pcm.content) % 2 == 0
+    assert "X-TTSQ-Ignored-Fields" not in pcm.response.headers
+    newer = client.audio.speech.create(
+        model="tts-1", voice="nova", input="Raw samples please.", response_format="pcm", extra_body={"style": 2, "x y": 1}
+    )
+    assert newer.content == pcm.content, "a field OpenAI added later is ignored..."
+    assert newer.response.headers["X-TTSQ-Ignored-Fields"] == "(unnamed), style", "...and said to be"
 
 
 def test_openai_sdk_streaming_equals_the_whole_response(service: Service) -> None:
