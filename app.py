@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             listener=listener,
         )
         app.state.realtime_config = config.realtime_config()
+        app.state.stream_key_recheck_s = config.stream_key_recheck_s
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
         if config.auth == "off":
             log.warning(

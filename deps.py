@@ -27,7 +27,8 @@ loop for 8 s before its 401), and the dependency answers from that outcome inste
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import Depends, Request, Security
 from fastapi.dependencies.models import Dependant
@@ -35,12 +36,13 @@ from fastapi.openapi.models import APIKey, APIKeyIn, HTTPBearer
 from fastapi.security.base import SecurityBase
 from starlette.types import Scope as AsgiScope
 
-from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key
+from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key, until_revoked
 from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import TTSService
 
 BEARER_SCHEME = "HTTPBearer"
 HEADER_SCHEME = "APIKeyHeader"
+T = TypeVar("T")
 HEADER_SCHEME_MODEL = APIKey(**{"in": APIKeyIn.header}, name="X-API-Key", description="An API key.")
 CALLER = "ttsq_caller"
 """Where :func:`authenticate_before_body` keeps the route's caller, or what refused it, in the request's state."""
@@ -129,6 +131,26 @@ TTSCaller = Annotated[Principal, Security(ApiKeyCaller("tts"))]
 AdminCaller = Annotated[Principal, Security(ApiKeyCaller("admin"))]
 StreamCaller = Annotated[Principal, Security(ApiKeyCaller("tts", stream=True))]
 """A ``tts`` caller of a route that streams until its task ends: 429 past its share of streams, 503 past the process's."""
+StreamGuard = Callable[[AsyncIterator[T]], AsyncIterator[T]]
+
+
+async def stream_guard(request: Request, caller: StreamCaller) -> StreamGuard[Any]:
+    """What a streaming route wraps its body in: for a caller with a key, the stream ends once the key is revoked or
+    expires (asked every ``STREAM_KEY_RECHECK_S``: :func:`ttsq.api.auth.until_revoked`); a keyless caller's is as is."""
+    authenticator = cast(Authenticator, request.app.state.authenticator)
+    every_s = cast(float, request.app.state.stream_key_recheck_s)
+    key = caller.key
+
+    def guard(source: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        if key is None:
+            return source
+        return until_revoked(source, lambda: authenticator.store.still_valid(key), every_s)
+
+    return guard
+
+
+Guarded = Annotated[StreamGuard[Any], Depends(stream_guard)]
+"""The stream guard of a route whose caller is a :data:`StreamCaller` (the same caller, solved once)."""
 MetricsCaller = Annotated[Principal, Security(ApiKeyCaller("metrics"))]
 """``/metrics``: where keys are required, a key with scope ``metrics`` (or ``admin``), as Prometheus sends it."""
 KeyedCaller = Annotated[Principal, Security(ApiKeyCaller(None))]

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import ServiceDep, StreamCaller, TTSCaller
+from deps import Guarded, ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
@@ -159,7 +159,9 @@ async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
     },
     summary="OpenAI-compatible text to speech",
 )
-async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller, request: Request) -> Response:
+async def speech(
+    body: SpeechRequest, service: ServiceDep, caller: StreamCaller, guard: Guarded, request: Request
+) -> Response:
     voice = await _voice(body.voice, service, caller)
     native = SubmitRequest(
         text=body.input,
@@ -184,7 +186,7 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller,
         events = _sse(service, task_id, body.response_format, stored, _usage(body.input))
         if sole:
             events = service.cancelled_when_abandoned(events, task_id, caller, request.state)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
     try:
@@ -194,7 +196,7 @@ async def speech(body: SpeechRequest, service: ServiceDep, caller: StreamCaller,
     audio = service.audio(task_id, body.response_format, pcm)
     if sole:
         audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
-    return StreamingResponse(audio, media_type=media_type, headers=headers)
+    return StreamingResponse(guard(audio), media_type=media_type, headers=headers)
 
 
 def _field_names(extra: dict[str, Any]) -> str:

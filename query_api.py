@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from deps import ServiceDep, StreamCaller, TTSCaller
+from deps import Guarded, ServiceDep, StreamCaller, TTSCaller
 from ttsq.api.auth import Principal
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, TimingEvent, component_schema, sse_schema
@@ -181,6 +181,7 @@ async def task_stream(
     task_id: str,
     service: ServiceDep,
     caller: StreamCaller,
+    guard: Guarded,
     format: Annotated[
         StreamFormat,
         Query(description="wav (open-ended header), pcm (raw PCM16), mp3, opus (Ogg), aac (ADTS) or flac: any of them streams"),
@@ -190,7 +191,7 @@ async def task_stream(
     if job.status in (Status.FAILED, Status.CANCELLED):
         return JSONResponse(status_code=409, content=(await service.status(job)).model_dump(mode="json"))
     return StreamingResponse(
-        service.audio(task_id, format),
+        guard(service.audio(task_id, format)),
         media_type=STREAM_CONTENT_TYPES[format],
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -228,6 +229,7 @@ async def task_events(
     task_id: str,
     service: ServiceDep,
     caller: StreamCaller,
+    guard: Guarded,
     last_event_id: Annotated[
         str | None, Header(description="The `id` of the last event received: the stream resumes right after it.")
     ] = None,
@@ -249,4 +251,4 @@ async def task_events(
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}
             yield f"event: error\ndata: {json.dumps(detail)}\n\n"
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    return StreamingResponse(guard(events()), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -317,6 +317,14 @@ class Settings(BaseSettings):
         description="Of those, how many one key (or anonymous client address) may hold; past it, 429 with Retry-After.",
         json_schema_extra=_group("Security and fair use"),
     )
+    stream_key_recheck_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="How often a stream opened with a key (events, audio, OpenAI speech) asks whether that key is still "
+        "valid: one revoked or expired meanwhile ends the stream within about this long.",
+        json_schema_extra=_group("Security and fair use"),
+    )
     max_body_bytes: int = Field(
         65_536,
         ge=1024,
@@ -952,7 +960,13 @@ class Settings(BaseSettings):
         """The realtime sessions' limits (``REALTIME_*``), with the chunk size the workers cut text at."""
         from ttsq.api.realtime import RealtimeConfig
 
-        return self._project(RealtimeConfig, "realtime_", max_chunk_chars=self.max_chunk_chars, max_session_s=self.realtime_max_s)
+        return self._project(
+            RealtimeConfig,
+            "realtime_",
+            max_chunk_chars=self.max_chunk_chars,
+            max_session_s=self.realtime_max_s,
+            key_recheck_s=self.stream_key_recheck_s,
+        )
 
     def draw_config(self) -> DrawConfig:
         from ttsq.api.service import DrawConfig

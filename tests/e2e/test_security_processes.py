@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import secrets
 import socket
 import subprocess
@@ -12,6 +14,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import redis
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from tests.service import ROOT, Service, wait_for
 from ttsq.runtime.launch import free_port
@@ -123,6 +127,36 @@ def test_an_api_on_a_unix_socket_requires_keys_under_auth_auto(service: Service,
         admin = service.create_key("operator", "admin")
         made = client.post("/v1/voices", json={"name": "narrator2", "seed": 1}, headers={"Authorization": f"Bearer {admin}"})
         assert made.status_code == 201, made.text
+
+
+def test_a_stream_opened_with_a_key_ends_when_the_key_is_revoked(service: Service) -> None:
+    """An event stream, and a realtime session, opened before their key's revocation: each ends within
+    STREAM_KEY_RECHECK_S of it (they delivered for as long as their task lasted). No worker runs: the task waits."""
+    api = service.start_api("api-revoke", AUTH="on", STREAM_KEY_RECHECK_S="0.2")
+    key = service.create_key("streamer", "tts")
+    bearer = {"Authorization": f"Bearer {key}"}
+    task = httpx.post(f"{api}/v1/tts/submit", json={"text": "hi", "seed": 1}, headers=bearer).json()["task_id"]
+
+    def revoke() -> None:
+        subprocess.run(
+            [sys.executable, "-m", "ttsq", "keys", "revoke", key.split("_")[1]], cwd=ROOT, env=service.env, check=True, timeout=60
+        )
+
+    with (
+        httpx.stream("GET", f"{api}/v1/tts/events/{task}", headers=bearer, timeout=30) as events,
+        connect(api.replace("http://", "ws://") + "/v1/tts/realtime", additional_headers=bearer) as session,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("id: ") and "queued" in "".join(itertools.islice(lines, 3))
+        session.send(json.dumps({"type": "session.start"}))
+        assert json.loads(session.recv(timeout=30))["type"] == "session.started"
+        revoke()
+        rest = list(lines)  # ends: a read timeout (30 s) would fail the test instead
+        assert not any("status" in line for line in rest), rest
+        closing = [session.recv(timeout=30) for _ in range(1)]
+        with pytest.raises(ConnectionClosed):
+            session.recv(timeout=30)
+        assert session.close_code == 4401 and "revoked" in json.loads(closing[0])["message"]
 
 
 def _tls_material(directory: Path) -> dict[str, Path]:

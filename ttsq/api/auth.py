@@ -12,12 +12,14 @@ every replica (:mod:`ttsq.store.rate_limit`); submits spend from it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ttsq.domain.jobs import ANONYMOUS_TENANT, Priority
 from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
@@ -32,9 +34,11 @@ __all__ = [
     "Unauthorized",
     "listening_addresses",
     "presented_key",
+    "until_revoked",
 ]
 
 AuthMode = Literal["auto", "on", "off"]
+T = TypeVar("T")
 
 
 class Unauthorized(Exception):
@@ -165,6 +169,38 @@ class Authenticator:
         if self.policy.keys_required():
             raise Unauthorized("this service needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
         return Principal(None, address)
+
+
+async def until_revoked(source: AsyncIterator[T], still_valid: Callable[[], Awaitable[bool]], every_s: float) -> AsyncIterator[T]:
+    """``source``, ended once ``still_valid`` says no: asked once every ``every_s`` seconds, whether the source is
+    quiet or busy, so a stream opened with a key that is revoked (or expires) meanwhile stops within about that
+    interval instead of delivering for as long as its task lasts."""
+    loop = asyncio.get_running_loop()
+    items = aiter(source)
+    due = loop.time() + every_s
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(items))
+            while not (await asyncio.wait({following}, timeout=max(0.0, due - loop.time())))[0]:
+                due = loop.time() + every_s
+                if not await still_valid():
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await following  # the generator is idle again before it is closed
+                    return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            if loop.time() >= due:
+                due = loop.time() + every_s
+                if not await still_valid():
+                    return
+            yield item
+    finally:
+        closing = getattr(items, "aclose", None)
+        if closing is not None:
+            await closing()
 
 
 def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:

@@ -33,7 +33,7 @@ import time
 import uuid
 from asyncio import FIRST_COMPLETED as FIRST
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,6 +92,9 @@ class RealtimeConfig:
     """How long text without a sentence end waits before it is spoken up to its last clause mark."""
     max_message_bytes: int
     """The largest message; a larger one ends the session with 1009."""
+    key_recheck_s: float
+    """How often a session opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``): one revoked or
+    expired meanwhile ends the session (4401)."""
     ahead: int
     """Chunks a session keeps queued beyond the one whose audio is streaming (``REALTIME_AHEAD``): the next is
     queued when a chunk's first audio goes out, so a session's later sentences do not share decode steps with its
@@ -183,7 +186,10 @@ class _Session:
         voice: Voice | None,
         config: RealtimeConfig,
         clock: Callable[[], float],
+        still_valid: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        self.still_valid = still_valid
+        """None for a keyless caller; else whether its key is still neither revoked nor expired."""
         self.ws = websocket
         self.service = service
         self.caller = caller
@@ -233,9 +239,16 @@ class _Session:
     async def _read(self, inbox: _Inbox, sender: asyncio.Task[None]) -> bool:
         """Take messages until ``close`` (False) or ``cancel`` (True)."""
         clause_due: float | None = None
+        key_due = self.clock() + self.config.key_recheck_s
         while True:
             now = self.clock()
+            if self.still_valid is not None and now >= key_due:
+                key_due = now + self.config.key_recheck_s
+                if not await self.still_valid():
+                    raise SessionEnded("unauthorized", "the API key was revoked or has expired")
             deadlines = [self.began + self.config.max_session_s, self._idle_due()]
+            if self.still_valid is not None:
+                deadlines.append(key_due)
             if clause_due is not None:
                 deadlines.append(clause_due)
             getting = asyncio.ensure_future(inbox.messages.get())
@@ -504,7 +517,9 @@ async def serve_session(
             raise SessionEnded("invalid_session", f"{exc.field}: {exc.message}") from None
         except VoiceError as exc:
             raise SessionEnded("invalid_session", str(exc)) from None
-        session = _Session(websocket, service, caller, start, voice, config, clock)
+        key = caller.key
+        still_valid = (lambda: authenticator.store.still_valid(key)) if key is not None else None
+        session = _Session(websocket, service, caller, start, voice, config, clock, still_valid)
         log.info("realtime session %s opened by %s", session.id, caller.subject)
         await session.run(inbox)
         await _close(websocket, "done")

@@ -138,6 +138,14 @@ class ApiKeyStore:
             return None
         return record
 
+    async def still_valid(self, record: ApiKey) -> bool:
+        """Whether a key authenticated earlier is still neither revoked nor expired (a long stream asks again)."""
+        raw = await self.redis.hget(self.keys.api_keys, record.id)
+        if raw is None:
+            return False
+        current = ApiKey.model_validate_json(raw)
+        return current.digest == record.digest and not current.expired(self.clock())
+
     async def list(self) -> list[ApiKey]:
         stored = await self.redis.hgetall(self.keys.api_keys)
         return sorted((ApiKey.model_validate_json(raw) for raw in stored.values()), key=lambda k: k.created_at)
