@@ -187,6 +187,12 @@ async def speech(
         if sole:
             events = service.cancelled_when_abandoned(events, task_id, caller, request.state)
         return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
+    if stored is None and body.response_format == "wav":
+        # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
+        # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
+        stored = await _finished(service, task_id, caller)
+        if stored.audio is None:
+            return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
     try:
@@ -197,6 +203,14 @@ async def speech(
     if sole:
         audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
     return StreamingResponse(guard(audio), media_type=media_type, headers=headers)
+
+
+async def _finished(service: TTSService, task_id: str, caller: Principal) -> Download:
+    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
+    while True:
+        download = await service.download(task_id, caller, wait_s=service.config.max_wait_s)
+        if download.audio is not None or download.job.status.is_final:
+            return download
 
 
 def _field_names(extra: dict[str, Any]) -> str:
