@@ -174,6 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "RateLimit-Remaining",
                 "RateLimit-Reset",
                 "X-TTSQ-Task-Id",
+                "X-TTSQ-Ignored-Fields",
             ],
         )
     app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
