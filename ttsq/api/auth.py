@@ -13,13 +13,14 @@ every replica (:mod:`ttsq.store.rate_limit`); submits spend from it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
+
+import anyio
 
 from ttsq.domain.jobs import ANONYMOUS_TENANT, Priority
 from ttsq.store.api_keys import ApiKey, ApiKeyStore, Scope, looks_like_key
@@ -174,19 +175,21 @@ class Authenticator:
 async def until_revoked(source: AsyncIterator[T], still_valid: Callable[[], Awaitable[bool]], every_s: float) -> AsyncIterator[T]:
     """``source``, ended once ``still_valid`` says no: asked once every ``every_s`` seconds, whether the source is
     quiet or busy, so a stream opened with a key that is revoked (or expires) meanwhile stops within about that
-    interval instead of delivering for as long as its task lasts."""
+    interval instead of delivering for as long as its task lasts.
+
+    The source's next item is awaited in a task of its own (so a quiet source can be left); that task is ended and
+    waited for before the source is closed, however this ends (revoked, finished, or cancelled: a client that went
+    away), shielded from a cancellation that would interrupt the wait again, as anyio's cancel scopes do."""
     loop = asyncio.get_running_loop()
     items = aiter(source)
     due = loop.time() + every_s
+    following: asyncio.Future[T] | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(items))
             while not (await asyncio.wait({following}, timeout=max(0.0, due - loop.time())))[0]:
                 due = loop.time() + every_s
                 if not await still_valid():
-                    following.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await following  # the generator is idle again before it is closed
                     return
             try:
                 item = following.result()
@@ -198,9 +201,16 @@ async def until_revoked(source: AsyncIterator[T], still_valid: Callable[[], Awai
                     return
             yield item
     finally:
+        if following is not None and not following.done():
+            following.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({following})  # the source is idle again (never raises the task's error)
+        if following is not None and following.done() and not following.cancelled():
+            following.exception()  # retrieved: a source that failed as it was left is not reported as never retrieved
         closing = getattr(items, "aclose", None)
         if closing is not None:
-            await closing()
+            with anyio.CancelScope(shield=True):
+                await closing()
 
 
 def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
