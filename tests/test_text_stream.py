@@ -72,3 +72,9 @@ def test_a_long_run_without_a_sentence_end_is_spoken_as_it_fills() -> None:
         chunks += stream.feed(word + " ")
     assert chunks and all(len(chunk) <= MAX for chunk in chunks)
     assert len(stream.pending.strip()) <= MAX
+
+
+def test_a_lone_surrogate_is_dropped_as_it_arrives() -> None:
+    stream = TextStream(MAX)
+    assert stream.feed("Say \ud800this. And") == ["Say this."]
+    assert stream.flush() == ["And"]

@@ -110,6 +110,7 @@ _CLOSERS = "\"'”’」』）)》】"
 _SENTENCE_END = re.compile(f"[。！？；…!?;.]+[{re.escape(_CLOSERS)}]*")
 _CLAUSE_END = re.compile(r"[，、,：:]+")
 _MIN_SPLIT_CHARS = 8
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(raw: str) -> str:
@@ -512,7 +513,10 @@ class TextStream:
         """Text received and not yet cut into a chunk."""
 
     def feed(self, piece: str) -> list[str]:
-        """Add ``piece``; the chunks it completes."""
+        """Add ``piece``; the chunks it completes. A lone surrogate (JSON may carry one; no encoding can) is dropped
+        as it arrives: it is never spoken, and a chunk holding it could not be sent back as UTF-8."""
+        if not piece.isprintable():
+            piece = _LONE_SURROGATE.sub("", piece)
         self.pending += piece
         end = 0
         for match in _SENTENCE_END.finditer(self.pending):
