@@ -40,7 +40,7 @@ typecheck: install agent-clients
 ## its order stay in one process, and the second CPU core works while the first waits on a worker process.
 PYTEST_PROCESSES ?= 2
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
-	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40
 
 ## LiveKit Agents' and Pipecat's own TTS clients in their own venv (var/agents-venv), with ttsq's plugins for them
 ## (integrations/, type-checked there against the frameworks), for tests/e2e/test_agent_clients.py.

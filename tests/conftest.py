@@ -37,6 +37,35 @@ so without this the figures of a green run would never be seen. Under pytest-xdi
 lines to the controller, which prints them (the hooks below)."""
 
 
+SLOWEST_FILES = (
+    "tests/chaos/test_chaos.py",
+    "tests/fuzz/test_fuzz_api.py",
+    "tests/e2e/test_processes.py",
+    "tests/test_bench_gpu.py",
+    "tests/web/test_page.py",
+    "tests/test_client.py",
+    "tests/e2e/test_realtime.py",
+    "tests/e2e/test_make_up.py",
+    "tests/e2e/test_agent_clients.py",
+    "tests/e2e/test_openai.py",
+    "tests/e2e/test_security_processes.py",
+)
+"""The files that take longest, longest first, from ``pytest --durations=80`` (2026-12-04: 60–400 s each on two busy
+cores). ``make test`` hands whole files to its two processes in collection order; started last, one of these kept
+one process busy for minutes after the other ran out of files. Run first, the short files fill in around them."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Collect :data:`SLOWEST_FILES` first (a stable sort: each file's own order is kept)."""
+    rank = {name: position for position, name in enumerate(SLOWEST_FILES)}
+
+    def first(item: pytest.Item) -> int:
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=first)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist test process
