@@ -52,6 +52,7 @@ import httpx
 
 from bench.machine import machine
 from ttsq.domain.text import split_sentences
+from ttsq.runtime.launch import ProcessExited
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -411,29 +412,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         levels: dict[str, list[Level]] = {"ttsq": [], "ChatTTS stream": []}
         report["checkpoints"][name] = levels
         extra = dict(kv.split("=", 1) for kv in args.ttsq_env)
-        with (
-            ttsq_server(model, args.tokens, args.device, tmp / name / "ttsq", args.ready_timeout_s, extra) as ours,
-            chattts_server(model, args.tokens, args.device, tmp / name / "chattts", args.ready_timeout_s) as theirs,
-        ):
-            openers = {
-                "ttsq": ttsq_opener(ours, args.timeout_s),
-                "ChatTTS stream": chattts_opener(theirs, args.timeout_s, args.tokens),
-            }
-            for opener in openers.values():  # one untimed stream each: first-request costs
-                asyncio.run(load(opener, 1, 0.01, 0.01, 1, args.timeout_s))
-            for n in ns:
-                for server, opener in openers.items():  # side by side: drift in load hits both alike
-                    if time.monotonic() + args.window_s + args.timeout_s > deadline:
-                        report["skipped"].append(f"{name} {server} N={n}")
-                        continue
-                    streams = asyncio.run(load(opener, n, args.window_s, args.gap_s, 1000 + n, args.timeout_s))
-                    level = summarize(n, streams)
-                    levels[server].append(level)
-                    print(f"  {name} {server} N={n}: {json.dumps(asdict(level))}", flush=True)
-                    if args.out:
-                        _write_json(args.out, report)
-    report["complete"] = not report["skipped"]
+        try:
+            _measure(args, name, model, ns, deadline, tmp, extra, levels, report)
+        except (ProcessExited, TimeoutError, RuntimeError, OSError) as exc:  # a server that would not start: say so
+            report["error"] = f"{name}: {type(exc).__name__}: {str(exc)[:2000]}"
+            print(f"  {name}: {report['error']}", flush=True)
+            break
+    report["complete"] = not report["skipped"] and "error" not in report
     return report
+
+
+def _measure(
+    args: argparse.Namespace,
+    name: str,
+    model: str,
+    ns: list[int],
+    deadline: float,
+    tmp: Path,
+    extra: dict[str, str],
+    levels: dict[str, list[Level]],
+    report: dict[str, Any],
+) -> None:
+    """Both servers on ``model``, side by side, at every N (until ``deadline``)."""
+    with (
+        ttsq_server(model, args.tokens, args.device, tmp / name / "ttsq", args.ready_timeout_s, extra) as ours,
+        chattts_server(model, args.tokens, args.device, tmp / name / "chattts", args.ready_timeout_s) as theirs,
+    ):
+        openers = {
+            "ttsq": ttsq_opener(ours, args.timeout_s),
+            "ChatTTS stream": chattts_opener(theirs, args.timeout_s, args.tokens),
+        }
+        for opener in openers.values():  # one untimed stream each: first-request costs
+            asyncio.run(load(opener, 1, 0.01, 0.01, 1, args.timeout_s))
+        for n in ns:
+            for server, opener in openers.items():  # side by side: drift in load hits both alike
+                if time.monotonic() + args.window_s + args.timeout_s > deadline:
+                    report["skipped"].append(f"{name} {server} N={n}")
+                    continue
+                streams = asyncio.run(load(opener, n, args.window_s, args.gap_s, 1000 + n, args.timeout_s))
+                level = summarize(n, streams)
+                levels[server].append(level)
+                print(f"  {name} {server} N={n}: {json.dumps(asdict(level))}", flush=True)
+                if args.out:
+                    _write_json(args.out, report)
 
 
 def _jsonable(report: dict[str, Any]) -> dict[str, Any]:
