@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from bench import gpu_report
 from bench.realtime import Level, Playback, Stream, capacity, chunk_count, percentile, playback, summarize, texts
 
 
@@ -73,3 +74,23 @@ def test_texts_are_one_to_three_sentences_of_40_to_250_characters_and_the_same_f
     assert all(40 <= len(text) <= 250 for text in drawn)
     assert {chunk_count(text) for text in drawn} >= {1, 2}
     assert len(set(drawn)) > 20
+
+
+def test_the_gpu_criterion_counts_streams_with_first_audio_within_300_ms_and_no_underrun() -> None:
+    def level(n: int, first_p99: float = 0.2, underruns: float = 0.0) -> dict[str, float]:
+        return {
+            "streams": n,
+            "requests": 10,
+            "success": 1.0,
+            "first_p99_s": first_p99,
+            "rtf_p99": 0.5,
+            "underruns_per_stream": underruns,
+        }
+
+    levels = [level(64), level(128), level(256), level(320, first_p99=0.4)]
+    assert gpu_report.realtime_capacity(levels, gpu_report.REALTIME_FIRST_AUDIO_S) == 256
+    assert gpu_report.realtime_capacity([level(64), level(128, underruns=0.1), level(256)], 0.3) == 64
+    results = {"dry_run": False, "model": {"size_arg": "full"}, "phases": {"realtime": {"data": {"checkpoints": {
+        "model": {"ttsq": {"levels": levels}}}}}}}  # fmt: skip
+    [row] = gpu_report.realtime_criteria(results)
+    assert row["met"] is True and row["measured"].startswith("256 streams") and row["note"] == ""
