@@ -1,0 +1,63 @@
+"""Playback accounting (ttsq/inference/playback.py): a listener's clock and the step-cost model, on given times."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost
+
+
+def test_the_listener_plays_from_its_first_audio_and_reports_each_deliverys_slack() -> None:
+    listener = Listener()
+    assert listener.due(0.2) is None  # nothing to play yet: nothing is due
+    assert listener.deliver(10.0, 2.0) is None  # the first audio starts the clock
+    assert listener.due(0.2) == pytest.approx(11.8)
+    assert listener.deliver(11.5, 1.0) == pytest.approx(0.5)  # half a second of audio was left
+    assert listener.buffered_until == pytest.approx(13.0) and listener.underruns == 0
+
+
+def test_audio_after_the_buffer_ran_out_is_an_underrun_and_playback_resumes_from_it() -> None:
+    listener = Listener()
+    listener.deliver(0.0, 1.0)
+    assert listener.deliver(1.5, 1.0) == pytest.approx(-0.5)
+    assert (listener.underruns, listener.stall_s, listener.buffered_until) == (1, pytest.approx(0.5), pytest.approx(2.5))
+    assert listener.deliver(2.5, 0.5) == pytest.approx(0.0) and listener.underruns == 1  # just in time is in time
+    assert listener.deliver(3.0, 0.0) is None and listener.delivered_s == pytest.approx(2.5)
+
+
+def test_step_cost_fits_a_fixed_and_a_per_row_part_and_counts_the_rows_that_stay_real_time() -> None:
+    cost = StepCost()
+    assert cost.real_time_rows(0.8) is None  # no step seen: nothing to go by
+    for rows in (1, 2, 4, 8):
+        cost.observe(rows, 0.002 + 0.001 * rows)  # a fixed-cost engine: 2 ms a step + 1 ms a row
+    a, b = cost.fit() or (None, None)
+    assert a == pytest.approx(0.002) and b == pytest.approx(0.001)
+    # 0.8 × 21.33 ms = 17.07 ms a step: 2 ms + 15 rows × 1 ms fits, 16 rows would not.
+    assert cost.real_time_rows(0.8) == 15
+    assert cost.predict(15) == pytest.approx(0.017) and cost.predict(16) > 0.8 * TOKEN_AUDIO_S
+
+
+def test_step_cost_at_one_row_count_is_taken_as_proportional_to_rows() -> None:
+    cost = StepCost()
+    cost.observe(4, 0.020)
+    assert cost.fit() == (0.0, pytest.approx(0.005))
+    assert cost.real_time_rows(1.0) == 4  # 21.3 ms / 5 ms
+
+
+def test_a_step_slower_than_real_time_at_no_rows_admits_nothing_and_a_free_one_is_bounded() -> None:
+    slow = StepCost()
+    for rows, seconds in ((1, 0.05), (2, 0.05)):
+        slow.observe(rows, seconds)
+    assert slow.real_time_rows(1.0) == 0
+    free = StepCost()
+    for rows in (1, 2):
+        free.observe(rows, 0.0)
+    assert free.real_time_rows(1.0) == 1 << 16
+
+
+def test_step_cost_keeps_only_its_window_of_recent_steps() -> None:
+    cost = StepCost(window=2)
+    cost.observe(1, 1.0)
+    cost.observe(2, 0.004)
+    cost.observe(4, 0.008)
+    assert cost.fit() == (pytest.approx(0.0), pytest.approx(0.002))
