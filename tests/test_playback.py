@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost
+from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost, stream_room
 
 
 def test_the_listener_plays_from_its_first_audio_and_reports_each_deliverys_slack() -> None:
@@ -61,3 +61,51 @@ def test_step_cost_keeps_only_its_window_of_recent_steps() -> None:
     cost.observe(2, 0.004)
     cost.observe(4, 0.008)
     assert cost.fit() == (pytest.approx(0.0), pytest.approx(0.002))
+
+
+def test_stream_room_starts_one_stream_on_an_idle_worker_and_none_past_the_real_time_rows() -> None:
+    assert stream_room(None, 0, 0) == 1  # nothing measured, nothing in hand: one, to measure
+    assert stream_room(None, 1, 1) == 0  # nothing measured yet: wait for the first step
+    assert stream_room(0, 0, 0) == 1  # even a model that admits nothing lets an idle worker work
+    assert stream_room(5, 3, 3) == 2
+    assert stream_room(5, 7, 4) == 0
+
+
+def _simulate(admission: bool, streams: int = 10, chunks: int = 3, tokens: int = 48) -> list[tuple[float | None, Listener]]:
+    """A decode loop on a fixed-cost engine (2 ms a step + 3 ms a row), on an injected clock: ``streams`` requests queued
+    at 0, each ``chunks`` chunks of ``tokens`` steps decoded one after another, each chunk's audio delivered to its
+    listener when it ends. Returns each stream's (admission time, listener)."""
+    clock = 0.0
+    cost = StepCost()
+    queued = list(range(streams))
+    admitted: dict[int, float] = {}
+    progress = dict.fromkeys(range(streams), 0)  # tokens decoded of the stream's whole text
+    listeners = [Listener() for _ in range(streams)]
+    active: list[int] = []
+    while queued or active:
+        room = stream_room(cost.real_time_rows(0.8), len(active), len(active)) if admission else len(queued)
+        for _ in range(min(room, len(queued))):
+            stream = queued.pop(0)
+            admitted[stream] = clock
+            active.append(stream)
+        seconds = 0.002 + 0.003 * len(active)
+        clock += seconds
+        cost.observe(len(active), seconds)
+        for stream in list(active):
+            progress[stream] += 1
+            if progress[stream] % tokens == 0:
+                listeners[stream].deliver(clock, tokens * TOKEN_AUDIO_S)
+                if progress[stream] == chunks * tokens:
+                    active.remove(stream)
+    return [(admitted.get(n), listeners[n]) for n in range(streams)]
+
+
+def test_beyond_capacity_new_streams_wait_and_the_admitted_ones_never_run_dry() -> None:
+    # Ten rows at once: 32 ms a step, 48 steps a chunk (1.54 s) for 1.02 s of audio: every listener stalls.
+    unchecked = _simulate(admission=False)
+    assert all(listener.underruns == 2 for _, listener in unchecked)  # at its second and third chunks
+    # Admission: a step may take 0.8 × 21.3 ms, so 5 rows; the other streams wait in the queue, then start.
+    checked = _simulate(admission=True)
+    assert all(listener.underruns == 0 and listener.delivered_s > 0 for _, listener in checked)
+    waited = [at for at, _ in checked if at is not None and at > 0]
+    assert len(waited) >= 5, checked

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost"]
+__all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost", "stream_room"]
 
 SAMPLE_RATE = 24_000
 SAMPLES_PER_TOKEN = 512
@@ -111,3 +111,16 @@ class StepCost:
         if b <= budget / MAX_ROWS:
             return MAX_ROWS
         return int(budget / b)
+
+
+def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int) -> int:
+    """How many more streams may start now: rows are what a step costs, and a new stream brings at least one.
+
+    ``capacity_rows`` is :meth:`StepCost.real_time_rows` (None: no step measured yet). With nothing in hand one stream
+    may always start (a worker never idles for want of a measurement, and its steps are what teach the model); before
+    any step, only that one."""
+    if jobs_in_hand == 0:
+        return max(1, capacity_rows or 0)
+    if capacity_rows is None:
+        return 0
+    return max(0, capacity_rows - rows_in_hand)
