@@ -740,6 +740,19 @@ class Settings(BaseSettings):
         "with `STREAM_ADMISSION=wait`: the share of a token's 21.3 ms of audio a decode step may take.",
         json_schema_extra=_group("Worker"),
     )
+    stream_scheduling: Literal["playback", "arrival"] = Field(
+        "playback",
+        description="With `ENGINE_BACKEND=ttsq`: `playback` ranks waiting rows by when their audio is due (a request's "
+        "first chunk at its arrival, a later one when a listener playing it from its first audio runs out, less "
+        "`PLAYBACK_MARGIN_S`); `arrival`: first chunks first, then by arrival (docs/realtime.md).",
+        json_schema_extra=_group("Worker"),
+    )
+    playback_margin_s: float = Field(
+        0.5,
+        ge=0,
+        description="With `STREAM_SCHEDULING=playback`: how long before a listener's audio runs out its next chunk is due.",
+        json_schema_extra=_group("Worker"),
+    )
     stream_admission: Literal["off", "wait"] = Field(
         "off",
         description="`wait`: the worker claims no new job while the rows it holds already fill what a decode step keeps "

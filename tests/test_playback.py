@@ -1,10 +1,15 @@
-"""Playback accounting (ttsq/inference/playback.py): a listener's clock and the step-cost model, on given times."""
+"""Playback accounting (ttsq/inference/playback.py): a listener's clock, the step-cost model, admission, and the scheduler's
+playback-aware ranking of waiting rows — on given times, no model."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from ttsq.inference.base import SynthesisRequest
 from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost, stream_room
+from ttsq.inference.scheduler import _Request, _Row
 
 
 def test_the_listener_plays_from_its_first_audio_and_reports_each_deliverys_slack() -> None:
@@ -108,3 +113,35 @@ def test_beyond_capacity_new_streams_wait_and_the_admitted_ones_never_run_dry() 
     assert all(listener.underruns == 0 and listener.delivered_s > 0 for _, listener in checked)
     waited = [at for at, _ in checked if at is not None and at > 0]
     assert len(waited) >= 5, checked
+
+
+def _request(key: str, arrival: int, arrived_at: float, margin_s: float | None = 0.5) -> _Request:
+    request = SynthesisRequest(text="One. Two. Three.", speaker=None, seed=1)
+    return _Request(key, request, "en", total=3, arrival=arrival, alone=False, arrived_at=arrived_at, margin_s=margin_s)
+
+
+def test_the_scheduler_ranks_a_stream_about_to_run_dry_ahead_of_a_new_request_and_one_with_audio_to_spare_behind() -> None:
+    playing = _request("playing", arrival=0, arrived_at=0.0)
+    playing.played(1.0, 0, 2.0)  # its first chunk's 2 s of audio at 1.0 s: the listener runs out at 3.0 s
+    assert playing.due(1) == pytest.approx(2.5)  # less the 0.5 s margin
+    early, late = _request("early", arrival=1, arrived_at=2.0), _request("late", arrival=2, arrived_at=2.9)
+    ranked = sorted([_Row(late, 0, "code", "x"), _Row(playing, 1, "code", "x"), _Row(early, 0, "code", "x")], key=_Row.priority)
+    # A request that came at 2.0 s is due before the stream (2.5 s); one that came at 2.9 s waits behind it.
+    assert [(row.request.key, row.index) for row in ranked] == [("early", 0), ("playing", 1), ("late", 0)]
+    # Later chunks of a request nobody is hearing yet come after every started stream.
+    assert _request("new", arrival=3, arrived_at=0.0).due(1) == math.inf
+
+
+def test_the_listener_hears_chunks_in_order_whatever_order_they_are_ready_in() -> None:
+    request = _request("r", arrival=0, arrived_at=0.0)
+    request.played(1.0, 1, 1.0)  # the second chunk first: nothing to hear yet
+    assert request.listener.started_at is None and request.due(1) == math.inf
+    request.played(2.0, 0, 1.0)  # the first: both are heard, from 2.0 s
+    assert request.listener.buffered_until == pytest.approx(4.0) and request.heard == 2
+
+
+def test_without_playback_order_every_row_is_due_alike_and_first_chunks_go_first() -> None:
+    playing, new = _request("playing", 0, 0.0, margin_s=None), _request("new", 1, 5.0, margin_s=None)
+    playing.played(1.0, 0, 2.0)
+    ranked = sorted([_Row(playing, 1, "code", "x"), _Row(new, 0, "code", "x")], key=_Row.priority)
+    assert [(row.request.key, row.index) for row in ranked] == [("new", 0), ("playing", 1)]
