@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -94,7 +94,7 @@ class WorkerConfig:
     """Size the batch from the device at start (on CUDA); on a CPU run at most :data:`CPU_AUTO_BATCH`."""
     batch_memory_headroom: float
     stream_rtf_target: float
-    stream_admission: str
+    stream_admission: Literal["off", "wait"]
     """``wait``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`)."""
     max_new_token: int
     compile: bool
