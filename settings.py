@@ -753,12 +753,13 @@ class Settings(BaseSettings):
         description="With `STREAM_SCHEDULING=playback`: how long before a listener's audio runs out its next chunk is due.",
         json_schema_extra=_group("Worker"),
     )
-    stream_admission: Literal["off", "wait"] = Field(
+    stream_admission: Literal["off", "wait", "refuse"] = Field(
         "off",
         description="`wait`: the worker claims no new job while the rows it holds already fill what a decode step keeps "
         "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost): streams it runs never run dry, new ones "
-        "wait in the queue with a position. One job is always taken when none is in hand. For `ENGINE_BACKEND=ttsq`, whose "
-        "steps are decode steps (docs/realtime.md). `off`: claim up to the batch's room.",
+        "wait in the queue with a position. One job is always taken when none is in hand. `refuse`: the same, and the API "
+        "answers a submit with 429 + `Retry-After` while the live workers' heartbeats report no room. For "
+        "`ENGINE_BACKEND=ttsq`, whose steps are decode steps (docs/realtime.md). `off`: claim up to the batch's room.",
         json_schema_extra=_group("Worker"),
     )
     release_memory_above: float = Field(

@@ -57,6 +57,8 @@ async def _most_together(redis: Redis, engine: DecoderEngine, admission: str, rt
             await worker.queue.enqueue(job_id, params(f"Stream {n}. " + THREE_CHUNKS, seed=20 + n), single_flight=False)
         for job_id in ids:
             assert (await wait_final(worker.queue, job_id)).status == Status.DONE
+        # The room it reports in its heartbeat (the API's STREAM_ADMISSION=refuse): idle, one at least; none when off.
+        assert worker.record.stream_room == (None if admission == "off" else 1)
     return max(len(step) for step in spy.steps)
 
 

@@ -94,8 +94,9 @@ class WorkerConfig:
     """Size the batch from the device at start (on CUDA); on a CPU run at most :data:`CPU_AUTO_BATCH`."""
     batch_memory_headroom: float
     stream_rtf_target: float
-    stream_admission: Literal["off", "wait"]
-    """``wait``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`)."""
+    stream_admission: Literal["off", "wait", "refuse"]
+    """``wait``/``refuse``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`);
+    the room left goes in the heartbeat, for the API's ``refuse``."""
     max_new_token: int
     compile: bool
     batch_wait_ms: float
@@ -370,9 +371,11 @@ class Worker:
         if batcher.waiting_rows >= limit:
             return 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
-        if self.config.stream_admission == "wait":
+        if self.config.stream_admission != "off":
             rows = batcher.active_rows + batcher.waiting_rows
-            room = min(room, stream_room(self.step_cost.real_time_rows(self.config.stream_rtf_target), rows, len(self._in_flight)))
+            streams = stream_room(self.step_cost.real_time_rows(self.config.stream_rtf_target), rows, len(self._in_flight))
+            self.record.stream_room = streams
+            room = min(room, streams)
         return room
 
     async def _claim(self, room: int) -> list[Job]:
