@@ -206,13 +206,13 @@ class Scheduler:
         """Slots of the limit kept for requests' first chunks: later chunks leave them free (always one
         slot at least for later chunks, so a limit of 1 keeps nothing back)."""
         self.head_start = head_start
+        """A request's later chunks take no slot until its first chunk's codes are decoded (they are prefilled
+        meanwhile). Where a step costs more as the batch grows (a CPU), the first chunk then runs in a smaller batch
+        and its audio comes sooner; other requests' rows still fill the free slots."""
         self.playback_margin_s = playback_margin_s
         """Playback-aware order (None: off): waiting rows go by when their audio is due — a request's first chunk at
         its arrival, a later one when a listener playing the request from its first audio runs out, less this margin
         (:mod:`ttsq.inference.playback`) — re-ranked at every step, as the listeners' buffers change."""
-        """A request's later chunks take no slot until its first chunk's codes are decoded (they are prefilled
-        meanwhile). Where a step costs more as the batch grows (a CPU), the first chunk then runs in a smaller batch
-        and its audio comes sooner; other requests' rows still fill the free slots."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
         self._active: dict[tuple[str, int], _Row] = {}
