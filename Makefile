@@ -70,6 +70,7 @@ bench: install
 	$(PY) -m bench.encoders
 	$(PY) -m bench.stream_formats
 	$(PY) -m bench.listeners
+	$(PY) -m bench.realtime
 	GC_FULL_COLLECTION_S=0 $(PY) -m bench.listeners --results bench/results/listeners-cpython-gc.md  # control: CPython's collector
 
 ## The same benchmarks as a short smoke run (a few minutes).
@@ -79,6 +80,7 @@ bench-quick: install
 	$(PY) -m bench.decoder --quick --checkpoints tiny
 	$(PY) -m bench.shards --quick
 	$(PY) -m bench.sentinel --quick
+	$(PY) -m bench.realtime --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install

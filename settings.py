@@ -203,7 +203,10 @@ class Settings(BaseSettings):
         json_schema_extra=_group("API"),
     )
     listen_retry_s: float = Field(
-        0.5, gt=0, le=60, description="Pause of the stream listener before reading again after Redis could not be reached.",
+        0.5,
+        gt=0,
+        le=60,
+        description="Pause of the stream listener before reading again after Redis could not be reached.",
         json_schema_extra=_group("API"),
     )
     listen_outage_s: float = Field(
@@ -620,7 +623,7 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq`: a request's later chunks take no slot until its first chunk's codes are "
         "decoded (they are prefilled meanwhile; other requests' rows fill the free slots). Where a step costs more as the "
         "batch grows, the first audio comes sooner at the price of a lone long request's total time "
-        "(BENCHMARKS.md, \"Streamed formats\"). `auto`: on a CPU, not on CUDA.",
+        '(BENCHMARKS.md, "Streamed formats"). `auto`: on a CPU, not on CUDA.',
         json_schema_extra=_group("Model"),
     )
     overlap_prefill_and_audio: bool = Field(
@@ -733,7 +736,30 @@ class Settings(BaseSettings):
     stream_rtf_target: float = Field(
         0.8,
         gt=0,
-        description="With `MAX_BATCH=auto`: the highest real-time factor a stream in a batch may have (< 1: ahead of playback).",
+        description="With `MAX_BATCH=auto`: the highest real-time factor a stream in a batch may have (< 1: ahead of playback); "
+        "with `STREAM_ADMISSION=wait`: the share of a token's 21.3 ms of audio a decode step may take.",
+        json_schema_extra=_group("Worker"),
+    )
+    stream_scheduling: Literal["playback", "arrival"] = Field(
+        "playback",
+        description="With `ENGINE_BACKEND=ttsq`: `playback` ranks waiting rows by when their audio is due (a request's "
+        "first chunk at its arrival, a later one when a listener playing it from its first audio runs out, less "
+        "`PLAYBACK_MARGIN_S`); `arrival`: first chunks first, then by arrival (docs/realtime.md).",
+        json_schema_extra=_group("Worker"),
+    )
+    playback_margin_s: float = Field(
+        0.5,
+        ge=0,
+        description="With `STREAM_SCHEDULING=playback`: how long before a listener's audio runs out its next chunk is due.",
+        json_schema_extra=_group("Worker"),
+    )
+    stream_admission: Literal["off", "wait", "refuse"] = Field(
+        "off",
+        description="`wait`: the worker claims no new job while the rows it holds already fill what a decode step keeps "
+        "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost): streams it runs never run dry, new ones "
+        "wait in the queue with a position. One job is always taken when none is in hand. `refuse`: the same, and the API "
+        "answers a submit with 429 + `Retry-After` while the live workers' heartbeats report no room. For "
+        "`ENGINE_BACKEND=ttsq`, whose steps are decode steps (docs/realtime.md). `off`: claim up to the batch's room.",
         json_schema_extra=_group("Worker"),
     )
     release_memory_above: float = Field(

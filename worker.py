@@ -66,6 +66,7 @@ def chattts_engine(settings: Settings) -> Engine:
             first_chunk_slots=settings.first_chunk_slots,
             overlap=settings.overlap_prefill_and_audio,
             head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
+            playback_margin_s=settings.playback_margin_s if settings.stream_scheduling == "playback" else None,
         )
     else:
         engine = ChatTTSEngine(settings.engine_config())

@@ -1,6 +1,6 @@
 """``make bench-gpu``: ttsq on a GPU in one time-boxed command (the GPU-serving issue, item 5).
 
-    python -m bench.gpu [--phases engine,decoder,e2e,compile] [--budget-s 780] [--out DIR] [--model full|tiny|DIR]
+    python -m bench.gpu [--phases engine,decoder,e2e,compile,realtime] [--budget-s 780] [--out DIR] [--model full|tiny|DIR]
                         [--device auto|cuda|cpu] [--batches 1,8,32,64,128,256] [--clients 64,256]
                         [--max-batches auto,8,1] [--tokens 256] [--e2e-backend ttsq|chattts|auto] [--quick]
 
@@ -24,6 +24,11 @@ then SIGKILL for everything it started) and the next one runs:
 4. ``compile``: the same with ``COMPILE=true``, ``MAX_BATCH=auto`` and ``ENGINE_BACKEND=chattts``
    (torch.compile is ChatTTS's path) — warm-up (worker ready) time, jobs/s, and graphs compiled while
    serving (``ttsq_compile_recompiles_total``; "absent" if the worker does not export it).
+5. ``realtime`` (:mod:`bench.realtime`): real-time streaming capacity — N listeners playing streams from their
+   first byte, ttsq (workers on ``--e2e-backend``) beside a server running ChatTTS's own ``infer(stream=True)``, both
+   on the GPU — success, first audio p50/p99, RTF p99, underruns, and the capacity (the largest N with success 1.00,
+   first audio p99 ≤ 1 s, RTF p99 ≤ 1); the realtime issue asks for ≥ 256 streams, first audio p99 ≤ 300 ms and
+   no underrun on an H200 (full-size).
 
 ``results.json`` and ``results.md`` (:mod:`bench.gpu_report`) are rewritten after the checkpoint and
 after every phase, so a run cut off anywhere keeps what finished; each phase's own JSON is
@@ -63,17 +68,17 @@ from bench.machine import cpu_model
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "var" / "bench-gpu"
 CHECKPOINTS = {"full": ROOT / "var" / "full-random-checkpoint", "tiny": ROOT / "var" / "tiny-checkpoint"}
-PHASES = ("engine", "decoder", "e2e", "compile")
-WEIGHTS = {"engine": 0.14, "decoder": 0.18, "e2e": 0.38, "compile": 0.3}
+PHASES = ("engine", "decoder", "e2e", "compile", "realtime")
+WEIGHTS = {"engine": 0.12, "decoder": 0.15, "e2e": 0.32, "compile": 0.25, "realtime": 0.16}
 """How the budget left after the checkpoint is shared out; what a phase leaves unused goes to the later ones."""
-MIN_PHASE_S = {"engine": 20.0, "decoder": 20.0, "e2e": 40.0, "compile": 40.0}
+MIN_PHASE_S = {"engine": 20.0, "decoder": 20.0, "e2e": 40.0, "compile": 40.0, "realtime": 40.0}
 E2E_BACKENDS = ("ttsq", "chattts", "auto")
 STOP_GRACE_S = 20.0
 """How long a phase told to stop (SIGTERM) has to write its results and stop its stacks before SIGKILL."""
 MARKER = "TTSQ_BENCH_GPU_RUN"
 RUNS_FILE = Path(tempfile.gettempdir()) / "ttsq-bench-gpu-runs"
 """Run ids of ``bench.gpu`` runs on this machine, so a later run can end what a killed one left running."""
-OUTPUT_FILES = ("results.json", "results.md", *(f"{phase}.json" for phase in PHASES), "process_logs.txt")
+OUTPUT_FILES = ("results.json", "results.md", *(f"{phase}.json" for phase in PHASES), "realtime.md", "process_logs.txt")
 T0 = time.monotonic()
 
 
@@ -87,12 +92,32 @@ class Profile:
     drain_s: float
     reps: int
     model: str
+    streams: str
+    """The realtime phase's concurrencies N."""
 
 
 FULL = Profile(
-    tokens=256, batches="1,8,32,64,128,256", clients="64,256", max_batches="auto,8,1", window_s=30, drain_s=12, reps=2, model="full"
+    tokens=256,
+    batches="1,8,32,64,128,256",
+    clients="64,256",
+    max_batches="auto,8,1",
+    window_s=30,
+    drain_s=12,
+    reps=2,
+    model="full",
+    streams="16,64,128,256,320",
 )
-QUICK = Profile(tokens=24, batches="1,4,8,16", clients="4,16", max_batches="auto,8,1", window_s=4, drain_s=10, reps=1, model="tiny")
+QUICK = Profile(
+    tokens=24,
+    batches="1,4,8,16",
+    clients="4,16",
+    max_batches="auto,8,1",
+    window_s=4,
+    drain_s=10,
+    reps=1,
+    model="tiny",
+    streams="1,2",
+)
 """``--quick``: a smoke run of the whole benchmark (the tiny checkpoint, short windows), a few minutes on a CPU."""
 
 
@@ -367,6 +392,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", help="closed-loop clients per end-to-end window (64,256)")
     parser.add_argument("--max-batches", help="MAX_BATCH values of the e2e phase, measured in this order (auto,8,1)")
     parser.add_argument("--tokens", type=int, help="audio tokens per item and job, forced (256)")
+    parser.add_argument("--streams", help="concurrent listeners N of the realtime phase (16,64,128,256,320)")
     parser.add_argument("--reps", type=int, help="engine repetitions per batch size (2)")
     parser.add_argument("--window-s", type=float, help="closed-loop window per MAX_BATCH and client count (30)")
     parser.add_argument("--drain-s", type=float, help="after a window, how long running jobs may still finish (12)")
@@ -389,7 +415,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke profile: tiny checkpoint, 24 tokens, short windows")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
-    for key in ("tokens", "batches", "clients", "max_batches", "window_s", "drain_s", "reps", "model"):
+    for key in ("tokens", "batches", "clients", "max_batches", "window_s", "drain_s", "reps", "model", "streams"):
         if getattr(args, key) is None:
             setattr(args, key, getattr(profile, key))
     args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -509,6 +535,17 @@ def _run_phase(phase: str, args: argparse.Namespace, model: Path, limit: float, 
         cmd = [sys.executable, "-m", "bench.gpu_engine", *common, "--batches", args.batches, "--reps", str(args.reps)]
         if phase == "decoder":
             cmd += ["--engine", "ttsq", "--cuda-graphs"]
+    elif phase == "realtime":
+        cmd = [
+            sys.executable, "-m", "bench.realtime", *common,
+            "--streams", args.streams,
+            "--window-s", str(args.window_s),
+            "--timeout-s", str(max(30.0, args.window_s)),
+            "--ready-timeout-s", str(args.ready_timeout_s),
+            "--ttsq-env", f"ENGINE_BACKEND={args.e2e_backend}",
+            "--results", str(out / "realtime.md"),
+            "--tmp", str(_tmp(marker.split("/")[0]) / phase),
+        ]  # fmt: skip
     else:
         cmd = [
             sys.executable, "-m", "bench.gpu_e2e", *common,

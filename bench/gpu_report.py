@@ -26,6 +26,10 @@ DECODER_STEP_MS = {1: 4.0, 64: 3.0}
 """The decoder issue's GPU acceptance: ms per decode step at these batch sizes, on the full-size checkpoint."""
 DECODER_GPU_BUSY = 70.0
 """… and the GPU busy at least this share (%) of the time while the decoder runs them."""
+REALTIME_STREAMS = 256
+REALTIME_FIRST_AUDIO_S = 0.3
+"""The realtime issue's GPU done-when: this many concurrent real-time streams on one H200 (full-size), first audio p99
+within this many seconds, RTF p99 ≤ 1, success 1.00 and no underrun."""
 REFERENCES = {"engine": "ChatTTS's engine", "decoder": "ttsq's decoder"}
 """The engine phases a service window is compared with, by the backend its workers ran."""
 
@@ -268,7 +272,72 @@ def criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "0",
                 (sum(known) == 0) if known else None,
             )
+    out += realtime_criteria(results)
     return out
+
+
+def _realtime_servers(results: dict[str, Any]) -> dict[str, Any]:
+    """The realtime phase's one checkpoint: ``{server: {"levels": [...], "capacity": N}}``."""
+    data = (results.get("phases", {}).get("realtime") or {}).get("data") or {}
+    return next(iter((data.get("checkpoints") or {}).values()), {})
+
+
+def realtime_capacity(levels: list[dict[str, Any]], first_audio_s: float) -> int:
+    """The largest N (every smaller N measured passing too) with success 1.00, first audio p99 ≤ ``first_audio_s``,
+    RTF p99 ≤ 1 and no underrun (bench.realtime's rule, with the GPU criterion's bounds)."""
+    best = 0
+    for level in sorted(levels, key=lambda lv: lv["streams"]):
+        ok = level["requests"] > 0 and level["success"] == 1.0 and level["underruns_per_stream"] == 0
+        if not (ok and level["first_p99_s"] <= first_audio_s and level["rtf_p99"] <= 1.0):
+            break
+        best = level["streams"]
+    return best
+
+
+def realtime_criteria(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The realtime issue's GPU done-when, judged on the realtime phase's ttsq figures (none before it ran)."""
+    if "realtime" not in results.get("phases", {}):
+        return []
+    levels = (_realtime_servers(results).get("ttsq") or {}).get("levels") or []
+    dry = bool(results.get("dry_run"))
+    got = realtime_capacity(levels, REALTIME_FIRST_AUDIO_S)
+    measured = f"{got} streams (N measured: {', '.join(str(lv['streams']) for lv in levels) or 'none'})"
+    met: bool | None = got >= REALTIME_STREAMS if levels else None
+    note = "" if _full_size(results) else "not the full-size checkpoint"
+    return [
+        _verdict(
+            f"realtime: concurrent real-time streams (success 1.00, first audio p99 ≤ {REALTIME_FIRST_AUDIO_S * 1000:.0f} ms, "
+            "RTF p99 ≤ 1, no underrun)",
+            measured,
+            f"≥ {REALTIME_STREAMS}",
+            met,
+            note,
+            dry,
+        )
+    ]
+
+
+def _realtime_section(results: dict[str, Any]) -> list[str]:
+    servers = _realtime_servers(results)
+    if not servers:
+        return []
+    md = [
+        "## Real-time streams (bench.realtime)",
+        "",
+        f"Command: `{results.get('command', '?')}`; date {results.get('date', '?')}. N listeners play streams from their "
+        "first byte; capacity = the largest N with success 1.00, first audio p99 ≤ 1 s and RTF p99 ≤ 1.",
+        "",
+        "| server | N | streams | success | first audio p50 / p99 s | RTF p99 | underruns / stream |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for server, figures in servers.items():
+        for lv in figures.get("levels", []):
+            md.append(
+                f"| {server} | {lv['streams']} | {lv['requests']} | {_fmt(lv['success'])} | {_fmt(lv['first_p50_s'])} / "
+                f"{_fmt(lv['first_p99_s'])} | {_fmt(lv['rtf_p99'])} | {_fmt(lv['underruns_per_stream'])} |"
+            )
+    capacities = ", ".join(f"{server} {figures.get('capacity')}" for server, figures in servers.items())
+    return [*md, "", f"Capacity: {capacities}.", ""]
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -321,6 +390,7 @@ def render(results: dict[str, Any]) -> str:
     md += _decoder_section(results)
     md += _service_section(results, "e2e", f"Service end to end, {service_label(results, 'e2e')}")
     md += _service_section(results, "compile", "Service end to end, COMPILE=true")
+    md += _realtime_section(results)
     sampler = results.get("gpu_sampler", {})
     md += [
         "## Phases",

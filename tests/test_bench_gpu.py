@@ -54,22 +54,22 @@ def _why(window: dict[str, Any], out: Path, output: str) -> str:
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_checkpoint_dir: Path) -> None:
     out = tmp_path / "out"
     cmd = [
         sys.executable, "-m", "bench.gpu", "--quick", "--device", "cpu", "--model", str(tiny_checkpoint_dir),
-        "--out", str(out), "--budget-s", "330", "--max-batches", "auto,1", "--clients", "4,8", "--window-s", "3",
+        "--out", str(out), "--budget-s", "390", "--max-batches", "auto,1", "--clients", "4,8", "--window-s", "3",
         "--drain-s", "8", "--batches", "1,4,8",
     ]  # fmt: skip
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        seen = _poll_results(proc, out / "results.json", 400)
+        seen = _poll_results(proc, out / "results.json", 460)
         output = proc.stdout.read() if proc.stdout else ""
     assert proc.returncode == 0, output[-4000:]
 
     # Rewritten after every phase, not only at the end: a cut-off run keeps what finished.
-    phases = ["checkpoint", "engine", "decoder", "e2e", "compile"]
+    phases = ["checkpoint", "engine", "decoder", "e2e", "compile", "realtime"]
     assert seen[0] == ["checkpoint"], seen
     for done in range(2, len(phases)):
         assert phases[:done] in seen, seen
@@ -137,7 +137,17 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         assert w["completed"] >= w["clients"] and w["errors"] == 0 and w["jobs_per_s"] > 0, _why(w, out, output)
     assert all(w["recompiles_during"] is None for w in compile_["windows"])  # torch.compile is CUDA-only
 
+    # Real-time streams: ttsq beside ChatTTS's own streaming server, N = 1 and 2 (the quick profile), on the CPU.
+    realtime = results["phases"]["realtime"]["data"]
+    servers = realtime["checkpoints"]["model"]
+    assert set(servers) == {"ttsq", "ChatTTS stream"} and realtime["complete"] is True
+    for figures in servers.values():
+        assert [level["streams"] for level in figures["levels"]] == [1, 2]
+        assert all(level["requests"] >= 1 and level["success"] > 0 for level in figures["levels"]), figures
+
     criteria = {row["criterion"]: row for row in results["criteria"]}
+    streams = next(row for name, row in criteria.items() if name.startswith("realtime: concurrent real-time streams"))
+    assert streams["met"] is False and gpu_report.DRY_RUN_NOTE in streams["note"]  # 2 streams at most: far from 256
     same_batch = [row for name, row in criteria.items() if "the engine's at the same batch" in name]
     assert len(same_batch) == 4  # auto at 4 and 8 clients, eager and COMPILE=true
     assert all(row["met"] is not None and "dry run on CPU" in row["note"] for row in same_batch)
@@ -162,6 +172,7 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         "## ttsq's decoder alone",
         "## Service end to end, ENGINE_BACKEND=ttsq",
         "## Service end to end, COMPILE=true",
+        "## Real-time streams (bench.realtime)",
     )
     assert all(heading in md for heading in headings)
     assert "no CUDA graphs (not on CUDA, or not asked for): every step eager" in md  # no capture claimed on a CPU

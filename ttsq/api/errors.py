@@ -105,8 +105,9 @@ TOO_MANY_STREAMS_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 QUEUE_FULL_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
-    "description": "The queue is full, this key has its cap of queued jobs, or it submits too fast; retry after "
-    "`Retry-After` seconds (`RateLimit-*` headers say how many submits remain).",
+    "description": "The queue is full, this key has its cap of queued jobs, it submits too fast, or "
+    "(`STREAM_ADMISSION=refuse`) no worker has room for another real-time stream; retry after `Retry-After` seconds "
+    "(`RateLimit-*` headers say how many submits remain).",
     "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
 }
 

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 from ttsq.api.auth import Forbidden, Principal
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
+from ttsq.api.stream_admission import refuse_past_stream_capacity
 from ttsq.api.stream_slots import StreamSlots, hold, when_over
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
@@ -171,6 +172,8 @@ class ServiceConfig:
     """One voice across a long text for requests that do not say (``CONSISTENT_VOICE``)."""
     voice_encode_timeout_s: float
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
+    stream_admission: Literal["off", "wait", "refuse"]
+    """``refuse``: a submit while no worker has room for another real-time stream is a 429 (:mod:`ttsq.api.stream_admission`)."""
 
 
 DrawLanguage = Literal["zh", "en"]
@@ -507,6 +510,8 @@ class TTSService:
                 )
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
+        if self.config.stream_admission == "refuse":
+            await refuse_past_stream_capacity(self.heartbeats)
         result = await self.queue.enqueue(
             signer.new(shard),
             params,
@@ -835,9 +840,7 @@ class TTSService:
             return vtt(job.captions, SAMPLE_RATE)
         return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
-    async def events(
-        self, job: Job, caller: Principal, last_event_id: str | None = None
-    ) -> AsyncGenerator[list[ServerEvent]]:
+    async def events(self, job: Job, caller: Principal, last_event_id: str | None = None) -> AsyncGenerator[list[ServerEvent]]:
         """The task's ``status``, as ``caller`` sees it, each time it changes, and a ``timing`` event (a live caption
         cue) as each chunk's audio is published, until the task ends.
 

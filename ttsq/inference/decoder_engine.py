@@ -68,8 +68,11 @@ class DecoderEngine(ChatTTSEngine):
         first_chunk_slots: int,
         overlap: bool,
         head_start: bool | None = False,
+        playback_margin_s: float | None = None,
     ) -> None:
         super().__init__(config)
+        self.playback_margin_s = playback_margin_s
+        """The batcher's playback-aware order (:attr:`Scheduler.playback_margin_s`; None: first chunks, then arrival)."""
         self.cuda_graphs = cuda_graphs
         self.batch_invariant = batch_invariant
         self.first_chunk_slots = first_chunk_slots
@@ -180,6 +183,7 @@ class DecoderEngine(ChatTTSEngine):
             first_chunk_slots=reserve,
             head_start=self.head_start,
             overlap=self._overlap_pools() if overlap else None,
+            playback_margin_s=self.playback_margin_s,
         )
 
     def _gpt_dtype(self) -> torch.dtype:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.reference_audio import MAX_REFERENCE_S
 from ttsq.domain.text import detect_language
@@ -53,6 +55,7 @@ from ttsq.inference.base import (
     TransientError,
 )
 from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, inference, stream_seed
+from ttsq.inference.playback import Listener
 from ttsq.inference.rows import ChatTTSRows
 
 __all__ = ["DecodeLimits", "Scheduler"]
@@ -101,6 +104,33 @@ class _Request:
     """Later code rows waiting for :attr:`anchor`."""
     lead_decoded: bool = False
     """Its first chunk's codes are decoded (with :attr:`Scheduler.head_start`, its later chunks wait for this)."""
+    arrived_at: float = 0.0
+    margin_s: float | None = None
+    """:attr:`Scheduler.playback_margin_s` (None: no playback-aware order)."""
+    listener: Listener = field(default_factory=Listener)
+    """A listener playing its chunks in order from the first: when its audio runs out."""
+    unheard: dict[int, float] = field(default_factory=dict)
+    """Seconds of audio of chunks ready ahead of one still decoding (a listener hears them in order)."""
+    heard: int = 0
+    """Chunks the listener has had, in order."""
+
+    def due(self, index: int) -> float:
+        """When chunk ``index``'s audio is due: the first chunk at once (its arrival), a later one when the listener's
+        audio runs out, less the margin (not before the first is heard: after every started stream). 0 without
+        playback-aware order: every row alike, and the rest of :meth:`_Row.priority` decides."""
+        if self.margin_s is None:
+            return 0.0
+        if index == 0:
+            return self.arrived_at
+        due = self.listener.due(self.margin_s)
+        return math.inf if due is None else due
+
+    def played(self, now: float, index: int, seconds: float) -> None:
+        """Chunk ``index``'s audio is ready at ``now``: the listener hears it, and any ready successors, in order."""
+        self.unheard[index] = seconds
+        while self.heard in self.unheard:
+            self.listener.deliver(now, self.unheard.pop(self.heard))
+            self.heard += 1
 
 
 @dataclass
@@ -115,9 +145,10 @@ class _Row:
     prefill: Future[Prefilled] | None = None
     """Its prompt being prefilled ahead of admission (``overlap`` only); cleared once it is placed."""
 
-    def priority(self) -> tuple[int, int, int, int]:
-        """First chunks first, then arrival; a refined row (work already spent) ahead of its peers."""
-        return (self.index > 0, self.phase == "refine", self.request.arrival, self.index)
+    def priority(self) -> tuple[float, int, int, int, int]:
+        """Playback-aware (:attr:`Scheduler.playback_margin_s`): the row whose audio is due first; then first chunks
+        first, then arrival; a refined row (work already spent) ahead of its peers."""
+        return (self.request.due(self.index), self.index > 0, self.phase == "refine", self.request.arrival, self.index)
 
     @property
     def exclusive(self) -> str | None:
@@ -131,7 +162,7 @@ class _Row:
 
 @dataclass(order=True)
 class _Waiting:
-    priority: tuple[int, int, int, int]
+    priority: tuple[float, int, int, int, int]
     order: int
     row: _Row = field(compare=False)
 
@@ -157,6 +188,7 @@ class Scheduler:
         head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        playback_margin_s: float | None = None,
     ) -> None:
         self.rows = rows
         self.code = code
@@ -177,6 +209,10 @@ class Scheduler:
         """A request's later chunks take no slot until its first chunk's codes are decoded (they are prefilled
         meanwhile). Where a step costs more as the batch grows (a CPU), the first chunk then runs in a smaller batch
         and its audio comes sooner; other requests' rows still fill the free slots."""
+        self.playback_margin_s = playback_margin_s
+        """Playback-aware order (None: off): waiting rows go by when their audio is due — a request's first chunk at
+        its arrival, a later one when a listener playing the request from its first audio runs out, less this margin
+        (:mod:`ttsq.inference.playback`) — re-ranked at every step, as the listeners' buffers change."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
         self._active: dict[tuple[str, int], _Row] = {}
@@ -231,6 +267,7 @@ class Scheduler:
         if request.sampling.refine_text and self.text is None and self._make_text is not None:
             self.text = self._make_text()
         state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
+        state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
         phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
@@ -250,6 +287,7 @@ class Scheduler:
         events: list[BatchEvent] = []
         with inference():
             self._collect_audio(events)
+            self._rerank()
             self._admit(events)
             self._prefill_ahead()
             stepped = False
@@ -272,6 +310,12 @@ class Scheduler:
             request.held.append(row)
             return
         self._push(row)
+
+    def _rerank(self) -> None:
+        """Playback-aware order only: the waiting rows ranked afresh (their requests' listeners have heard more)."""
+        if self.playback_margin_s is not None and self._waiting:
+            self._waiting = [_Waiting(entry.row.priority(), entry.order, entry.row) for entry in self._waiting]
+            heapq.heapify(self._waiting)
 
     def _push(self, row: _Row) -> None:
         row.slot = None
@@ -517,6 +561,7 @@ class Scheduler:
             for later in held:
                 self._push(later)
         request.done += 1
+        request.played(self.clock(), row.index, samples.size / SAMPLE_RATE)
         events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples, text=row.text)))
         if request.done == request.total:
             del self._requests[request.key]

@@ -69,6 +69,8 @@ class HeartbeatRecord:
     batches: int = 0
     largest_batch: int = 0
     current_job: CurrentJob | None = None
+    stream_room: int | None = None
+    """With ``STREAM_ADMISSION`` on: more streams this worker can start and keep real-time (the API's ``refuse``)."""
 
     def tick(self) -> None:
         self.last_tick = time.time()

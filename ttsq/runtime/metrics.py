@@ -27,6 +27,8 @@ WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
 """Real-time factor = seconds of inference per second of audio: below 1 is faster than real time."""
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SLACK_BUCKETS = (-5.0, -1.0, -0.25, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Seconds of audio a stream's listener still had when its next piece came; below 0: it ran dry (an underrun)."""
 
 
 class _DeviceCollector(Collector):
@@ -165,6 +167,23 @@ class WorkerMetrics:
         self.heartbeat_age = Gauge(
             "ttsq_worker_heartbeat_age_seconds", "Seconds since the heartbeat was last written to Redis.", registry=registry
         )
+        self.underruns = Counter(
+            "ttsq_stream_underruns",
+            "Pieces of a job's stream handed on after a listener playing it from its first audio would have run dry.",
+            registry=registry,
+        )
+        self.slack = Histogram(
+            "ttsq_stream_slack_seconds",
+            "At each piece of a stream after its first: the audio its listener still had (negative: an underrun).",
+            buckets=SLACK_BUCKETS,
+            registry=registry,
+        )
+        self.stream_capacity = Gauge(
+            "ttsq_stream_capacity_rows",
+            "Rows a decode step keeps ahead of real time (STREAM_RTF_TARGET), from the steps' fitted cost; -1 before a step.",
+            registry=registry,
+        )
+        self.stream_capacity.set(-1)
         self.info = Gauge(
             "ttsq_worker_info", "1, labelled with the model and device this worker runs.", ["model", "device"], registry=registry
         )

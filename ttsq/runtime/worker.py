@@ -25,13 +25,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain import context
-from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
+from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import captions, spoken_text
@@ -47,6 +47,7 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
+from ttsq.inference.playback import Listener, StepCost, stream_room
 from ttsq.runtime.assembly import JobAudio
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
@@ -93,6 +94,9 @@ class WorkerConfig:
     """Size the batch from the device at start (on CUDA); on a CPU run at most :data:`CPU_AUTO_BATCH`."""
     batch_memory_headroom: float
     stream_rtf_target: float
+    stream_admission: Literal["off", "wait", "refuse"]
+    """``wait``/``refuse``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`);
+    the room left goes in the heartbeat, for the API's ``refuse``."""
     max_new_token: int
     compile: bool
     batch_wait_ms: float
@@ -147,6 +151,8 @@ class _InFlight:
     audio: JobAudio = field(default_factory=JobAudio)
     pieces: asyncio.Queue[Piece | None] | None = None
     publisher: asyncio.Task[None] | None = None
+    listener: Listener = field(default_factory=Listener)
+    """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
 
 
 class Worker:
@@ -185,6 +191,10 @@ class Worker:
         """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_step_at = time.monotonic()
+        self.clock: Callable[[], float] = time.monotonic
+        """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
+        self.step_cost = StepCost()
+        """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
         self._out_of_memory_seen = 0
         self._compiled_graphs_at_start: int | None = None
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
@@ -360,7 +370,13 @@ class Worker:
         self.metrics.batch_limit.set(limit)
         if batcher.waiting_rows >= limit:
             return 0
-        return _ROOM_PER_SLOT * limit - len(self._in_flight)
+        room = _ROOM_PER_SLOT * limit - len(self._in_flight)
+        if self.config.stream_admission != "off":
+            rows = batcher.active_rows + batcher.waiting_rows
+            streams = stream_room(self.step_cost.real_time_rows(self.config.stream_rtf_target), rows, len(self._in_flight))
+            self.record.stream_room = streams
+            room = min(room, streams)
+        return room
 
     async def _claim(self, room: int) -> list[Job]:
         """One blocking claim, then up to ``room`` more at once; when the engine is idle, more may
@@ -478,6 +494,8 @@ class Worker:
     def _on_step(self, report: StepReport) -> None:
         self._last_step_at = time.monotonic()
         if report.rows:
+            self.step_cost.observe(report.rows, report.seconds)
+            self.metrics.stream_capacity.set(self.step_cost.real_time_rows(self.config.stream_rtf_target) or 0)
             self.metrics.inference.observe(report.seconds)
             self.metrics.batch_size.observe(report.rows)
             self.record.batches += 1
@@ -495,6 +513,7 @@ class Worker:
                 self._end(event.key, Failure(event.error))
                 continue
             for index, piece in flight.audio.add(event.chunk):
+                self._delivered(flight, piece.size / SAMPLE_RATE)
                 if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
                     pcm = encode_audio(piece, "pcm") if piece.size else b""
                     self._stream(flight, (index, event.chunk.total, pcm, _cue(flight.audio.timings[index])))
@@ -502,6 +521,14 @@ class Worker:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
         self._room.set()
+
+    def _delivered(self, flight: _InFlight, seconds: float) -> None:
+        """A piece of ``seconds`` of the job's audio is handed on: its listener's slack, and an underrun if it ran dry."""
+        slack = flight.listener.deliver(self.clock(), seconds)
+        if slack is not None:
+            self.metrics.slack.observe(slack)
+            if slack < 0:
+                self.metrics.underruns.inc()
 
     def _count_out_of_memory(self) -> None:
         seen = self._batcher.stats.out_of_memory if self._batcher is not None else 0

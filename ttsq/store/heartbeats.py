@@ -58,3 +58,15 @@ class Heartbeats:
 
     async def live_count(self) -> int:
         return int(await self.redis.zcount(self.keys.workers, await self.live_since(), "+inf"))
+
+    async def stream_room(self) -> int | None:
+        """Streams the live workers can still start real-time, summed from their records' ``stream_room``; None when
+        none reports it (admission off)."""
+        ids = await self.redis.zrangebyscore(self.keys.workers, await self.live_since(), "+inf")
+        if not ids:
+            return None
+        names = [worker.decode() if isinstance(worker, bytes) else str(worker) for worker in ids]
+        records = await self.redis.mget([self.keys.worker(name) for name in names])
+        rooms = [json.loads(record).get("stream_room") for record in records if record]
+        known = [room for room in rooms if isinstance(room, int)]
+        return sum(known) if known else None

@@ -1,0 +1,126 @@
+"""Playback accounting: when each stream's listener runs dry, and how many streams one decode loop keeps ahead of them.
+
+A listener starts playing at a stream's first audio and plays on without pause while it has audio. Whether it stutters
+depends only on when each next piece of audio arrives against the audio it already has: :class:`Listener` keeps that
+account for one stream, server-side (the moment a piece is handed to the job's stream stands for its arrival), so the
+worker can count the underruns its listeners would hear and the slack each delivery had (``ttsq_stream_underruns_total``,
+``ttsq_stream_slack_seconds``: docs/operations.md).
+
+Admission keeps the promise to streams already running: a decode step advances every row by one token, 512 samples at
+24 kHz (:data:`TOKEN_AUDIO_S`, ~21.3 ms of audio), so rows stay ahead of playback while a step takes less than that.
+:class:`StepCost` fits the step's cost to the rows it ran (recent steps, least squares ``a + b × rows``) and
+:meth:`StepCost.real_time_rows` says how many rows fit under ``headroom × TOKEN_AUDIO_S``; the worker admits no new
+stream past that (``STREAM_ADMISSION``: docs/configuration.md). Pure arithmetic on times it is given: every clock is
+the caller's, so tests inject theirs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost", "stream_room"]
+
+SAMPLE_RATE = 24_000
+SAMPLES_PER_TOKEN = 512
+TOKEN_AUDIO_S = SAMPLES_PER_TOKEN / SAMPLE_RATE
+"""Seconds of audio one decode step adds to each row (DVAE + Vocos: 512 samples per audio token at 24 kHz)."""
+MAX_ROWS = 1 << 16
+"""Bound on :meth:`StepCost.real_time_rows` (a fit whose per-row cost rounds to nothing would admit without end)."""
+
+
+@dataclass
+class Listener:
+    """One stream's listener, played from its first audio: what it has heard, and when it runs dry."""
+
+    started_at: float | None = None
+    """When the first audio was delivered (the playback clock's zero)."""
+    buffered_until: float = 0.0
+    """When the audio delivered so far runs out, stalls included."""
+    delivered_s: float = 0.0
+    underruns: int = 0
+    stall_s: float = 0.0
+
+    def deliver(self, now: float, seconds: float) -> float | None:
+        """``seconds`` of audio handed on at ``now``. Returns the slack this delivery had (how long the listener still had
+        audio for; negative: it ran dry that long ago, an underrun), or None for the first audio or an empty piece."""
+        if seconds <= 0:
+            return None
+        slack: float | None = None
+        if self.started_at is None:
+            self.started_at = self.buffered_until = now
+        else:
+            slack = self.buffered_until - now
+            if slack < 0:
+                self.underruns += 1
+                self.stall_s -= slack
+                self.buffered_until = now  # playback resumes with this piece
+        self.buffered_until += seconds
+        self.delivered_s += seconds
+        return slack
+
+    def due(self, margin_s: float) -> float | None:
+        """When the next audio is due: the buffer's end less ``margin_s`` (None before the first audio)."""
+        return None if self.started_at is None else self.buffered_until - margin_s
+
+
+class StepCost:
+    """Seconds per decode step as a function of the rows it ran, fitted to the last ``window`` steps.
+
+    With steps at one row count only, the cost is taken as proportional to rows (``seconds / rows`` each): on a CPU a
+    step's cost grows about linearly with its rows, and on a GPU, where it hardly grows, that errs on the side of
+    admitting fewer streams until steps at other sizes have been seen."""
+
+    def __init__(self, window: int = 256) -> None:
+        self._steps: deque[tuple[int, float]] = deque(maxlen=window)
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows > 0 and seconds >= 0:
+            self._steps.append((rows, seconds))
+
+    def fit(self) -> tuple[float, float] | None:
+        """``(a, b)``: a step of ``r`` rows costs ``a + b × r`` seconds (both ≥ 0); None before any step."""
+        if not self._steps:
+            return None
+        n = len(self._steps)
+        mean_r = sum(r for r, _ in self._steps) / n
+        mean_s = sum(s for _, s in self._steps) / n
+        spread = sum((r - mean_r) ** 2 for r, _ in self._steps)
+        if spread == 0:
+            return 0.0, mean_s / mean_r
+        b = max(0.0, sum((r - mean_r) * (s - mean_s) for r, s in self._steps) / spread)
+        a = mean_s - b * mean_r
+        if a < 0:  # no fixed part: all of it per row, through the mean
+            return 0.0, mean_s / mean_r
+        return a, b
+
+    def predict(self, rows: int) -> float | None:
+        fitted = self.fit()
+        return None if fitted is None else fitted[0] + fitted[1] * rows
+
+    def real_time_rows(self, headroom: float) -> int | None:
+        """The most rows whose step stays within ``headroom × TOKEN_AUDIO_S`` (every row then makes audio faster than a
+        listener plays it); None before any step (nothing is known: admit)."""
+        fitted = self.fit()
+        if fitted is None:
+            return None
+        a, b = fitted
+        budget = headroom * TOKEN_AUDIO_S - a
+        if budget < 0:
+            return 0
+        if b <= budget / MAX_ROWS:
+            return MAX_ROWS
+        return int(budget / b)
+
+
+def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int) -> int:
+    """How many more streams may start now: rows are what a step costs, and a new stream brings at least one.
+
+    ``capacity_rows`` is :meth:`StepCost.real_time_rows` (None: no step measured yet). With nothing in hand one stream
+    may always start (a worker never idles for want of a measurement, and its steps are what teach the model); before
+    any step, only that one."""
+    if jobs_in_hand == 0:
+        return max(1, capacity_rows or 0)
+    if capacity_rows is None:
+        return 0
+    return max(0, capacity_rows - rows_in_hand)
