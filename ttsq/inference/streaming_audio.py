@@ -1,0 +1,254 @@
+"""A row's audio decoded as its states arrive, every state through the decoder and Vocos exactly once.
+
+:class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece from a window of states and so decodes the
+left context again for every piece: 2-27x the CPU of one whole decode (``bench/results/lookahead.md``).
+:class:`StreamingDecoder` keeps, instead, each convolution's own left context between calls, which is how a
+streaming convolution works: a layer of kernel ``k`` and dilation ``d`` keeps its last ``d * (k - 1)`` input frames,
+starts from the zeros the model's ``padding`` puts before the row, emits an output only once the inputs to its
+right exist, and at :meth:`~StreamingDecoder.finish` is flushed with the zeros the padding puts after the row. A
+ConvNeXt block's residual is the input frame its output is centred on; layer norms, linear layers, activations,
+the decoder's ``coef`` and Vocos's magnitude/phase are per frame and need no state. Vocos's inverse STFT ("center"
+padding, as ChatTTS configures it) is streamed by overlap-add: each frame's windowed inverse FFT is added in as it
+comes, a sample is divided by its window envelope (the sum of the squared windows that cover it) once no later
+frame can reach it, and the first ``n_fft // 2`` samples and, at the end, those past ``n_fft // 2 + hop * (frames
+- 1)`` are trimmed, as ``torch.istft(center=True)`` does. Joined, the output is the whole decode's samples (within
+float rounding: a convolution or matrix product of another length may sum in another order), and the work per
+row is one whole decode plus a fixed overhead per call, whatever the piece size.
+
+The price of exactness is latency: a sample needs every state its receptive field reaches, :attr:`delay` tokens
+after its own (from the layers' shapes: 9 on the tiny checkpoint, 52 on ChatTTS's real one, whose trained
+ConvNeXt blocks use their whole field; random weights with ChatTTS's initial layer scale of 1e-6 only *measure*
+19, :func:`ttsq.inference.piecewise_audio.measure_field`). So ``add`` returns the samples of tokens up to
+``delay`` before the newest one, and ``finish`` the rest.
+
+Interface, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
+piece=16)`` for a loaded ``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not
+copied; one decoder per row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]``
+returns the new samples (float32, possibly none), and ``decoder.finish()`` the rest once the row ended.
+``piece`` is how many new states wait before they are run through the layers (fewer, larger calls: less
+overhead; ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the
+decoder, each once) and :attr:`calls` how many times the layers ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as functional
+from torch import nn
+
+__all__ = ["DEFAULT_PIECE", "StreamingDecoder", "streaming_decoder"]
+
+DEFAULT_PIECE = 16
+"""States run through the layers together; chosen in ``bench/results/streaming_audio.md`` (docs/decoder.md)."""
+
+Pointwise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""What follows a convolution up to the next one, per frame: ``(conv output, residual) -> next input``."""
+
+
+class _StreamingConv:
+    """One ``nn.Conv1d`` (stride 1, symmetric padding) run over a stream of frames ``[1, channels, frames]``.
+
+    The cache holds the input frames the next outputs still need; it starts as the ``padding`` zeros the module
+    puts before the sequence. ``then`` is applied to each output with the input frame it is centred on (a
+    ConvNeXt block's residual)."""
+
+    def __init__(self, conv: nn.Conv1d, then: Pointwise | None = None) -> None:
+        (kernel,), (dilation,), (stride,) = conv.kernel_size, conv.dilation, conv.stride
+        padding = conv.padding
+        if stride != 1 or not isinstance(padding, tuple) or 2 * padding[0] != dilation * (kernel - 1):
+            raise ValueError(f"not a centred stride-1 convolution: {conv}")
+        self.conv = conv
+        self.then = then
+        self.padding = padding[0]
+        self.span = dilation * (kernel - 1)
+        self.cache: torch.Tensor | None = None
+
+    def run(self, frames: torch.Tensor, *, last: bool) -> torch.Tensor:
+        """The outputs ``frames`` complete (with ``last``, all the rest: the row ends after them)."""
+        if self.cache is None:
+            self.cache = frames.new_zeros((1, frames.size(1), self.padding))
+        parts = [self.cache, frames]
+        if last:
+            parts.append(frames.new_zeros((1, frames.size(1), self.padding)))
+        window = torch.cat(parts, dim=2)
+        outputs = window.size(2) - self.span
+        self.cache = window[:, :, max(outputs, 0) :]
+        if outputs <= 0:
+            return window.new_zeros((1, self.conv.out_channels, 0))
+        conv = self.conv
+        out = functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
+        if self.then is None:
+            return out
+        return self.then(out, window[:, :, self.padding : self.padding + outputs])
+
+
+def _convnext(block: Any) -> _StreamingConv:
+    """A ConvNeXt block (ChatTTS's decoder copy, scale ``weight``, or Vocos's, scale ``gamma``), as they compute it."""
+    if getattr(block, "adanorm", False):
+        raise ValueError("Vocos's adaptive layer norm needs a bandwidth id; ChatTTS does not configure it")
+    scale = block.gamma if hasattr(block, "gamma") else block.weight
+
+    def rest(y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = block.pwconv2(block.act(block.pwconv1(block.norm(y.transpose(1, 2)))))
+        if scale is not None:
+            y = y * scale
+        return residual + y.transpose(1, 2)
+
+    return _StreamingConv(block.dwconv, rest)
+
+
+class _StreamingISTFT:
+    """``torch.istft(spec, n_fft, hop, n_fft, window, center=True)`` over frames as they come."""
+
+    def __init__(self, n_fft: int, hop: int, window: torch.Tensor) -> None:
+        self.n_fft, self.hop, self.window = n_fft, hop, window
+        self.squared = window.square()
+        self.frames = 0
+        self.sum = window.new_zeros(0)
+        """Windowed overlap-add from sample ``base`` on, its window envelope alongside."""
+        self.envelope = window.new_zeros(0)
+        self.base = 0
+        self.emitted = n_fft // 2
+        """Samples before this one are out (or trimmed: "center" padding puts ``n_fft // 2`` before the row)."""
+
+    def run(self, spec: torch.Tensor, *, last: bool) -> torch.Tensor:
+        """The samples final once ``spec`` ``[1, bins, frames]`` is added (with ``last``, every sample left)."""
+        new = spec.size(2)
+        if new:
+            frames = torch.fft.irfft(spec[0], self.n_fft, dim=0) * self.window[:, None]
+            end = (self.frames + new - 1) * self.hop + self.n_fft - self.base
+            if end > self.sum.numel():
+                grow = end - self.sum.numel()
+                self.sum = torch.cat([self.sum, self.sum.new_zeros(grow)])
+                self.envelope = torch.cat([self.envelope, self.envelope.new_zeros(grow)])
+            for index in range(new):
+                at = (self.frames + index) * self.hop - self.base
+                self.sum[at : at + self.n_fft] += frames[:, index]
+                self.envelope[at : at + self.n_fft] += self.squared
+            self.frames += new
+        if last:
+            until = self.n_fft // 2 + self.hop * (self.frames - 1) if self.frames else self.emitted
+        else:
+            until = self.frames * self.hop  # a later frame starts at or after this sample
+        if until <= self.emitted:
+            return self.sum[:0]
+        begin, stop = self.emitted - self.base, until - self.base
+        envelope = self.envelope[begin:stop]
+        if not bool((envelope > 1e-11).all()):
+            raise ValueError("window overlap-add has a zero (NOLA): the ISTFT cannot invert it")
+        samples = self.sum[begin:stop] / envelope
+        self.sum, self.envelope, self.base, self.emitted = self.sum[stop:], self.envelope[stop:], until, until
+        return samples
+
+
+class StreamingDecoder:
+    """One row's ``Chat._decode_to_wavs`` (``decoder`` then ``vocos``), streamed: see the module docstring."""
+
+    def __init__(self, decoder: Any, vocos: Any, *, piece: int = DEFAULT_PIECE) -> None:
+        if piece < 1:
+            raise ValueError(f"piece must be at least 1 token; got {piece}")
+        if getattr(decoder, "vq_layer", None) is not None:
+            raise ValueError("the DVAE with a quantizer decodes codes; stream the decoder that decodes GPT states")
+        self.decoder, self.vocos, self.piece = decoder, vocos, piece
+        self.parameter: torch.Tensor = next(decoder.parameters())
+        head = vocos.head
+        istft = head.istft
+        if istft.padding != "center":
+            raise ValueError(f"Vocos's ISTFT padding is {istft.padding!r}; only ChatTTS's 'center' is streamed")
+        dec, backbone = decoder.decoder, vocos.backbone
+        if getattr(backbone, "adanorm", False):
+            raise ValueError("Vocos's adaptive layer norm needs a bandwidth id; ChatTTS does not configure it")
+
+        def gelu(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            activated: torch.Tensor = dec.conv_in[1](y)
+            return activated
+
+        def coef(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            scaled: torch.Tensor = y * decoder.coef
+            return scaled
+
+        def norm(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            normed: torch.Tensor = backbone.norm(y.transpose(1, 2))
+            return normed.transpose(1, 2)
+
+        self.layers = [
+            _StreamingConv(dec.conv_in[0], gelu),
+            _StreamingConv(dec.conv_in[2]),
+            *(_convnext(block) for block in dec.decoder_block),
+            _StreamingConv(dec.conv_out),
+            _StreamingConv(decoder.out_conv, coef),
+            _StreamingConv(backbone.embed, norm),
+            *(_convnext(block) for block in backbone.convnext),
+        ]
+        self.istft = _StreamingISTFT(istft.n_fft, istft.hop_length, istft.window)
+        frames_right = sum(layer.span - layer.padding for layer in self.layers)
+        samples_per_frame = istft.hop_length
+        # A token's last sample is at 2 * hop * (token + 1) - 1 after the trim, so in ISTFT frame
+        # (2 * hop * (token + 1) - 1 + n_fft // 2) // hop, which waits for the layers' right field in frames.
+        last_frame = (2 * samples_per_frame - 1 + istft.n_fft // 2) // samples_per_frame + frames_right
+        self.delay = last_frame // 2
+        """Tokens after a token's own that its samples need: ``add`` holds its samples back until they exist."""
+        self.pending: list[npt.NDArray[np.float32]] = []
+        self.decoded_tokens = 0
+        """States run through the layers so far: each once, so the row's length once it is finished."""
+        self.calls = 0
+        """Times the layers ran (each costs a fixed overhead on top of its states' share of a whole decode)."""
+        self.finished = False
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
+        if self.finished:
+            raise RuntimeError("the row is finished")
+        if len(states):
+            self.pending.append(np.asarray(states, dtype=np.float32))
+        if sum(len(part) for part in self.pending) < self.piece:
+            return np.zeros(0, dtype=np.float32)
+        return self._run(last=False)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The row ended: the samples not yet returned."""
+        if self.finished:
+            raise RuntimeError("the row is finished")
+        self.finished = True
+        if not self.decoded_tokens and not self.pending:
+            return np.zeros(0, dtype=np.float32)  # an empty row has no audio (a whole decode of it is an error)
+        return self._run(last=True)
+
+    def _run(self, *, last: bool) -> npt.NDArray[np.float32]:
+        states = np.concatenate(self.pending) if self.pending else np.zeros((0, 0), dtype=np.float32)
+        self.pending = []
+        self.calls += 1
+        with torch.inference_mode():
+            x = self._frames(states)
+            for layer in self.layers:
+                x = layer.run(x, last=last)
+            samples = self.istft.run(self._spectrum(x), last=last)
+        self.decoded_tokens += len(states)
+        return samples.float().cpu().numpy().reshape(-1)
+
+    def _frames(self, states: npt.NDArray[np.float32]) -> torch.Tensor:
+        """States ``[tokens, hidden]`` to the decoder's input ``[1, hidden / 2, 2 * tokens]``, as DVAE lays them out:
+        each token's two halves are its two mel frames."""
+        half: int = self.decoder.decoder.conv_in[0].in_channels
+        if not len(states):
+            return self.parameter.new_zeros((1, half, 0))
+        x = torch.from_numpy(states).to(self.parameter.device, self.parameter.dtype).T.unsqueeze(0)
+        return x.reshape(1, 2, half, x.size(2)).permute(0, 2, 3, 1).flatten(2)
+
+    def _spectrum(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's last layer norm and Vocos's head up to its ISTFT: frames to a complex spectrum."""
+        x = self.vocos.backbone.final_layer_norm(x.transpose(1, 2))
+        x = self.vocos.head.out(x).transpose(1, 2)
+        magnitude, phase = x.chunk(2, dim=1)
+        magnitude = torch.clip(torch.exp(magnitude), max=1e2)
+        return magnitude * (torch.cos(phase) + 1j * torch.sin(phase))
+
+
+def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE) -> StreamingDecoder:
+    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared)."""
+    return StreamingDecoder(chat.decoder, chat.vocos, piece=piece)
