@@ -43,7 +43,7 @@ from torch import nn
 
 __all__ = ["DEFAULT_PIECE", "StreamingDecoder", "streaming_decoder"]
 
-DEFAULT_PIECE = 16
+DEFAULT_PIECE = 32
 """States run through the layers together; chosen in ``bench/results/streaming_audio.md`` (docs/decoder.md)."""
 
 Pointwise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -126,10 +126,9 @@ class _StreamingISTFT:
                 grow = end - self.sum.numel()
                 self.sum = torch.cat([self.sum, self.sum.new_zeros(grow)])
                 self.envelope = torch.cat([self.envelope, self.envelope.new_zeros(grow)])
-            for index in range(new):
-                at = (self.frames + index) * self.hop - self.base
-                self.sum[at : at + self.n_fft] += frames[:, index]
-                self.envelope[at : at + self.n_fft] += self.squared
+            at = self.frames * self.hop - self.base
+            self.sum[at:end] += self._overlap_add(frames)
+            self.envelope[at:end] += self._overlap_add(self.squared[:, None].expand(-1, new))
             self.frames += new
         if last:
             until = self.n_fft // 2 + self.hop * (self.frames - 1) if self.frames else self.emitted
@@ -144,6 +143,12 @@ class _StreamingISTFT:
         samples = self.sum[begin:stop] / envelope
         self.sum, self.envelope, self.base, self.emitted = self.sum[stop:], self.envelope[stop:], until, until
         return samples
+
+    def _overlap_add(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames ``[n_fft, count]`` a hop apart, summed where they overlap (what ``torch.istft`` folds)."""
+        length = (frames.size(1) - 1) * self.hop + self.n_fft
+        folded = functional.fold(frames[None], (1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop))
+        return folded.reshape(-1)
 
 
 class StreamingDecoder:
