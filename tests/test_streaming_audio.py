@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.piecewise_audio import Decode, chat_decode, measure_field
-from ttsq.inference.streaming_audio import StreamingDecoder, streaming_decoder
+from ttsq.inference.streaming_audio import StreamingDecoder, add_together, streaming_decoder
 
 TOLERANCE = 1e-5
 """Float rounding: a convolution or matrix product over another number of frames may sum in another order (the
@@ -73,6 +73,38 @@ def test_the_streamed_audio_joins_into_the_whole_decode(
     # Linear work: each state goes through the layers once, in at most one call per piece plus the flush.
     assert decoder.decoded_tokens == tokens
     assert decoder.calls <= tokens // piece + 1
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(0, 120), min_size=2, max_size=4),
+    piece=st.integers(1, 24),
+    feeds=st.lists(st.integers(1, 20), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_rows_run_together_each_join_into_their_own_whole_decode(
+    chat: Any, whole: Decode, lengths: list[int], piece: int, feeds: list[int], seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    rows = [rng.standard_normal((length, hidden(chat))).astype(np.float32) for length in lengths]
+    decoders = [streaming_decoder(chat, piece=piece) for _ in rows]
+    outs: list[list[npt.NDArray[np.float32]]] = [[] for _ in rows]
+    at, turn = 0, 0
+    while any(not decoder.finished for decoder in decoders):  # each step's states for every row; short rows end
+        size = feeds[turn % len(feeds)]
+        live = [index for index, decoder in enumerate(decoders) if not decoder.finished]
+        new = add_together([decoders[index] for index in live], [rows[index][at : at + size] for index in live])
+        for index, samples in zip(live, new, strict=True):
+            outs[index].append(samples)
+            if at + size >= len(rows[index]):
+                outs[index].append(decoders[index].finish())
+        at, turn = at + size, turn + 1
+    for index, (row, decoder) in enumerate(zip(rows, decoders, strict=True)):
+        joined = np.concatenate(outs[index])
+        expected = whole(row) if len(row) else np.zeros(0, dtype=np.float32)
+        assert joined.size == expected.size, index
+        np.testing.assert_allclose(joined, expected, rtol=0, atol=TOLERANCE)
+        assert decoder.decoded_tokens == len(row)
 
 
 def test_an_empty_row_has_no_audio(chat: Any) -> None:

@@ -32,7 +32,8 @@ decoder, each once) and :attr:`calls` how many times the layers ran.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as functional
 from torch import nn
 
-__all__ = ["DEFAULT_PIECE", "StreamingDecoder", "streaming_decoder"]
+__all__ = ["DEFAULT_PIECE", "StreamingDecoder", "add_together", "streaming_decoder"]
 
 DEFAULT_PIECE = 32
 """States run through the layers together; chosen in ``bench/results/streaming_audio.md`` (docs/decoder.md)."""
@@ -68,23 +69,42 @@ class _StreamingConv:
         self.span = dilation * (kernel - 1)
         self.cache: torch.Tensor | None = None
 
-    def run(self, frames: torch.Tensor, *, last: bool) -> torch.Tensor:
-        """The outputs ``frames`` complete (with ``last``, all the rest: the row ends after them)."""
+    def take(self, frames: torch.Tensor, *, last: bool) -> torch.Tensor:
+        """The input window ``frames`` give this layer (cache, frames and, with ``last``, the closing padding);
+        the cache becomes what the next outputs will still need. ``span`` fewer outputs than the window's frames."""
         if self.cache is None:
             self.cache = frames.new_zeros((1, frames.size(1), self.padding))
         parts = [self.cache, frames]
         if last:
             parts.append(frames.new_zeros((1, frames.size(1), self.padding)))
         window = torch.cat(parts, dim=2)
-        outputs = window.size(2) - self.span
-        self.cache = window[:, :, max(outputs, 0) :]
-        if outputs <= 0:
-            return window.new_zeros((1, self.conv.out_channels, 0))
-        conv = self.conv
-        out = functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
-        if self.then is None:
-            return out
-        return self.then(out, window[:, :, self.padding : self.padding + outputs])
+        self.cache = window[:, :, max(window.size(2) - self.span, 0) :]
+        return window
+
+
+def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
+    """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
+    follows it: their windows side by side, the outputs that straddle two rows' windows dropped. So a run of many
+    rows reads each weight once."""
+    layer = layers[0]
+    windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
+    counts = [max(window.size(2) - layer.span, 0) for window in windows]
+    empty = windows[0].new_zeros((1, layer.conv.out_channels, 0))
+    ready = [window for window, count in zip(windows, counts, strict=True) if count]
+    if not ready:
+        return [empty for _ in windows]
+    conv = layer.conv
+    joined = ready[0] if len(ready) == 1 else torch.cat(ready, dim=2)
+    out = functional.conv1d(joined, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
+    if len(ready) > 1:
+        starts = accumulate((window.size(2) for window in ready[:-1]), initial=0)
+        kept = [out[:, :, start : start + window.size(2) - layer.span] for start, window in zip(starts, ready, strict=True)]
+        out = torch.cat(kept, dim=2)
+    if layer.then is not None:
+        residual = torch.cat([window[:, :, layer.padding : window.size(2) - layer.padding] for window in ready], dim=2)
+        out = layer.then(out, residual)
+    parts = iter(torch.split(out, [count for count in counts if count], dim=2))
+    return [next(parts) if count else empty for count in counts]
 
 
 def _convnext(block: Any) -> _StreamingConv:
@@ -207,34 +227,27 @@ class StreamingDecoder:
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
-        if self.finished:
-            raise RuntimeError("the row is finished")
-        if len(states):
-            self.pending.append(np.asarray(states, dtype=np.float32))
-        if sum(len(part) for part in self.pending) < self.piece:
-            return np.zeros(0, dtype=np.float32)
-        return self._run(last=False)
+        return add_together([self], [states])[0]
 
     def finish(self) -> npt.NDArray[np.float32]:
         """The row ended: the samples not yet returned."""
-        if self.finished:
-            raise RuntimeError("the row is finished")
+        self._check_open()
         self.finished = True
         if not self.decoded_tokens and not self.pending:
             return np.zeros(0, dtype=np.float32)  # an empty row has no audio (a whole decode of it is an error)
-        return self._run(last=True)
+        return _run_rows([self], last=True)[0]
 
-    def _run(self, *, last: bool) -> npt.NDArray[np.float32]:
+    def _check_open(self) -> None:
+        if self.finished:
+            raise RuntimeError("the row is finished")
+
+    def _take_pending(self) -> torch.Tensor:
+        """The states waiting, as the decoder's input frames; counted as decoded."""
         states = np.concatenate(self.pending) if self.pending else np.zeros((0, 0), dtype=np.float32)
         self.pending = []
         self.calls += 1
-        with torch.inference_mode():
-            x = self._frames(states)
-            for layer in self.layers:
-                x = layer.run(x, last=last)
-            samples = self.istft.run(self._spectrum(x), last=last)
         self.decoded_tokens += len(states)
-        return samples.float().cpu().numpy().reshape(-1)
+        return self._frames(states)
 
     def _frames(self, states: npt.NDArray[np.float32]) -> torch.Tensor:
         """States ``[tokens, hidden]`` to the decoder's input ``[1, hidden / 2, 2 * tokens]``, as DVAE lays them out:
@@ -245,6 +258,10 @@ class StreamingDecoder:
         x = torch.from_numpy(states).to(self.parameter.device, self.parameter.dtype).T.unsqueeze(0)
         return x.reshape(1, 2, half, x.size(2)).permute(0, 2, 3, 1).flatten(2)
 
+    def _empty_spectrum(self) -> torch.Tensor:
+        bins = self.istft.n_fft // 2 + 1
+        return torch.zeros((1, bins, 0), dtype=torch.complex64, device=self.parameter.device)
+
     def _spectrum(self, x: torch.Tensor) -> torch.Tensor:
         """The backbone's last layer norm and Vocos's head up to its ISTFT: frames to a complex spectrum."""
         x = self.vocos.backbone.final_layer_norm(x.transpose(1, 2))
@@ -252,6 +269,41 @@ class StreamingDecoder:
         magnitude, phase = x.chunk(2, dim=1)
         magnitude = torch.clip(torch.exp(magnitude), max=1e2)
         return magnitude * (torch.cos(phase) + 1j * torch.sin(phase))
+
+
+def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once: the rows whose piece is complete
+    run through the layers together (one convolution and one matrix product per layer for all of them), so the
+    weights are read once per run instead of once per row. Returns each row's new samples, in order."""
+    for decoder, new in zip(decoders, states, strict=True):
+        decoder._check_open()
+        if len(new):
+            decoder.pending.append(np.asarray(new, dtype=np.float32))
+    due = [decoder for decoder in decoders if sum(len(part) for part in decoder.pending) >= decoder.piece]
+    if not due:
+        return [np.zeros(0, dtype=np.float32) for _ in decoders]
+    out = dict(zip(map(id, due), _run_rows(due, last=False), strict=True))
+    return [out.get(id(decoder), np.zeros(0, dtype=np.float32)) for decoder in decoders]
+
+
+def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArray[np.float32]]:
+    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final."""
+    first = rows[0]
+    if any(row.decoder is not first.decoder or row.vocos is not first.vocos for row in rows):
+        raise ValueError("rows decoded together must share the Chat's decoder and Vocos")
+    ends = [last] * len(rows)
+    with torch.inference_mode():
+        frames = [row._take_pending() for row in rows]
+        for depth in range(len(first.layers)):
+            frames = _run_layer([row.layers[depth] for row in rows], frames, ends)
+        counts = [x.size(2) for x in frames]
+        joined = first._spectrum(torch.cat(frames, dim=2)) if sum(counts) else None
+        spectra = torch.split(joined, counts, dim=2) if joined is not None else [None] * len(rows)
+        samples = [
+            row.istft.run(spectrum if spectrum is not None else first._empty_spectrum(), last=last)
+            for row, spectrum in zip(rows, spectra, strict=True)
+        ]
+    return [part.float().cpu().numpy().reshape(-1) for part in samples]
 
 
 def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE) -> StreamingDecoder:
