@@ -5,9 +5,11 @@ ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weig
 dimensions and ChatTTS's real ones) and random GPT states of a few lengths are handed over one token at a time, as
 the decoder makes them, to :class:`ttsq.inference.streaming_audio.StreamingDecoder` (each convolution keeps its left
 context) and to :class:`ttsq.inference.piecewise_audio.PieceDecoder` (each piece decodes its window again, at the
-measured look-ahead), for pieces of 4, 8, 16 and 32 tokens. Reported per (size, piece): CPU time of each against
-one whole decode of the same states (the median over interleaved repetitions; one thread), calls into the
-layers, and the largest difference to the whole decode.
+measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streaming decoders at once
+(:func:`ttsq.inference.streaming_audio.add_together`: one run of the layers for all four rows, as a worker streaming
+several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
+states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
+the whole decode.
 
     python -m bench.streaming_audio [--quick]
 """
@@ -28,10 +30,12 @@ from bench.cache_latency import ROOT
 from bench.lookahead import decoder_and_vocos, decoder_and_vocos_modules
 from ttsq.inference.checkpoint import CheckpointSize
 from ttsq.inference.piecewise_audio import PieceDecoder, measure_field
-from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder
+from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
 
 RESULTS = ROOT / "bench" / "results" / "streaming_audio.md"
 PIECES = (4, 8, 16, 32)
+TOGETHER = 4
+"""Rows decoded together by ``add_together`` (a batch of streams, as the decoder makes their states step by step)."""
 
 
 def cpu(run: Callable[..., Any], *args: Any) -> tuple[float, Any]:
@@ -43,6 +47,15 @@ def cpu(run: Callable[..., Any], *args: Any) -> tuple[float, Any]:
 
 def token_by_token(decoder: StreamingDecoder | PieceDecoder, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.concatenate([decoder.add(states[i : i + 1]) for i in range(len(states))] + [decoder.finish()])
+
+
+def rows_together(decoders: list[StreamingDecoder], states: npt.NDArray[np.float32]) -> list[npt.NDArray[np.float32]]:
+    """``len(decoders)`` rows of the same states, added one token at a time with :func:`add_together`."""
+    outs: list[list[npt.NDArray[np.float32]]] = [[] for _ in decoders]
+    for i in range(len(states)):
+        for out, samples in zip(outs, add_together(decoders, [states[i : i + 1]] * len(decoders)), strict=True):
+            out.append(samples)
+    return [np.concatenate([*out, decoder.finish()]) for out, decoder in zip(outs, decoders, strict=True)]
 
 
 def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]:
@@ -69,23 +82,31 @@ def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]
                     seconds, joined = cpu(token_by_token, decoder, states)
                     ratios.setdefault((name, piece), []).append(seconds / whole_s)
                     worst[name, piece] = max(worst.get((name, piece), 0.0), float(np.abs(joined - whole).max()))
+                together = [StreamingDecoder(modules, vocos, piece=piece) for _ in range(TOGETHER)]
+                seconds, joined_rows = cpu(rows_together, together, states)
+                ratios.setdefault(("together", piece), []).append(seconds / TOGETHER / whole_s)
+                worst["together", piece] = max(
+                    [worst.get(("together", piece), 0.0)] + [float(np.abs(joined - whole).max()) for joined in joined_rows]
+                )
                 calls["streaming", piece] = calls.get(("streaming", piece), 0) + streaming.calls
                 calls["piecewise", piece] = calls.get(("piecewise", piece), 0) + -(-len(states) // piece)
     lines = [
         f"## {size}: streaming delay {delay} tokens (from the layers' shapes); piecewise field measured "
         f"{field.left} left, {field.right} right",
         "",
-        "| piece (tokens) | streaming CPU / whole decode | piecewise CPU / whole decode | streaming calls / row "
-        "| piecewise decodes / row | streaming max abs diff | piecewise max abs diff |",
-        "|---|---|---|---|---|---|---|",
+        f"| piece (tokens) | streaming CPU / whole decode | {TOGETHER} rows streamed together: CPU per row / whole decode "
+        "| piecewise CPU / whole decode | streaming calls / row | piecewise decodes / row | streaming max abs diff "
+        "| piecewise max abs diff |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for piece in PIECES:
         per_row = repeats * len(lengths)
         lines.append(
             f"| {piece}{' (default)' if piece == DEFAULT_PIECE else ''} "
-            f"| {statistics.median(ratios['streaming', piece]):.2f} | {statistics.median(ratios['piecewise', piece]):.2f} "
+            f"| {statistics.median(ratios['streaming', piece]):.2f} | {statistics.median(ratios['together', piece]):.2f} "
+            f"| {statistics.median(ratios['piecewise', piece]):.2f} "
             f"| {calls['streaming', piece] / per_row:.1f} | {calls['piecewise', piece] / per_row:.1f} "
-            f"| {worst['streaming', piece]:.1e} | {worst['piecewise', piece]:.1e} |"
+            f"| {max(worst['streaming', piece], worst['together', piece]):.1e} | {worst['piecewise', piece]:.1e} |"
         )
         print(lines[-1], flush=True)
     return [*lines, ""]
