@@ -158,3 +158,10 @@ def test_a_finished_row_takes_no_more_states(chat: Any) -> None:
 def test_a_piece_is_at_least_one_token(chat: Any) -> None:
     with pytest.raises(ValueError, match="at least 1 token"):
         streaming_decoder(chat, piece=0)
+
+
+def test_the_lookahead_is_the_whole_field(chat: Any) -> None:
+    delay = streaming_decoder(chat).delay
+    assert streaming_decoder(chat, lookahead=delay).delay == delay
+    with pytest.raises(ValueError, match=f"whole field, {delay} tokens; got {delay - 1}"):
+        streaming_decoder(chat, lookahead=delay - 1)

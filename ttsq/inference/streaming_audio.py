@@ -22,9 +22,10 @@ ConvNeXt blocks use their whole field; random weights with ChatTTS's initial lay
 ``delay`` before the newest one, and ``finish`` the rest.
 
 Interface, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
-piece=16)`` for a loaded ``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not
-copied; one decoder per row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]``
-returns the new samples (float32, possibly none), and ``decoder.finish()`` the rest once the row ended.
+piece=32, lookahead=None)`` (the look-ahead can only be the whole field, :attr:`delay`) for a loaded
+``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not copied; one decoder per
+row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]`` returns the new samples
+(float32, possibly none), and ``decoder.finish()`` the rest once the row ended.
 ``piece`` is how many new states wait before they are run through the layers (fewer, larger calls: less
 overhead; ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the
 decoder, each once) and :attr:`calls` how many times the layers ran. :func:`add_together` is ``add`` for several
@@ -309,6 +310,16 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArr
     return [part.float().cpu().numpy().reshape(-1) for part in samples]
 
 
-def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE) -> StreamingDecoder:
-    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared)."""
-    return StreamingDecoder(chat.decoder, chat.vocos, piece=piece)
+def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE, lookahead: int | None = None) -> StreamingDecoder:
+    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared).
+
+    ``lookahead`` (tokens, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder` takes it) may only be the
+    decoder's whole field, :attr:`StreamingDecoder.delay`, or ``None`` for it: samples go out as soon as they are
+    exact, and sending them earlier, approximate, is not built."""
+    decoder = StreamingDecoder(chat.decoder, chat.vocos, piece=piece)
+    if lookahead is not None and lookahead != decoder.delay:
+        raise ValueError(
+            f"the streaming decoder's look-ahead is its whole field, {decoder.delay} tokens; got {lookahead} "
+            "(a shorter, approximate one is not built)"
+        )
+    return decoder
