@@ -31,6 +31,21 @@ RESULTS = ROOT / "bench" / "results" / "lookahead.md"
 def decoder_and_vocos(size: CheckpointSize) -> tuple[Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]], int]:
     """The audio decode of ``Chat._decode_to_wavs`` (decoder, then Vocos) with random weights of ``size``."""
     import torch
+
+    decoder, vocos, hidden = decoder_and_vocos_modules(size)
+
+    def decode(states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        with torch.inference_mode():
+            mel = decoder(torch.from_numpy(states).T.unsqueeze(0))  # as _decode_to_wavs lays one row out
+            return np.asarray(vocos.decode(mel), dtype=np.float32).reshape(-1)
+
+    return decode, hidden
+
+
+def decoder_and_vocos_modules(size: CheckpointSize) -> tuple[Any, Any, int]:
+    """ChatTTS's decoder and Vocos modules as ``Chat._load`` builds them, random weights (seeded) of ``size``, and
+    the GPT state size they decode."""
+    import torch
     from ChatTTS.config import Config
     from ChatTTS.model import DVAE
     from vocos import Vocos
@@ -45,13 +60,7 @@ def decoder_and_vocos(size: CheckpointSize) -> tuple[Callable[[npt.NDArray[np.fl
         backbone=instantiate_class(args=(), init=asdict(config.vocos.backbone)),
         head=instantiate_class(args=(), init=asdict(config.vocos.head)),
     ).eval()
-
-    def decode(states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        with torch.inference_mode():
-            mel = decoder(torch.from_numpy(states).T.unsqueeze(0))  # as _decode_to_wavs lays one row out
-            return np.asarray(vocos.decode(mel), dtype=np.float32).reshape(-1)
-
-    return decode, config.decoder.idim * 2
+    return decoder, vocos, config.decoder.idim * 2
 
 
 def compare(

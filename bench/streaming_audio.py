@@ -1,0 +1,165 @@
+"""What does a row's audio cost decoded as its states arrive? The streaming decoder beside the piecewise one.
+
+(issue 31, item 1: "decode CPU time per chunk <= 1.5x the single whole-chunk decode at the default piece size".)
+ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weights, seeded; the tiny checkpoint's
+dimensions and ChatTTS's real ones) and random GPT states of a few lengths are handed over one token at a time, as
+the decoder makes them, to :class:`ttsq.inference.streaming_audio.StreamingDecoder` (each convolution keeps its left
+context) and to :class:`ttsq.inference.piecewise_audio.PieceDecoder` (each piece decodes its window again, at the
+measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streaming decoders at once
+(:func:`ttsq.inference.streaming_audio.add_together`: one run of the layers for all four rows, as a worker streaming
+several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
+states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
+the whole decode.
+
+    python -m bench.streaming_audio [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.cache_latency import ROOT
+from bench.lookahead import decoder_and_vocos, decoder_and_vocos_modules
+from ttsq.inference.checkpoint import CheckpointSize
+from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
+from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
+
+RESULTS = ROOT / "bench" / "results" / "streaming_audio.md"
+PIECES = (4, 8, 16, 32)
+TOGETHER = 4
+"""Rows decoded together by ``add_together`` (a batch of streams, as the decoder makes their states step by step)."""
+
+
+def cpu(run: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """This thread's CPU seconds for ``run(*args)`` (the other engineers' load on the machine does not count)."""
+    started = time.thread_time()
+    result = run(*args)
+    return time.thread_time() - started, result
+
+
+def token_by_token(decoder: StreamingDecoder | PieceDecoder, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    return np.concatenate([decoder.add(states[i : i + 1]) for i in range(len(states))] + [decoder.finish()])
+
+
+def rows_together(decoders: list[StreamingDecoder], states: npt.NDArray[np.float32]) -> list[npt.NDArray[np.float32]]:
+    """``len(decoders)`` rows of the same states, added one token at a time with :func:`add_together`."""
+    outs: list[list[npt.NDArray[np.float32]]] = [[] for _ in decoders]
+    for i in range(len(states)):
+        for out, samples in zip(outs, add_together(decoders, [states[i : i + 1]] * len(decoders)), strict=True):
+            out.append(samples)
+    return [np.concatenate([*out, decoder.finish()]) for out, decoder in zip(outs, decoders, strict=True)]
+
+
+def field_with_layer_scale(size: CheckpointSize, scale: float) -> AudioField:
+    """The field measured once every ConvNeXt block's layer scale is ``scale``: random weights start them at 1e-6
+    (ChatTTS's decoder) and 1/8 (Vocos), small enough that a change dies out in float32 before it crosses them all,
+    which trained blocks do not do."""
+    import torch
+
+    decoder, vocos, hidden = decoder_and_vocos_modules(size)
+    with torch.no_grad():
+        for block in decoder.decoder.decoder_block:
+            block.weight.fill_(scale)
+        for block in vocos.backbone.convnext:
+            block.gamma.fill_(scale)
+
+    def decode(states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        with torch.inference_mode():
+            return np.asarray(vocos.decode(decoder(torch.from_numpy(states).T.unsqueeze(0))), dtype=np.float32).reshape(-1)
+
+    return measure_field(decode, hidden, tokens=300)
+
+
+def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]:
+    decode, hidden = decoder_and_vocos(size)
+    modules, vocos, _ = decoder_and_vocos_modules(size)  # seeded: the same weights as ``decode``'s
+    field = measure_field(decode, hidden)
+    delay = StreamingDecoder(modules, vocos).delay
+    scaled = field_with_layer_scale(size, 0.3)
+    rng = np.random.default_rng(7)
+    rows = {length: rng.standard_normal((length, hidden)).astype(np.float32) for length in lengths}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    calls: dict[tuple[str, int], int] = {}
+    worst: dict[tuple[str, int], float] = {}
+    for piece in PIECES:  # a first, untimed round: oneDNN builds a kernel for each new shape, once per process
+        for states in rows.values():
+            token_by_token(StreamingDecoder(modules, vocos, piece=piece), states)
+            token_by_token(PieceDecoder(decode, field, piece, field.right), states)
+    for _ in range(repeats):  # interleaved: every variant once per round, so a busy spell hits them all
+        for piece in PIECES:
+            for states in rows.values():
+                whole_s, whole = cpu(decode, states)
+                streaming = StreamingDecoder(modules, vocos, piece=piece)
+                pieces = PieceDecoder(decode, field, piece, field.right)
+                for name, decoder in (("streaming", streaming), ("piecewise", pieces)):
+                    seconds, joined = cpu(token_by_token, decoder, states)
+                    ratios.setdefault((name, piece), []).append(seconds / whole_s)
+                    worst[name, piece] = max(worst.get((name, piece), 0.0), float(np.abs(joined - whole).max()))
+                together = [StreamingDecoder(modules, vocos, piece=piece) for _ in range(TOGETHER)]
+                seconds, joined_rows = cpu(rows_together, together, states)
+                ratios.setdefault(("together", piece), []).append(seconds / TOGETHER / whole_s)
+                worst["together", piece] = max(
+                    [worst.get(("together", piece), 0.0)] + [float(np.abs(joined - whole).max()) for joined in joined_rows]
+                )
+                calls["streaming", piece] = calls.get(("streaming", piece), 0) + streaming.calls
+                calls["piecewise", piece] = calls.get(("piecewise", piece), 0) + -(-len(states) // piece)
+    lines = [
+        f"## {size}: streaming delay {delay} tokens (from the layers' shapes); piecewise field measured "
+        f"{field.left} left, {field.right} right (with every ConvNeXt layer scale at 0.3: {scaled.left} left, "
+        f"{scaled.right} right)",
+        "",
+        f"| piece (tokens) | streaming CPU / whole decode | {TOGETHER} rows streamed together: CPU per row / whole decode "
+        "| piecewise CPU / whole decode | streaming calls / row | piecewise decodes / row | streaming max abs diff "
+        "| piecewise max abs diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for piece in PIECES:
+        per_row = repeats * len(lengths)
+        lines.append(
+            f"| {piece}{' (default)' if piece == DEFAULT_PIECE else ''} "
+            f"| {statistics.median(ratios['streaming', piece]):.2f} | {statistics.median(ratios['together', piece]):.2f} "
+            f"| {statistics.median(ratios['piecewise', piece]):.2f} "
+            f"| {calls['streaming', piece] / per_row:.1f} | {calls['piecewise', piece] / per_row:.1f} "
+            f"| {max(worst['streaming', piece], worst['together', piece]):.1e} | {worst['piecewise', piece]:.1e} |"
+        )
+        print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the tiny dimensions only, one round")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sizes: list[CheckpointSize] = ["tiny"] if args.quick else ["tiny", "full"]
+    lengths, repeats = ([100, 250], 1) if args.quick else ([100, 250], 3)
+    lines = [
+        "# Streaming audio decode beside the piecewise one, against the whole decode",
+        "",
+        f"Command: `.venv/bin/python -m bench.streaming_audio{' --quick' if args.quick else ''}`. "
+        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Random weights (seeded), random GPT states of "
+        f"{' and '.join(map(str, lengths))} tokens added one token at a time; CPU, one torch thread, thread CPU time; "
+        f"ratios are medians over {repeats} interleaved round(s) of both lengths, after an untimed one. "
+        "The piecewise decoder runs at its measured look-ahead (exact on these random weights only); the streaming "
+        "one at its full field.",
+        "",
+    ]
+    for size in sizes:
+        lines += measure(size, lengths, repeats)
+    text = "\n".join(lines)
+    RESULTS.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

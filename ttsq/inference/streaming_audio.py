@@ -1,0 +1,325 @@
+"""A row's audio decoded as its states arrive, every state through the decoder and Vocos exactly once.
+
+:class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece from a window of states and so decodes the
+left context again for every piece: 2-27x the CPU of one whole decode (``bench/results/lookahead.md``).
+:class:`StreamingDecoder` keeps, instead, each convolution's own left context between calls, which is how a
+streaming convolution works: a layer of kernel ``k`` and dilation ``d`` keeps its last ``d * (k - 1)`` input frames,
+starts from the zeros the model's ``padding`` puts before the row, emits an output only once the inputs to its
+right exist, and at :meth:`~StreamingDecoder.finish` is flushed with the zeros the padding puts after the row. A
+ConvNeXt block's residual is the input frame its output is centred on; layer norms, linear layers, activations,
+the decoder's ``coef`` and Vocos's magnitude/phase are per frame and need no state. Vocos's inverse STFT ("center"
+padding, as ChatTTS configures it) is streamed by overlap-add: each frame's windowed inverse FFT is added in as it
+comes, a sample is divided by its window envelope (the sum of the squared windows that cover it) once no later
+frame can reach it, and the first ``n_fft // 2`` samples and, at the end, those past ``n_fft // 2 + hop * (frames
+- 1)`` are trimmed, as ``torch.istft(center=True)`` does. Joined, the output is the whole decode's samples (within
+float rounding: a convolution or matrix product of another length may sum in another order), and the work per
+row is one whole decode plus a fixed overhead per call, whatever the piece size.
+
+The price of exactness is latency: a sample needs every state its receptive field reaches, :attr:`delay` tokens
+after its own (from the layers' shapes: 9 on the tiny checkpoint, 52 on ChatTTS's real one, whose trained
+ConvNeXt blocks use their whole field; random weights with ChatTTS's initial layer scale of 1e-6 only *measure*
+19, :func:`ttsq.inference.piecewise_audio.measure_field`). So ``add`` returns the samples of tokens up to
+``delay`` before the newest one, and ``finish`` the rest.
+
+Interface, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
+piece=32, lookahead=None)`` (the look-ahead can only be the whole field, :attr:`delay`) for a loaded
+``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not copied; one decoder per
+row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]`` returns the new samples
+(float32, possibly none), and ``decoder.finish()`` the rest once the row ended.
+``piece`` is how many new states wait before they are run through the layers (fewer, larger calls: less
+overhead; ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the
+decoder, each once) and :attr:`calls` how many times the layers ran. :func:`add_together` is ``add`` for several
+rows of one ``Chat`` at once: their pieces go through each layer in one convolution and one matrix product, so a
+run reads the weights once for all of them (a run's fixed cost is mostly that read: ~150 MB on ChatTTS's real
+dimensions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as functional
+from torch import nn
+
+__all__ = ["DEFAULT_PIECE", "StreamingDecoder", "add_together", "streaming_decoder"]
+
+DEFAULT_PIECE = 32
+"""States run through the layers together; chosen in ``bench/results/streaming_audio.md`` (docs/decoder.md)."""
+
+Pointwise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""What follows a convolution up to the next one, per frame: ``(conv output, residual) -> next input``."""
+
+
+class _StreamingConv:
+    """One ``nn.Conv1d`` (stride 1, symmetric padding) run over a stream of frames ``[1, channels, frames]``.
+
+    The cache holds the input frames the next outputs still need; it starts as the ``padding`` zeros the module
+    puts before the sequence. ``then`` is applied to each output with the input frame it is centred on (a
+    ConvNeXt block's residual)."""
+
+    def __init__(self, conv: nn.Conv1d, then: Pointwise | None = None) -> None:
+        (kernel,), (dilation,), (stride,) = conv.kernel_size, conv.dilation, conv.stride
+        padding = conv.padding
+        if stride != 1 or not isinstance(padding, tuple) or 2 * padding[0] != dilation * (kernel - 1):
+            raise ValueError(f"not a centred stride-1 convolution: {conv}")
+        self.conv = conv
+        self.then = then
+        self.padding = padding[0]
+        self.span = dilation * (kernel - 1)
+        self.cache: torch.Tensor | None = None
+
+    def take(self, frames: torch.Tensor, *, last: bool) -> torch.Tensor:
+        """The input window ``frames`` give this layer (cache, frames and, with ``last``, the closing padding);
+        the cache becomes what the next outputs will still need. ``span`` fewer outputs than the window's frames."""
+        if self.cache is None:
+            self.cache = frames.new_zeros((1, frames.size(1), self.padding))
+        parts = [self.cache, frames]
+        if last:
+            parts.append(frames.new_zeros((1, frames.size(1), self.padding)))
+        window = torch.cat(parts, dim=2)
+        self.cache = window[:, :, max(window.size(2) - self.span, 0) :]
+        return window
+
+
+def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
+    """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
+    follows it: their windows side by side, the outputs that straddle two rows' windows dropped. So a run of many
+    rows reads each weight once."""
+    layer = layers[0]
+    windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
+    counts = [max(window.size(2) - layer.span, 0) for window in windows]
+    empty = windows[0].new_zeros((1, layer.conv.out_channels, 0))
+    ready = [window for window, count in zip(windows, counts, strict=True) if count]
+    if not ready:
+        return [empty for _ in windows]
+    conv = layer.conv
+    joined = ready[0] if len(ready) == 1 else torch.cat(ready, dim=2)
+    out = functional.conv1d(joined, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
+    if len(ready) > 1:
+        starts = accumulate((window.size(2) for window in ready[:-1]), initial=0)
+        kept = [out[:, :, start : start + window.size(2) - layer.span] for start, window in zip(starts, ready, strict=True)]
+        out = torch.cat(kept, dim=2)
+    if layer.then is not None:
+        residual = torch.cat([window[:, :, layer.padding : window.size(2) - layer.padding] for window in ready], dim=2)
+        out = layer.then(out, residual)
+    parts = iter(torch.split(out, [count for count in counts if count], dim=2))
+    return [next(parts) if count else empty for count in counts]
+
+
+def _convnext(block: Any) -> _StreamingConv:
+    """A ConvNeXt block (ChatTTS's decoder copy, scale ``weight``, or Vocos's, scale ``gamma``), as they compute it."""
+    if getattr(block, "adanorm", False):
+        raise ValueError("Vocos's adaptive layer norm needs a bandwidth id; ChatTTS does not configure it")
+    scale = block.gamma if hasattr(block, "gamma") else block.weight
+
+    def rest(y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = block.pwconv2(block.act(block.pwconv1(block.norm(y.transpose(1, 2)))))
+        if scale is not None:
+            y = y * scale
+        return residual + y.transpose(1, 2)
+
+    return _StreamingConv(block.dwconv, rest)
+
+
+class _StreamingISTFT:
+    """``torch.istft(spec, n_fft, hop, n_fft, window, center=True)`` over frames as they come."""
+
+    def __init__(self, n_fft: int, hop: int, window: torch.Tensor) -> None:
+        self.n_fft, self.hop, self.window = n_fft, hop, window
+        self.squared = window.square()
+        self.frames = 0
+        self.sum = window.new_zeros(0)
+        """Windowed overlap-add from sample ``base`` on, its window envelope alongside."""
+        self.envelope = window.new_zeros(0)
+        self.base = 0
+        self.emitted = n_fft // 2
+        """Samples before this one are out (or trimmed: "center" padding puts ``n_fft // 2`` before the row)."""
+
+    def run(self, spec: torch.Tensor, *, last: bool) -> torch.Tensor:
+        """The samples final once ``spec`` ``[1, bins, frames]`` is added (with ``last``, every sample left)."""
+        new = spec.size(2)
+        if new:
+            frames = torch.fft.irfft(spec[0], self.n_fft, dim=0) * self.window[:, None]
+            end = (self.frames + new - 1) * self.hop + self.n_fft - self.base
+            if end > self.sum.numel():
+                grow = end - self.sum.numel()
+                self.sum = torch.cat([self.sum, self.sum.new_zeros(grow)])
+                self.envelope = torch.cat([self.envelope, self.envelope.new_zeros(grow)])
+            at = self.frames * self.hop - self.base
+            self.sum[at:end] += self._overlap_add(frames)
+            self.envelope[at:end] += self._overlap_add(self.squared[:, None].expand(-1, new))
+            self.frames += new
+        if last:
+            until = self.n_fft // 2 + self.hop * (self.frames - 1) if self.frames else self.emitted
+        else:
+            until = self.frames * self.hop  # a later frame starts at or after this sample
+        if until <= self.emitted:
+            return self.sum[:0]
+        begin, stop = self.emitted - self.base, until - self.base
+        envelope = self.envelope[begin:stop]
+        if not bool((envelope > 1e-11).all()):
+            raise ValueError("window overlap-add has a zero (NOLA): the ISTFT cannot invert it")
+        samples = self.sum[begin:stop] / envelope
+        self.sum, self.envelope, self.base, self.emitted = self.sum[stop:], self.envelope[stop:], until, until
+        return samples
+
+    def _overlap_add(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames ``[n_fft, count]`` a hop apart, summed where they overlap (what ``torch.istft`` folds)."""
+        length = (frames.size(1) - 1) * self.hop + self.n_fft
+        folded = functional.fold(frames[None], (1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop))
+        return folded.reshape(-1)
+
+
+class StreamingDecoder:
+    """One row's ``Chat._decode_to_wavs`` (``decoder`` then ``vocos``), streamed: see the module docstring."""
+
+    def __init__(self, decoder: Any, vocos: Any, *, piece: int = DEFAULT_PIECE) -> None:
+        if piece < 1:
+            raise ValueError(f"piece must be at least 1 token; got {piece}")
+        if getattr(decoder, "vq_layer", None) is not None:
+            raise ValueError("the DVAE with a quantizer decodes codes; stream the decoder that decodes GPT states")
+        self.decoder, self.vocos, self.piece = decoder, vocos, piece
+        self.parameter: torch.Tensor = next(decoder.parameters())
+        head = vocos.head
+        istft = head.istft
+        if istft.padding != "center":
+            raise ValueError(f"Vocos's ISTFT padding is {istft.padding!r}; only ChatTTS's 'center' is streamed")
+        dec, backbone = decoder.decoder, vocos.backbone
+        if getattr(backbone, "adanorm", False):
+            raise ValueError("Vocos's adaptive layer norm needs a bandwidth id; ChatTTS does not configure it")
+
+        def gelu(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            activated: torch.Tensor = dec.conv_in[1](y)
+            return activated
+
+        def coef(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            scaled: torch.Tensor = y * decoder.coef
+            return scaled
+
+        def norm(y: torch.Tensor, _residual: torch.Tensor) -> torch.Tensor:
+            normed: torch.Tensor = backbone.norm(y.transpose(1, 2))
+            return normed.transpose(1, 2)
+
+        self.layers = [
+            _StreamingConv(dec.conv_in[0], gelu),
+            _StreamingConv(dec.conv_in[2]),
+            *(_convnext(block) for block in dec.decoder_block),
+            _StreamingConv(dec.conv_out),
+            _StreamingConv(decoder.out_conv, coef),
+            _StreamingConv(backbone.embed, norm),
+            *(_convnext(block) for block in backbone.convnext),
+        ]
+        self.istft = _StreamingISTFT(istft.n_fft, istft.hop_length, istft.window)
+        frames_right = sum(layer.span - layer.padding for layer in self.layers)
+        samples_per_frame = istft.hop_length
+        # A token's last sample is at 2 * hop * (token + 1) - 1 after the trim, so in ISTFT frame
+        # (2 * hop * (token + 1) - 1 + n_fft // 2) // hop, which waits for the layers' right field in frames.
+        last_frame = (2 * samples_per_frame - 1 + istft.n_fft // 2) // samples_per_frame + frames_right
+        self.delay = last_frame // 2
+        """Tokens after a token's own that its samples need: ``add`` holds its samples back until they exist."""
+        self.pending: list[npt.NDArray[np.float32]] = []
+        self.decoded_tokens = 0
+        """States run through the layers so far: each once, so the row's length once it is finished."""
+        self.calls = 0
+        """Times the layers ran (each costs a fixed overhead on top of its states' share of a whole decode)."""
+        self.finished = False
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
+        return add_together([self], [states])[0]
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The row ended: the samples not yet returned."""
+        self._check_open()
+        self.finished = True
+        if not self.decoded_tokens and not self.pending:
+            return np.zeros(0, dtype=np.float32)  # an empty row has no audio (a whole decode of it is an error)
+        return _run_rows([self], last=True)[0]
+
+    def _check_open(self) -> None:
+        if self.finished:
+            raise RuntimeError("the row is finished")
+
+    def _take_pending(self) -> torch.Tensor:
+        """The states waiting, as the decoder's input frames; counted as decoded."""
+        states = np.concatenate(self.pending) if self.pending else np.zeros((0, 0), dtype=np.float32)
+        self.pending = []
+        self.calls += 1
+        self.decoded_tokens += len(states)
+        return self._frames(states)
+
+    def _frames(self, states: npt.NDArray[np.float32]) -> torch.Tensor:
+        """States ``[tokens, hidden]`` to the decoder's input ``[1, hidden / 2, 2 * tokens]``, as DVAE lays them out:
+        each token's two halves are its two mel frames."""
+        half: int = self.decoder.decoder.conv_in[0].in_channels
+        if not len(states):
+            return self.parameter.new_zeros((1, half, 0))
+        x = torch.from_numpy(states).to(self.parameter.device, self.parameter.dtype).T.unsqueeze(0)
+        return x.reshape(1, 2, half, x.size(2)).permute(0, 2, 3, 1).flatten(2)
+
+    def _empty_spectrum(self) -> torch.Tensor:
+        bins = self.istft.n_fft // 2 + 1
+        return torch.zeros((1, bins, 0), dtype=torch.complex64, device=self.parameter.device)
+
+    def _spectrum(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's last layer norm and Vocos's head up to its ISTFT: frames to a complex spectrum."""
+        x = self.vocos.backbone.final_layer_norm(x.transpose(1, 2))
+        x = self.vocos.head.out(x).transpose(1, 2)
+        magnitude, phase = x.chunk(2, dim=1)
+        magnitude = torch.clip(torch.exp(magnitude), max=1e2)
+        return magnitude * (torch.cos(phase) + 1j * torch.sin(phase))
+
+
+def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once: the rows whose piece is complete
+    run through the layers together (one convolution and one matrix product per layer for all of them), so the
+    weights are read once per run instead of once per row. Returns each row's new samples, in order."""
+    for decoder, new in zip(decoders, states, strict=True):
+        decoder._check_open()
+        if len(new):
+            decoder.pending.append(np.asarray(new, dtype=np.float32))
+    due = [decoder for decoder in decoders if sum(len(part) for part in decoder.pending) >= decoder.piece]
+    if not due:
+        return [np.zeros(0, dtype=np.float32) for _ in decoders]
+    out = dict(zip(map(id, due), _run_rows(due, last=False), strict=True))
+    return [out.get(id(decoder), np.zeros(0, dtype=np.float32)) for decoder in decoders]
+
+
+def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArray[np.float32]]:
+    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final."""
+    first = rows[0]
+    if any(row.decoder is not first.decoder or row.vocos is not first.vocos for row in rows):
+        raise ValueError("rows decoded together must share the Chat's decoder and Vocos")
+    ends = [last] * len(rows)
+    with torch.inference_mode():
+        frames = [row._take_pending() for row in rows]
+        for depth in range(len(first.layers)):
+            frames = _run_layer([row.layers[depth] for row in rows], frames, ends)
+        counts = [x.size(2) for x in frames]
+        joined = first._spectrum(torch.cat(frames, dim=2)) if sum(counts) else None
+        spectra = torch.split(joined, counts, dim=2) if joined is not None else [None] * len(rows)
+        samples = [
+            row.istft.run(spectrum if spectrum is not None else first._empty_spectrum(), last=last)
+            for row, spectrum in zip(rows, spectra, strict=True)
+        ]
+    return [part.float().cpu().numpy().reshape(-1) for part in samples]
+
+
+def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE, lookahead: int | None = None) -> StreamingDecoder:
+    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared).
+
+    ``lookahead`` (tokens, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder` takes it) may only be the
+    decoder's whole field, :attr:`StreamingDecoder.delay`, or ``None`` for it: samples go out as soon as they are
+    exact, and sending them earlier, approximate, is not built."""
+    decoder = StreamingDecoder(chat.decoder, chat.vocos, piece=piece)
+    if lookahead is not None and lookahead != decoder.delay:
+        raise ValueError(
+            f"the streaming decoder's look-ahead is its whole field, {decoder.delay} tokens; got {lookahead} "
+            "(a shorter, approximate one is not built)"
+        )
+    return decoder
