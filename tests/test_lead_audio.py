@@ -1,0 +1,131 @@
+"""A row's first audio comes once ``first + lookahead`` states exist, and everything after the first piece is the
+exact streamed decode (:mod:`ttsq.inference.lead_audio`), on the tiny checkpoint's real decoder and Vocos."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
+from ttsq.inference.lead_audio import LeadThenExact
+from ttsq.inference.piecewise_audio import Decode
+from ttsq.inference.streaming_audio import streaming_decoder
+
+PER_TOKEN = 512
+
+
+def lead_decoder(chat: Any, whole: Decode, first: int, lookahead: int, fade: int = 256) -> LeadThenExact:  # noqa: F811
+    return LeadThenExact(
+        whole, streaming_decoder(chat, piece=1), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
+    )
+
+
+def run(decoder: LeadThenExact, states: npt.NDArray[np.float32], sizes: list[int]) -> tuple[npt.NDArray[np.float32], int | None]:
+    """The joined output of ``states`` added in ``sizes`` (round again) then finished, and how many states had been
+    added when the first samples came (None: only at the finish)."""
+    out: list[npt.NDArray[np.float32]] = []
+    at, turn, first_at = 0, 0, None
+    while at < len(states):
+        size = sizes[turn % len(sizes)]
+        samples = decoder.add(states[at : at + size])
+        at, turn = min(at + size, len(states)), turn + 1
+        if samples.size and first_at is None:
+            first_at = at
+        out.append(samples)
+    out.append(decoder.finish())
+    return np.concatenate(out), first_at
+
+
+def random_states(chat: Any, tokens: int, seed: int) -> npt.NDArray[np.float32]:  # noqa: F811
+    return np.random.default_rng(seed).standard_normal((tokens, hidden(chat))).astype(np.float32)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    tokens=st.integers(1, 160),
+    first=st.integers(1, 32),
+    lookahead=st.integers(1, 8),
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_the_first_audio_comes_with_its_window_and_all_after_the_first_piece_is_the_exact_decode(
+    chat: Any,  # noqa: F811
+    whole: Decode,  # noqa: F811
+    tokens: int,
+    first: int,
+    lookahead: int,
+    sizes: list[int],
+    seed: int,
+) -> None:
+    states = random_states(chat, tokens, seed)
+    decoder = lead_decoder(chat, whole, first, lookahead)
+    out, first_at = run(decoder, states, sizes)
+    exact = whole(states)
+    assert out.shape == exact.shape
+    seam = first * PER_TOKEN
+    np.testing.assert_allclose(out[seam:], exact[seam:], atol=TOLERANCE, rtol=0)
+    due = first + lookahead
+    if tokens >= due:
+        # The first samples come with the call that completes the lead's window (or sooner, where the exact ones
+        # already reach that far), and the lead's samples are the window's own decode up to the cross-fade.
+        assert first_at is not None and first_at <= _ceil_to_call(due, sizes)
+        if decoder.seam is not None:
+            # Exact samples up to where the streamed decode had got when the lead was due, the lead's own from there
+            # up to the held-back cross-fade.
+            lead = whole(states[:due])
+            start, held = decoder.streamed_at_lead, decoder.held.size
+            np.testing.assert_allclose(out[:start], exact[:start], atol=TOLERANCE, rtol=0)
+            np.testing.assert_array_equal(out[start : seam - held], lead[start : seam - held])
+    else:
+        np.testing.assert_allclose(out, exact, atol=TOLERANCE, rtol=0)  # ended before the lead: all streamed
+
+
+def _ceil_to_call(due: int, sizes: list[int]) -> int:
+    """How many states have been added by the call that makes ``due`` of them."""
+    at, turn = 0, 0
+    while at < due:
+        at, turn = at + sizes[turn % len(sizes)], turn + 1
+    return at
+
+
+@pytest.mark.parametrize("lookahead", [9, 12])
+def test_at_the_full_field_there_is_no_lead_and_the_output_is_the_whole_decode(
+    chat: Any,  # noqa: F811
+    whole: Decode,  # noqa: F811
+    lookahead: int,
+) -> None:
+    states = random_states(chat, 120, 7)
+    decoder = lead_decoder(chat, whole, 32, lookahead)
+    out, _ = run(decoder, states, [5])
+    assert decoder.window_tokens == 0 and decoder.seam is None
+    np.testing.assert_allclose(out, whole(states), atol=TOLERANCE, rtol=0)
+
+
+def test_the_seam_is_cross_faded_from_the_lead_into_the_exact_samples(chat: Any, whole: Decode) -> None:  # noqa: F811
+    """Below the field the lead's last samples differ from the exact ones (look-ahead 1 on the tiny checkpoint): over
+    the held-back samples the output moves from the lead to the exact decode, sample by sample."""
+    states = random_states(chat, 80, 3)
+    first, lookahead, fade = 32, 1, 256
+    decoder = lead_decoder(chat, whole, first, lookahead, fade=fade)
+    out, first_at = run(decoder, states, [first + lookahead, 16])
+    assert first_at == first + lookahead
+    seam = first * PER_TOKEN
+    lead = whole(states[: first + lookahead])[:seam]
+    exact = whole(states)
+    assert np.abs(lead[seam - fade :] - exact[seam - fade : seam]).max() > 1e-3  # there is something to fade
+    weights = (np.arange(fade, dtype=np.float32) + 0.5) / fade
+    expected = lead[seam - fade :] * (1 - weights) + exact[seam - fade : seam] * weights
+    np.testing.assert_allclose(out[seam - fade : seam], expected, atol=TOLERANCE, rtol=0)
+    assert decoder.decoded_tokens == len(states) + first + lookahead
+
+
+def test_bad_shapes_are_refused(chat: Any, whole: Decode) -> None:  # noqa: F811
+    with pytest.raises(ValueError, match="at least 1 token"):
+        lead_decoder(chat, whole, 0, 4)
+    with pytest.raises(ValueError, match="cross-fade"):
+        lead_decoder(chat, whole, 1, 4, fade=PER_TOKEN + 1)

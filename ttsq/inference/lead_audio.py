@@ -1,0 +1,147 @@
+"""A row's first audio a few dozen decode steps in, and every sample after it exact.
+
+:class:`~ttsq.inference.streaming_audio.StreamingDecoder` decodes each state once and its samples are the whole
+decode's, but a sample can only come once every state its receptive field reaches exists: ``delay`` tokens after its
+own, 52 on ChatTTS's layers (9 on the tiny checkpoint). A first audio 52 steps into a sentence, plus a piece, is
+later than a voice agent wants. So :class:`LeadThenExact` decodes a row's first ``first`` tokens once more, from a
+window of ``first + lookahead`` states through the whole decoder and Vocos
+(:func:`~ttsq.inference.piecewise_audio.chat_decode`): the *lead*, handed out as soon as those states exist. Below
+the field (``lookahead < delay``) the lead's last samples are an approximation, off where the window's end cuts
+their field (``bench.lookahead`` measures by how much for each look-ahead). The streamed decode, fed every state
+from the start, takes over where the lead ends: its samples before that are dropped, and the lead's last ``fade``
+samples are held back and cross-faded into the streamed ones, so that the seam has no step.
+
+Joined, the output is the lead's samples up to the seam and the streamed decode's after it: the whole decode's within
+float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the
+end of the first piece below it. The extra work is one decode of ``first + lookahead`` states per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsq.inference.piecewise_audio import Decode
+from ttsq.inference.streaming_audio import StreamingDecoder
+
+__all__ = ["FADE_SAMPLES", "LeadThenExact"]
+
+FADE_SAMPLES = 256
+"""The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
+streamed samples is not a click, short enough to hold back from the first audio."""
+
+_EMPTY = np.zeros(0, dtype=np.float32)
+
+
+class LeadThenExact:
+    """One row's audio: a lead of ``first`` tokens soon, then the streamed decode (see the module docstring).
+
+    The same interface as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`: :meth:`add` takes the row's new
+    states and returns the samples that are ready, :meth:`finish` the rest once the row ended.
+    """
+
+    def __init__(
+        self,
+        decode: Decode,
+        stream: StreamingDecoder,
+        *,
+        first: int,
+        lookahead: int,
+        samples_per_token: int,
+        fade: int = FADE_SAMPLES,
+    ) -> None:
+        if first < 1 or lookahead < 1:
+            raise ValueError(f"the first piece and its look-ahead are at least 1 token each; got {first}, {lookahead}")
+        if not 0 <= fade <= first * samples_per_token:
+            raise ValueError(f"the cross-fade must fit in the first piece; got {fade} samples")
+        self.decode = decode
+        self.stream = stream
+        self.first = first
+        self.lookahead = lookahead
+        self.per_token = samples_per_token
+        self.fade = fade
+        self.lead = lookahead < stream.delay
+        """Whether a lead is decoded at all: at the full field the streamed samples come as soon as it would."""
+        self.window: list[npt.NDArray[np.float32]] = []
+        """The row's first ``first + lookahead`` states, until the lead is decoded."""
+        self.waiting: list[npt.NDArray[np.float32]] = []
+        """Streamed samples not handed out yet: all of them until the lead is decoded."""
+        self.received = 0
+        """Streamed samples so far (their place in the row's waveform)."""
+        self.seam: int | None = None
+        """Where the lead ends and the streamed samples take over (None: no lead yet, or none at all)."""
+        self.held = _EMPTY
+        """The lead's last samples, ``[seam - len(held), seam)``, to cross-fade into the streamed ones."""
+        self.window_tokens = 0
+        """States decoded for the lead: the work on top of the streamed decode's."""
+        self.streamed_at_lead = 0
+        """Streamed samples there were when the lead was decoded: the output's start is theirs, not the lead's."""
+
+    @property
+    def decoded_tokens(self) -> int:
+        """States run through the decoder so far, the lead's included."""
+        return self.stream.decoded_tokens + self.window_tokens
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        if self.lead and self.seam is None:
+            room = self.first + self.lookahead - sum(len(part) for part in self.window)
+            if room > 0 and len(states):
+                self.window.append(np.asarray(states[:room], dtype=np.float32))
+        streamed = self.stream.add(states)
+        if self.seam is None:
+            if self.lead and sum(len(part) for part in self.window) >= self.first + self.lookahead:
+                return self._lead(streamed)
+            return self._before_lead(streamed)
+        return self._after_lead(streamed)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        streamed = self.stream.finish()
+        if self.seam is None:  # the row ended before its lead was due: the streamed decode is all of it
+            out = self._before_lead(streamed)
+            rest = np.concatenate([*self.waiting, out]) if self.waiting else out
+            self.waiting = []
+            return rest
+        return self._after_lead(streamed)
+
+    def _before_lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Streamed samples before any lead: handed out where there will be no lead, kept until it otherwise."""
+        self.received += streamed.size
+        if not self.lead:
+            return streamed
+        if streamed.size:
+            self.waiting.append(streamed)
+        return _EMPTY
+
+    def _lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The lead is due: the streamed samples so far, then the lead's from where they stop to the seam, less the
+        samples held back for the cross-fade. Where the streamed samples already reach the seam, no lead is needed."""
+        self.received += streamed.size
+        exact = np.concatenate([*self.waiting, streamed]) if self.waiting else streamed
+        self.waiting = []
+        seam = self.first * self.per_token
+        if exact.size >= seam:
+            self.lead = False
+            return exact
+        lead = self.decode(np.concatenate(self.window))[:seam]
+        self.streamed_at_lead = exact.size
+        self.window_tokens = sum(len(part) for part in self.window)
+        self.window = []
+        fade = min(self.fade, seam - exact.size)
+        self.seam = seam
+        self.held = lead[seam - fade : seam].copy()
+        return np.concatenate([exact, lead[exact.size : seam - fade]])
+
+    def _after_lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Streamed samples once the lead is out: dropped before the cross-fade, faded in over it, as they are after."""
+        assert self.seam is not None
+        start, self.received = self.received, self.received + streamed.size
+        fade_start = self.seam - self.held.size
+        out = streamed[max(0, fade_start - start) :]
+        at = max(start, fade_start)
+        if at < self.seam and out.size:
+            overlap = min(self.seam - at, out.size)
+            offset = at - fade_start
+            weights = (np.arange(offset, offset + overlap, dtype=np.float32) + 0.5) / self.held.size
+            faded = self.held[offset : offset + overlap] * (1 - weights) + out[:overlap] * weights
+            out = np.concatenate([faded.astype(np.float32), out[overlap:]])
+        return out
