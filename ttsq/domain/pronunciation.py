@@ -38,11 +38,12 @@ never smuggles one past :func:`ttsq.domain.text.validate_text`, which runs on it
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import regex
 from pydantic import BaseModel, Field
@@ -193,9 +194,9 @@ def _min_width(pattern: str, compiled: regex.Pattern[str], timeout_s: float) -> 
     (its syntax is mostly the ``regex`` module's), else 0 if it matches empty in one of :data:`_PROBES` (None:
     no empty match seen)."""
     try:
-        from re import _parser
+        parser: Any = importlib.import_module("re._parser")  # private: typeshed does not describe it
 
-        width: int = _parser.parse(pattern).getwidth()[0]
+        width: int = parser.parse(pattern).getwidth()[0]
         return width
     except Exception:  # noqa: BLE001 - regex-only syntax (\p{L}, fuzzy matching...): probe it instead
         pass
