@@ -169,7 +169,7 @@ async def test_the_api_places_reads_and_cancels_across_shards(redis: Redis, make
         for task in ids:
             status = (await client.get(f"/v1/tts/tasks/{task}")).json()
             assert status["status"] == "queued" and status["queue_position"] is not None
-        queue: JobQueue = app.state.service.queue
+        queue: JobQueue = app.state.service.tasks.queue
         claim = await claimed(queue)
         await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.0, 0.1, cache_key=None)
         assert (await client.get(f"/v1/tts/result/{claim.job.id}")).content == b"RIFFaudio"
