@@ -26,6 +26,7 @@ from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker, WorkerConfig
 from ttsq.store.connection import create_redis
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue, QueueConfig
 
@@ -139,7 +140,7 @@ async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis:
         failed = await wait_final(worker.queue, bad)
         assert failed.status is Status.FAILED and failed.attempts == 2
         assert failed.error is not None and "injected fault" in failed.error
-        assert [job.id for job in await worker.queue.dead_letters()] == [bad]
+        assert [job.id for job in await DeadLetters(worker.queue).newest()] == [bad]
 
 
 async def test_out_of_memory_is_reported_as_such(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

@@ -9,6 +9,7 @@ from ttsq.api.service.common import (
     ServiceConfig,
 )
 from ttsq.domain.jobs import Job
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Requeued
@@ -19,25 +20,26 @@ class AdminService:
 
     def __init__(self, common: Common, queue: JobQueue, heartbeats: Heartbeats, config: ServiceConfig) -> None:
         self.queue = queue
+        self.dead = DeadLetters(queue)
         self.heartbeats = heartbeats
         self.config = config
         self._shared_secret = common.shared_secret
 
     async def dead_letters(self, limit: int) -> tuple[list[Job], int]:
         """The newest ``limit`` dead letters and how many there are."""
-        return await self.queue.dead_letters(limit), await self.queue.dead_letter_count()
+        return await self.dead.newest(limit), await self.dead.count()
 
     async def dead_letter(self, task_id: str) -> Job | None:
         """One dead letter's final record, or None."""
-        return await self.queue.dead_letter(task_id)
+        return await self.dead.get(task_id)
 
     async def purge_dead(self, task_id: str) -> bool:
         """Drop one dead letter; False when there was none by that id."""
-        return bool(await self.queue.purge_dead(task_id))
+        return bool(await self.dead.purge(task_id))
 
     async def requeue_dead(self, task_id: str) -> tuple[Requeued, int]:
         """Requeue a dead letter under its id; its outcome and (when requeued) its queue position."""
-        outcome = await self.queue.requeue_dead(task_id)
+        outcome = await self.dead.requeue(task_id)
         position = await self.queue.position(task_id) if outcome is Requeued.REQUEUED else None
         return outcome, position or 0
 
