@@ -21,8 +21,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -33,9 +32,8 @@ import numpy.typing as npt
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
-from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import captions, spoken_text
-from ttsq.domain.jobs import AudioFormat, Job, TTSParams
+from ttsq.domain.jobs import AudioFormat, Job
 from ttsq.inference.base import (
     Batcher,
     ChunkReady,
@@ -43,8 +41,6 @@ from ttsq.inference.base import (
     Engine,
     InferenceError,
     OutOfMemory,
-    PermanentError,
-    SynthesisRequest,
     TransientError,
 )
 from ttsq.runtime.assembly import JobAudio
@@ -52,6 +48,7 @@ from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
+from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
@@ -64,8 +61,6 @@ from ttsq.store.voice_encodings import VoiceEncodings
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_SPEAKER_CACHE_SIZE = 512
-"""Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
 CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
@@ -181,8 +176,10 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failing_stores: dict[object, str] = {}
         """Stores of job outcomes failing now (each retried by :meth:`_persist`), and why: ``/readyz`` fails meanwhile."""
-        self._speakers: OrderedDict[int, str] = OrderedDict()
-        """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
+        self.speakers = Speakers(engine)
+        """Speakers drawn from seeds, kept (the inference thread's own: drawing one runs the model's code)."""
+        self._recorded_speaker = functools.partial(recorded_speaker, speakers=self.speakers)
+        """A finished job's speaker, when a voice draw records it (:func:`ttsq.runtime.speakers.recorded_speaker`)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_step_at = time.monotonic()
         self._out_of_memory_seen = 0
@@ -430,7 +427,7 @@ class Worker:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
-            self._thread.add(job.id, functools.partial(self._request, job.params), alone=job.isolate)
+            self._thread.add(job.id, functools.partial(synthesis_request, job.params, self.speakers), alone=job.isolate)
 
     def _adopted(self, job: Job) -> bool:
         """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
@@ -689,69 +686,6 @@ class Worker:
                 while await pieces.get() is not None:
                     pass
                 return
-
-    async def _recorded_speaker(self, params: TTSParams) -> str | None:
-        """The speaker embedding a voice draw's preview was synthesised with (None for any other job): the one
-        just drawn for its seed, from the speaker cache, else drawn again off the loop (the draw is reproducible)."""
-        if not params.record_speaker:
-            return None
-        if params.speaker_embedding is not None or params.speaker_seed is None:
-            return params.speaker_embedding
-        cached = self._speakers.get(params.speaker_seed)
-        if cached is not None:
-            return cached
-        return await asyncio.get_running_loop().run_in_executor(None, self.engine.speaker_from_seed, params.speaker_seed)
-
-    # ---- in the inference thread ------------------------------------------------------------
-
-    def _request(self, params: TTSParams) -> SynthesisRequest:
-        """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
-        return SynthesisRequest(
-            text=params.text,
-            speaker=self._speaker(params),
-            seed=params.seed,
-            sampling=params.sampling,
-            speaker_prompt=params.speaker_prompt,
-            prompt_text=params.prompt_text,
-            consistent=params.consistent_voice,
-            first_chunk=params.first_chunk,
-        )
-
-    def _speaker(self, params: TTSParams) -> str | None:
-        """The speaker embedding; the API resolved any voice name to a seed, an embedding or a speaker prompt at submit
-        (a reference voice is its prompt alone: no embedding)."""
-        if params.speaker_blend is not None:
-            return self._blend(params.speaker_blend)
-        if params.speaker_embedding is not None:
-            return params.speaker_embedding
-        if params.speaker_seed is None and params.speaker_prompt is not None:
-            return None
-        if params.speaker_seed is None:
-            raise PermanentError("job carries no speaker seed")
-        return self._seeded(params.speaker_seed)
-
-    def _blend(self, parts: Sequence[BlendPart]) -> str:
-        """A blend's embedding, from its components' embeddings (seeds drawn as for a seed voice) and weights."""
-        speakers: list[str] = []
-        for part in parts:
-            if part.embedding is None and part.seed is None:
-                raise PermanentError(f"blend component {part.voice!r} carries neither a seed nor an embedding")
-            speakers.append(part.embedding if part.embedding is not None else self._seeded(part.seed or 0))
-        try:
-            return self.engine.blend_speakers(speakers, [part.weight for part in parts])
-        except ValueError as exc:
-            raise PermanentError(f"the blend cannot be made: {exc}") from exc
-
-    def _seeded(self, seed: int) -> str:
-        """The speaker drawn from ``seed`` (the last few kept: drawing costs a model call)."""
-        speaker = self._speakers.get(seed)
-        if speaker is None:
-            speaker = self._speakers[seed] = self.engine.speaker_from_seed(seed)
-            if len(self._speakers) > _SPEAKER_CACHE_SIZE:
-                self._speakers.popitem(last=False)
-        else:
-            self._speakers.move_to_end(seed)
-        return speaker
 
     # ---- writing outcomes through a Redis outage -------------------------------------------
 
