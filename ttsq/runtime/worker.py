@@ -11,7 +11,8 @@ boundary beside whatever else is decoding, of any voice. A job's story is :meth:
 (cached answer, or into the engine) and :meth:`Worker._finish` (its chunks joined, encoded, stored);
 its first audio is streamed the moment its first chunk ends. Everything periodic — heartbeat, lease
 renewal, the queue sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.upkeep`,
-shared with the webhook deliverer).
+shared with the webhook deliverer; the worker's chores are its :class:`~ttsq.runtime.upkeep.WorkerChores`). Which
+speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
-from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
+from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, WorkerChores, describe
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
@@ -187,21 +188,38 @@ class Worker:
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
         """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
         every ``heartbeat_interval_s``) succeeds again."""
+        self._systemd = SystemdNotifier(config.notify_socket)
+        chores = WorkerChores(
+            queue,
+            self.heartbeats,
+            self.record,
+            self.metrics,
+            log,
+            worker_id=config.worker_id,
+            sweep_interval_s=config.sweep_interval_s,
+            stall_after_s=self.stall_after_s,
+            systemd=self._systemd,
+            hygiene=self._hygiene,
+            running=self._running,
+            in_flight=self._in_flight,
+            idle_s=lambda: time.monotonic() - self._last_step_at,
+            release_memory=lambda: asyncio.wrap_future(self._thread.call(self.engine.release_memory)),
+            cancel=self._cancelled_while_running,
+        )
         self.upkeep = Upkeep(
             [
-                Chore("heartbeat", config.heartbeat_interval_s, self._beat),
-                Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), self._release_when_idle),
-                Chore("lease renewal", queue.config.lease_s / 3, self._renew_leases),
-                Chore("sweep", config.sweep_interval_s, self._sweep),
+                Chore("heartbeat", config.heartbeat_interval_s, chores.beat),
+                Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), chores.release_when_idle),
+                Chore("lease renewal", queue.config.lease_s / 3, chores.renew_leases),
+                Chore("sweep", config.sweep_interval_s, chores.sweep),
             ],
             self.outage,
             log,
-            every_pass=self._every_upkeep_pass,
+            every_pass=chores.every_upkeep_pass,
         )
         """Every periodic chore, in one task: the heartbeat, idle memory release, lease renewal for the jobs
         in hand (every third of a lease, so one missed renewal never loses a lease), and the queue sweep
         (which takes a lock, so one worker of the pool sweeps per interval)."""
-        self._systemd = SystemdNotifier(config.notify_socket)
         self.voice_encoder = VoiceEncoderLoop(
             VoiceEncodings(queue.redis, queue.keys, queue.config.block_s),
             engine.speaker_from_audio,
@@ -209,7 +227,6 @@ class Worker:
             self.outage,
         )
         """Reference recordings → speaker prompts for ``POST /v1/voices``, once the model is loaded (docs/voices.md)."""
-        self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
         self.metrics.watch_batcher(lambda: self._batcher)
 
@@ -507,6 +524,11 @@ class Worker:
             self._out_of_memory_seen = seen
             self._release_memory()
 
+    def _cancelled_while_running(self, job_id: str) -> None:
+        """Its rows leave the engine now (their slots take other rows at the next step) and the job ends as cancelled."""
+        self._thread.cancel(job_id)
+        self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
+
     def _end(self, job_id: str, outcome: Outcome) -> None:
         flight = self._in_flight.pop(job_id)
         self._spawn(self._settle_flight(flight, outcome))
@@ -734,59 +756,6 @@ class Worker:
 
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok
-
-    # ---- upkeep ----------------------------------------------------------------------------
-
-    def _every_upkeep_pass(self) -> None:
-        """Tick the liveness record (a stalled event loop stops ticking, and the probe sees it); ping the watchdog."""
-        self.record.tick()
-        self._watchdog()
-
-    def _watchdog(self) -> None:
-        """Ping systemd's watchdog while liveness holds (the same judgement as ``/healthz``); a hung
-        inference stops the pings, and systemd restarts the worker after ``WatchdogSec``."""
-        if not self._systemd.enabled:
-            return
-        alive, reason = self.record.liveness(self.stall_after_s)
-        if alive:
-            self._systemd.notify("WATCHDOG=1", *([] if self._was_alive else ["STATUS=serving"]))
-        elif self._was_alive:
-            self._systemd.notify(f"STATUS=unhealthy: {reason}")
-        self._was_alive = alive
-
-    async def _release_when_idle(self) -> bool:
-        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free).
-        False: it calls no Redis (see :class:`ttsq.runtime.upkeep.Chore`)."""
-        if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_step_at):
-            await asyncio.wrap_future(self._thread.call(self.engine.release_memory))
-        return False
-
-    async def _beat(self) -> None:
-        await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
-        self.record.last_heartbeat = time.time()
-
-    async def _renew_leases(self) -> bool:
-        """Renew every lease in hand; False when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
-        if not self._running:
-            return False
-        renewed = await self.queue.renew_leases(dict(self._running))
-        for job_id in renewed.lost & self._running.keys():
-            self.metrics.stale.labels("renew").inc()
-            log.warning(
-                "lease on %s (claim %d) was lost: it lapsed and the job went back to the queue, perhaps to another "
-                "worker; this worker's outcome for it will be refused",
-                job_id,
-                self._running[job_id],
-            )
-        for job_id in renewed.cancelling & self._in_flight.keys():
-            # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
-            # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
-            self._thread.cancel(job_id)
-            self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
-        return True
-
-    async def _sweep(self) -> None:
-        await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
 
 
 def _token(job: Job) -> int:

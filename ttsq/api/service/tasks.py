@@ -145,7 +145,7 @@ class TaskService:
         self.queue = queue
         self.cache = cache
         """Finished results by cache key: a submit is answered from it before anything is queued."""
-        self.voicing = voicing
+        self.voicing: VoiceService = voicing
         """Where a request's ``voice`` is resolved, among the voices its caller sees."""
         self.dictionary = dictionary
         """Rewrites a submit's text by the caller's pronunciation entries before its cache key is made."""
