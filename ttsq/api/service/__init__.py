@@ -23,15 +23,7 @@ from collections.abc import Callable
 
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.service.admin import AdminService
-from ttsq.api.service.common import (
-    Common,
-    InvalidInput,
-    ServiceConfig,
-    StoreUnavailable,
-    TaskNotFound,
-    readable,
-    viewed_owner,
-)
+from ttsq.api.service.common import Common, InvalidInput, ServiceConfig, StoreUnavailable, TaskNotFound, readable, viewed_owner
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.draws import DrawConfig, DrawLanguage, DrawnVoice, DrawOutcome, DrawService, VoiceDraws
 from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, ListeningService, ServerEvent

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttsq.api.service.common import (
-    Common,
-    ServiceConfig,
-)
+from ttsq.api.service.common import Common, ServiceConfig
 from ttsq.domain.jobs import Job
 from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats

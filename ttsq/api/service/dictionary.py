@@ -7,10 +7,7 @@ import asyncio
 
 from ttsq.api.auth import Principal
 from ttsq.api.schemas import SubmitRequest
-from ttsq.api.service.common import (
-    Common,
-    InvalidInput,
-)
+from ttsq.api.service.common import Common, InvalidInput
 from ttsq.domain.pronunciation import (
     DictionaryError,
     DictionaryTimeout,

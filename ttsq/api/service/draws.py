@@ -6,13 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ttsq.api.auth import Principal
-from ttsq.api.service.common import (
-    Common,
-    InvalidInput,
-    TaskNotFound,
-    log,
-    voice_owner,
-)
+from ttsq.api.service.common import Common, InvalidInput, TaskNotFound, log, voice_owner
 from ttsq.api.service.tasks import TaskService
 from ttsq.domain.draw import rank
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed

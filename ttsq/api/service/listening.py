@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ttsq.api.auth import Principal
-from ttsq.api.service.common import (
-    ends_for_reader,
-)
+from ttsq.api.service.common import ends_for_reader
 from ttsq.api.service.tasks import TaskService
 from ttsq.api.stream_slots import StreamSlots, hold
 from ttsq.domain.audio import SAMPLE_RATE

@@ -7,15 +7,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from ttsq.api.auth import Principal
-from ttsq.api.service.common import (
-    InvalidInput,
-    ServiceConfig,
-    log,
-    new_voice_owner,
-    shown,
-    viewed_owner,
-    voice_owner,
-)
+from ttsq.api.service.common import InvalidInput, ServiceConfig, log, new_voice_owner, shown, viewed_owner, voice_owner
 from ttsq.domain.blends import BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
 from ttsq.domain.voices import Voice, VoiceError
