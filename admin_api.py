@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import AdminCaller, ServiceDep
+from deps import AdminCaller, AdminDep, DictionaryDep
 from ttsq.api.errors import (
     AUTH_RESPONSES,
     BODY_TIMEOUT_RESPONSE,
@@ -29,10 +29,10 @@ _NOT_FOUND = {"model": ErrorBody, "description": "No dead letter with that id (r
 
 @router.get("", response_model=DeadLetterList, responses={503: ERROR_RESPONSES[503], **AUTH_RESPONSES}, summary="List dead letters")
 async def list_dead_letters(
-    service: ServiceDep, caller: AdminCaller, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    admin: AdminDep, caller: AdminCaller, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> DeadLetterList:
     """Newest first, each with its reason and attempts (texts shortened to 200 characters)."""
-    jobs, total = await service.dead_letters(limit)
+    jobs, total = await admin.dead_letters(limit)
     return DeadLetterList(total=total, dead_letters=[DeadLetter.of(job, preview=True) for job in jobs])
 
 
@@ -42,8 +42,8 @@ async def list_dead_letters(
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="One dead letter",
 )
-async def get_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCaller) -> DeadLetter:
-    job = await service.dead_letter(task_id)
+async def get_dead_letter(task_id: TaskId, admin: AdminDep, caller: AdminCaller) -> DeadLetter:
+    job = await admin.dead_letter(task_id)
     if job is None:
         raise HTTPException(404, f"no dead letter {task_id!r}")
     return DeadLetter.of(job, preview=False)
@@ -61,9 +61,9 @@ async def get_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCal
     },
     summary="Requeue a dead letter under its own id",
 )
-async def requeue_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCaller) -> RequeueResponse:
+async def requeue_dead_letter(task_id: TaskId, admin: AdminDep, caller: AdminCaller) -> RequeueResponse:
     """Clients still polling the id get its audio once it runs; its attempts start again and it runs alone."""
-    outcome, position = await service.requeue_dead(task_id)
+    outcome, position = await admin.requeue_dead(task_id)
     if outcome is Requeued.MISSING:
         raise HTTPException(404, f"no dead letter {task_id!r}")
     if outcome is Requeued.ACTIVE:
@@ -77,9 +77,9 @@ async def requeue_dead_letter(task_id: TaskId, service: ServiceDep, caller: Admi
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="Drop a dead letter",
 )
-async def purge_dead_letter(task_id: TaskId, service: ServiceDep, caller: AdminCaller) -> Response:
+async def purge_dead_letter(task_id: TaskId, admin: AdminDep, caller: AdminCaller) -> Response:
     """The task's record still reads "failed" until it expires (``RESULT_TTL_S``)."""
-    if not await service.purge_dead(task_id):
+    if not await admin.purge_dead(task_id):
         raise HTTPException(404, f"no dead letter {task_id!r}")
     return Response(status_code=204)
 
@@ -126,11 +126,11 @@ _NO_ENTRY = {"model": ErrorBody, "description": "No entry with that id."}
     },
     summary="Add a pronunciation entry",
 )
-async def create_pronunciation(body: PronunciationCreate, service: ServiceDep, caller: AdminCaller) -> PronunciationEntry:
+async def create_pronunciation(body: PronunciationCreate, dictionary: DictionaryDep, caller: AdminCaller) -> PronunciationEntry:
     """Applies from the next submit on this replica, within PRONUNCIATION_REFRESH_S on the others. A bad pattern,
     an over-long field or a forbidden control token in the replacement is a 422 naming the field."""
     try:
-        return await service.add_pronunciation(**body.model_dump())
+        return await dictionary.add_pronunciation(**body.model_dump())
     except EntryConflict as exc:
         raise HTTPException(409, str(exc)) from exc
 
@@ -142,12 +142,12 @@ async def create_pronunciation(body: PronunciationCreate, service: ServiceDep, c
     summary="List pronunciation entries",
 )
 async def list_pronunciation(
-    service: ServiceDep,
+    dictionary: DictionaryDep,
     caller: AdminCaller,
     scope: Annotated[str | None, Query(pattern=SCOPE_PATTERN, description="Only this scope's entries.")] = None,
 ) -> PronunciationList:
     """Oldest first."""
-    return PronunciationList(entries=await service.pronunciation_entries(scope))
+    return PronunciationList(entries=await dictionary.pronunciation_entries(scope))
 
 
 @pronunciation.delete(
@@ -157,8 +157,8 @@ async def list_pronunciation(
     summary="Delete a pronunciation entry",
 )
 async def delete_pronunciation(
-    entry_id: Annotated[str, Path(description="The entry's id.")], service: ServiceDep, caller: AdminCaller
+    entry_id: Annotated[str, Path(description="The entry's id.")], dictionary: DictionaryDep, caller: AdminCaller
 ) -> Response:
-    if not await service.delete_pronunciation(entry_id):
+    if not await dictionary.delete_pronunciation(entry_id):
         raise HTTPException(404, f"no pronunciation entry {entry_id!r}")
     return Response(status_code=204)

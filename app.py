@@ -202,7 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def readiness() -> dict[str, Any]:
         """The probes answer anyone (kubelet sends no key): where keys are required, they say ready or not and nothing
         more — the live workers and the queue's depth are in ``/metrics``, behind a key."""
-        report: dict[str, Any] = await app.state.service.readiness()
+        report: dict[str, Any] = await app.state.service.admin.readiness()
         if cast(Authenticator, app.state.authenticator).policy.keys_required():
             return {"redis": report["redis"]}
         return report

@@ -1,10 +1,11 @@
 """FastAPI dependencies shared by the routers, as ``Annotated`` aliases.
 
-The app's lifespan (``app.py``) builds the service (which owns the rate limiter) and the
-authenticator once and keeps them on ``app.state``; routes receive them through these aliases.
+The app's lifespan (``app.py``) builds the use cases' services (:class:`ttsq.api.service.TTSService`) and the
+authenticator once and keeps them on ``app.state``; routes receive them through these aliases, each router family its
+own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``).
 
 FastAPI solves every dependency (and sub-dependency) of a route on every request, so a route has
-two: the service, and its caller. The caller is one security dependency that reads the key from
+few: its use cases' services, and its caller. The caller is one security dependency that reads the key from
 either header itself (``X-API-Key``, else ``Authorization: Bearer``): FastAPI's ``HTTPBearer`` and
 ``APIKeyHeader`` as sub-dependencies cost two more solves per request (profiled: solving
 dependencies was about a fifth of a submit's time with them). FastAPI documents it as the bearer
@@ -27,7 +28,7 @@ loop for 8 s before its 401), and the dependency answers from that outcome inste
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import Depends, Request, Security
@@ -38,7 +39,15 @@ from starlette.types import Scope as AsgiScope
 
 from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key, until_revoked
 from ttsq.api.errors import raise_refused_body
-from ttsq.api.service import TTSService
+from ttsq.api.service import (
+    AdminService,
+    DictionaryService,
+    DrawService,
+    ListeningService,
+    TaskService,
+    TTSService,
+    VoiceService,
+)
 
 BEARER_SCHEME = "HTTPBearer"
 HEADER_SCHEME = "APIKeyHeader"
@@ -48,11 +57,25 @@ CALLER = "ttsq_caller"
 """Where :func:`authenticate_before_body` keeps the route's caller, or what refused it, in the request's state."""
 
 
-async def get_service(request: Request) -> TTSService:
+def _services(request: Request) -> TTSService:
     return cast(TTSService, request.app.state.service)
 
 
-ServiceDep = Annotated[TTSService, Depends(get_service)]
+def _use_case(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency that hands a route the use case ``name`` of the app's services (``TTSService.<name>``)."""
+
+    async def service(request: Request) -> Any:
+        return getattr(_services(request), name)
+
+    return service
+
+
+TasksDep = Annotated[TaskService, Depends(_use_case("tasks"))]
+ListeningDep = Annotated[ListeningService, Depends(_use_case("listening"))]
+VoicesDep = Annotated[VoiceService, Depends(_use_case("voicing"))]
+DictionaryDep = Annotated[DictionaryService, Depends(_use_case("dictionary"))]
+DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
+AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
 
 
 class ApiKeyCaller(SecurityBase):
@@ -75,7 +98,7 @@ class ApiKeyCaller(SecurityBase):
         principal = await self.authenticate(request)
         raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
         if self.stream:
-            cast(TTSService, request.app.state.service).open_stream(principal, request.state)
+            _services(request).listening.open_stream(principal, request.state)
         return principal
 
     async def authenticate(self, request: Request) -> Principal:

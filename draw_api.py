@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import ServiceDep, TTSCaller
+from deps import DrawsDep, ListeningDep, TTSCaller
 from ttsq.api.errors import (
     AUTH_RESPONSES,
     BODY_TIMEOUT_RESPONSE,
@@ -88,10 +88,10 @@ class DrawBody(BaseModel):
     },
     summary="Draw voices",
 )
-async def draw_voices(body: DrawRequest, service: ServiceDep, caller: TTSCaller) -> DrawBody:
+async def draw_voices(body: DrawRequest, draws: DrawsDep, caller: TTSCaller) -> DrawBody:
     """Queues ``n × DRAW_OVERSAMPLE`` short previews of fresh seeds (and one of each seed voice, to measure against);
     answers at once with ``status: running``. Costs one token of the caller's rate limit."""
-    draw = await service.draw_voices(body.n, body.language, caller)
+    draw = await draws.draw_voices(body.n, body.language, caller)
     return DrawBody(draw_id=draw.id, status="running", previews_done=0, previews_total=len(draw.task_ids), candidates=[])
 
 
@@ -109,7 +109,8 @@ async def draw_voices(body: DrawRequest, service: ServiceDep, caller: TTSCaller)
 )
 async def get_draw(
     draw_id: Annotated[str, Path(description="The draw's id.")],
-    service: ServiceDep,
+    draws: DrawsDep,
+    listening: ListeningDep,
     caller: TTSCaller,
     request: Request,
     wait: Annotated[
@@ -118,5 +119,5 @@ async def get_draw(
     ] = None,
 ) -> DrawBody:
     if wait:
-        service.open_stream(caller, request.state)  # it blocks on a Redis connection while it waits, as a stream does
-    return DrawBody.of(await service.draw_outcome(draw_id, caller, wait or 0.0))
+        listening.open_stream(caller, request.state)  # it blocks on a Redis connection while it waits, as a stream does
+    return DrawBody.of(await draws.draw_outcome(draw_id, caller, wait or 0.0))

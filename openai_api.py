@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from deps import Guarded, ServiceDep, StreamCaller, TTSCaller
+from deps import Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller, VoicesDep
 from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
@@ -35,10 +35,12 @@ from ttsq.api.service import (
     OPENAI_VOICES,
     Download,
     InvalidInput,
+    ListeningService,
     Status,
     StreamFailed,
-    TTSService,
+    TaskService,
     Voice,
+    VoiceService,
     is_blend,
 )
 
@@ -129,14 +131,14 @@ _SPEECH_EVENT = {
 """One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
 
 
-async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
+async def _voice(name: str, voices: VoiceService, caller: Principal) -> Voice:
     """OpenAI's names map onto built-in voices, ttsq's names are themselves (those the caller sees: docs/voices.md);
     a blend may mix both."""
     if is_blend(name):
-        return await service.resolve_blend(name, caller, "voice", OPENAI_VOICES)
-    voice = await service.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
+        return await voices.resolve_blend(name, caller, "voice", OPENAI_VOICES)
+    voice = await voices.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
     if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await service.list_voices(caller))])
+        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await voices.list_voices(caller))])
         raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
     return voice
 
@@ -160,9 +162,15 @@ async def _voice(name: str, service: TTSService, caller: Principal) -> Voice:
     summary="OpenAI-compatible text to speech",
 )
 async def speech(
-    body: SpeechRequest, service: ServiceDep, caller: StreamCaller, guard: Guarded, request: Request
+    body: SpeechRequest,
+    tasks: TasksDep,
+    listening: ListeningDep,
+    voices: VoicesDep,
+    caller: StreamCaller,
+    guard: Guarded,
+    request: Request,
 ) -> Response:
-    voice = await _voice(body.voice, service, caller)
+    voice = await _voice(body.voice, voices, caller)
     native = SubmitRequest(
         text=body.input,
         voice=voice.name,
@@ -171,44 +179,44 @@ async def speech(
         priority=body.priority,
         consistent_voice=body.consistent_voice,
     )
-    submitted = await service.submit(native, caller, voice, max_text_chars=service.config.openai_max_input_chars)
+    submitted = await tasks.submit(native, caller, voice, max_text_chars=tasks.config.openai_max_input_chars)
     task_id = submitted.answer.task_id
     media_type = CONTENT_TYPES[body.response_format]
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     if body.model_extra:
         headers["X-TTSQ-Ignored-Fields"] = _field_names(body.model_extra)
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
-    stored = await service.download(task_id, caller) if submitted.answer.status is Status.DONE else None
+    stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
-    # submit joined it meanwhile, or a webhook waits for it: TTSService.abandon); a job it joined is left alone.
+    # submit joined it meanwhile, or a webhook waits for it: TaskService.abandon); a job it joined is left alone.
     sole = stored is None and not submitted.answer.joined
     if body.stream_format == "sse":
-        events = _sse(service, task_id, body.response_format, stored, _usage(body.input))
+        events = _sse(listening, task_id, body.response_format, stored, _usage(body.input))
         if sole:
-            events = service.cancelled_when_abandoned(events, task_id, caller, request.state)
+            events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
         return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
     if stored is None and body.response_format == "wav":
         # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
         # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
-        stored = await _finished(service, task_id, caller)
+        stored = await _finished(tasks, task_id, caller)
         if stored.audio is None:
             return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
     if stored is not None and stored.audio is not None:
         return Response(stored.audio, media_type=media_type, headers=headers)
     try:
-        pcm = await service.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
+        pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
     except StreamFailed as exc:
         return openai_error(500, f"synthesis failed: {exc}")
-    audio = service.audio(task_id, body.response_format, pcm)
+    audio = listening.audio(task_id, body.response_format, pcm)
     if sole:
-        audio = service.cancelled_when_abandoned(audio, task_id, caller, request.state)
+        audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
     return StreamingResponse(guard(audio), media_type=media_type, headers=headers)
 
 
-async def _finished(service: TTSService, task_id: str, caller: Principal) -> Download:
+async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
     """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
     while True:
-        download = await service.download(task_id, caller, wait_s=service.config.max_wait_s)
+        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
         if download.audio is not None or download.job.status.is_final:
             return download
 
@@ -232,7 +240,7 @@ def _usage(text: str) -> dict[str, int]:
 
 
 async def _sse(
-    service: TTSService, task_id: str, fmt: OpenAIFormat, stored: Download | None, used: dict[str, int]
+    listening: ListeningService, task_id: str, fmt: OpenAIFormat, stored: Download | None, used: dict[str, int]
 ) -> AsyncIterator[str]:
     """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (their
     bytes joined are one file, as the raw body is), then ``speech.audio.done`` with its ``usage``."""
@@ -240,7 +248,7 @@ async def _sse(
         if stored is not None and stored.audio is not None:
             yield _delta(stored.audio)
         else:
-            async for piece in service.encoded(task_id, fmt):
+            async for piece in listening.encoded(task_id, fmt):
                 yield _delta(piece)
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
@@ -292,7 +300,7 @@ class VoiceListing(BaseModel):
     responses=OPENAI_ERROR_RESPONSES,
     summary="Voices usable on /v1/audio/speech",
 )
-async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
+async def openai_voices(voices: VoicesDep, caller: TTSCaller) -> VoiceListing:
     """OpenAI's names (each mapped onto a built-in voice), then every ttsq voice, as OpenAI voice objects."""
     mapped = [
         OpenAIVoice(id=name, name=name, created_at=0, type="builtin", voice_id=name, maps_to=target)
@@ -300,6 +308,6 @@ async def openai_voices(service: ServiceDep, caller: TTSCaller) -> VoiceListing:
     ]
     native = [
         OpenAIVoice(id=v.name, name=v.name, created_at=int(v.created_at or 0), type=v.kind, voice_id=v.name)
-        for v in await service.list_voices(caller)
+        for v in await voices.list_voices(caller)
     ]
     return VoiceListing(data=mapped + native, voices=mapped + native)

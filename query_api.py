@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from deps import Guarded, ServiceDep, StreamCaller, TTSCaller
+from deps import Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller
 from ttsq.api.auth import Principal
 from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, TimingEvent, component_schema, sse_schema
@@ -43,12 +43,14 @@ _FAILED = {"model": TaskStatus, "description": "The task failed (`error` says wh
     responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="Status of a task",
 )
-async def task_status(task_id: str, service: ServiceDep, caller: TTSCaller, request: Request, wait: WaitQuery = None) -> TaskStatus:
+async def task_status(
+    task_id: str, tasks: TasksDep, listening: ListeningDep, caller: TTSCaller, request: Request, wait: WaitQuery = None
+) -> TaskStatus:
     """With ``wait``, answers as soon as the task ends, or after that many seconds with its status then (a long-poll)."""
-    job = await service.job(task_id, caller)
-    if _waits(job, wait, service, caller, request):
-        job = await service.wait_for_end(job, caller, wait or 0.0)
-    return await service.status(job)
+    job = await tasks.job(task_id, caller)
+    if _waits(job, wait, listening, caller, request):
+        job = await tasks.wait_for_end(job, caller, wait or 0.0)
+    return await tasks.status(job)
 
 
 WaitQuery = Annotated[
@@ -62,12 +64,12 @@ WaitQuery = Annotated[
 ]
 
 
-def _waits(job: Job, wait: float | None, service: ServiceDep, caller: Principal, request: Request) -> bool:
+def _waits(job: Job, wait: float | None, listening: ListeningDep, caller: Principal, request: Request) -> bool:
     """Whether this request waits for ``job`` to end; one that does holds a stream slot meanwhile, as a stream does
     (it blocks on one of the process's Redis connections)."""
     if not wait or job.status.is_final:
         return False
-    service.open_stream(caller, request.state)
+    listening.open_stream(caller, request.state)
     return True
 
 
@@ -85,12 +87,12 @@ def _waits(job: Job, wait: float | None, service: ServiceDep, caller: Principal,
     },
     summary="Cancel a task",
 )
-async def cancel_task(task_id: str, service: ServiceDep, caller: TTSCaller) -> Response:
+async def cancel_task(task_id: str, tasks: TasksDep, caller: TTSCaller) -> Response:
     """A waiting task leaves the queue at once (``cancelled``); a running one is marked and its result
     dropped when its batch ends (``cancelling``). When others joined the same task (single-flight),
     only the caller is detached and the task goes on for them. Cancelling again changes nothing. A cancel
     deletes nothing: the task's status stays readable (``cancelled``) until its record expires."""
-    outcome = await service.cancel(task_id, caller)
+    outcome = await tasks.cancel(task_id, caller)
     if outcome is Cancelled.FINAL:
         raise HTTPException(409, f"task {task_id!r} has already finished; nothing to cancel")
     if outcome is Cancelled.GONE:
@@ -124,7 +126,8 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
 )
 async def task_result(
     task_id: str,
-    service: ServiceDep,
+    tasks: TasksDep,
+    listening: ListeningDep,
     caller: TTSCaller,
     request: Request,
     wait: WaitQuery = None,
@@ -136,10 +139,10 @@ async def task_result(
     """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll). With
     ``format``, a finished task's captions: one cue per synthesised chunk, timed exactly by the joined audio."""
     if wait:
-        _waits(await service.job(task_id, caller), wait, service, caller, request)
-    download = await service.download(task_id, caller, wait or 0.0)
+        _waits(await tasks.job(task_id, caller), wait, listening, caller, request)
+    download = await tasks.download(task_id, caller, wait or 0.0)
     if download.audio is not None and format is not None:
-        captions = service.captions(download.job, format)
+        captions = listening.captions(download.job, format)
         if captions is None:
             raise HTTPException(404, f"task {task_id!r} has no captions: its result was stored before captions were recorded")
         return Response(content=captions, media_type=CAPTION_CONTENT_TYPES[format])
@@ -179,7 +182,8 @@ def _poll_after_s(job: Job) -> int:
 )
 async def task_stream(
     task_id: str,
-    service: ServiceDep,
+    tasks: TasksDep,
+    listening: ListeningDep,
     caller: StreamCaller,
     guard: Guarded,
     format: Annotated[
@@ -187,11 +191,11 @@ async def task_stream(
         Query(description="wav (open-ended header), pcm (raw PCM16), mp3, opus (Ogg), aac (ADTS) or flac: any of them streams"),
     ] = "wav",
 ) -> Response:
-    job = await service.job(task_id, caller)
+    job = await tasks.job(task_id, caller)
     if job.status in (Status.FAILED, Status.CANCELLED):
-        return JSONResponse(status_code=409, content=(await service.status(job)).model_dump(mode="json"))
+        return JSONResponse(status_code=409, content=(await tasks.status(job)).model_dump(mode="json"))
     return StreamingResponse(
-        guard(service.audio(task_id, format)),
+        guard(listening.audio(task_id, format)),
         media_type=STREAM_CONTENT_TYPES[format],
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -227,7 +231,8 @@ async def task_stream(
 )
 async def task_events(
     task_id: str,
-    service: ServiceDep,
+    tasks: TasksDep,
+    listening: ListeningDep,
     caller: StreamCaller,
     guard: Guarded,
     last_event_id: Annotated[
@@ -237,11 +242,11 @@ async def task_events(
     """The task is looked up before the stream starts, so an unknown id is a plain 404 (not a 200 whose
     stream then breaks). Once streaming, the status is already sent, so a Redis outage ends the stream
     with an ``error`` event instead of a broken connection."""
-    job = await service.job(task_id, caller)
+    job = await tasks.job(task_id, caller)
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for batch in service.events(job, caller, last_event_id):
+            async for batch in listening.events(job, caller, last_event_id):
                 yield "".join(
                     f"id: {event.id}\nevent: {event.kind}\ndata: {_event_json(event.data)}\n\n"
                     for event in batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from deps import ServiceDep, TTSCaller
+from deps import TasksDep, TTSCaller
 from ttsq.api.errors import (
     AUTH_RESPONSES,
     BODY_TIMEOUT_RESPONSE,
@@ -43,12 +43,12 @@ TASK_LINKS = task_links("$response.body#/task_id")
     },
     summary="Queue a text for synthesis and get a task id at once",
 )
-async def submit(body: SubmitRequest, service: ServiceDep, caller: TTSCaller) -> Response:
+async def submit(body: SubmitRequest, tasks: TasksDep, caller: TTSCaller) -> Response:
     """``202`` with a queued (or joined, identical and in-flight) task; ``200`` when the cache answers.
 
     The answer is serialised once, here: returning the model would have FastAPI validate it again.
     """
-    submitted = await service.submit(body, caller)
+    submitted = await tasks.submit(body, caller)
     code = status.HTTP_200_OK if submitted.answer.cached else status.HTTP_202_ACCEPTED
     headers = submitted.rate.headers() if submitted.rate is not None else None
     return Response(submitted.answer.model_dump_json(), status_code=code, media_type="application/json", headers=headers)

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from starlette.convertors import Convertor, register_url_convertor
 
-from deps import AdminCaller, ServiceDep, TTSCaller
+from deps import AdminCaller, TTSCaller, VoicesDep
 from ttsq.api.errors import (
     AUTH_RESPONSES,
     BODY_TIMEOUT_RESPONSE,
@@ -164,9 +164,9 @@ def _summary(voice: Voice) -> Voice:
     responses={503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
     summary="List voices",
 )
-async def list_voices(service: ServiceDep, caller: TTSCaller, tenant: Tenant = None) -> VoiceList:
+async def list_voices(voices: VoicesDep, caller: TTSCaller, tenant: Tenant = None) -> VoiceList:
     """The built-in voices, the global ones and the caller's tenant's own (never another tenant's)."""
-    return VoiceList(voices=[_summary(v) for v in await service.list_voices(caller, tenant)])
+    return VoiceList(voices=[_summary(v) for v in await voices.list_voices(caller, tenant)])
 
 
 @router.post(
@@ -187,22 +187,22 @@ async def list_voices(service: ServiceDep, caller: TTSCaller, tenant: Tenant = N
     summary="Create a named voice (scope admin)",
     openapi_extra={"requestBody": {"content": {"multipart/form-data": {"schema": _REFERENCE_FORM}}}},
 )
-async def create_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
+async def create_voice(body: VoiceCreate, voices: VoicesDep, caller: AdminCaller) -> Voice:
     if body.audio is not None or body.transcript is not None:
-        return await _create_reference_voice(body, service, caller)
+        return await _create_reference_voice(body, voices, caller)
     if body.components is not None:
         if body.seed is not None or body.embedding is not None:
             raise invalid_field("components", "give exactly one of seed, embedding or components")
         components = [(part.voice, part.weight) for part in body.components]
-        return await service.create_blend_voice(body.name, components, caller, shared=body.shared, tenant=body.tenant)
+        return await voices.create_blend_voice(body.name, components, caller, shared=body.shared, tenant=body.tenant)
     if (body.seed is None) == (body.embedding is None):
         raise invalid_field("seed", "give exactly one of seed or embedding (or audio with its transcript)", body.seed)
-    return await service.create_voice(
+    return await voices.create_voice(
         body.name, caller, seed=body.seed, embedding=body.embedding, shared=body.shared, tenant=body.tenant
     )
 
 
-async def _create_reference_voice(body: VoiceCreate, service: ServiceDep, caller: AdminCaller) -> Voice:
+async def _create_reference_voice(body: VoiceCreate, voices: VoicesDep, caller: AdminCaller) -> Voice:
     """``audio`` (base64) and ``transcript``, alone: a voice made from a recording (docs/voices.md)."""
     if body.seed is not None or body.embedding is not None or body.components is not None:
         raise invalid_field("audio", "give exactly one of seed or embedding (or audio with its transcript)")
@@ -213,7 +213,7 @@ async def _create_reference_voice(body: VoiceCreate, service: ServiceDep, caller
         audio = base64.b64decode(body.audio, validate=True)
     except ValueError as exc:  # binascii.Error, or a character outside ASCII (which b64decode refuses with a ValueError)
         raise invalid_field("audio", f"not base64: {exc}") from exc
-    return await service.create_reference_voice(body.name, audio, body.transcript, caller, shared=body.shared, tenant=body.tenant)
+    return await voices.create_reference_voice(body.name, audio, body.transcript, caller, shared=body.shared, tenant=body.tenant)
 
 
 @router.get(
@@ -228,9 +228,9 @@ async def _create_reference_voice(body: VoiceCreate, service: ServiceDep, caller
     },
     summary="Fetch a voice",
 )
-async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller, tenant: Tenant = None) -> Voice:
+async def get_voice(name: VoiceName, voices: VoicesDep, caller: TTSCaller, tenant: Tenant = None) -> Voice:
     """A voice the caller sees; its speaker prompt, transcript and embeddings only to the ``admin`` scope."""
-    voice = await service.get_voice(name, caller, tenant)
+    voice = await voices.get_voice(name, caller, tenant)
     if voice is None:
         raise HTTPException(404, f"no voice named {name!r}")
     return voice
@@ -249,8 +249,8 @@ async def get_voice(name: VoiceName, service: ServiceDep, caller: TTSCaller, ten
     },
     summary="Delete a voice (scope admin)",
 )
-async def delete_voice(name: VoiceName, service: ServiceDep, caller: AdminCaller, tenant: Tenant = None) -> Response:
+async def delete_voice(name: VoiceName, voices: VoicesDep, caller: AdminCaller, tenant: Tenant = None) -> Response:
     """Deletes the voice the name means to the caller's tenant (or to ``tenant``): its own, else the global one."""
-    if not await service.delete_voice(name, caller, tenant):
+    if not await voices.delete_voice(name, caller, tenant):
         raise HTTPException(404, f"no voice named {name!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -53,7 +53,7 @@ PARTS = {
         "fastapi/dependencies/utils.py:*(solve_dependencies)"
     ),
     "the enqueue script call (redis-py packing 23 arguments, the wait for Redis, the reply)": "ttsq/store/queue.py:*(enqueue)",
-    "building the job's parameters (text validation and canonicalisation, the cache key)": "ttsq/api/service.py:*(build_params)",
+    "building the job's parameters (text validation and canonicalisation, the cache key)": "ttsq/api/service/tasks.py:*(build_params)",  # noqa: E501
     "the task id (uuid4 + HMAC)": "ttsq/store/task_ids.py:*(new)",
     "the caller (key lookup where one is sent, the key policy)": "deps.py:*(__call__)",
     "pydantic models built without validation (the job, its parameters, the answer)": "pydantic/main.py:*(model_construct)",

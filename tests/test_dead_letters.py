@@ -14,6 +14,7 @@ from tests.conftest import FakeClock, api_client, params, task_id
 from tests.redis_server import RedisServer
 from tests.service import ROOT
 from ttsq.domain.jobs import Status
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Requeued
 
@@ -34,40 +35,40 @@ async def test_a_requeued_dead_letter_keeps_its_id_and_runs_again(make_queue: An
     queue: JobQueue = make_queue(max_attempts=2)
     job_id = await dead_letter(queue, "first", owner="key:abc")
     other = await dead_letter(queue, "second")
-    assert [job.id for job in await queue.dead_letters()] == [other, job_id]
+    assert [job.id for job in await DeadLetters(queue).newest()] == [other, job_id]
     assert await redis.get(queue.keys.owner_jobs("key:abc")) is None, "failing released the owner's place"
 
-    shown = await queue.dead_letter(job_id)
+    shown = await DeadLetters(queue).get(job_id)
     assert shown is not None and shown.error == "the engine refused it" and shown.attempts == 1
     await redis.delete(queue.keys.job(job_id))  # its record expired (RESULT_TTL_S) while it sat there
 
-    assert await queue.requeue_dead(job_id) is Requeued.REQUEUED
+    assert await DeadLetters(queue).requeue(job_id) is Requeued.REQUEUED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.attempts == 0 and job.error is None
     assert job.isolate and job.requeues == 1, "it runs alone, and its next webhook is a new event"
     assert await redis.ttl(queue.keys.job(job_id)) == -1, "a queued job never expires"
     assert await redis.get(queue.keys.owner_jobs("key:abc")) == b"1", "it counts against its owner again"
-    assert [job.id for job in await queue.dead_letters()] == [other]
-    assert await queue.requeue_dead(job_id) is Requeued.MISSING, "requeueing twice changes nothing"
+    assert [job.id for job in await DeadLetters(queue).newest()] == [other]
+    assert await DeadLetters(queue).requeue(job_id) is Requeued.MISSING, "requeueing twice changes nothing"
 
     claim = await queue.claim("w2", block_s=0.1)
     assert claim is not None and claim.job.id == job_id and claim.job.attempts == 1
     assert str(await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
     assert (await queue.get(job_id)).status is Status.DONE  # type: ignore[union-attr]
 
-    assert await queue.purge_dead(other) == 1 and await queue.dead_letters() == []
+    assert await DeadLetters(queue).purge(other) == 1 and await DeadLetters(queue).newest() == []
     assert (await queue.get(other)).status is Status.FAILED, "purging drops the letter, not the task's answer"  # type: ignore[union-attr]
 
 
 async def test_a_dead_letter_whose_task_is_active_again_is_left_alone(make_queue: Any, redis: Redis) -> None:
     queue: JobQueue = make_queue()
     job_id = await dead_letter(queue, "racy")
-    assert await queue.requeue_dead(job_id) is Requeued.REQUEUED
+    assert await DeadLetters(queue).requeue(job_id) is Requeued.REQUEUED
     # A stale copy of the letter (say, two operators at once) must not reset a job that runs again.
     running = await queue.get(job_id)
-    assert running is not None and await queue.dead_letter(job_id) is None
+    assert running is not None and await DeadLetters(queue).get(job_id) is None
     await redis.lpush(queue.keys.dead, running.model_copy(update={"status": Status.FAILED}).model_dump_json())
-    assert await queue.requeue_dead(job_id) is Requeued.ACTIVE
+    assert await DeadLetters(queue).requeue(job_id) is Requeued.ACTIVE
     assert (await queue.get(job_id)) == running, "the queued job is untouched"
 
 
@@ -99,7 +100,7 @@ async def test_the_dead_letters_command(make_queue: Any, redis: Redis, redis_ser
     assert ttsq(redis_server, "dead-letters", "purge").returncode == 2, "purge names what it drops, or --all"
     purged = ttsq(redis_server, "dead-letters", "purge", "--all")
     assert purged.returncode == 0 and "purged 1" in purged.stdout
-    assert await queue.dead_letters() == []
+    assert await DeadLetters(queue).newest() == []
 
 
 async def test_the_admin_routes_need_the_admin_scope(make_settings: Any, redis: Redis, make_queue: Any) -> None:

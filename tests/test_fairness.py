@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from tests.conftest import FakeClock, params, queue_config, task_id
 from ttsq.domain.jobs import Priority
 from ttsq.runtime.metrics import WorkerMetrics
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.metrics import TOP_TENANTS, QueueGauges
 from ttsq.store.queue import JobQueue, QueueFullError
 from ttsq.store.replies import text
@@ -143,9 +144,9 @@ async def test_dead_lettering_and_requeue_keep_the_tenant(make_queue: Any, clock
     await queue.sweep(SWEEP, "sweeper")
     dead = await queue.claim("w", block_s=0.1)
     assert dead is not None and not dead.runnable, "no attempts left: dead-lettered at claim, as before"
-    assert [job.id for job in await queue.dead_letters()] == [doomed] and await queue.depth() == 0
+    assert [job.id for job in await DeadLetters(queue).newest()] == [doomed] and await queue.depth() == 0
     await flood(queue, "B", 1, priority="batch")
-    await queue.requeue_dead(doomed)
+    await DeadLetters(queue).requeue(doomed)
     assert await queue.waiting("A", "batch") == [doomed]
     assert await queue.depth() == 2
 

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, params, task_id
 from ttsq.domain.jobs import Status
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Failed
 
@@ -60,7 +61,7 @@ async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itsel
     assert all(job.attempts == 2 for job_id, job in finals.items() if job and job_id != poison), (
         "each innocent job lost one attempt to the first crash, then ran alone and succeeded"
     )
-    dead = await queue.dead_letters()
+    dead = await DeadLetters(queue).newest()
     assert [job.id for job in dead] == [poison], "the dead-letter list holds only the poison job"
     assert dead[0].error is not None and "lease expired" in dead[0].error
 

@@ -21,6 +21,7 @@ from ttsq.store.connection import (
     create_redis,
     enforce_eviction_policy,
 )
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.queue import JobQueue, QueueFullError
 from ttsq.store.replies import Cancelled, Completed, Enqueued, Failed, Started
 
@@ -180,7 +181,7 @@ async def test_attempts_cap_dead_letters_with_reason(make_queue: Any, redis: Red
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED
     assert job.error is not None and "gave up after 2 attempts" in job.error and "lease expired" in job.error
-    assert [d.id for d in await queue.dead_letters()] == [job_id]
+    assert [d.id for d in await DeadLetters(queue).newest()] == [job_id]
 
 
 async def test_retryable_failure_waits_out_an_exponential_backoff(make_queue: Any, redis: Redis, clock: FakeClock) -> None:
@@ -215,7 +216,7 @@ async def test_final_failure_after_last_attempt(make_queue: Any) -> None:
     assert await queue.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error == "inference failed: boom"
-    assert [d.id for d in await queue.dead_letters()] == [job_id]
+    assert [d.id for d in await DeadLetters(queue).newest()] == [job_id]
 
 
 async def test_permanent_failure_is_not_retried(make_queue: Any) -> None:

@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from tests.conftest import FakeClock, api_client, claimed, params, settings
 from ttsq.domain.jobs import Status
 from ttsq.store.cache import CachedAudio, ResultCache
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.deliveries import DeliveryQueue
 from ttsq.store.keys import SLOTS, Keys, Shards, shard_label, spread_labels
 from ttsq.store.queue import JobQueue, QueueFullError
@@ -94,7 +95,7 @@ async def test_workers_claim_from_every_shard_in_turn(redis: Redis) -> None:
     assert sorted(first_round) == sorted(keys.label for keys in queue.shards.all), "one from each shard, in turn"
     batch = await queue.claim_more("w", 9)
     assert len(batch) == 9 and await queue.depth() == 0
-    snapshot = await queue.snapshot()
+    snapshot = await queue.stats.snapshot()
     assert snapshot.queued == 0 and snapshot.processing == 12 and snapshot.queued_by_shard == (0, 0, 0)
 
 
@@ -109,10 +110,10 @@ async def test_sweep_dead_letters_and_counts_cover_every_shard(redis: Redis, clo
     report = await queue.sweep(5.0, "w")
     assert report.swept and report.requeued == 1, "the lapsed lease on shard 2 came back"
     assert await queue.position(lost) == 0
-    assert [job.id for job in await queue.dead_letters()] == [failed] and await queue.dead_letter_count() == 1
-    assert (await queue.dead_letter(failed)) is not None
-    assert str(await queue.requeue_dead(failed)) == "requeued" and await queue.depth() == 2
-    assert await queue.purge_dead() == 0
+    assert [job.id for job in await DeadLetters(queue).newest()] == [failed] and await DeadLetters(queue).count() == 1
+    assert (await DeadLetters(queue).get(failed)) is not None
+    assert str(await DeadLetters(queue).requeue(failed)) == "requeued" and await queue.depth() == 2
+    assert await DeadLetters(queue).purge() == 0
 
 
 async def test_the_depth_and_owner_caps_hold_per_shard_as_shares(redis: Redis) -> None:
@@ -169,7 +170,7 @@ async def test_the_api_places_reads_and_cancels_across_shards(redis: Redis, make
         for task in ids:
             status = (await client.get(f"/v1/tts/tasks/{task}")).json()
             assert status["status"] == "queued" and status["queue_position"] is not None
-        queue: JobQueue = app.state.service.queue
+        queue: JobQueue = app.state.service.tasks.queue
         claim = await claimed(queue)
         await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.0, 0.1, cache_key=None)
         assert (await client.get(f"/v1/tts/result/{claim.job.id}")).content == b"RIFFaudio"

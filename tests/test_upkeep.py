@@ -12,10 +12,17 @@ import asyncio
 import logging
 
 import pytest
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tests.conftest import FakeClock
-from ttsq.runtime.upkeep import FIRST_BACKOFF_S, MAX_BACKOFF_S, Chore, RedisOutage, Upkeep
+from tests.conftest import FakeClock, queue_config
+from ttsq.domain.batching import MemoryHygiene
+from ttsq.runtime.health import HeartbeatRecord
+from ttsq.runtime.metrics import WorkerMetrics
+from ttsq.runtime.sdnotify import SystemdNotifier
+from ttsq.runtime.upkeep import FIRST_BACKOFF_S, MAX_BACKOFF_S, Chore, RedisOutage, Upkeep, WorkerChores
+from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.queue import JobQueue
 
 log = logging.getLogger("tests.upkeep")
 
@@ -202,3 +209,65 @@ async def test_a_chore_that_called_no_redis_never_ends_an_outage() -> None:
     assert not redis.ok, "a chore that called no Redis says nothing about it"
     await upkeep.run_chore(upkeep.chores[1])
     assert redis.ok and calls == ["idle", "wrote"]
+
+
+# ---- the worker's chores ------------------------------------------------------------------------
+
+
+def worker_chores(
+    queue: JobQueue, running: dict[str, int], idle_s: list[float], released: list[str], hygiene: MemoryHygiene | None = None
+) -> WorkerChores:
+    """The chores over a worker's state as the test holds it: jobs in hand, how long the engine has been idle, and
+    what a memory release did."""
+
+    async def release() -> None:
+        released.append("released")
+
+    def cancel(job_id: str) -> None:
+        raise AssertionError(f"nothing runs here to cancel ({job_id})")
+
+    return WorkerChores(
+        queue,
+        Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock),
+        HeartbeatRecord(worker_id="chores"),
+        WorkerMetrics(),
+        log,
+        worker_id="chores",
+        sweep_interval_s=1.0,
+        stall_after_s=10.0,
+        systemd=SystemdNotifier(None),
+        hygiene=hygiene or MemoryHygiene(0.9, 60.0),
+        running=running,
+        in_flight={},
+        idle_s=lambda: idle_s[-1],
+        release_memory=release,
+        cancel=cancel,
+    )
+
+
+async def test_idle_memory_is_released_once_per_idle_period_and_never_while_jobs_are_in_hand(redis: Redis) -> None:
+    running: dict[str, int] = {}
+    idle_s: list[float] = [30.0]
+    released: list[str] = []
+    hygiene = MemoryHygiene(0.9, 60.0)
+    hygiene.after_batch(reserved=10, total=100, failed_for_memory=False)  # a batch left memory cached, under the threshold
+    chores = worker_chores(JobQueue(redis, queue_config()), running, idle_s, released, hygiene)
+    assert await chores.release_when_idle() is False, "it calls no Redis: its success says nothing of an outage"
+    assert released == [], "not idle long enough"
+    running["job"] = 1
+    idle_s.append(61.0)
+    await chores.release_when_idle()
+    assert released == [], "a job in hand: the inference thread is not free"
+    del running["job"]
+    await chores.release_when_idle()
+    await chores.release_when_idle()
+    assert released == ["released"], "once per idle period"
+
+
+async def test_lease_renewal_calls_no_redis_without_jobs_and_the_heartbeat_is_written(redis: Redis) -> None:
+    queue = JobQueue(redis, queue_config())
+    chores = worker_chores(queue, {}, [0.0], [])
+    assert await chores.renew_leases() is False
+    await chores.beat()
+    assert chores.record.last_heartbeat is not None
+    assert await chores.heartbeats.live_count() == 1

@@ -16,16 +16,15 @@ import soundfile as sf
 from redis.asyncio import Redis
 
 from tests.conftest import fault_config, queue_config, settings, task_id
-from tests.helpers import params_for
 from tests.redis_proxy import RedisProxy, redis_proxy
 from tests.redis_server import RedisServer, free_port
-from ttsq.api.schemas import SubmitRequest
 from ttsq.domain.jobs import Job, Status, TTSParams
-from ttsq.inference.base import Engine, PermanentError
+from ttsq.inference.base import Engine
 from ttsq.inference.chattts import ChatTTSEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker, WorkerConfig
 from ttsq.store.connection import create_redis
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue, QueueConfig
 
@@ -114,20 +113,6 @@ async def test_same_deterministic_request_gives_identical_audio(redis: Redis, ti
         assert await worker.queue.result(first) != await worker.queue.result(other)
 
 
-async def test_voice_fixes_the_speaker_and_seeds_draw_new_ones(tiny_engine: ChatTTSEngine, redis: Redis) -> None:
-    worker = Worker(JobQueue(redis, queue_config()), tiny_engine, worker_config())
-
-    def speaker(**body: Any) -> str | None:
-        return worker._speaker(params_for(SubmitRequest(text="hi", **body), 500, "tiny"))
-
-    assert speaker(voice="zh_female", seed=1) == speaker(voice="zh_female", seed=2) == speaker(voice="zh_female")
-    assert speaker(voice="zh_male") != speaker(voice="zh_female")
-    assert speaker(seed=1) != speaker(seed=2)
-    assert speaker(seed=1) == speaker(seed=1)
-    with pytest.raises(PermanentError, match="no speaker seed"):
-        worker._speaker(params(speaker_seed=None))
-
-
 async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     engine = FaultInjectingEngine(tiny_engine, fault_config("raise", "BOOM"))
     config = queue_config(block_s=0.2, max_attempts=2, retry_base_s=1.0)
@@ -139,7 +124,7 @@ async def test_failing_job_retries_then_dead_letters_and_the_loop_goes_on(redis:
         failed = await wait_final(worker.queue, bad)
         assert failed.status is Status.FAILED and failed.attempts == 2
         assert failed.error is not None and "injected fault" in failed.error
-        assert [job.id for job in await worker.queue.dead_letters()] == [bad]
+        assert [job.id for job in await DeadLetters(worker.queue).newest()] == [bad]
 
 
 async def test_out_of_memory_is_reported_as_such(redis: Redis, tiny_engine: ChatTTSEngine) -> None:

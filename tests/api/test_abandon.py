@@ -1,4 +1,4 @@
-"""What an OpenAI speech request's going away cancels (:meth:`TTSService.abandon`), through the real app on a real Redis.
+"""What an OpenAI speech request's going away cancels (:meth:`TaskService.abandon`), through the real app on a real Redis.
 
 The disconnect itself is driven over real uvicorn with a real worker in ``tests/e2e/test_openai.py``; here, each rule
 of what may be cancelled: the job nobody else wants, never one a webhook waits for, one a submit joined, or one that
@@ -22,7 +22,7 @@ WEBHOOKS = {"webhook_secret": "0123456789abcdef0123", "public_url": "https://tts
 
 async def test_only_a_job_nobody_else_waits_for_is_cancelled(redis: Redis, make_settings: Any) -> None:
     async with api_client(make_settings(**WEBHOOKS)) as (client, app):
-        service = cast(TTSService, app.state.service)
+        service = cast(TTSService, app.state.service).tasks
         caller = Principal(None, "127.0.0.1")  # the in-process client's address: the submits' owner
 
         alone = (await submit(client, None, text="Nobody else wants this.")).json()["task_id"]

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from tests.conftest import api_client, claimed, queue_config
 from ttsq.api.schemas import SubmitRequest
-from ttsq.api.service import TTSService
+from ttsq.api.service import TaskService, TTSService
 from ttsq.domain.voices import builtin
 from ttsq.store.cache import CachedAudio
 from ttsq.store.queue import JobQueue
@@ -19,8 +19,8 @@ from ttsq.store.queue import JobQueue
 REQUEST = {"text": "Cached sentence.", "voice": "zh_female", "format": "mp3"}
 
 
-def service_of(app: FastAPI) -> TTSService:
-    return cast(TTSService, app.state.service)
+def service_of(app: FastAPI) -> TaskService:
+    return cast(TTSService, app.state.service).tasks
 
 
 async def warm_cache(app: FastAPI, body: dict[str, Any], audio: bytes) -> None:

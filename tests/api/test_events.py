@@ -93,7 +93,7 @@ async def test_a_piece_gives_its_timing_and_status_events_in_one_batch(client: h
     queue = JobQueue(redis, queue_config())
     held = await claimed(queue)
     streams = AudioStreams(redis, queue.shards, 60)
-    batches = service.events(await service.job(task, caller), caller)
+    batches = service.listening.events(await service.tasks.job(task, caller), caller)
     first = await anext(batches)
     assert [event.kind for event in first] == ["status"] and first[0].data["status"] == "running"
     assert await streams.publish(held.job.id, held.token, 0, 3, b"\0\0" * 10, spoken=SPOKEN[0])

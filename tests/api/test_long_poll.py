@@ -29,7 +29,7 @@ HANG_GUARD_S = 60
 @pytest.fixture
 async def app(redis: Redis, make_settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
     async with api_client(make_settings(block_s=0.2)) as (http, app):
-        app.state.service.monotonic = FakeClock()  # frozen: only the task's end returns a wait
+        app.state.service.tasks.monotonic = FakeClock()  # frozen: only the task's end returns a wait
         yield http, app
 
 
@@ -117,7 +117,7 @@ class SteppingClock:
 async def test_wait_answers_the_current_status_at_its_deadline(app: tuple[httpx.AsyncClient, FastAPI], redis: Redis) -> None:
     client, fastapi_app = app
     task_id = await queued_task(client)
-    fastapi_app.state.service.monotonic = SteppingClock(10.0)  # 30 s pass in a few readings, with one blocking read
+    fastapi_app.state.service.tasks.monotonic = SteppingClock(10.0)  # 30 s pass in a few readings, with one blocking read
     status = await asyncio.wait_for(client.get(f"/v1/tts/tasks/{task_id}", params={"wait": 30}), HANG_GUARD_S)
     assert status.status_code == 200 and status.json()["status"] == "queued"
     result = await asyncio.wait_for(client.get(f"/v1/tts/result/{task_id}", params={"wait": 30}), HANG_GUARD_S)
@@ -126,7 +126,7 @@ async def test_wait_answers_the_current_status_at_its_deadline(app: tuple[httpx.
 
 async def test_a_wait_is_capped_by_max_wait_s(redis: Redis, make_settings: Any) -> None:
     async with api_client(make_settings(max_wait_s=0)) as (client, app):
-        app.state.service.monotonic = FakeClock()  # frozen: an uncapped wait on a queued task would never return
+        app.state.service.tasks.monotonic = FakeClock()  # frozen: an uncapped wait on a queued task would never return
         task_id = await queued_task(client)
         status = await asyncio.wait_for(client.get(f"/v1/tts/tasks/{task_id}", params={"wait": 30}), HANG_GUARD_S)
         assert status.json()["status"] == "queued"

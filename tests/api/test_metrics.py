@@ -50,12 +50,12 @@ async def test_submits_are_counted_by_outcome_and_requests_by_route_template(red
 
 
 async def test_cache_hits_are_counted_by_level(redis: Any, make_settings: Any) -> None:
-    from ttsq.api.service import TTSService
+    from ttsq.api.service import TaskService
     from ttsq.domain.voices import builtin
     from ttsq.store.cache import CachedAudio
 
     async with api_client(make_settings()) as (client, app):
-        service: TTSService = app.state.service
+        service: TaskService = app.state.service.tasks
         body = {"text": "Cached.", "voice": "zh_female"}
         from ttsq.api.schemas import SubmitRequest
 

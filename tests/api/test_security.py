@@ -130,8 +130,8 @@ async def test_an_empty_bucket_is_one_answer_whichever_way_the_submit_would_have
     async with api_client(make_settings(rate_limit_burst=1, rate_limit_per_s=0.01)) as (client, app):
         service = app.state.service
         body = {"text": "From the cache.", "voice": "zh_female", "seed": 1}
-        params = service.build_params(SubmitRequest(**body), builtin("zh_female"))
-        await service.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
+        params = service.tasks.build_params(SubmitRequest(**body), builtin("zh_female"))
+        await service.tasks.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
         assert (await submit(client, None, seed=2)).status_code == 202, "the one token"
         would_queue = await submit(client, None, seed=3)
         would_hit = await submit(client, None, **body)
@@ -179,8 +179,8 @@ async def test_every_valid_submit_pays_once_and_a_refused_one_records_nothing(re
         assert again.json()["joined"] is False and remaining(again) == 2, "paid once, not once per attempt"
 
         body = {"text": "From the cache.", "voice": "zh_female", "seed": 1}  # submit() sends seed 1 unless told
-        params = service.build_params(SubmitRequest(**body), builtin("zh_female"))
-        await service.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
+        params = service.tasks.build_params(SubmitRequest(**body), builtin("zh_female"))
+        await service.tasks.cache.put(params.cache_key, CachedAudio(b"audio", "audio/mpeg", 1.0))
         hit = await submit(client, None, **body)
         assert hit.status_code == 200 and hit.json()["cached"] is True and remaining(hit) == 1
 
@@ -318,12 +318,12 @@ async def test_the_page_has_a_strict_content_security_policy(redis: Redis, make_
 async def test_a_bug_answers_500_with_a_request_id_and_no_trace(
     redis: Redis, make_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ttsq.api.service import TTSService
+    from ttsq.api.service import TaskService
 
     async def broken(*_: Any, **__: Any) -> None:
         raise KeyError("/secret/internal/path.py")
 
-    monkeypatch.setattr(TTSService, "submit", broken)
+    monkeypatch.setattr(TaskService, "submit", broken)
     async with api_client(make_settings()) as (_, app):
         # as a server does: the 500 goes out, the exception is re-raised for the server's log only
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -34,7 +34,7 @@ async def until(condition: Callable[[], bool], what: str) -> None:
 
 
 def open_streams(app: FastAPI) -> int:
-    return cast(TTSService, app.state.service).stream_slots.open
+    return cast(TTSService, app.state.service).listening.stream_slots.open
 
 
 async def test_streams_past_a_callers_share_are_429_past_the_process_503_and_given_back_when_they_end(

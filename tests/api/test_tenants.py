@@ -38,7 +38,7 @@ async def api(make_settings: Any, **overrides: Any) -> AsyncIterator[tuple[httpx
 
 async def run_next_job(app: FastAPI) -> str:
     """What a worker does with the next job: claim it, cache its audio under the job's own cache key, complete it."""
-    service = cast(TTSService, app.state.service)
+    service = cast(TTSService, app.state.service).tasks
     queue = JobQueue(service.queue.redis, queue_config())
     claim = await queue.claim("worker", block_s=0.1)
     assert claim is not None

@@ -5,7 +5,7 @@ replica fetches it once. Found by the chaos suite: after a restart without persi
 was gone, a replica started afterwards drew a new one, and each replica answered 404 for the
 other's new tasks. A running replica now puts the secret it signs with back (on its next submit or
 readiness check), so a later replica adopts it. Fast and in-process: each replica is the API's use
-cases (:class:`ttsq.api.service.TTSService`) on the test Redis and clock, the data loss a FLUSHALL.
+cases (:class:`ttsq.api.service.TTSService`: every use case's service) on the test Redis and clock, the data loss a FLUSHALL.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ async def test_a_replica_started_after_redis_lost_the_secret_adopts_the_running_
     make_queue: Any, make_settings: Any, redis: Redis, clock: FakeClock
 ) -> None:
     older = replica(make_queue, make_settings())
-    old_signer = await older.signer()
+    old_signer = await older.common.signer()
     await redis.flushall()  # Redis restarted without persistence
     clock.advance(5)
-    await older.submit(SubmitRequest(text="a submit to the older replica"), ANONYMOUS)
+    await older.tasks.submit(SubmitRequest(text="a submit to the older replica"), ANONYMOUS)
     later = replica(make_queue, make_settings())
-    new_signer = await later.signer()
+    new_signer = await later.common.signer()
     assert new_signer.verify(old_signer.new()) and old_signer.verify(new_signer.new())
 
 
@@ -50,12 +50,12 @@ async def test_the_readiness_check_restores_the_secret_too(
     make_queue: Any, make_settings: Any, redis: Redis, clock: FakeClock
 ) -> None:
     older = replica(make_queue, make_settings())
-    await older.signer()
-    secret = await redis.get(older.queue.keys.task_id_secret)
+    await older.common.signer()
+    secret = await redis.get(older.tasks.queue.keys.task_id_secret)
     await redis.flushall()
     clock.advance(5)
-    await older.readiness()
-    assert secret is not None and await redis.get(older.queue.keys.task_id_secret) == secret
+    await older.admin.readiness()
+    assert secret is not None and await redis.get(older.tasks.queue.keys.task_id_secret) == secret
 
 
 async def test_a_replica_without_the_shared_secret_never_writes_one(
@@ -64,6 +64,6 @@ async def test_a_replica_without_the_shared_secret_never_writes_one(
     """A replica with TASK_ID_SECRET configured never asks for the shared secret, and must not create one."""
     configured = replica(make_queue, make_settings(), TaskIdSigner(b"a configured task-id secret"))
     clock.advance(5)
-    await configured.submit(SubmitRequest(text="configured secret"), ANONYMOUS)
-    await configured.readiness()
-    assert await redis.get(configured.queue.keys.task_id_secret) is None
+    await configured.tasks.submit(SubmitRequest(text="configured secret"), ANONYMOUS)
+    await configured.admin.readiness()
+    assert await redis.get(configured.tasks.queue.keys.task_id_secret) is None

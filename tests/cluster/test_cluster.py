@@ -26,6 +26,7 @@ from tests.conftest import api_client, params, queue_config, settings, task_id
 from tests.service import wait_for
 from ttsq.domain.audio import encode_audio
 from ttsq.store.connection import ClusterClient, ClusterPipelineClient, RedisClient, cluster_nodes, create_redis, torn_connection
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.keys import Keys
 from ttsq.store.local_redis import free_port
 from ttsq.store.local_topology import LocalCluster
@@ -123,9 +124,9 @@ async def test_the_whole_job_protocol_runs_on_a_cluster(client: RedisClient) -> 
     second = await queue.claim_more("w", 4)
     assert [claim.job.id for claim in second] == [plain]
     assert await queue.fail(second[0].job, "boom", retryable=False, cache_key=None) is Failed.FAILED
-    assert [job.id for job in await queue.dead_letters()] == [plain]
-    assert str(await queue.requeue_dead(plain)) == "requeued"
-    snapshot = await queue.snapshot()
+    assert [job.id for job in await DeadLetters(queue).newest()] == [plain]
+    assert str(await DeadLetters(queue).requeue(plain)) == "requeued"
+    snapshot = await queue.stats.snapshot()
     assert (snapshot.queued, snapshot.processing, snapshot.dead_letters) == (1, 0, 0)
     assert (await queue.sweep(1.0, "w")).swept
     hit = task_id()

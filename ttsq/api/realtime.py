@@ -349,7 +349,7 @@ class _Session:
             strict=False,
         )
         try:
-            submitted = await self.service.submit(body, self.caller, self.voice, first_chunk=index)
+            submitted = await self.service.tasks.submit(body, self.caller, self.voice, first_chunk=index)
         except InvalidInput as exc:
             await self.send({"type": "error", "code": "invalid_text", "message": exc.message, "text": chunk[:200]})
             return
@@ -367,7 +367,7 @@ class _Session:
         while (segment := await self.to_send.get()) is not None:
             start = self.samples
             try:
-                async for piece in self.service.pcm(segment.task_id):
+                async for piece in self.service.listening.pcm(segment.task_id):
                     async with self.send_lock:
                         if start == self.samples and start > 0:  # the pause between sentences, as a joined text has
                             await self.ws.send_bytes(GAP)
@@ -438,7 +438,7 @@ class _Session:
             if not segment.sent:
                 segment.sent = True
                 try:
-                    await self.service.cancel(segment.task_id, self.caller)
+                    await self.service.tasks.cancel(segment.task_id, self.caller)
                 except (TaskNotFound, *STORE_ERRORS) as exc:  # best effort: the task still ends, its result unread
                     log.warning("realtime session %s: could not cancel task %s: %s", self.id, segment.task_id, exc)
 
@@ -459,7 +459,7 @@ async def _voice(service: TTSService, name: str | None, caller: Principal) -> Vo
     """The session's voice among those ``caller`` sees (its tenant's and the global ones); OpenAI's names too."""
     if name is None:
         return None
-    return await service.resolve_voice(OPENAI_VOICES.get(name, name), caller)
+    return await service.voicing.resolve_voice(OPENAI_VOICES.get(name, name), caller)
 
 
 async def _close(websocket: WebSocket, code: str, message: str | None = None) -> None:
@@ -508,7 +508,7 @@ async def serve_session(
         if not caller.allows("tts"):
             raise SessionEnded("forbidden", "this API key lacks the 'tts' scope needed here")
         try:
-            release = service.stream_slots.take(caller.subject)
+            release = service.listening.stream_slots.take(caller.subject)
         except TooManyStreams as exc:
             raise SessionEnded("too_many_requests" if exc.per_key else "unavailable", str(exc)) from None
         try:

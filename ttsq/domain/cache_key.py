@@ -48,7 +48,7 @@ def speaker_identity(params: TTSParams) -> str:
 def blend_identity(parts: Sequence[BlendPart]) -> str:
     """A blend by what makes it: each component's identity and normalised weight, in the blend's (canonical) order.
 
-    The API orders the components and normalises the weights (:meth:`ttsq.api.service.TTSService.resolve_blend`), so
+    The API orders the components and normalises the weights (:meth:`ttsq.api.service.voices.VoiceService.resolve_blend`), so
     ``a*0.7+b*0.3``, ``b*3+a*7`` and a stored blend of the same recipe share a key; other weights give another."""
     material = json.dumps([[part.identity, part.weight] for part in parts])
     return "blend:" + hashlib.sha256(material.encode()).hexdigest()

@@ -21,6 +21,7 @@ from ttsq.domain.jobs import PRIORITIES
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.store.api_keys import MAX_WEIGHT, SCOPES, ApiKeyStore, Scope
 from ttsq.store.connection import RedisConfig, create_redis
+from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue, QueueConfig
 from ttsq.store.replies import Requeued
@@ -204,8 +205,9 @@ async def set_weight(store: ApiKeyStore, key_id: str, weight: int) -> int:
 
 
 async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
+    dead = DeadLetters(queue)
     if args.action == "list":
-        jobs = await queue.dead_letters(args.limit)
+        jobs = await dead.newest(args.limit)
         print(f"{'TASK ID':<52}  {'FAILED':<20}  {'TRIES':>5}  REASON")
         for job in jobs:
             reason = (job.error or "unknown").replace("\n", " ")
@@ -213,7 +215,7 @@ async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
         print(f"{len(jobs)} dead letter(s) shown", file=sys.stderr)
         return 0
     if args.action == "show":
-        found = await queue.dead_letter(args.task_id)
+        found = await dead.get(args.task_id)
         if found is None:
             print(f"ttsq: no dead letter {args.task_id!r}", file=sys.stderr)
             return 1
@@ -222,7 +224,7 @@ async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
     if args.action == "requeue":
         status = 0
         for task_id in args.task_ids:
-            outcome = await queue.requeue_dead(task_id)
+            outcome = await dead.requeue(task_id)
             if outcome is Requeued.REQUEUED:
                 print(f"requeued {task_id}: same id, attempts start again, it runs alone")
             else:
@@ -230,7 +232,7 @@ async def dead_letters(args: argparse.Namespace, queue: JobQueue) -> int:
                 print(f"ttsq: {task_id}: {why}; nothing changed", file=sys.stderr)
                 status = 1
         return status
-    removed = await queue.purge_dead(None) if args.all else sum([await queue.purge_dead(t) for t in args.task_ids])
+    removed = await dead.purge(None) if args.all else sum([await dead.purge(t) for t in args.task_ids])
     print(f"purged {removed} dead letter(s)")
     return 0 if removed or args.all else 1
 

@@ -15,6 +15,8 @@ the loop (heartbeats, lease renewals, sweeps). What they do about either is writ
   the policy above (a Redis error) or logged (anything else), and runs again at its next interval. It
   ends by signal, not by cancellation alone: a cancellation that lands inside a redis-py command can be
   absorbed by the client, which would leave the task running forever; cancellation is the fallback.
+* :class:`WorkerChores` — the worker's own chores (heartbeat, idle memory release, lease renewal, sweep) and what
+  it does on every pass (its liveness tick, systemd's watchdog), over the loop's state that the worker hands it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import AskError
 
 from ttsq.store.connection import STORE_ERRORS
+
+if TYPE_CHECKING:  # types only: the API process (the deliverer) loads this module without the worker's
+    from ttsq.domain.batching import MemoryHygiene
+    from ttsq.runtime.health import HeartbeatRecord
+    from ttsq.runtime.metrics import WorkerMetrics
+    from ttsq.runtime.sdnotify import SystemdNotifier
+    from ttsq.store.heartbeats import Heartbeats
+    from ttsq.store.queue import JobQueue
 
 T = TypeVar("T")
 
@@ -233,3 +243,98 @@ class Upkeep:
         """Signal the task to end and wait up to ``wait_s`` for it; cancel it only if it does not."""
         task, self._task = self._task, None
         await end_loop(task, self._closing, wait_s)
+
+
+class WorkerChores:
+    """A worker's periodic chores, for its :class:`Upkeep`: the heartbeat, idle memory release, lease renewal for the
+    jobs in hand (every third of a lease, so one missed renewal never loses a lease) and the queue sweep (which takes
+    a lock, so one worker of the pool sweeps per interval); and on every pass, its liveness tick and systemd's
+    watchdog. ``running`` and ``in_flight`` are the worker's own maps (read, never changed here); ``cancel`` ends a job
+    that was cancelled while it ran, ``release_memory`` gives the allocator's cache back in the inference thread."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        heartbeats: Heartbeats,
+        record: HeartbeatRecord,
+        metrics: WorkerMetrics,
+        log: logging.Logger,
+        *,
+        worker_id: str,
+        sweep_interval_s: float,
+        stall_after_s: float,
+        systemd: SystemdNotifier,
+        hygiene: MemoryHygiene,
+        running: Mapping[str, int],
+        in_flight: Mapping[str, object],
+        idle_s: Callable[[], float],
+        release_memory: Callable[[], Awaitable[object]],
+        cancel: Callable[[str], None],
+    ) -> None:
+        self.queue = queue
+        self.heartbeats = heartbeats
+        self.record = record
+        self.metrics = metrics
+        self._log: logging.Logger = log
+        self.worker_id = worker_id
+        self.sweep_interval_s = sweep_interval_s
+        self.stall_after_s = stall_after_s
+        self._was_alive: bool = True
+        self._systemd = systemd
+        self._hygiene = hygiene
+        self._running = running
+        self._in_flight: Mapping[str, object] = in_flight
+        self._idle_s = idle_s
+        """Seconds since the engine last stepped."""
+        self._release_memory = release_memory
+        self._cancel = cancel
+
+    def every_upkeep_pass(self) -> None:
+        """Tick the liveness record (a stalled event loop stops ticking, and the probe sees it); ping the watchdog."""
+        self.record.tick()
+        self._watchdog()
+
+    def _watchdog(self) -> None:
+        """Ping systemd's watchdog while liveness holds (the same judgement as ``/healthz``); a hung
+        inference stops the pings, and systemd restarts the worker after ``WatchdogSec``."""
+        if not self._systemd.enabled:
+            return
+        alive, reason = self.record.liveness(self.stall_after_s)
+        if alive:
+            self._systemd.notify("WATCHDOG=1", *([] if self._was_alive else ["STATUS=serving"]))
+        elif self._was_alive:
+            self._systemd.notify(f"STATUS=unhealthy: {reason}")
+        self._was_alive = alive
+
+    async def release_when_idle(self) -> bool:
+        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free).
+        False: it calls no Redis (see :class:`Chore`)."""
+        if not self._running and self._hygiene.when_idle(self._idle_s()):
+            await self._release_memory()
+        return False
+
+    async def beat(self) -> None:
+        await self.heartbeats.write(self.worker_id, self.record.as_dict())
+        self.record.last_heartbeat = time.time()
+
+    async def renew_leases(self) -> bool:
+        """Renew every lease in hand; False when there was none (no Redis call: see :class:`Chore`)."""
+        if not self._running:
+            return False
+        renewed = await self.queue.renew_leases(dict(self._running))
+        for job_id in renewed.lost & self._running.keys():
+            self.metrics.stale.labels("renew").inc()
+            self._log.warning(
+                "lease on %s (claim %d) was lost: it lapsed and the job went back to the queue, perhaps to another "
+                "worker; this worker's outcome for it will be refused",
+                job_id,
+                self._running[job_id],
+            )
+        for job_id in renewed.cancelling & self._in_flight.keys():
+            # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
+            # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
+            self._cancel(job_id)
+        return True
+
+    async def sweep(self) -> None:
+        await self.queue.sweep(self.sweep_interval_s, holder=self.worker_id)

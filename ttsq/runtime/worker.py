@@ -11,7 +11,8 @@ boundary beside whatever else is decoding, of any voice. A job's story is :meth:
 (cached answer, or into the engine) and :meth:`Worker._finish` (its chunks joined, encoded, stored);
 its first audio is streamed the moment its first chunk ends. Everything periodic — heartbeat, lease
 renewal, the queue sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.upkeep`,
-shared with the webhook deliverer).
+shared with the webhook deliverer; the worker's chores are its :class:`~ttsq.runtime.upkeep.WorkerChores`). Which
+speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypeVar
@@ -33,9 +33,8 @@ import numpy.typing as npt
 from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
-from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import captions, spoken_text
-from ttsq.domain.jobs import AudioFormat, Job, TTSParams
+from ttsq.domain.jobs import AudioFormat, Job
 from ttsq.inference.base import (
     Batcher,
     ChunkReady,
@@ -43,8 +42,6 @@ from ttsq.inference.base import (
     Engine,
     InferenceError,
     OutOfMemory,
-    PermanentError,
-    SynthesisRequest,
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
@@ -53,7 +50,8 @@ from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
 from ttsq.runtime.sdnotify import SystemdNotifier
-from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, describe
+from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
+from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, WorkerChores, describe
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
@@ -65,8 +63,6 @@ from ttsq.store.voice_encodings import VoiceEncodings
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_SPEAKER_CACHE_SIZE = 512
-"""Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
 CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
@@ -187,8 +183,10 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failing_stores: dict[object, str] = {}
         """Stores of job outcomes failing now (each retried by :meth:`_persist`), and why: ``/readyz`` fails meanwhile."""
-        self._speakers: OrderedDict[int, str] = OrderedDict()
-        """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
+        self.speakers = Speakers(engine)
+        """Speakers drawn from seeds, kept (the inference thread's own: drawing one runs the model's code)."""
+        self._recorded_speaker = functools.partial(recorded_speaker, speakers=self.speakers)
+        """A finished job's speaker, when a voice draw records it (:func:`ttsq.runtime.speakers.recorded_speaker`)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_step_at = time.monotonic()
         self.clock: Callable[[], float] = time.monotonic
@@ -200,21 +198,38 @@ class Worker:
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
         """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
         every ``heartbeat_interval_s``) succeeds again."""
+        self._systemd = SystemdNotifier(config.notify_socket)
+        chores = WorkerChores(
+            queue,
+            self.heartbeats,
+            self.record,
+            self.metrics,
+            log,
+            worker_id=config.worker_id,
+            sweep_interval_s=config.sweep_interval_s,
+            stall_after_s=self.stall_after_s,
+            systemd=self._systemd,
+            hygiene=self._hygiene,
+            running=self._running,
+            in_flight=self._in_flight,
+            idle_s=lambda: time.monotonic() - self._last_step_at,
+            release_memory=lambda: asyncio.wrap_future(self._thread.call(self.engine.release_memory)),
+            cancel=self._cancelled_while_running,
+        )
         self.upkeep = Upkeep(
             [
-                Chore("heartbeat", config.heartbeat_interval_s, self._beat),
-                Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), self._release_when_idle),
-                Chore("lease renewal", queue.config.lease_s / 3, self._renew_leases),
-                Chore("sweep", config.sweep_interval_s, self._sweep),
+                Chore("heartbeat", config.heartbeat_interval_s, chores.beat),
+                Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), chores.release_when_idle),
+                Chore("lease renewal", queue.config.lease_s / 3, chores.renew_leases),
+                Chore("sweep", config.sweep_interval_s, chores.sweep),
             ],
             self.outage,
             log,
-            every_pass=self._every_upkeep_pass,
+            every_pass=chores.every_upkeep_pass,
         )
         """Every periodic chore, in one task: the heartbeat, idle memory release, lease renewal for the jobs
         in hand (every third of a lease, so one missed renewal never loses a lease), and the queue sweep
         (which takes a lock, so one worker of the pool sweeps per interval)."""
-        self._systemd = SystemdNotifier(config.notify_socket)
         self.voice_encoder = VoiceEncoderLoop(
             VoiceEncodings(queue.redis, queue.keys, queue.config.block_s),
             engine.speaker_from_audio,
@@ -222,7 +237,6 @@ class Worker:
             self.outage,
         )
         """Reference recordings → speaker prompts for ``POST /v1/voices``, once the model is loaded (docs/voices.md)."""
-        self._was_alive = True
         self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
         self.metrics.watch_batcher(lambda: self._batcher)
 
@@ -446,7 +460,7 @@ class Worker:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
-            self._thread.add(job.id, functools.partial(self._request, job.params), alone=job.isolate)
+            self._thread.add(job.id, functools.partial(synthesis_request, job.params, self.speakers), alone=job.isolate)
 
     def _adopted(self, job: Job) -> bool:
         """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
@@ -536,6 +550,11 @@ class Worker:
             self.metrics.oom_splits.inc(seen - self._out_of_memory_seen)
             self._out_of_memory_seen = seen
             self._release_memory()
+
+    def _cancelled_while_running(self, job_id: str) -> None:
+        """Its rows leave the engine now (their slots take other rows at the next step) and the job ends as cancelled."""
+        self._thread.cancel(job_id)
+        self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
 
     def _end(self, job_id: str, outcome: Outcome) -> None:
         flight = self._in_flight.pop(job_id)
@@ -717,69 +736,6 @@ class Worker:
                     pass
                 return
 
-    async def _recorded_speaker(self, params: TTSParams) -> str | None:
-        """The speaker embedding a voice draw's preview was synthesised with (None for any other job): the one
-        just drawn for its seed, from the speaker cache, else drawn again off the loop (the draw is reproducible)."""
-        if not params.record_speaker:
-            return None
-        if params.speaker_embedding is not None or params.speaker_seed is None:
-            return params.speaker_embedding
-        cached = self._speakers.get(params.speaker_seed)
-        if cached is not None:
-            return cached
-        return await asyncio.get_running_loop().run_in_executor(None, self.engine.speaker_from_seed, params.speaker_seed)
-
-    # ---- in the inference thread ------------------------------------------------------------
-
-    def _request(self, params: TTSParams) -> SynthesisRequest:
-        """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
-        return SynthesisRequest(
-            text=params.text,
-            speaker=self._speaker(params),
-            seed=params.seed,
-            sampling=params.sampling,
-            speaker_prompt=params.speaker_prompt,
-            prompt_text=params.prompt_text,
-            consistent=params.consistent_voice,
-            first_chunk=params.first_chunk,
-        )
-
-    def _speaker(self, params: TTSParams) -> str | None:
-        """The speaker embedding; the API resolved any voice name to a seed, an embedding or a speaker prompt at submit
-        (a reference voice is its prompt alone: no embedding)."""
-        if params.speaker_blend is not None:
-            return self._blend(params.speaker_blend)
-        if params.speaker_embedding is not None:
-            return params.speaker_embedding
-        if params.speaker_seed is None and params.speaker_prompt is not None:
-            return None
-        if params.speaker_seed is None:
-            raise PermanentError("job carries no speaker seed")
-        return self._seeded(params.speaker_seed)
-
-    def _blend(self, parts: Sequence[BlendPart]) -> str:
-        """A blend's embedding, from its components' embeddings (seeds drawn as for a seed voice) and weights."""
-        speakers: list[str] = []
-        for part in parts:
-            if part.embedding is None and part.seed is None:
-                raise PermanentError(f"blend component {part.voice!r} carries neither a seed nor an embedding")
-            speakers.append(part.embedding if part.embedding is not None else self._seeded(part.seed or 0))
-        try:
-            return self.engine.blend_speakers(speakers, [part.weight for part in parts])
-        except ValueError as exc:
-            raise PermanentError(f"the blend cannot be made: {exc}") from exc
-
-    def _seeded(self, seed: int) -> str:
-        """The speaker drawn from ``seed`` (the last few kept: drawing costs a model call)."""
-        speaker = self._speakers.get(seed)
-        if speaker is None:
-            speaker = self._speakers[seed] = self.engine.speaker_from_seed(seed)
-            if len(self._speakers) > _SPEAKER_CACHE_SIZE:
-                self._speakers.popitem(last=False)
-        else:
-            self._speakers.move_to_end(seed)
-        return speaker
-
     # ---- writing outcomes through a Redis outage -------------------------------------------
 
     async def _persist(self, write: Callable[[], Awaitable[T]]) -> T | None:
@@ -827,59 +783,6 @@ class Worker:
 
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok
-
-    # ---- upkeep ----------------------------------------------------------------------------
-
-    def _every_upkeep_pass(self) -> None:
-        """Tick the liveness record (a stalled event loop stops ticking, and the probe sees it); ping the watchdog."""
-        self.record.tick()
-        self._watchdog()
-
-    def _watchdog(self) -> None:
-        """Ping systemd's watchdog while liveness holds (the same judgement as ``/healthz``); a hung
-        inference stops the pings, and systemd restarts the worker after ``WatchdogSec``."""
-        if not self._systemd.enabled:
-            return
-        alive, reason = self.record.liveness(self.stall_after_s)
-        if alive:
-            self._systemd.notify("WATCHDOG=1", *([] if self._was_alive else ["STATUS=serving"]))
-        elif self._was_alive:
-            self._systemd.notify(f"STATUS=unhealthy: {reason}")
-        self._was_alive = alive
-
-    async def _release_when_idle(self) -> bool:
-        """Give the allocator's cache back once the worker has been idle a while (the inference thread is free).
-        False: it calls no Redis (see :class:`ttsq.runtime.upkeep.Chore`)."""
-        if not self._running and self._hygiene.when_idle(time.monotonic() - self._last_step_at):
-            await asyncio.wrap_future(self._thread.call(self.engine.release_memory))
-        return False
-
-    async def _beat(self) -> None:
-        await self.heartbeats.write(self.config.worker_id, self.record.as_dict())
-        self.record.last_heartbeat = time.time()
-
-    async def _renew_leases(self) -> bool:
-        """Renew every lease in hand; False when there was none (no Redis call: see :class:`ttsq.runtime.upkeep.Chore`)."""
-        if not self._running:
-            return False
-        renewed = await self.queue.renew_leases(dict(self._running))
-        for job_id in renewed.lost & self._running.keys():
-            self.metrics.stale.labels("renew").inc()
-            log.warning(
-                "lease on %s (claim %d) was lost: it lapsed and the job went back to the queue, perhaps to another "
-                "worker; this worker's outcome for it will be refused",
-                job_id,
-                self._running[job_id],
-            )
-        for job_id in renewed.cancelling & self._in_flight.keys():
-            # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
-            # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
-            self._thread.cancel(job_id)
-            self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
-        return True
-
-    async def _sweep(self) -> None:
-        await self.queue.sweep(self.config.sweep_interval_s, holder=self.config.worker_id)
 
 
 def _token(job: Job) -> int:

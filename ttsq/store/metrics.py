@@ -102,7 +102,7 @@ class QueueGauges:
     async def refresh(self) -> None:
         try:
             async with asyncio.timeout(self.timeout_s):
-                snapshot = await self.queue.snapshot()
+                snapshot = await self.queue.stats.snapshot()
         except (*STORE_ERRORS, OSError, TimeoutError):
             self.redis_up.set(0)
             return
@@ -116,7 +116,7 @@ class QueueGauges:
         self.workers.set(snapshot.live_workers)
         try:
             async with asyncio.timeout(self.timeout_s):
-                depths = await self.queue.tenant_depths()
+                depths = await self.queue.stats.tenant_depths()
         except (*STORE_ERRORS, OSError, TimeoutError):
             return
         self.tenant_depth.clear()

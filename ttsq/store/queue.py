@@ -23,7 +23,9 @@ Design (the "reliable queue" pattern):
 
 Every state change is one Lua script (``ttsq/store/lua/*.lua``), so a crash between two commands
 cannot leave a job half-moved; every script reply is read into a named Python type by
-:mod:`ttsq.store.replies`. What lives beside the jobs has modules of its own: a job's audio stream
+:mod:`ttsq.store.replies`. An operator's side of the dead letters (read, requeue, purge) is
+:mod:`ttsq.store.dead_letters`, and what is only counted (the wait estimate, the snapshot, per-tenant depths)
+:mod:`ttsq.store.queue_stats`. What lives beside the jobs has modules of its own: a job's audio stream
 (:mod:`ttsq.store.streams`), the workers' heartbeats (:mod:`ttsq.store.heartbeats`) and the shared
 task-id secret (:mod:`ttsq.store.task_ids`); two webhook scripts read a job's key without changing
 it (``deliveries_lease.lua``: does the task still exist; ``deliveries_settle.lua``: how long it has
@@ -56,6 +58,7 @@ from ttsq.store.clock import Clock, RedisClock, clock_lua
 from ttsq.store.connection import STORE_ERRORS, RedisClient
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys, Shards
+from ttsq.store.queue_stats import DEFAULT_JOB_S, QueueStats, estimate_s
 from ttsq.store.rate_limit import Charge, RateDecision, RateLimitExceeded, charge_script, token_bucket_lua
 from ttsq.store.replies import (
     Cancelled,
@@ -66,8 +69,6 @@ from ttsq.store.replies import (
     Failed,
     Peeked,
     Renewed,
-    Requeued,
-    RequeueReply,
     Started,
     SweepReport,
     SweepScan,
@@ -77,9 +78,6 @@ from ttsq.store.replies import (
 
 log = logging.getLogger(__name__)
 
-
-DEFAULT_JOB_S = 5.0
-"""The wait estimate per job before any job has finished."""
 
 _PROMOTE_LIMIT = 1000
 """Most retries released per sweep (the rest wait one interval)."""
@@ -171,19 +169,6 @@ class Claim:
         return self.job.claim
 
 
-@dataclass(frozen=True)
-class QueueSnapshot:
-    """How the pool stands, in one round trip per shard (for metrics): totals over every shard."""
-
-    queued: int
-    processing: int
-    delayed: int
-    dead_letters: int
-    live_workers: int
-    queued_by_shard: tuple[int, ...] = ()
-    """Jobs waiting on each shard, shard 0 first (how evenly the load spreads)."""
-
-
 # ---------------------------------------------------------------------------------------------
 
 
@@ -191,7 +176,7 @@ def _lua(name: str) -> str:
     return files("ttsq.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True, fair: bool = False) -> AsyncScript:
+def lua_script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bool = True, fair: bool = False) -> AsyncScript:
     """A script from ``lua/``, with Redis's clock (``clock.lua``) in front unless it keeps no time; one that can
     end a job also gets ``finish.lua`` (owner count, webhook); one that puts jobs in line, takes them out or says
     where one stands gets ``fair.lua`` (the tenants' round robin)."""
@@ -200,10 +185,9 @@ def _script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed: bo
     return redis.register_script(prelude + _lua(name))
 
 
-def _estimate(position: int, average_job_s: float, live_workers: int, shards: int = 1) -> float:
-    """Seconds until the job at ``position`` of its shard is done: workers claim from every shard in turn, so each
-    shard gets a ``1/shards`` share of them."""
-    return round((position + 1) * average_job_s * shards / max(1, live_workers), 1)
+def home_queue(keys: Keys, job: Job) -> str:
+    """The tenant queue a job waits in (``fair.lua``'s ``tenant_of``: a record without a tenant waits under '-')."""
+    return keys.tenant_queue(job.priority, job.tenant or "-")
 
 
 def _captions_arg(captions: list[Cue] | None) -> str:
@@ -248,19 +232,18 @@ class JobQueue:
         """Redis's clock (a test may pin it): every deadline's."""
         self._enqueue = redis.register_script("\n".join([clock_lua(), token_bucket_lua(), _lua("fair"), _lua("enqueue")]))
         self._charge = charge_script(redis)
-        self._peek = _script(redis, "peek", timed=False, fair=True)
-        self._claim_script = _script(redis, "claim", ends_jobs=True, fair=True)
-        self._renew = _script(redis, "renew")
-        self._complete = _script(redis, "complete", ends_jobs=True)
-        self._fail = _script(redis, "fail", ends_jobs=True)
-        self._cancel = _script(redis, "cancel", ends_jobs=True, fair=True)
-        self._sweep_scan = _script(redis, "sweep_scan", fair=True)
-        self._sweep = _script(redis, "sweep", fair=True)
-        self._requeue_dead = _script(redis, "requeue_dead", timed=False, fair=True)
-        self._position = _script(redis, "position", timed=False, fair=True)
-        self._clear_inflight = _script(redis, "clear_inflight", timed=False)
-        self._heartbeats = Heartbeats(redis, self.shards, config.heartbeat_ttl_s, self.clock)
-        """Read for the wait estimate: how many workers share the queue."""
+        self._peek = lua_script(redis, "peek", timed=False, fair=True)
+        self._claim_script = lua_script(redis, "claim", ends_jobs=True, fair=True)
+        self._renew = lua_script(redis, "renew")
+        self._complete = lua_script(redis, "complete", ends_jobs=True)
+        self._fail = lua_script(redis, "fail", ends_jobs=True)
+        self._cancel = lua_script(redis, "cancel", ends_jobs=True, fair=True)
+        self._sweep_scan = lua_script(redis, "sweep_scan", fair=True)
+        self._sweep = lua_script(redis, "sweep", fair=True)
+        self._position = lua_script(redis, "position", timed=False, fair=True)
+        self._clear_inflight = lua_script(redis, "clear_inflight", timed=False)
+        self.stats = QueueStats(redis, self.shards, Heartbeats(redis, self.shards, config.heartbeat_ttl_s, self.clock))
+        """What is counted of the queue (the wait estimate an enqueue answers with, the metrics' snapshot)."""
         self._unanswered: dict[str, str] = {}
         """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
         self._turn = 0
@@ -281,11 +264,6 @@ class JobQueue:
     def _lanes(keys: Keys) -> list[str]:
         """Both lanes' rings, interactive first (what every fair script declares to choose a lane)."""
         return [keys.ring(lane) for lane in PRIORITIES]
-
-    @staticmethod
-    def _home_queue(keys: Keys, job: Job) -> str:
-        """The tenant queue a job waits in (``fair.lua``'s ``tenant_of``: a record without a tenant waits under '-')."""
-        return keys.tenant_queue(job.priority, job.tenant or "-")
 
     @staticmethod
     def _inflight_key(keys: Keys, cache_key: str | None) -> str:
@@ -372,7 +350,7 @@ class JobQueue:
             other = await self.get(reply.other_id) if reply.other_id is not None else None
             if other is not None and not other.status.is_final:
                 position = await self.position(other.id)
-                estimate = await self.estimate_wait_s(position or 0, keys_of)
+                estimate = await self.stats.estimate_wait_s(position or 0, keys_of)
                 return EnqueueResult(job=other, outcome=reply.outcome, position=position, estimate_s=estimate, rate=rate)
             stale = reply.other_id or ""
         else:
@@ -385,10 +363,10 @@ class JobQueue:
         if outcome is Enqueued.EXISTS:
             job = await self.get(job_id) or job
             position = await self.position(job_id)
-            estimate = await self.estimate_wait_s(position or 0, keys_of)
+            estimate = await self.stats.estimate_wait_s(position or 0, keys_of)
             return EnqueueResult(job=job, outcome=outcome, position=position, estimate_s=estimate, rate=rate)
         average = reply.busy_s / reply.jobs_done if reply.jobs_done else DEFAULT_JOB_S
-        estimate = _estimate(depth, average, reply.live_workers, self.shards.count)
+        estimate = estimate_s(depth, average, reply.live_workers, self.shards.count)
         return EnqueueResult(job=job, outcome=outcome, position=depth, estimate_s=estimate, rate=rate)
 
     async def _pay_apart(self, charge: Charge) -> RateDecision:
@@ -489,104 +467,6 @@ class JobQueue:
     async def result(self, job_id: str) -> bytes | None:
         value = await self.redis.get(self.shards.of(job_id).result(job_id))
         return value if isinstance(value, bytes) else None
-
-    async def estimate_wait_s(self, position: int, keys: Keys | None = None) -> float:
-        """Rough seconds until a job at ``position`` of a shard's queue is done: the shard's average job time,
-        spread over its share of the live workers."""
-        jobs, busy = await self.redis.hmget((keys or self.keys).stats, ["jobs", "busy_s"])
-        average = float(busy or 0) / int(jobs) if jobs and int(jobs) else DEFAULT_JOB_S
-        return _estimate(position, average, await self._heartbeats.live_count(), self.shards.count)
-
-    async def snapshot(self) -> QueueSnapshot:
-        """Queue depth, claimed jobs, retries waiting, dead letters (summed over the shards) and live workers."""
-        live_since = await self._heartbeats.live_since()
-
-        async def one(keys: Keys) -> list[Any]:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.llen(keys.queue)
-                pipe.llen(keys.processing)
-                pipe.zcard(keys.delayed)
-                pipe.llen(keys.dead)
-                result: list[Any] = await pipe.execute()
-            return result
-
-        shards = await asyncio.gather(*(one(keys) for keys in self.shards.all))
-        workers = await self.redis.zcount(self.keys.workers, live_since, "+inf")
-        queued, processing, delayed, dead = (sum(int(shard[n]) for shard in shards) for n in range(4))
-        by_shard = tuple(int(shard[0]) for shard in shards)
-        return QueueSnapshot(queued, processing, delayed, dead, int(workers), by_shard)
-
-    async def tenant_depths(self) -> dict[tuple[str, Priority], int]:
-        """Jobs waiting per (tenant, lane), summed over the shards: every tenant in a ring, then its queue's length
-        (two round trips per shard, O(tenants waiting); for metrics)."""
-        depths: dict[tuple[str, Priority], int] = {}
-        for keys in self.shards.all:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for lane in PRIORITIES:
-                    pipe.lrange(keys.ring(lane), 0, -1)
-                rings: list[list[bytes]] = await pipe.execute()
-            waiting = [(text(tenant), lane) for lane, ring in zip(PRIORITIES, rings, strict=True) for tenant in ring]
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for tenant, lane in waiting:
-                    pipe.llen(keys.tenant_queue(lane, tenant))
-                lengths: list[int] = await pipe.execute()
-            for place, length in zip(waiting, lengths, strict=True):
-                depths[place] = depths.get(place, 0) + int(length)
-        return depths
-
-    async def dead_letters(self, limit: int = 100) -> list[Job]:
-        """The newest dead-lettered jobs' final records, newest first (over every shard)."""
-        lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
-        jobs = [Job.model_validate_json(item) for raw in lists for item in raw]
-        if self.shards.count > 1:
-            jobs.sort(key=lambda job: job.finished_at or 0.0, reverse=True)
-        return jobs[:limit]
-
-    async def dead_letter_count(self) -> int:
-        """How many dead letters are held (at most ``dead_letter_max`` per shard)."""
-        return sum(await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all)))
-
-    async def dead_letter(self, job_id: str) -> Job | None:
-        """One dead letter's final record (its reason and attempts), or None."""
-        raw = await self.redis.lrange(self.shards.of(job_id).dead, 0, -1)
-        return next((job for job in (Job.model_validate_json(item) for item in raw) if job.id == job_id), None)
-
-    async def requeue_dead(self, job_id: str) -> Requeued:
-        """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
-        keys_of = self.shards.of(job_id)
-        job = await self.dead_letter(job_id)
-        if job is None:
-            return Requeued.MISSING
-        keys = [
-            keys_of.dead,
-            keys_of.queue,
-            keys_of.job(job_id),
-            keys_of.stream(job_id),
-            keys_of.delivery_log(job_id),
-            keys_of.owner_jobs(job.owner or "-"),
-            self._home_queue(keys_of, job),
-            keys_of.ring(job.priority),
-            keys_of.weights,
-        ]
-        args: list[Any] = [job_id, self.clock.arg(), keys_of.fair_prefix, self.config.interactive_burst]
-        reply = RequeueReply.parse(await self._requeue_dead(keys=keys, args=args))
-        if reply.outcome is Requeued.REQUEUED:
-            log.warning("dead letter %s requeued (position %s)", job_id, reply.position)
-        return reply.outcome
-
-    async def purge_dead(self, job_id: str | None = None) -> int:
-        """Drop one dead letter (or, with None, all of them); return how many went. Their task
-        records still answer "failed" until they expire."""
-        if job_id is None:
-            counts = await asyncio.gather(*(self.redis.llen(keys.dead) for keys in self.shards.all))
-            await asyncio.gather(*(self.redis.delete(keys.dead) for keys in self.shards.all))
-            return sum(int(count) for count in counts)
-        dead = self.shards.of(job_id).dead
-        removed = 0
-        for raw in await self.redis.lrange(dead, 0, -1):
-            if Job.model_validate_json(raw).id == job_id:
-                removed += int(await self.redis.lrem(dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
-        return removed
 
     # ---- consumer side -------------------------------------------------------------------
 
@@ -801,7 +681,7 @@ class JobQueue:
             self._inflight_key(keys_of, job.params.cache_key),
             keys_of.stream(job.id),
             *self._ending_keys(keys_of, job),
-            self._home_queue(keys_of, job),
+            home_queue(keys_of, job),
             keys_of.ring(job.priority),
             keys_of.credit(job.priority),
             keys_of.moves,
