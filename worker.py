@@ -66,6 +66,7 @@ def chattts_engine(settings: Settings) -> Engine:
             first_chunk_slots=settings.first_chunk_slots,
             overlap=settings.overlap_prefill_and_audio,
             head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
+            pieces=(settings.piece_tokens, settings.piece_lookahead) if settings.piece_tokens > 0 else None,
         )
     else:
         engine = ChatTTSEngine(settings.engine_config())

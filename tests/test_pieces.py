@@ -1,0 +1,176 @@
+"""Audio within a chunk, as it is generated (issue 31): the scheduler hands each code row's states to its piece
+decoder every few steps and sends the audio that is ready as :class:`PieceReady` events before the chunk ends.
+Real tiny ChatTTS: its GPT, decoder and Vocos."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from settings import Settings
+from tests.conftest_engine import TINY_ENGINE_CONFIG
+from ttsq.inference.background import RankedExecutor
+from ttsq.inference.base import ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
+from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.scheduler import Scheduler
+
+FORCED = 300
+"""Every chunk is exactly this many tokens long (min = max new tokens): a long sentence's chunk."""
+DEFAULTS = Settings(_env_file=None)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=FORCED, min_new_token=FORCED)
+    made = DecoderEngine(
+        config,
+        cuda_graphs=False,
+        batch_invariant=False,
+        first_chunk_slots=0,
+        overlap=False,
+        pieces=(DEFAULTS.piece_tokens, DEFAULTS.piece_lookahead),
+    )
+    made.load()
+    yield made
+
+
+def scheduler(engine: DecoderEngine, *, pieces: bool = True, overlap: bool = False, slots: int = 2) -> Scheduler:
+    pools = (RankedExecutor("test-prefill"), RankedExecutor("test-audio")) if overlap else None
+    made = engine._scheduler(slots, engine._limits(), oom_recover_s=60, capture=False, pieces=engine._piecing() if pieces else None)
+    made._prefill_pool, made._audio_pool = pools if pools is not None else (None, None)
+    return made
+
+
+def request(engine: DecoderEngine, seed: int = 3, text: str = "One long sentence, spoken slowly.") -> SynthesisRequest:
+    return SynthesisRequest(text=text, speaker=engine.speaker_from_seed(seed), seed=seed)
+
+
+@dataclasses.dataclass
+class Heard:
+    pieces: dict[str, list[np.ndarray]] = dataclasses.field(default_factory=dict)
+    chunks: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    first_piece_step: dict[str, int] = dataclasses.field(default_factory=dict)
+    failed: dict[str, BaseException] = dataclasses.field(default_factory=dict)
+
+
+def drain(made: Scheduler, heard: Heard | None = None) -> Heard:
+    heard = heard or Heard()
+    while made.busy:
+        for event in made.step():
+            if isinstance(event, PieceReady):
+                assert event.chunk.index == 0 and event.key not in heard.chunks, "a piece after its chunk's end"
+                heard.pieces.setdefault(event.key, []).append(event.chunk.samples)
+                heard.first_piece_step.setdefault(event.key, made.stats.steps)
+            elif isinstance(event, ChunkReady):
+                heard.chunks[event.key] = event.chunk.samples
+            else:
+                heard.failed[event.key] = event.error
+    return heard
+
+
+def test_a_300_token_chunk_is_heard_after_at_most_40_decode_steps_and_its_pieces_are_its_audio(
+    engine: DecoderEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Default settings: the first piece after ``PIECE_TOKENS + PIECE_LOOKAHEAD`` (≤ 40) steps, logged with its step
+    count; the chunk is its pieces joined, bit for bit, and at the default look-ahead the whole decode's samples
+    within float rounding."""
+    assert DEFAULTS.piece_tokens + DEFAULTS.piece_lookahead <= 40
+    made = scheduler(engine)
+    made.add("long", request(engine))
+    with caplog.at_level(logging.INFO, logger="ttsq.inference.scheduler"):
+        heard = drain(made)
+    assert heard.first_piece_step["long"] <= 40
+    logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r"first audio after (\d+) decode steps", r.getMessage()))]
+    assert logged and logged[0] <= 40
+    pieces, chunk = heard.pieces["long"], heard.chunks["long"]
+    assert len(pieces) >= FORCED // DEFAULTS.piece_tokens - 2
+    joined = np.concatenate(pieces)
+    assert joined.size < chunk.size and np.array_equal(chunk[: joined.size], joined)
+    whole = scheduler(engine, pieces=False)
+    whole.add("long", request(engine))
+    decoded = drain(whole)
+    assert "long" not in decoded.pieces
+    assert chunk.size == decoded.chunks["long"].size
+    assert np.abs(chunk - decoded.chunks["long"]).max() < 1e-5
+
+
+def test_pieces_decoded_in_the_audio_thread_are_the_same_audio_in_the_same_order(engine: DecoderEngine) -> None:
+    inline = scheduler(engine)
+    inline.add("a", request(engine, 4))
+    expected = drain(inline)
+    beside = scheduler(engine, overlap=True)
+    beside.add("a", request(engine, 4))
+    heard = drain(beside)
+    assert np.array_equal(np.concatenate(heard.pieces["a"]), np.concatenate(expected.pieces["a"]))
+    assert np.array_equal(heard.chunks["a"], expected.chunks["a"])
+
+
+def test_a_row_run_again_after_running_out_of_memory_sends_none_of_its_audio_twice(engine: DecoderEngine) -> None:
+    """Out of memory mid-chunk: the most recently admitted row goes back to the queue and runs again from its prompt;
+    the pieces it already sent are not sent again, and its chunk is still exactly the pieces it sent joined."""
+    clean = scheduler(engine)
+    clean.add("first", request(engine, 5))
+    clean.add("second", request(engine, 6))
+    expected = drain(clean)
+    made = scheduler(engine, overlap=True)
+    made.add("first", request(engine, 5))
+    made.add("second", request(engine, 6))
+    raised = False
+
+    def oom_once(_reqs: Any) -> None:
+        nonlocal raised
+        if made.stats.steps == 120 and not raised:
+            raised = True
+            raise OutOfMemory("test: out of memory mid-chunk")
+
+    made.hook = oom_once
+    heard = drain(made)
+    assert raised and made.stats.out_of_memory == 1 and not heard.failed
+    for key in ("first", "second"):
+        joined = np.concatenate(heard.pieces[key])
+        assert np.array_equal(heard.chunks[key][: joined.size], joined)
+        assert heard.chunks[key].size == expected.chunks[key].size
+        assert np.abs(heard.chunks[key] - expected.chunks[key]).max() < 1e-5
+
+
+def test_a_request_cancelled_mid_chunk_leaves_no_piece_state_behind(engine: DecoderEngine) -> None:
+    """Its pieces waiting for the audio thread are cancelled (never decoded) and forgotten; nothing of it comes after."""
+    made = scheduler(engine, overlap=True)
+    gate = threading.Event()
+    assert made._audio_pool is not None
+    made._audio_pool.submit((-1,), gate.wait)  # holds the audio thread: the pieces asked for meanwhile wait
+    made.add("gone", request(engine, 7))
+    made.add("kept", request(engine, 8))
+    for _ in range(80):
+        made.step()
+    waiting = [entry.future for entry in made._audio if entry.row.request.key == "gone"]
+    assert waiting, "no piece of the cancelled request was waiting"
+    made.cancel("gone")
+    gate.set()
+    assert all(future.cancelled() for future in waiting)
+    assert all(entry.row.request.key != "gone" for entry in made._audio)
+    heard = drain(made)
+    assert "gone" not in heard.pieces and "gone" not in heard.chunks and "kept" in heard.chunks
+    assert not made.busy and made.requests() == [] and made._audio == []
+
+
+def test_failures_mid_chunk_end_the_request_with_one_failure_and_nothing_after(engine: DecoderEngine) -> None:
+    made = scheduler(engine)
+    made.add("poisoned", request(engine, 9))
+
+    def fail_late(_reqs: Any) -> None:
+        if made.stats.steps == 100:
+            raise RuntimeError("test: the step failed")
+
+    made.hook = fail_late
+    heard = drain(made)
+    assert isinstance(heard.failed.get("poisoned"), Exception) and "poisoned" not in heard.chunks
+    assert heard.pieces["poisoned"], "pieces came before the failure"
+    assert not made.busy and made._audio == []
