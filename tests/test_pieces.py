@@ -13,13 +13,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from settings import Settings
 from tests.conftest_engine import TINY_ENGINE_CONFIG
+from ttsq.domain.audio import join_chunks
 from ttsq.inference.background import RankedExecutor
-from ttsq.inference.base import ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
+from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.scheduler import Scheduler
+from ttsq.runtime.assembly import JobAudio
 
 FORCED = 300
 """Every chunk is exactly this many tokens long (min = max new tokens): a long sentence's chunk."""
@@ -174,3 +178,57 @@ def test_failures_mid_chunk_end_the_request_with_one_failure_and_nothing_after(e
     assert isinstance(heard.failed.get("poisoned"), Exception) and "poisoned" not in heard.chunks
     assert heard.pieces["poisoned"], "pieces came before the failure"
     assert not made.busy and made._audio == []
+
+
+# ---- the job's audio: pieces released in order, exactly the joined chunks --------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(1, 900), min_size=1, max_size=12),
+    order=st.randoms(use_true_random=False),
+)
+def test_released_pieces_are_the_joined_chunks_bit_for_bit_whatever_the_order(
+    lengths: list[int], cuts: list[int], order: Any
+) -> None:
+    """Chunks end in any order and their pieces come interleaved: the releases, concatenated, are exactly
+    :func:`join_chunks` of the chunks, each where ``at`` says, and the captions are what whole chunks give."""
+    rng = np.random.default_rng(len(lengths))
+    chunks = [rng.uniform(-1, 1, size).astype(np.float32) for size in lengths]
+    events: list[tuple[str, int, np.ndarray]] = []
+    for index, chunk in enumerate(chunks):
+        at, turn, mine = 0, 0, []
+        while at < chunk.size:
+            step = cuts[turn % len(cuts)]
+            mine.append(("piece", index, chunk[at : at + step]))
+            at, turn = at + step, turn + 1
+        events.append(("chunk", index, chunk))
+        events[-1:-1] = mine[: len(mine) - 1]  # the last cut comes with the chunk's end, as the scheduler's tail does
+    # any interleaving that keeps each chunk's own events in order
+    queues = {index: [e for e in events if e[1] == index] for index in range(len(chunks))}
+    shuffled = []
+    while any(queues.values()):
+        index = order.choice([i for i, q in queues.items() if q])
+        shuffled.append(queues[index].pop(0))
+    audio, out, whole = JobAudio(), [], JobAudio()
+    for kind, index, samples in shuffled:
+        made = ChunkAudio(index, len(chunks), samples, f"chunk {index}")
+        out += audio.add_piece(made) if kind == "piece" else audio.add(made)
+    for index, chunk in enumerate(chunks):
+        whole.add(ChunkAudio(index, len(chunks), chunk, f"chunk {index}"))
+    joined = join_chunks(chunks)
+    assert np.array_equal(np.concatenate([r.samples for r in out]), joined) and np.array_equal(audio.samples(), joined)
+    assert [r.at for r in out] == list(np.cumsum([0] + [r.samples.size for r in out[:-1]]))
+    assert [r.index for r in out if r.final] == list(range(len(chunks)))
+    assert audio.timings == whole.timings
+
+
+def test_a_piece_after_its_chunk_ended_or_a_chunk_not_beginning_with_its_pieces_is_refused() -> None:
+    audio = JobAudio()
+    audio.add_piece(ChunkAudio(0, 1, np.ones(1000, dtype=np.float32)))
+    with pytest.raises(ValueError, match="does not begin with its pieces"):
+        audio.add(ChunkAudio(0, 1, np.zeros(2000, dtype=np.float32)))
+    audio.add(ChunkAudio(0, 1, np.ones(2000, dtype=np.float32)))
+    with pytest.raises(ValueError, match="after the chunk ended"):
+        audio.add_piece(ChunkAudio(0, 1, np.ones(10, dtype=np.float32)))

@@ -61,7 +61,7 @@ from ttsq.store.pronunciation import EntryConflict, PronunciationStore
 from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateDecision, RateLimiter, RateLimitExceeded
 from ttsq.store.replies import Cancelled, Requeued
-from ttsq.store.streams import AudioStreams, StreamFailed, pcm_pieces
+from ttsq.store.streams import AudioStreams, StreamFailed, chunks_done, pcm_pieces
 from ttsq.store.task_ids import SharedTaskIdSecret, TaskIdSigner
 from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
@@ -914,7 +914,7 @@ class TTSService:
     async def _follow(self, job_id: str, last: dict[str, Any], fields: dict[str, bytes]) -> dict[str, Any]:
         """The status event after one stream entry that does not end the task."""
         if "pcm" in fields:
-            done, total = int(fields["index"]) + 1, int(fields["total"])
+            done, total = chunks_done(fields), int(fields["total"])
             return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": done, "chunks_total": total}
         if fields.get("status") == b"running":
             return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": None, "chunks_total": None}
