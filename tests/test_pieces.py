@@ -188,9 +188,10 @@ def test_failures_mid_chunk_end_the_request_with_one_failure_and_nothing_after(e
     lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=4),
     cuts=st.lists(st.integers(1, 900), min_size=1, max_size=12),
     order=st.randoms(use_true_random=False),
+    tail=st.booleans(),
 )
 def test_released_pieces_are_the_joined_chunks_bit_for_bit_whatever_the_order(
-    lengths: list[int], cuts: list[int], order: Any
+    lengths: list[int], cuts: list[int], order: Any, tail: bool
 ) -> None:
     """Chunks end in any order and their pieces come interleaved: the releases, concatenated, are exactly
     :func:`join_chunks` of the chunks, each where ``at`` says, and the captions are what whole chunks give."""
@@ -204,7 +205,7 @@ def test_released_pieces_are_the_joined_chunks_bit_for_bit_whatever_the_order(
             mine.append(("piece", index, chunk[at : at + step]))
             at, turn = at + step, turn + 1
         events.append(("chunk", index, chunk))
-        events[-1:-1] = mine[: len(mine) - 1]  # the last cut comes with the chunk's end, as the scheduler's tail does
+        events[-1:-1] = mine[: len(mine) - 1] if tail else mine  # the last cut comes with the chunk's end, or before it
     # any interleaving that keeps each chunk's own events in order
     queues = {index: [e for e in events if e[1] == index] for index in range(len(chunks))}
     shuffled = []
