@@ -4,6 +4,7 @@ Real tiny ChatTTS: its GPT, decoder and Vocos."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -15,15 +16,23 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.asyncio import Redis
 
 from settings import Settings
+from tests.conftest import FakeClock, claimed, listening, task_id
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from ttsq.domain.audio import join_chunks
+from tests.test_streaming import collect, streams_of
+from tests.test_worker import params, running_worker, wait_final
+from ttsq.domain.audio import decode_to_pcm16, join_chunks
+from ttsq.domain.jobs import Status
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.scheduler import Scheduler
 from ttsq.runtime.assembly import JobAudio
+from ttsq.store.queue import JobQueue
+from ttsq.store.replies import Completed
+from ttsq.store.streams import pcm_pieces
 
 FORCED = 300
 """Every chunk is exactly this many tokens long (min = max new tokens): a long sentence's chunk."""
@@ -233,3 +242,81 @@ def test_a_piece_after_its_chunk_ended_or_a_chunk_not_beginning_with_its_pieces_
     audio.add(ChunkAudio(0, 1, np.ones(2000, dtype=np.float32)))
     with pytest.raises(ValueError, match="after the chunk ended"):
         audio.add_piece(ChunkAudio(0, 1, np.ones(10, dtype=np.float32)))
+
+
+# ---- through the worker: real Redis, the job's stream -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def serving(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
+    """The serving configuration (audio thread beside the loop, default pieces) with every chunk forced long."""
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=FORCED, min_new_token=FORCED, max_chunk_chars=60)
+    made = DecoderEngine(
+        config,
+        cuda_graphs=False,
+        batch_invariant=False,
+        first_chunk_slots=DEFAULTS.first_chunk_slots,
+        overlap=True,
+        pieces=(DEFAULTS.piece_tokens, DEFAULTS.piece_lookahead),
+    )
+    made.load()
+    yield made
+
+
+async def test_a_one_sentence_job_streams_its_chunk_in_pieces_and_stores_exactly_what_it_streamed(
+    redis: Redis, serving: DecoderEngine
+) -> None:
+    async with running_worker(redis, serving) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params("One long sentence, for pieces.", format="wav"), single_flight=False)
+        reader = asyncio.create_task(collect(worker.queue, job_id))
+        pieces = await asyncio.wait_for(reader, 120)
+        job = await wait_final(worker.queue, job_id)
+        stored = await worker.queue.result(job_id)
+        entries: Any = await redis.xrange(worker.queue.keys.stream(job_id))
+    assert job.status is Status.DONE and stored is not None and job.captions is not None
+    published = [fields for _, fields in entries if b"pcm" in fields]
+    assert len(published) >= FORCED // DEFAULTS.piece_tokens - 2, "the chunk came in pieces"
+    assert [fields[b"partial"] for fields in published] == [b"1"] * (len(published) - 1) + [b"0"]
+    assert b"".join(pieces) == decode_to_pcm16(stored), "the stored result is exactly the pieces joined"
+    first_piece_ms = next(int(entry_id.split(b"-")[0]) for entry_id, fields in entries if b"pcm" in fields)
+    assert job.finished_at is not None and first_piece_ms < job.finished_at * 1000
+    cue = published[-1]
+    assert (int(cue[b"start"]), int(cue[b"end_at"])) == (job.captions[0].start, job.captions[0].end)
+    assert all(int(fields[b"start"]) == -1 for fields in published[:-1]), "captions only at the chunk's end"
+    assert await worker.streams.progress(job_id) == (1, 1)
+
+
+async def test_a_reader_skips_by_place_what_an_earlier_attempt_already_sent(make_queue: Any, clock: FakeClock) -> None:
+    """A re-run attempt's pieces need not fall where the first attempt's did: the reader skips by sample."""
+    queue: JobQueue = make_queue(lease_s=10)
+    streams = streams_of(queue)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    audio = bytes(range(40))  # 20 samples
+    first = (await claimed(queue, "lost")).token
+    assert await streams.publish(job_id, first, 0, 1, audio[:14], at=0, partial=True)
+    received: list[bytes] = []
+    got_first = asyncio.Event()
+
+    async def read() -> None:
+        async with listening(queue) as listener:
+            async for piece in pcm_pieces(streams, listener, queue, job_id):
+                received.append(piece)
+                got_first.set()
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(got_first.wait(), 10)
+    clock.advance(11)
+    assert (await queue.sweep(5.0, "sweeper")).requeued == 1
+    retry = (await claimed(queue, "w")).token
+    assert await streams.publish(job_id, retry, 0, 1, audio[:10], at=0, partial=True, fresh=True)
+    assert await streams.publish(job_id, retry, 0, 1, audio[10:30], at=5, partial=True)
+    assert await streams.progress(job_id) == (0, 1), "a chunk still running is not done"
+    assert await streams.publish(job_id, retry, 0, 1, audio[30:], at=15, spoken=(0, 20, "x"))
+    assert await streams.progress(job_id) == (1, 1)
+    job = await queue.get(job_id)
+    assert job is not None
+    assert await queue.complete(job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    await asyncio.wait_for(reader, 10)
+    assert b"".join(received) == audio
