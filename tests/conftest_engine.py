@@ -58,6 +58,7 @@ def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
         batch_invariant=defaults.batch_invariant,
         first_chunk_slots=defaults.first_chunk_slots,
         overlap=defaults.overlap_prefill_and_audio,
+        pieces=(defaults.piece_tokens, defaults.piece_lookahead) if defaults.piece_tokens else None,
     )
     engine.load()
     engine.warm_up()

@@ -320,3 +320,24 @@ async def test_a_reader_skips_by_place_what_an_earlier_attempt_already_sent(make
     assert await queue.complete(job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert b"".join(received) == audio
+
+
+def test_one_voice_across_the_text_takes_its_speaker_prompt_from_the_first_chunk_decoded_in_pieces(
+    engine: DecoderEngine,
+) -> None:
+    """``consistent``: the first chunk's whole wave, put together from its pieces, is the later chunks' speaker
+    prompt, as the whole decode's is: every chunk sounds as without pieces."""
+    text = "The first sentence sets the voice. The second one keeps it."
+    voiced = dataclasses.replace(request(engine, 12, text), consistent=True)
+    heard = {}
+    for pieces in (True, False):
+        made = scheduler(engine, pieces=pieces, overlap=pieces)
+        made.add("voice", voiced)
+        chunks: dict[int, np.ndarray] = {}
+        while made.busy:
+            chunks |= {e.chunk.index: e.chunk.samples for e in made.step() if isinstance(e, ChunkReady)}
+        heard[pieces] = chunks
+    assert sorted(heard[True]) == sorted(heard[False]) == [0, 1]
+    for index in (0, 1):
+        assert heard[True][index].size == heard[False][index].size
+        assert np.abs(heard[True][index] - heard[False][index]).max() < 1e-5
