@@ -274,7 +274,9 @@ async def test_a_one_sentence_job_streams_its_chunk_in_pieces_and_stores_exactly
         job = await wait_final(worker.queue, job_id)
         stored = await worker.queue.result(job_id)
         entries: Any = await redis.xrange(worker.queue.keys.stream(job_id))
+        registry = worker.metrics.registry
     assert job.status is Status.DONE and stored is not None and job.captions is not None
+    assert registry.get_sample_value("ttsq_time_to_first_audio_seconds_count") == 1, "time to first audio, observed once"
     published = [fields for _, fields in entries if b"pcm" in fields]
     assert len(published) >= FORCED // DEFAULTS.piece_tokens - 2, "the chunk came in pieces"
     assert [fields[b"partial"] for fields in published] == [b"1"] * (len(published) - 1) + [b"0"]
