@@ -637,7 +637,7 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq`: a chunk's audio is decoded while its codes are generated, this many "
         "tokens (512 samples each) at a time, and streamed as it comes: the first audio after `PIECE_TOKENS + "
         "PIECE_LOOKAHEAD` decode steps whatever the sentence's length. `0`: a chunk's audio is decoded once its last "
-        "code is out (docs/streaming.md, \"Audio within a chunk\").",
+        "code is out (docs/decoder.md, \"Audio within a chunk\").",
         json_schema_extra=_group("Model"),
     )
     piece_lookahead: int = Field(
