@@ -95,7 +95,7 @@ def measure(checkpoint: Checkpoint, tmp: Path, tokens: int) -> dict[str, Side]:
         for url in urls.values():  # untimed: first-request costs of the API and the model
             streamed(client, url, 1, checkpoint.timeout_s)
         for run in range(checkpoint.runs):
-            for mode, url in (urls.items() if run % 2 == 0 else reversed(urls.items())):
+            for mode, url in urls.items() if run % 2 == 0 else reversed(urls.items()):
                 first, last, pcm, _task = streamed(client, url, 100 + run, checkpoint.timeout_s)
                 side = sides[mode]
                 side.first_s.append(first)

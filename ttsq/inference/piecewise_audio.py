@@ -35,9 +35,11 @@ def chat_decode(chat: Any) -> Decode:
     decodes a finished row (``Chat._decode_to_wavs``, decoder then Vocos), before near-silent samples are dropped."""
     import torch
 
+    device = next(chat.decoder.parameters()).device  # ChatTTS builds its batch on its input's device
+
     def decode(states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         with torch.inference_mode():
-            wavs = chat._decode_to_wavs([torch.from_numpy(states)], True)
+            wavs = chat._decode_to_wavs([torch.from_numpy(states).to(device)], True)
         return np.asarray(wavs[0], dtype=np.float32).reshape(-1)
 
     return decode
