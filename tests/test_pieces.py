@@ -343,3 +343,32 @@ def test_one_voice_across_the_text_takes_its_speaker_prompt_from_the_first_chunk
     for index in (0, 1):
         assert heard[True][index].size == heard[False][index].size
         assert np.abs(heard[True][index] - heard[False][index]).max() < 1e-5
+
+
+async def test_a_job_of_several_chunks_streams_each_in_pieces_in_order_with_each_caption_at_its_chunks_end(
+    redis: Redis, serving: DecoderEngine
+) -> None:
+    """Chunks decode side by side, so a later chunk's pieces may come before an earlier chunk ends: the stream
+    still carries the chunks in order, each chunk's cue on its last piece, exact to the sample, and the stored result
+    is the stream joined."""
+    text = "The first sentence is here. And then a second one follows it."
+    async with running_worker(redis, serving, max_batch=4) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params(text, format="wav"), single_flight=False)
+        reader = asyncio.create_task(collect(worker.queue, job_id))
+        pieces = await asyncio.wait_for(reader, 120)
+        job = await wait_final(worker.queue, job_id)
+        stored = await worker.queue.result(job_id)
+        entries: Any = await redis.xrange(worker.queue.keys.stream(job_id))
+    assert job.status is Status.DONE and stored is not None and job.captions is not None and len(job.captions) == 2
+    published = [fields for _, fields in entries if b"pcm" in fields]
+    assert [int(fields[b"index"]) for fields in published] == sorted(int(fields[b"index"]) for fields in published)
+    finals = [fields for fields in published if fields[b"partial"] == b"0"]
+    assert [int(fields[b"index"]) for fields in finals] == [0, 1]
+    assert [(int(f[b"start"]), int(f[b"end_at"])) for f in finals] == [(cue.start, cue.end) for cue in job.captions]
+    assert all(int(fields[b"start"]) == -1 for fields in published if fields[b"partial"] == b"1")
+    assert sum(1 for fields in published if fields[b"partial"] == b"1" and fields[b"index"] == b"0") >= 2
+    places = [int(fields[b"at"]) for fields in published]
+    sizes = [len(fields[b"pcm"]) // 2 for fields in published]
+    assert places == [sum(sizes[:i]) for i in range(len(sizes))], "each piece starts where the last ended"
+    assert b"".join(pieces) == decode_to_pcm16(stored)
