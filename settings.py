@@ -633,6 +633,25 @@ class Settings(BaseSettings):
         "they stay in the loop until a GPU run has measured them.",
         json_schema_extra=_group("Model"),
     )
+    piece_tokens: int = Field(
+        32,
+        ge=0,
+        le=1024,
+        description="With `ENGINE_BACKEND=ttsq`: a chunk's audio is decoded while its codes are generated, this many "
+        "tokens (512 samples each) at a time, and streamed as it comes: the first audio after `PIECE_TOKENS + "
+        "PIECE_LOOKAHEAD` decode steps whatever the sentence's length. `0`: a chunk's audio is decoded once its last "
+        "code is out (docs/decoder.md, \"Audio within a chunk\").",
+        json_schema_extra=_group("Model"),
+    )
+    piece_lookahead: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="With `PIECE_TOKENS`: the tokens after a piece that its decode waits for. The decoder and Vocos are "
+        "centred convolutions; from 8 tokens on, the pieces joined equal the whole chunk's decode within float rounding "
+        "(docs/decoder.md's look-ahead table, measured); fewer make the first audio sooner and its seams approximate.",
+        json_schema_extra=_group("Model"),
+    )
     batch_invariant: bool = Field(
         False,
         description="With `ENGINE_BACKEND=ttsq`: every decode step computes every slot over the whole cache, so a "

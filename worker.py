@@ -67,6 +67,7 @@ def chattts_engine(settings: Settings) -> Engine:
             overlap=settings.overlap_prefill_and_audio,
             head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
             playback_margin_s=settings.playback_margin_s if settings.stream_scheduling == "playback" else None,
+            pieces=(settings.piece_tokens, settings.piece_lookahead) if settings.piece_tokens > 0 else None,
         )
     else:
         engine = ChatTTSEngine(settings.engine_config())

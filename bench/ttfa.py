@@ -86,8 +86,11 @@ class Results:
 
 
 @contextmanager
-def service(checkpoint: Checkpoint, tmp: Path, tokens: int = TOKENS_PER_CHUNK) -> Iterator[str]:
-    """Redis, one worker and the API for ``checkpoint`` (``tokens`` per chunk); yields the API's URL and stops them all."""
+def service(
+    checkpoint: Checkpoint, tmp: Path, tokens: int = TOKENS_PER_CHUNK, settings: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Redis, one worker and the API for ``checkpoint`` (``tokens`` per chunk, and any other ``settings``); yields the
+    API's URL and stops them all."""
     redis = start_redis_server(tmp / "redis")
     api_port, worker_port = free_port(), free_port()
     env = dict(
@@ -103,7 +106,7 @@ def service(checkpoint: Checkpoint, tmp: Path, tokens: int = TOKENS_PER_CHUNK) -
         JOB_TIMEOUT_S=str(int(checkpoint.timeout_s)),
         PYTHONUNBUFFERED="1",
         LOG_LEVEL="WARNING",
-    )
+    ) | (settings or {})
     processes: list[subprocess.Popen[bytes]] = []
     try:
         worker_env = env | {"WORKER_HEALTH_PORT": str(worker_port)}

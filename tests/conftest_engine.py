@@ -59,6 +59,7 @@ def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
         first_chunk_slots=defaults.first_chunk_slots,
         overlap=defaults.overlap_prefill_and_audio,
         playback_margin_s=defaults.playback_margin_s if defaults.stream_scheduling == "playback" else None,
+        pieces=(defaults.piece_tokens, defaults.piece_lookahead) if defaults.piece_tokens else None,
     )
     engine.load()
     engine.warm_up()

@@ -360,7 +360,7 @@ def run(scheduler: Batcher, reqs: list[SynthesisRequest]) -> tuple[dict[str, dic
         for event in scheduler.step():
             if isinstance(event, ChunkReady):
                 audio.setdefault(event.key, {})[event.chunk.index] = event.chunk.samples
-            else:
+            elif isinstance(event, RequestFailed):
                 failed[event.key] = event.error
     return audio, failed
 

@@ -189,3 +189,19 @@ async def test_an_error_from_the_pieces_reaches_the_listener_after_what_was_read
         async for chunk in encoded(source(), "opus", SAMPLE_RATE):
             got.append(chunk)
     assert len(got) == 2 and decoded(b"".join(got)).size > 0
+
+
+@pytest.mark.parametrize("fmt", [*COMPRESSED, "wav", "pcm"])
+def test_many_small_pieces_encode_as_the_same_samples_in_one_piece_do(fmt: StreamFormat) -> None:
+    """Audio within a chunk (issue 31) comes in many pieces of a few hundred ms, some of a sample or two (a chunk's
+    rest after its last piece): the stream decodes to what the same samples fed at once decode to."""
+    fed = speechlike(60_000)
+    cuts = np.cumsum([16_384, 1, 239, 16_128, 2, 9_000, 3_333])
+    small = [part.tobytes() for part in np.split(fed, cuts)]
+    assert len(small) == 8 and b"".join(small) == fed.tobytes()
+    one = b"".join(streamed(fmt, [fed.tobytes()]))
+    many = b"".join(streamed(fmt, small))
+    if fmt in ("wav", "pcm"):
+        assert many == one
+    else:
+        assert np.array_equal(decoded(many), decoded(one))

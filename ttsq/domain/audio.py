@@ -172,6 +172,21 @@ class ChunkJoiner:
             return faded
         return np.concatenate([self._silence, faded])
 
+    def settled(self, partial: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        """The start of what :meth:`add` will return for a chunk that begins with ``partial`` (a chunk still being
+        generated, streamed in pieces), bit for bit whatever follows: the pause before it (none before the first
+        chunk) and its faded-in samples, all but the last fade's length, where the fade-out lands if the chunk ends
+        there. Nothing until ``partial`` holds two fades (below that, the fade-in's length depends on the chunk's)."""
+        samples = _as_mono_float32(partial, "a chunk's start")
+        if samples.size == 0 or samples.size < 2 * self._fade:
+            return np.zeros(0, dtype=np.float32)
+        head = samples[: samples.size - self._fade].copy()
+        if self._fade > 0:
+            head[: self._fade] *= _raised_cosine(self._fade)
+        if not self._started:
+            return head
+        return np.concatenate([self._silence, head])
+
 
 def join_chunks(
     chunks: Sequence[npt.NDArray[np.floating]],

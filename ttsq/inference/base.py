@@ -43,6 +43,7 @@ __all__ = [
     "ModelLoadError",
     "OutOfMemory",
     "PermanentError",
+    "PieceReady",
     "RequestFailed",
     "StepHook",
     "SynthesisRequest",
@@ -151,6 +152,18 @@ class ChunkReady:
 
 
 @dataclass(frozen=True)
+class PieceReady:
+    """The next samples of a chunk still being generated (issue 31: audio within a chunk, as it is generated).
+
+    A chunk's pieces come in order, each continuing the last; its :class:`ChunkReady` follows with the whole chunk,
+    whose samples begin with exactly the pieces' samples joined (the rest is its tail). Only audible samples, as in
+    :class:`ChunkAudio`; ``chunk.samples`` is the piece alone."""
+
+    key: str
+    chunk: ChunkAudio
+
+
+@dataclass(frozen=True)
 class RequestFailed:
     """A request failed; none of its remaining chunks will come."""
 
@@ -158,7 +171,7 @@ class RequestFailed:
     error: BaseException
 
 
-BatchEvent = ChunkReady | RequestFailed
+BatchEvent = ChunkReady | PieceReady | RequestFailed
 
 StepHook = Callable[[Sequence[SynthesisRequest]], None]
 """Called with the requests of the rows about to run together (one decode step, or one grouped call),
@@ -196,7 +209,8 @@ class Batcher(Protocol):
     Blocking and single-threaded (the worker's inference thread makes every call). ``add`` queues
     a request's chunks; ``step`` runs one step (a decode step of every row in flight, or one whole
     grouped call) and returns what ended. A request's chunks all come as :class:`ChunkReady` events,
-    or it ends with one :class:`RequestFailed`.
+    or it ends with one :class:`RequestFailed`; a batcher that decodes audio as it is generated sends a chunk's
+    :class:`PieceReady` events before its :class:`ChunkReady`.
     """
 
     hook: StepHook | None

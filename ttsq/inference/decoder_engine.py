@@ -23,9 +23,11 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
 from ttsq.domain.reference_audio import MAX_CHARS_PER_S, reference_positions
 from ttsq.inference.background import RankedExecutor
-from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ModelInfo, RequestFailed, SynthesisRequest
+from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.decoder import DecoderShape, SlotDecoder
+from ttsq.inference.pieces import AudioPieces, Piecing
+from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, chat_decode, measure_field
 from ttsq.inference.rows import ChatTTSRows
 from ttsq.inference.scheduler import DecodeLimits, Scheduler
 
@@ -69,6 +71,7 @@ class DecoderEngine(ChatTTSEngine):
         overlap: bool,
         head_start: bool | None = False,
         playback_margin_s: float | None = None,
+        pieces: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(config)
         self.playback_margin_s = playback_margin_s
@@ -81,6 +84,11 @@ class DecoderEngine(ChatTTSEngine):
         self.overlap = overlap
         """Prefill and audio decoding in two threads beside the decode loop (on a CPU; on CUDA they stay in
         the loop until a GPU run has measured the overlap with streams of their own)."""
+        self.pieces = pieces
+        """Audio within a chunk, as it is generated: (states per piece, look-ahead), ``PIECE_TOKENS`` and
+        ``PIECE_LOOKAHEAD``; None: a chunk's audio is decoded at its end. Only the serving batcher pieces: scripts,
+        tests and warm-up (:meth:`synthesize_batch`) take whole chunks."""
+        self._field: AudioField | None = None
         self._pools: tuple[RankedExecutor, RankedExecutor] | None = None
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
@@ -104,8 +112,40 @@ class DecoderEngine(ChatTTSEngine):
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
         """A scheduler of ``slots`` rows (some kept for first chunks); on CUDA with graphs, every bucket's step is captured now."""
         return self._scheduler(
-            slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots, overlap=self.overlap
+            slots,
+            self._limits(),
+            oom_recover_s=oom_recover_s,
+            capture=True,
+            reserve=self.first_chunk_slots,
+            overlap=self.overlap,
+            pieces=self._piecing(),
         )
+
+    def _piecing(self) -> Piecing | None:
+        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos, whose receptive field is measured
+        once (:func:`measure_field`: three decodes of 400 random states, before the first job)."""
+        if self.pieces is None:
+            return None
+        tokens, lookahead = self.pieces
+        chat = self._loaded_chat()
+        decode = chat_decode(chat)
+        if self._field is None:
+            started = time.perf_counter()
+            self._field = measure_field(decode, int(chat.config.decoder.idim) * 2)
+            log.info(
+                "audio in pieces of %d tokens, %d of look-ahead; the decoder's field is %d tokens left, %d right (%.1fs)",
+                tokens,
+                lookahead,
+                self._field.left,
+                self._field.right,
+                time.perf_counter() - started,
+            )
+        field = self._field
+
+        def make() -> AudioPieces:
+            return PieceDecoder(decode, field, tokens, lookahead)
+
+        return Piecing(tokens, lookahead, make)
 
     @property
     def head_start(self) -> bool:
@@ -146,6 +186,7 @@ class DecoderEngine(ChatTTSEngine):
         capture: bool,
         reserve: int = 0,
         overlap: bool = False,
+        pieces: Piecing | None = None,
     ) -> Scheduler:
         rows = self._loaded_rows()
         chat = self._loaded_chat()
@@ -184,6 +225,7 @@ class DecoderEngine(ChatTTSEngine):
             head_start=self.head_start,
             overlap=self._overlap_pools() if overlap else None,
             playback_margin_s=self.playback_margin_s,
+            pieces=pieces,
         )
 
     def _gpt_dtype(self) -> torch.dtype:
@@ -253,6 +295,8 @@ def _drain(scheduler: Scheduler, reqs: Sequence[SynthesisRequest]) -> Iterator[t
             for event in scheduler.step():
                 if isinstance(event, RequestFailed):
                     raise event.error
+                if not isinstance(event, ChunkReady):
+                    continue  # a piece: its chunk's event carries it too
                 yield owner[event.key], event.chunk
                 seen[event.key] += 1
                 if seen[event.key] == event.chunk.total:

@@ -12,7 +12,7 @@ per row grows linearly with its length (ChatTTS's ``stream=True`` decodes the wh
 The field is measured, not assumed (:func:`measure_field`): a state is changed and the samples that move are the
 ones it reaches. With ``lookahead`` below the field's right side the pieces are an approximation, at their right
 edge; ``bench.lookahead`` reports how far from the whole decode each look-ahead is, which is how a default is chosen.
-Pieces are not yet what the scheduler streams (issue 31: the worker still streams whole chunks).
+The scheduler streams a row's audio with it (:mod:`ttsq.inference.pieces`, ``PIECE_TOKENS``).
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ def chat_decode(chat: Any) -> Decode:
     decodes a finished row (``Chat._decode_to_wavs``, decoder then Vocos), before near-silent samples are dropped."""
     import torch
 
+    device = next(chat.decoder.parameters()).device  # ChatTTS builds its batch on its input's device
+
     def decode(states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         with torch.inference_mode():
-            wavs = chat._decode_to_wavs([torch.from_numpy(states)], True)
+            wavs = chat._decode_to_wavs([torch.from_numpy(states).to(device)], True)
         return np.asarray(wavs[0], dtype=np.float32).reshape(-1)
 
     return decode

@@ -20,7 +20,7 @@ from ttsq.domain.audio import SAMPLE_RATE
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SILENCE_THRESHOLD", "ChatTTSRows", "Prompt"]
+__all__ = ["SILENCE_THRESHOLD", "ChatTTSRows", "Prompt", "audible"]
 
 SILENCE_THRESHOLD = np.float32(1e-5)
 """``Chat.infer`` drops every sample with ``|x| <= 1e-5`` from its output; so does ttsq, to sound the same."""
@@ -93,18 +93,24 @@ class ChatTTSRows:
     def audio(self, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         """One row's audio from the GPT states that produced its codes (ChatTTS decodes audio from
         the states, not the codes), decoded alone, with ChatTTS's near-silence samples dropped."""
-        return _audible(self._wav(hiddens))
+        return audible(self._wav(hiddens))
 
     def audio_and_prompt(self, hiddens: torch.Tensor, max_seconds: float) -> tuple[npt.NDArray[np.float32], str]:
         """:meth:`audio`, and the speaker prompt made of it as ``Chat._infer`` makes one for ``split_text``:
         ``sample_audio_speaker`` of the decoded wave as it comes (near-silent samples kept), cut to ``max_seconds``
         (the room the decoder keeps for a prompt)."""
+        wav = self._wav(hiddens)
+        return audible(wav), self.speaker_prompt(wav, max_seconds)
+
+    def speaker_prompt(self, wav: npt.NDArray[np.float32], max_seconds: float) -> str:
+        """The speaker prompt of a decoded wave as it comes (near-silent samples kept), cut to ``max_seconds``: what
+        :meth:`audio_and_prompt` makes, for a wave decoded in pieces (:mod:`ttsq.inference.pieces`)."""
         import torch
 
-        wav = self._wav(hiddens)
         with torch.inference_mode():
-            prompt: str = self.chat.sample_audio_speaker(torch.from_numpy(wav[: int(max_seconds * SAMPLE_RATE)]))
-        return _audible(wav), prompt
+            cut = np.ascontiguousarray(wav[: int(max_seconds * SAMPLE_RATE)])
+            prompt: str = self.chat.sample_audio_speaker(torch.from_numpy(cut))
+        return prompt
 
     def _wav(self, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         import torch
@@ -116,6 +122,8 @@ class ChatTTSRows:
         return np.asarray(wavs[0], dtype=np.float32).reshape(-1)
 
 
-def _audible(wav: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+def audible(wav: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``wav`` without its near-silent samples, each judged alone: applied piece by piece it drops what it drops from
+    the whole."""
     kept: npt.NDArray[np.float32] = wav[np.abs(wav) > SILENCE_THRESHOLD]
     return kept

@@ -13,6 +13,12 @@ prefilled ahead of their admission, and a finished row's audio is decoded while 
 places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
 the same pure function of the row as inline, so a row's result does not change.
 
+With ``pieces`` (:class:`~ttsq.inference.pieces.Piecing`), a code row's audio does not wait for its end: every few
+steps its new GPT states go to its own piece decoder (in the audio thread, in order, where there is one) and the
+samples that are ready come out as :class:`PieceReady` events; the row's :class:`ChunkReady` then carries the whole
+chunk, which begins with exactly those pieces. A row that runs again from its prompt (out of memory, a suspect
+step) skips the samples it already handed on.
+
 Failures stay with their row wherever the code can tell whose they are (a prompt, a prefill, an
 audio decode). A failure inside a shared decode step cannot be pinned on one row, so every row of
 that step is put back as a *suspect* that then runs alone: the guilty one fails alone, and the
@@ -49,12 +55,14 @@ from ttsq.inference.base import (
     InferenceError,
     OutOfMemory,
     PermanentError,
+    PieceReady,
     RequestFailed,
     StepHook,
     SynthesisRequest,
     TransientError,
 )
 from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, inference, stream_seed
+from ttsq.inference.pieces import Piecing, RowAudio
 from ttsq.inference.playback import Listener
 from ttsq.inference.rows import ChatTTSRows
 
@@ -109,10 +117,11 @@ class _Request:
     """:attr:`Scheduler.playback_margin_s` (None: no playback-aware order)."""
     listener: Listener = field(default_factory=Listener)
     """A listener playing its chunks in order from the first: when its audio runs out."""
-    unheard: dict[int, float] = field(default_factory=dict)
-    """Seconds of audio of chunks ready ahead of one still decoding (a listener hears them in order)."""
+    unheard: dict[int, tuple[float, bool]] = field(default_factory=dict)
+    """Seconds of audio ready of chunks after the one being heard, and whether each is whole (a listener hears them
+    in order)."""
     heard: int = 0
-    """Chunks the listener has had, in order."""
+    """Chunks the listener has had whole, in order."""
 
     def due(self, index: int) -> float:
         """When chunk ``index``'s audio is due: the first chunk at once (its arrival), a later one when the listener's
@@ -125,12 +134,21 @@ class _Request:
         due = self.listener.due(self.margin_s)
         return math.inf if due is None else due
 
-    def played(self, now: float, index: int, seconds: float) -> None:
-        """Chunk ``index``'s audio is ready at ``now``: the listener hears it, and any ready successors, in order."""
-        self.unheard[index] = seconds
+    def played(self, now: float, index: int, seconds: float, *, whole: bool = True) -> None:
+        """More of chunk ``index``'s audio (a piece, or with ``whole`` its end) is ready at ``now``: the listener hears
+        it, and whatever of the chunks after it is ready, in order."""
+        ready, ended = self.unheard.get(index, (0.0, False))
+        self.unheard[index] = (ready + seconds, ended or whole)
         while self.heard in self.unheard:
-            self.listener.deliver(now, self.unheard.pop(self.heard))
+            ready, ended = self.unheard.pop(self.heard)
+            if ready:
+                self.listener.deliver(now, ready)
+            if not ended:
+                self.unheard[self.heard] = (0.0, False)
+                break
             self.heard += 1
+    first_heard: bool = False
+    """Its first audio (a piece or a whole chunk) has been handed on."""
 
 
 @dataclass
@@ -144,6 +162,18 @@ class _Row:
     order: int = 0
     prefill: Future[Prefilled] | None = None
     """Its prompt being prefilled ahead of admission (``overlap`` only); cleared once it is placed."""
+    audio: RowAudio | None = None
+    """This run's piece decoder (``pieces``, code rows in a slot)."""
+    run: int = 0
+    """Which run of the row this is: a row put back in the queue starts a new one, and work of an old one is dropped."""
+    tokens: int = 0
+    """States the row has in its slot (this run)."""
+    handed: int = 0
+    """States handed to :attr:`audio` so far (this run)."""
+    sent: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    """Audible samples handed on as pieces (every run's): the start of its chunk."""
+    skip: int = 0
+    """Audible samples this run will produce again that were already handed on (an earlier run's)."""
 
     def priority(self) -> tuple[float, int, int, int, int]:
         """Playback-aware (:attr:`Scheduler.playback_margin_s`): the row whose audio is due first; then first chunks
@@ -158,6 +188,18 @@ class _Row:
         if self.request.alone:
             return f"request:{self.request.key}"
         return None
+
+
+@dataclass
+class _Decoding:
+    """A row's audio being decoded in the audio thread: a piece (``final`` False) or the rest of its chunk."""
+
+    row: _Row
+    future: Future[npt.NDArray[np.float32]]
+    run: int
+    final: bool
+    steps: int
+    """The row's states when it was handed on: how many decode steps the audio waited for."""
 
 
 @dataclass(order=True)
@@ -187,6 +229,7 @@ class Scheduler:
         first_chunk_slots: int = 0,
         head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
+        pieces: Piecing | None = None,
         clock: Callable[[], float] = time.monotonic,
         playback_margin_s: float | None = None,
     ) -> None:
@@ -223,8 +266,11 @@ class Scheduler:
         self._exclusive: str | None = None
         self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
         self._audio_pool: RankedExecutor | None = overlap[1] if overlap is not None else None
-        self._audio: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
-        """Finished rows whose audio is being decoded (``overlap`` only): first chunks first, then by arrival."""
+        self._audio: list[_Decoding] = []
+        """Audio being decoded (``overlap`` only), in the order it was asked for: finished rows' chunks (first chunks
+        first, then by arrival) and pieces."""
+        self.pieces = pieces
+        """Audio within a chunk, as it is generated (None: a chunk's audio is decoded at its end)."""
 
     # ---- what the worker sees ----------------------------------------------------------------
 
@@ -323,26 +369,62 @@ class Scheduler:
 
     def _wait_for_background(self) -> None:
         """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
-        pending: list[Future[Any]] = [future for _, future in self._audio]
+        pending: list[Future[Any]] = [entry.future for entry in self._audio]
         pending += [entry.row.prefill for entry in self._waiting if entry.row.prefill is not None]
         if pending:
             wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
 
     def _collect_audio(self, events: list[BatchEvent]) -> None:
-        """Hand on the rows whose audio has been decoded, whichever they are (the worker puts a request's
-        chunks in order; a short request's audio must not wait for a long one's decoded before it)."""
-        done: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
-        pending: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
+        """Hand on the audio that has been decoded, whichever row's it is (the worker puts a request's chunks in
+        order; a short request's audio must not wait for a long one's decoded before it). A row's own pieces and its
+        end go in the order they were asked for: one not done yet holds back that row's later ones."""
+        done: list[_Decoding] = []
+        pending: list[_Decoding] = []
+        held: set[int] = set()
         for entry in self._audio:  # one look at each future: one that ends meanwhile waits for the next call
-            (done if entry[1].done() else pending).append(entry)
+            if id(entry.row) in held or not entry.future.done():
+                held.add(id(entry.row))
+                pending.append(entry)
+            else:
+                done.append(entry)
         self._audio = pending
-        for row, future in done:
+        for entry in done:
             try:
-                samples = future.result()
+                samples = entry.future.result()
             except Exception as exc:  # noqa: BLE001 - this row's own failure
-                self._fail(row.request.key, _typed(exc), events)
+                self._fail(entry.row.request.key, _typed(exc), events)
                 continue
-            self._chunk_ready(row, samples, events)
+            self._decoded(entry.row, entry.run, entry.final, entry.steps, samples, events)
+
+    def _decoded(
+        self, row: _Row, run: int, final: bool, steps: int, samples: npt.NDArray[np.float32], events: list[BatchEvent]
+    ) -> None:
+        if run != row.run:
+            return  # an earlier run's piece: the row runs again and hands on from where the pieces stopped
+        if row.skip:
+            cut = min(row.skip, samples.size)
+            row.skip -= cut
+            samples = samples[cut:]
+        if not final:
+            if samples.size and self._requests.get(row.request.key) is row.request:
+                row.sent.append(samples)
+                row.request.played(self.clock(), row.index, samples.size / SAMPLE_RATE, whole=False)
+                self._first_audio(row, steps)
+                events.append(PieceReady(row.request.key, self._chunk_audio(row, samples)))
+            return
+        if row.sent:
+            samples = np.concatenate([*row.sent, samples])
+        self._chunk_ready(row, samples, events, steps)
+
+    def _first_audio(self, row: _Row, steps: int) -> None:
+        """Log when a request's first audio comes (issue 31: after how many steps of its first chunk)."""
+        request = row.request
+        if row.index == 0 and not request.first_heard:
+            request.first_heard = True
+            log.info("%s: first audio after %d decode steps of its first chunk", request.key, steps)
+
+    def _chunk_audio(self, row: _Row, samples: npt.NDArray[np.float32]) -> ChunkAudio:
+        return ChunkAudio(index=row.index, total=row.request.total, samples=samples, text=row.text)
 
     def _decoder(self, row: _Row) -> SlotDecoder:
         if row.phase == "code":
@@ -453,6 +535,9 @@ class Scheduler:
             return
         row.slot = slot
         row.order = next(self._orders)
+        if self.pieces is not None and row.phase == "code":
+            row.audio = RowAudio(self.pieces.make(), keep_wave=row.index == 0 and row.request.anchored)
+            row.tokens, row.handed = 1, 0  # placing a row samples its first token
         self._active[(self._name(decoder), slot)] = row
         self.stats.rows_admitted += 1
         if ended is not None:
@@ -510,6 +595,43 @@ class Scheduler:
         self.stats.slot_steps += decoder.computed
         for ended in finished:
             self._finish(decoder, ended, events)
+        if self.pieces is not None and decoder is self.code:
+            self._hand_on(rows, events)
+
+    def _hand_on(self, rows: list[_Row], events: list[BatchEvent]) -> None:
+        """Each row still in its slot has one more state; a row whose next piece is due hands its new states to its
+        piece decoder (copied: the slot's buffer is written again when the slot is reused)."""
+        pieces = self.pieces
+        assert pieces is not None
+        for row in rows:
+            if row.audio is None or row.slot is None or self._active.get(("code", row.slot)) is not row:
+                continue
+            row.tokens += 1
+            due = pieces.first if row.handed == 0 else row.handed + pieces.tokens
+            if row.tokens < due:
+                continue
+            hiddens = self.code.hiddens
+            assert hiddens is not None
+            states = hiddens[row.slot, row.handed : row.tokens].to("cpu", dtype=hiddens.dtype, copy=True).numpy()
+            row.handed = row.tokens
+            self._decode_audio(row, row.audio.add, states, final=False, events=events)
+
+    def _decode_audio(
+        self, row: _Row, decode: Callable[..., npt.NDArray[np.float32]], *args: Any, final: bool, events: list[BatchEvent]
+    ) -> None:
+        """Decode some of a row's audio: in the audio thread (ranked as the row, in the order asked, so that a row's
+        pieces stay in order), or inline, its result handed on at once."""
+        steps = row.tokens
+        if self._audio_pool is not None:
+            future = self._audio_pool.submit(row.priority(), decode, *args)
+            self._audio.append(_Decoding(row, future, row.run, final, steps))
+            return
+        try:
+            samples = decode(*args)
+        except Exception as exc:  # noqa: BLE001 - this row's own failure
+            self._fail(row.request.key, _typed(exc), events)
+            return
+        self._decoded(row, row.run, final, steps, samples, events)
 
     def _finish(self, decoder: SlotDecoder, ended: Finished, events: list[BatchEvent]) -> None:
         row = self._active.pop((self._name(decoder), ended.slot))
@@ -532,15 +654,12 @@ class Scheduler:
         if ended.hiddens is None:
             self._fail(request.key, TransientError("an audio row ended without its states"), events)
             return
-        if self._audio_pool is not None:
-            self._audio.append((row, self._audio_pool.submit(row.priority(), self._audio_of, row, ended.hiddens)))
+        row.tokens = int(ended.hiddens.shape[0])
+        if row.audio is not None:
+            rest = ended.hiddens[row.handed :].to("cpu", copy=True).numpy()
+            self._decode_audio(row, self._rest_of, row, row.audio, rest, final=True, events=events)
             return
-        try:
-            samples = self._audio_of(row, ended.hiddens)
-        except Exception as exc:  # noqa: BLE001 - this row's own failure
-            self._fail(request.key, _typed(exc), events)
-            return
-        self._chunk_ready(row, samples, events)
+        self._decode_audio(row, self._audio_of, row, ended.hiddens, final=True, events=events)
 
     def _audio_of(self, row: _Row, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         """A row's audio; an anchored request's first chunk also becomes the speaker prompt of its later chunks, made
@@ -552,17 +671,28 @@ class Scheduler:
         row.request.anchor = (prompt, row.text)
         return samples
 
-    def _chunk_ready(self, row: _Row, samples: npt.NDArray[np.float32], events: list[BatchEvent]) -> None:
+    def _rest_of(self, row: _Row, audio: RowAudio, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The rest of a row decoded in pieces; an anchored request's first chunk makes its speaker prompt of the
+        whole wave, as :meth:`_audio_of` does."""
+        samples, wave = audio.finish(states)
+        if wave is not None:
+            row.request.anchor = (self.rows.speaker_prompt(wave, self.limits.max_reference_s), row.text)
+        return samples
+
+    def _chunk_ready(self, row: _Row, samples: npt.NDArray[np.float32], events: list[BatchEvent], steps: int) -> None:
         request = row.request
         if self._requests.get(request.key) is not request:
             return  # cancelled or failed while its audio was decoded
+        row.audio = None
+        self._first_audio(row, steps)
         if request.anchor is not None and request.held:
             held, request.held = request.held, []
             for later in held:
                 self._push(later)
         request.done += 1
-        request.played(self.clock(), row.index, samples.size / SAMPLE_RATE)
-        events.append(ChunkReady(request.key, ChunkAudio(index=row.index, total=request.total, samples=samples, text=row.text)))
+        fresh = samples.size - sum(piece.size for piece in row.sent)  # what the pieces did not already bring
+        request.played(self.clock(), row.index, fresh / SAMPLE_RATE)
+        events.append(ChunkReady(request.key, self._chunk_audio(row, samples)))
         if request.done == request.total:
             del self._requests[request.key]
 
@@ -583,7 +713,8 @@ class Scheduler:
                 self._fail(row.request.key, OutOfMemory("out of memory with a single row"), events)
 
     def _evict(self, row: _Row) -> None:
-        """Take a row out of its slot; it restarts from its prompt if it runs again."""
+        """Take a row out of its slot; it restarts from its prompt if it runs again, as a new run: its pieces being
+        decoded are dropped, and the samples it already handed on are skipped when the new run makes them again."""
         for key, active in list(self._active.items()):
             if active is row:
                 del self._active[key]
@@ -591,6 +722,12 @@ class Scheduler:
                 if decoder is not None:
                     decoder.release(key[1])
         row.slot = None
+        if row.audio is not None:
+            row.audio = None
+            row.run += 1
+            row.tokens = row.handed = 0
+            row.skip = sum(piece.size for piece in row.sent)
+            self._audio = _dropping(self._audio, lambda entry: entry.row is row)
 
     def _fail(self, key: str, error: BaseException, events: list[BatchEvent]) -> None:
         if key not in self._requests:
@@ -606,7 +743,18 @@ class Scheduler:
         if len(kept) != len(self._waiting):
             self._waiting = kept
             heapq.heapify(self._waiting)
-        self._audio = [(row, future) for row, future in self._audio if row.request.key != key]
+        self._audio = _dropping(self._audio, lambda entry: entry.row.request.key == key)
+
+
+def _dropping(entries: list[_Decoding], drop: Callable[[_Decoding], bool]) -> list[_Decoding]:
+    """``entries`` without those ``drop`` picks, which are cancelled (a decode not started yet never runs)."""
+    kept = []
+    for entry in entries:
+        if drop(entry):
+            entry.future.cancel()
+        else:
+            kept.append(entry)
+    return kept
 
 
 def _typed(exc: BaseException) -> BaseException:

@@ -120,7 +120,8 @@ class WorkerMetrics:
         )
         self.first_audio = Histogram(
             "ttsq_time_to_first_audio_seconds",
-            "Per job: from its claim to its first chunk of audio (what a streaming client waits once the job is picked up).",
+            "Per job: from its claim to its first audio released to its stream (a piece of its first chunk with "
+            "PIECE_TOKENS, else the whole first chunk): what a streaming client waits once the job is picked up.",
             buckets=INFERENCE_BUCKETS,
             registry=registry,
         )

@@ -37,15 +37,16 @@ from ttsq.domain.captions import captions, spoken_text
 from ttsq.domain.jobs import AudioFormat, Job
 from ttsq.inference.base import (
     Batcher,
-    ChunkReady,
     DeviceMemory,
     Engine,
     InferenceError,
     OutOfMemory,
+    PieceReady,
+    RequestFailed,
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
-from ttsq.runtime.assembly import JobAudio
+from ttsq.runtime.assembly import JobAudio, Release
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -67,8 +68,9 @@ CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
 """Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
-Piece = tuple[int, int, bytes, tuple[int, int, str]]
-"""(chunk index, chunk total, PCM16 bytes, (speech start, end in the joined audio in samples, text)) of one streamed piece."""
+Piece = tuple[Release, bytes, tuple[int, int, str] | None]
+"""One streamed piece: what it is (chunk, place in the joined audio, whether its chunk ends with it), its PCM16 bytes,
+and at its chunk's end (speech start, end in the joined audio in samples, text), its caption."""
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
@@ -523,14 +525,17 @@ class Worker:
             flight = self._in_flight.get(event.key)
             if flight is None:
                 continue  # a job that ended already (failed, or left to the sweep)
-            if not isinstance(event, ChunkReady):
+            if isinstance(event, RequestFailed):
                 self._end(event.key, Failure(event.error))
                 continue
-            for index, piece in flight.audio.add(event.chunk):
-                self._delivered(flight, piece.size / SAMPLE_RATE)
-                if event.chunk.total > 1:  # a one-chunk job has nothing to stream ahead of its result
-                    pcm = encode_audio(piece, "pcm") if piece.size else b""
-                    self._stream(flight, (index, event.chunk.total, pcm, _cue(flight.audio.timings[index])))
+            released = flight.audio.add_piece(event.chunk) if isinstance(event, PieceReady) else flight.audio.add(event.chunk)
+            for release in released:
+                self._delivered(flight, release.samples.size / SAMPLE_RATE)
+                # A one-chunk job decoded whole has nothing to stream ahead of its result; one decoded in pieces has.
+                if release.total > 1 or flight.audio.pieced:
+                    pcm = encode_audio(release.samples, "pcm") if release.samples.size else b""
+                    cue = _cue(flight.audio.timings[release.index]) if release.final else None
+                    self._stream(flight, (release, pcm, cue))
             if flight.audio.complete:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
@@ -724,8 +729,18 @@ class Worker:
         while (piece := await pieces.get()) is not None:
             job = flight.job
             try:
-                index, total, pcm, spoken = piece
-                published = await self.streams.publish(job.id, _token(job), index, total, pcm, fresh=fresh, spoken=spoken)
+                release, pcm, spoken = piece
+                published = await self.streams.publish(
+                    job.id,
+                    _token(job),
+                    release.index,
+                    release.total,
+                    pcm,
+                    fresh=fresh,
+                    spoken=spoken,
+                    at=release.at,
+                    partial=not release.final,
+                )
             except REDIS_ERRORS as exc:
                 log.warning("could not publish audio: %s", exc)
                 continue

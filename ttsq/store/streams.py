@@ -12,7 +12,7 @@ listener asked for (:mod:`ttsq.domain.encoders`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from importlib.resources import files
 from typing import Any
 
@@ -23,6 +23,8 @@ from ttsq.store.keys import Shards
 from ttsq.store.listener import Entry, JobListener
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import appended, text
+
+_PCM16_BYTES = 2
 
 
 class AudioStreams:
@@ -50,15 +52,20 @@ class AudioStreams:
         *,
         fresh: bool = False,
         spoken: tuple[int, int, str] | None = None,
+        at: int | None = None,
+        partial: bool = False,
     ) -> bool:
         """Append one piece of PCM16 audio (readers see it at once); ``fresh`` starts the stream afresh
         (a retried attempt re-synthesises from its first piece); ``spoken`` is where the chunk's speech starts and
-        ends in the joined audio (samples) and its text as spoken, for live captions (``timing`` events). False: the
-        claim ``token`` is stale, and nothing was written."""
+        ends in the joined audio (samples) and its text as spoken, for live captions (``timing`` events); ``at`` is
+        where the piece starts in the joined audio (samples; readers of a re-run attempt skip what they heard by it);
+        ``partial``: its chunk is still being generated (more of chunk ``index`` follows). False: the claim ``token``
+        is stale, and nothing was written."""
         start, end, words = spoken if spoken is not None else (-1, -1, "")
+        placed = (-1 if at is None else at, "1" if partial else "0")
         reply = await self._append(
             keys=[self.shards.of(job_id).job(job_id), self.shards.of(job_id).stream(job_id)],
-            args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm, start, end, words],
+            args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm, start, end, words, *placed],
         )
         return appended(reply)
 
@@ -67,7 +74,7 @@ class AudioStreams:
         last: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=2)
         for _entry_id, fields in last:
             if b"total" in fields:
-                return int(fields[b"index"]) + 1, int(fields[b"total"])
+                return chunks_done(fields), int(fields[b"total"])
             if b"status" in fields:
                 return None  # an attempt starts (or waits to): none of its pieces yet
         return None
@@ -78,16 +85,26 @@ class AudioStreams:
         return [(text(entry_id), {text(k): v for k, v in fields.items()}) for entry_id, fields in reply]
 
 
+def chunks_done(fields: Mapping[Any, bytes]) -> int:
+    """Chunks whose audio is all published once a piece's stream entry is (keys as bytes or str): its chunk's
+    predecessors, and itself unless more of it follows (a piece of a chunk still being generated)."""
+    index = int(fields[b"index"] if b"index" in fields else fields["index"])
+    partial = fields.get(b"partial", fields.get("partial", b"0"))
+    return index if partial == b"1" else index + 1
+
+
 class StreamFailed(Exception):
     """The job failed while (or before) its audio was being streamed."""
 
 
 class _Pieces:
-    """A reader's place in a job's pieces: a retried attempt republishes from its first piece, and pieces already sent
-    are skipped by index (an attempt is deterministic: the job carries its seed), so no sentence is heard twice."""
+    """A reader's place in a job's pieces: a retried attempt republishes from its first piece, and audio already sent
+    is skipped by its place in the joined audio (``at``, in samples; by chunk index for a piece published without it),
+    an attempt being deterministic (the job carries its seed), so nothing is heard twice."""
 
     def __init__(self) -> None:
         self.next_index = 0
+        self.next_at = 0
         self.streamed = False
         self.ended = False
 
@@ -101,12 +118,19 @@ class _Pieces:
             if "pcm" not in fields:
                 continue
             self.streamed = True
-            index = int(fields["index"])
-            if index < self.next_index:
-                continue
-            self.next_index = index + 1
-            if fields["pcm"]:
-                audio.append(fields["pcm"])
+            pcm = fields["pcm"]
+            at = int(fields.get("at", b"-1"))
+            if at < 0:
+                index = int(fields["index"])
+                if index < self.next_index:
+                    continue
+                self.next_index = index + 1
+            else:
+                heard = max(0, self.next_at - at) * _PCM16_BYTES
+                self.next_at = max(self.next_at, at + len(pcm) // _PCM16_BYTES)
+                pcm = pcm[heard:]
+            if pcm:
+                audio.append(pcm)
         return audio
 
 
@@ -147,4 +171,3 @@ async def pcm_pieces(streams: AudioStreams, listener: JobListener, queue: JobQue
         audio = await queue.result(job_id)
         if audio is not None:
             yield audio if job.params.format == "pcm" else decode_to_pcm16(audio)
-

@@ -22,7 +22,7 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.encoders import StreamFormat, encoded
 from ttsq.domain.jobs import Job, Status
-from ttsq.store.streams import StreamFailed, pcm_pieces
+from ttsq.store.streams import StreamFailed, chunks_done, pcm_pieces
 
 CaptionFormat = Literal["srt", "vtt", "json"]
 CAPTION_CONTENT_TYPES: dict[str, str] = {
@@ -149,7 +149,7 @@ class ListeningService:
     async def _follow(self, job_id: str, last: dict[str, Any], fields: dict[str, bytes]) -> dict[str, Any]:
         """The status event after one stream entry that does not end the task."""
         if "pcm" in fields:
-            done, total = int(fields["index"]) + 1, int(fields["total"])
+            done, total = chunks_done(fields), int(fields["total"])
             return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": done, "chunks_total": total}
         if fields.get("status") == b"running":
             return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": None, "chunks_total": None}

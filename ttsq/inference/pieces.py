@@ -1,0 +1,90 @@
+"""How the scheduler streams a row's audio while its codes are still being generated (issue 31).
+
+Every :attr:`Piecing.tokens` decode steps (the first time after ``tokens + lookahead``) the scheduler hands a code
+row's new GPT states to that row's piece decoder, made by :attr:`Piecing.make`; each call returns the samples that
+are ready, and the row's end returns the rest. The decoder is a factory so that its implementation can change
+without the scheduler: :class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece once with its left
+context recomputed; a stateful streaming decoder (``ttsq.inference.streaming_audio``) fits the same slot.
+
+:class:`RowAudio` is one *run* of one row: a row put back in the queue (out of memory, a suspect step) runs again
+from its prompt with a new one, and the scheduler skips the samples it already handed on (a row's codes depend only
+on its own inputs and seed, so a re-run regenerates them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsq.inference.rows import audible
+
+__all__ = ["AudioPieces", "Piecing", "RowAudio"]
+
+
+class AudioPieces(Protocol):
+    """One row's audio decoder, fed its states as they come (:class:`~ttsq.inference.piecewise_audio.PieceDecoder`)."""
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Take the row's next states ``[tokens, hidden]``; return the waveform samples now ready (maybe none)."""
+        ...
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The row ended: the rest of its waveform."""
+        ...
+
+
+@dataclass(frozen=True)
+class Piecing:
+    """Audio within a chunk: how often a row's states are handed on, and what decodes them."""
+
+    tokens: int
+    """States per piece (``PIECE_TOKENS``)."""
+    lookahead: int
+    """States after a piece that its decode waits for (``PIECE_LOOKAHEAD``): the first piece is handed on after
+    ``tokens + lookahead`` steps."""
+    make: Callable[[], AudioPieces]
+    """A fresh piece decoder for one run of one row."""
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1 or self.lookahead < 1:
+            raise ValueError(f"a piece and its look-ahead are at least 1 token each; got {self.tokens}, {self.lookahead}")
+
+    @property
+    def first(self) -> int:
+        """Steps of a row before its first piece is handed on."""
+        return self.tokens + self.lookahead
+
+
+class RowAudio:
+    """One run of one row's audio: its piece decoder, and (``keep_wave``) the waveform so far.
+
+    Only the thread that decodes audio touches it (the audio thread, or the loop inline), one call after another in
+    the order the states came. The waveform is kept for an anchored request's first chunk, whose whole wave (near-
+    silent samples included) becomes its later chunks' speaker prompt at the chunk's end.
+    """
+
+    def __init__(self, pieces: AudioPieces, *, keep_wave: bool) -> None:
+        self.pieces = pieces
+        self.wave: list[npt.NDArray[np.float32]] | None = [] if keep_wave else None
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The audible samples that ``states`` make ready (ChatTTS drops near-silent samples one by one, so a piece
+        loses exactly the samples the whole chunk would lose there)."""
+        return audible(self._kept(self.pieces.add(states)))
+
+    def finish(self, states: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
+        """The row's last ``states`` (maybe none) and its end: the rest of its audible samples, and its whole
+        waveform where it was kept."""
+        tail = self._kept(self.pieces.add(states)) if len(states) else np.zeros(0, dtype=np.float32)
+        rest = np.concatenate([tail, self._kept(self.pieces.finish())])
+        wave = np.concatenate(self.wave) if self.wave else (np.zeros(0, dtype=np.float32) if self.wave is not None else None)
+        return audible(rest), wave
+
+    def _kept(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        if self.wave is not None and samples.size:
+            self.wave.append(samples)
+        return samples
