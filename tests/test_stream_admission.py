@@ -15,7 +15,7 @@ from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.runtime.worker import Worker
 
 THREE_CHUNKS = "The first sentence is here. Then a second one comes. And the third ends it."
-"""Three chunks at the test engine's 40 characters a chunk: a stream of three pieces (four with a short lead)."""
+"""Three chunks at the test engine's 40 characters a chunk: a stream of at least three pieces."""
 
 
 def sample(worker: Worker, name: str) -> float:
@@ -31,8 +31,9 @@ async def test_a_piece_after_the_listeners_audio_ran_out_is_an_underrun(redis: R
         job_id = task_id()
         await worker.queue.enqueue(job_id, params(THREE_CHUNKS), single_flight=False)
         assert (await wait_final(worker.queue, job_id)).status == Status.DONE
-        assert sample(worker, "ttsq_stream_underruns_total") == 2
-        assert sample(worker, "ttsq_stream_slack_seconds_count") == 2
+        # Every delivery after the first has a slack; each of them ran dry.
+        assert sample(worker, "ttsq_stream_slack_seconds_count") >= 2
+        assert sample(worker, "ttsq_stream_underruns_total") == sample(worker, "ttsq_stream_slack_seconds_count")
 
 
 async def test_pieces_while_the_listener_still_has_audio_are_no_underrun(redis: Redis, tiny_decoder_engine: DecoderEngine) -> None:
@@ -42,7 +43,7 @@ async def test_pieces_while_the_listener_still_has_audio_are_no_underrun(redis: 
         await worker.queue.enqueue(job_id, params(THREE_CHUNKS), single_flight=False)
         assert (await wait_final(worker.queue, job_id)).status == Status.DONE
         assert sample(worker, "ttsq_stream_underruns_total") == 0
-        assert sample(worker, "ttsq_stream_slack_seconds_count") == 2
+        assert sample(worker, "ttsq_stream_slack_seconds_count") >= 2
         assert sample(worker, "ttsq_stream_capacity_rows") >= 0  # measured from the steps, no longer -1
 
 

@@ -530,7 +530,8 @@ class Worker:
                 continue
             released = flight.audio.add_piece(event.chunk) if isinstance(event, PieceReady) else flight.audio.add(event.chunk)
             for release in released:
-                self._delivered(flight, release.samples.size / SAMPLE_RATE)
+                if release.samples.size:
+                    self._delivered(flight, release.samples.size / SAMPLE_RATE)
                 # A one-chunk job decoded whole has nothing to stream ahead of its result; one decoded in pieces has.
                 if release.total > 1 or flight.audio.pieced:
                     pcm = encode_audio(release.samples, "pcm") if release.samples.size else b""
