@@ -26,10 +26,12 @@ from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.decoder import DecoderShape, SlotDecoder
+from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
 from ttsq.inference.pieces import AudioPieces, Piecing
-from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, chat_decode, measure_field
+from ttsq.inference.piecewise_audio import chat_decode
 from ttsq.inference.rows import ChatTTSRows
 from ttsq.inference.scheduler import DecodeLimits, Scheduler
+from ttsq.inference.streaming_audio import streaming_decoder
 
 if TYPE_CHECKING:
     import torch
@@ -88,7 +90,6 @@ class DecoderEngine(ChatTTSEngine):
         """Audio within a chunk, as it is generated: (states per piece, look-ahead), ``PIECE_TOKENS`` and
         ``PIECE_LOOKAHEAD``; None: a chunk's audio is decoded at its end. Only the serving batcher pieces: scripts,
         tests and warm-up (:meth:`synthesize_batch`) take whole chunks."""
-        self._field: AudioField | None = None
         self._pools: tuple[RankedExecutor, RankedExecutor] | None = None
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
@@ -122,28 +123,28 @@ class DecoderEngine(ChatTTSEngine):
         )
 
     def _piecing(self) -> Piecing | None:
-        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos, whose receptive field is measured
-        once (:func:`measure_field`: three decodes of 400 random states, before the first job)."""
+        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded from
+        a window of ``tokens + lookahead`` states as soon as they exist, the rest streamed exactly, each state through
+        the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
         if self.pieces is None:
             return None
         tokens, lookahead = self.pieces
         chat = self._loaded_chat()
         decode = chat_decode(chat)
-        if self._field is None:
-            started = time.perf_counter()
-            self._field = measure_field(decode, int(chat.config.decoder.idim) * 2)
-            log.info(
-                "audio in pieces of %d tokens, %d of look-ahead; the decoder's field is %d tokens left, %d right (%.1fs)",
-                tokens,
-                lookahead,
-                self._field.left,
-                self._field.right,
-                time.perf_counter() - started,
-            )
-        field = self._field
+        per_token = 2 * int(chat.vocos.head.istft.hop_length)  # the decoder makes two mel frames of each state
+        delay = streaming_decoder(chat).delay
+        log.info(
+            "audio in pieces: the first %d tokens after %d steps (%s), then every %d, exact (the decoder's field: %d tokens)",
+            tokens,
+            tokens + lookahead,
+            "exact" if lookahead >= delay else f"approximate in its last {delay - lookahead} tokens' reach",
+            tokens,
+            delay,
+        )
 
         def make() -> AudioPieces:
-            return PieceDecoder(decode, field, tokens, lookahead)
+            stream = streaming_decoder(chat, piece=STREAM_RUN_TOKENS)
+            return LeadThenExact(decode, stream, first=tokens, lookahead=lookahead, samples_per_token=per_token)
 
         return Piecing(tokens, lookahead, make)
 

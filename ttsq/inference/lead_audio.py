@@ -24,11 +24,16 @@ import numpy.typing as npt
 from ttsq.inference.piecewise_audio import Decode
 from ttsq.inference.streaming_audio import StreamingDecoder
 
-__all__ = ["FADE_SAMPLES", "LeadThenExact"]
+__all__ = ["FADE_SAMPLES", "STREAM_RUN_TOKENS", "LeadThenExact"]
 
 FADE_SAMPLES = 256
 """The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
 streamed samples is not a click, short enough to hold back from the first audio."""
+
+STREAM_RUN_TOKENS = 64
+"""States the streamed decode gathers before it runs its layers (:class:`StreamingDecoder`'s ``piece``). Its samples
+are needed only once the lead's have played, and fewer, larger runs cost less: a 250-token row on the full-size
+dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.streaming_audio``)."""
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 
