@@ -647,9 +647,10 @@ class Settings(BaseSettings):
         8,
         ge=1,
         le=64,
-        description="With `PIECE_TOKENS`: the tokens after a piece that its decode waits for. The decoder and Vocos are "
-        "centred convolutions; from 8 tokens on, the pieces joined equal the whole chunk's decode within float rounding "
-        "(docs/decoder.md's look-ahead table, measured); fewer make the first audio sooner and its seams approximate.",
+        description="With `PIECE_TOKENS`: the tokens after a chunk's first piece that its decode waits for. Every later "
+        "sample is decoded exactly as it is streamed; the first piece is exact where the look-ahead covers the decoder's "
+        "field (52 tokens on ChatTTS's layers, 9 on the tiny checkpoint; 8 already on random weights), approximate in its "
+        "last tokens below it and cross-faded into the exact samples (docs/decoder.md, \"Audio within a chunk\").",
         json_schema_extra=_group("Model"),
     )
     batch_invariant: bool = Field(
