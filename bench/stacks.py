@@ -1,14 +1,131 @@
-"""Where a benchmark runs from and what it starts: one place for the repository root and the results folder.
+"""Where a benchmark runs from and the processes it starts: one place for the repository root, the results folder,
+the benchmarked services' environment and starting and stopping redis/API/worker stacks.
 
-Every benchmark lives one or two folders below the root (``bench/<group>/<name>.py``); a root computed from each
-file's own path would change with its depth, so they all take it from here.
+Why one place: every benchmark and the soak start the same kinds of process (``uvicorn app:app``, ``python worker.py``
+or a stand-in worker, a ``redis-server``) and must stop all of them whatever happens, or a failed run leaves servers
+holding ports and CPU on a shared machine. Each once carried its own copy of "terminate all, wait, kill what lingers"
+and of the settings that make a measurement about serving (cache off, fair-use limits lifted). Every benchmark
+takes the root from here (:data:`bench.ROOT`): a root computed from each file's own path would change with its depth.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-"""The repository root: the working directory of every process a benchmark starts."""
-RESULTS = ROOT / "bench" / "results"
-"""Recorded raw outputs, cited by BENCHMARKS.md; they stay here whatever group their benchmark is in."""
+from bench import RESULTS, ROOT
+from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok
+
+__all__ = ["RESULTS", "ROOT", "Stack", "api_process", "progress", "service_env", "stop_processes"]
+
+
+def progress(message: str, prefix: str = "") -> None:
+    """A timestamped line on stdout, flushed at once: a long run's log shows where it is."""
+    print(f"[{time.strftime('%H:%M:%S')}] {prefix}{message}", flush=True)
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
+    """SIGTERM to every one first (so they wind down together: a worker finishes its batch), then wait for each;
+    SIGKILL what is still running after ``grace_s``."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+@dataclass
+class Stack:
+    """Every process a run started, by name, so that all of them are stopped whatever happens; their logs in ``tmp``."""
+
+    tmp: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        process = spawn(args, cwd=ROOT, env=env, log=self.tmp / f"{name}.log")
+        self.processes[name] = process
+        return process
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.tmp / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def wait_ready(self, name: str, url: str, timeout_s: float) -> None:
+        """Wait for the readiness probe, failing at once (with the log) if the process died."""
+        try:
+            wait_until_ok(url, timeout_s, [self.processes[name]])
+        except ProcessExited:
+            raise RuntimeError(f"{name} exited with {self.processes[name].returncode}:\n{self.log_tail(name)}") from None
+        except TimeoutError:
+            raise RuntimeError(f"{name} was not ready at {url} within {timeout_s:.0f}s:\n{self.log_tail(name)}") from None
+
+    def start_api(self, name: str, env: dict[str, str], timeout_s: float = 90, app: str = "app:app") -> str:
+        """Start ``uvicorn`` on ``app`` and wait for its ``/readyz``; returns its base URL."""
+        port = free_port()
+        self.start(name, api_command(port, app=app), env)
+        url = f"http://127.0.0.1:{port}"
+        self.wait_ready(name, f"{url}/readyz", timeout_s)
+        return url
+
+    def start_worker(self, name: str, cmd: list[str], env: dict[str, str], timeout_s: float) -> str:
+        """Start a worker process and wait for its ``/readyz``; returns its probe server's URL."""
+        port = free_port()
+        self.start(name, cmd, env | {"WORKER_ID": name, "WORKER_HEALTH_PORT": str(port)})
+        url = f"http://127.0.0.1:{port}"
+        self.wait_ready(name, f"{url}/readyz", timeout_s)
+        return url
+
+    def stop(self, *names: str) -> None:
+        """SIGTERM (workers finish their job and leave), then SIGKILL after 30 s."""
+        stop_processes([self.processes.pop(name) for name in names if name in self.processes])
+
+    def close(self) -> None:
+        self.stop(*list(self.processes))
+
+
+def service_env(redis_url: str, **extra: str) -> dict[str, str]:
+    """Every benchmarked ttsq process's environment: cache and single-flight off, a deep queue, quiet logs."""
+    return dict(
+        os.environ,
+        REDIS_URL=redis_url,
+        CACHE_ENABLED="false",
+        SINGLE_FLIGHT="false",
+        CACHE_DIR="",
+        CACHE_L1_MAX_BYTES="0",
+        MAX_QUEUE_DEPTH="100000000",
+        # Every client is one loopback address: the fair-use limits (meant for the public) would
+        # throttle the load itself. They are lifted, not turned off: each submit still runs them.
+        RATE_LIMIT_PER_S="1000000",
+        RATE_LIMIT_BURST="1000000",
+        MAX_QUEUED_PER_KEY="100000000",
+        TASK_ID_SECRET="bench-throughput-secret-0123456789",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        DEVICE="cpu",
+        CPU_THREADS="1",
+        SHUTDOWN_GRACE_S="10",
+        **extra,
+    )
+
+
+@contextlib.contextmanager
+def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, int]]:
+    """One uvicorn API process with ``env``, once ready: its base URL and port; stopped (killed if it lingers) at the end."""
+    port = free_port()
+    api = spawn(api_command(port), cwd=ROOT, env=env, log=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_ok(f"{base}/readyz", 60, [api])
+        yield base, port
+    finally:
+        stop_processes([api])

@@ -55,11 +55,11 @@ from typing import Any
 
 import httpx
 
+from bench import ROOT
 from bench.engine.raw_batch import TEXTS
 from bench.gpu.engine import VOICE, Recorder
 from bench.interrupt import Interrupted, on_stop_signals, restore
 from bench.service.closed_loop import JobError, percentile, ttsq_job
-from bench.stacks import ROOT
 from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.local_redis import RedisServer, start_redis_server
 

@@ -56,10 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import ROOT
 from bench.gpu import report as gpu_report
 from bench.interrupt import Interrupted, on_stop_signals, restore
 from bench.machine import cpu_model
-from bench.stacks import ROOT
 
 DEFAULT_OUT = ROOT / "var" / "bench-gpu"
 CHECKPOINTS = {"full": ROOT / "var" / "full-random-checkpoint", "tiny": ROOT / "var" / "tiny-checkpoint"}

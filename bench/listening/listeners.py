@@ -48,11 +48,10 @@ import httpx
 import uvloop
 from redis.asyncio import Redis
 
-from bench.listening.stream_storm import api_process, cell, crowd, probe
+from bench.listening.stream_storm import cell, crowd, probe
 from bench.machine import machine
 from bench.service.cache_latency import pct
-from bench.service.throughput import service_env
-from bench.stacks import ROOT
+from bench.stacks import ROOT, api_process, service_env
 from settings import Settings
 from ttsq.store.local_redis import start_redis_server
 from ttsq.store.queue import JobQueue

@@ -47,9 +47,7 @@ import httpx
 
 from bench.machine import machine
 from bench.service.cache_latency import pct
-from bench.service.throughput import service_env
-from bench.stacks import ROOT
-from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
+from bench.stacks import ROOT, api_process, service_env
 from ttsq.store.local_redis import start_redis_server
 
 RESULTS = ROOT / "bench" / "results" / "stream_storm.md"
@@ -150,24 +148,6 @@ def measure(base: str, streams: int, clients: int, seconds: float) -> dict[str, 
         stormer.stdin.close()
         stormer.wait(60)
     return {"quiet": quiet, "opening": opening, "held": held, "answered": answered}
-
-
-@contextlib.contextmanager
-def api_process(env: dict[str, str], log: Path) -> Iterator[tuple[str, int]]:
-    """One uvicorn API process with ``env``, once ready: its base URL and port; stopped (killed if it lingers) at the end."""
-    port = free_port()
-    api = spawn(api_command(port), cwd=ROOT, env=env, log=log)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until_ok(f"{base}/readyz", 60, [api])
-        yield base, port
-    finally:
-        api.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            api.wait(30)
-        if api.poll() is None:
-            api.kill()
-            api.wait()
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from redis.asyncio.cluster import RedisCluster
 from bench.machine import machine
 from bench.noop_engine import NOOP_LABEL
 from bench.service.job_records import done_jobs
-from bench.stacks import ROOT
+from bench.stacks import ROOT, stop_processes
 from settings import Settings
 from ttsq.domain.jobs import Job, TTSParams
 from ttsq.runtime.launch import free_port, spawn, wait_until_ok
@@ -190,10 +190,7 @@ def run_one(cluster: LocalCluster, shards: int, jobs: int, workers: int, logs: P
         since = _redis_now(cluster)
         _wait_done(cluster, shards, ids, 120 + jobs / 10, processes)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
+        stop_processes(processes)
     after = {port: _node_figures(port) for port in masters}
     _done, counted, first, last = asyncio.run(_window(cluster, shards, ids, since))
     per_master = {

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.stacks import ROOT
+from bench.stacks import ROOT, stop_processes
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.local_redis import start_redis_server
 
@@ -119,10 +119,7 @@ def main() -> None:
         wait_until_ok(f"{urls['bare']}/docs", 60)
         results = asyncio.run(measure(urls, args.hits, args.cold, probe))
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
+        stop_processes(processes)
         redis.stop()
     bare_p99 = pct(results["bare FastAPI (POST + GET)"], 99)
     lines = [

@@ -12,7 +12,7 @@ handler and the Redis client, not the Redis server (another process). Both runs 
 once, one per core. Then one cProfile of ttsq's requests says where its instructions go (shares of
 profiled time, by the parts named in :data:`PARTS`).
 
-The settings of ``bench.service.throughput`` (:func:`bench.service.throughput.service_env`: result cache and
+The settings of ``bench.service.throughput`` (:func:`bench.stacks.service_env`: result cache and
 single-flight off, fair-use limits lifted, a fixed ``TASK_ID_SECRET``), and ``PYTHONHASHSEED=0`` so
 that both runs of a variant hash alike.
 Needs valgrind (Debian's package; installed when missing and running as root).
@@ -38,8 +38,8 @@ from typing import Any
 
 from bench.interrupt import interruptible
 from bench.machine import ensure_debian_tool, machine
-from bench.service.throughput import SUBMIT_BODY, service_env
-from bench.stacks import ROOT
+from bench.service.throughput import SUBMIT_BODY
+from bench.stacks import ROOT, service_env
 from ttsq.store.local_redis import start_redis_server
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "submit_cost"

@@ -40,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,11 @@ from bench.service.closed_loop import LoopResult, baseline_job, closed_loop, mer
 from bench.service.job_records import done_jobs
 from bench.service.throughput_report import write_outputs
 from bench.service.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_version
-from bench.stacks import ROOT
+from bench.stacks import ROOT, Stack, progress, service_env
 from settings import Settings
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
-from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok, worker_command
+from ttsq.runtime.launch import api_command, free_port, worker_command
 from ttsq.store.connection import create_redis
 from ttsq.store.keys import Keys
 from ttsq.store.local_redis import RedisServer, start_redis_server
@@ -170,76 +170,6 @@ def engine_specs() -> dict[str, EngineSpec]:
 
 
 @dataclass
-class Stack:
-    """Every process this run started, so that all of them are stopped whatever happens."""
-
-    tmp: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        process = spawn(args, cwd=ROOT, env=env, log=self.tmp / f"{name}.log")
-        self.processes[name] = process
-        return process
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.tmp / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def wait_ready(self, name: str, url: str, timeout_s: float) -> None:
-        """Wait for the readiness probe, failing at once (with the log) if the process died."""
-        try:
-            wait_until_ok(url, timeout_s, [self.processes[name]])
-        except ProcessExited:
-            raise RuntimeError(f"{name} exited with {self.processes[name].returncode}:\n{self.log_tail(name)}") from None
-        except TimeoutError:
-            raise RuntimeError(f"{name} was not ready at {url} within {timeout_s:.0f}s:\n{self.log_tail(name)}") from None
-
-    def stop(self, *names: str) -> None:
-        """SIGTERM (workers finish their job and leave), then SIGKILL after 30 s."""
-        for name in names:
-            process = self.processes.get(name)
-            if process is not None and process.poll() is None:
-                process.terminate()
-        for name in names:
-            process = self.processes.pop(name, None)
-            if process is None:
-                continue
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-
-    def close(self) -> None:
-        self.stop(*list(self.processes))
-
-
-def service_env(redis_url: str, **extra: str) -> dict[str, str]:
-    """Every benchmarked ttsq process's environment: cache and single-flight off, a deep queue, quiet logs."""
-    return dict(
-        os.environ,
-        REDIS_URL=redis_url,
-        CACHE_ENABLED="false",
-        SINGLE_FLIGHT="false",
-        CACHE_DIR="",
-        CACHE_L1_MAX_BYTES="0",
-        MAX_QUEUE_DEPTH="100000000",
-        # Every client is one loopback address: the fair-use limits (meant for the public) would
-        # throttle the load itself. They are lifted, not turned off: each submit still runs them.
-        RATE_LIMIT_PER_S="1000000",
-        RATE_LIMIT_BURST="1000000",
-        MAX_QUEUED_PER_KEY="100000000",
-        TASK_ID_SECRET="bench-throughput-secret-0123456789",
-        LOG_LEVEL="WARNING",
-        PYTHONUNBUFFERED="1",
-        DEVICE="cpu",
-        CPU_THREADS="1",
-        SHUTDOWN_GRACE_S="10",
-        **extra,
-    )
-
-
-@dataclass
 class Bench:
     profile: Profile
     tmp: Path
@@ -255,21 +185,6 @@ class Bench:
             client.flushdb()
         finally:
             client.close()
-
-    def start_worker(self, name: str, cmd: list[str], env: dict[str, str], timeout_s: float) -> str:
-        """Start a worker process and wait for its ``/readyz``; returns its probe server's URL."""
-        port = free_port()
-        self.stack.start(name, cmd, env | {"WORKER_ID": name, "WORKER_HEALTH_PORT": str(port)})
-        url = f"http://127.0.0.1:{port}"
-        self.stack.wait_ready(name, f"{url}/readyz", timeout_s)
-        return url
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-# ---- 1. submit endpoint ----------------------------------------------------------------------
 
 
 def bench_submit(bench: Bench) -> dict[str, Any]:
@@ -410,7 +325,7 @@ def _queue_ttsq(bench: Bench, max_batch: int, count: int) -> dict[str, Any]:
     ids = asyncio.run(_ttsq_enqueue(bench.redis.url, count))
     name = f"noop-worker-b{max_batch}"
     env = bench.env(BENCH_ENGINE="noop", MAX_BATCH=str(max_batch), MODEL_ID="bench-noop")
-    bench.start_worker(name, [sys.executable, "-m", "bench.fixed_worker"], env, 60)
+    bench.stack.start_worker(name, [sys.executable, "-m", "bench.fixed_worker"], env, 60)
     try:
         _wait_jobs_done(bench, count, 60 + count / 20, name)
     finally:
@@ -560,7 +475,7 @@ def bench_e2e(bench: Bench, spec: EngineSpec) -> dict[str, Any]:
     bench.stack.start(names[0], api_command(api_port, app="app:app"), env)
     bench.stack.start(names[1], api_command(base_port, app="bench.service.baseline_app:app"), env)
     try:
-        worker_url = bench.start_worker(names[2], spec.worker, env | {"MAX_BATCH": "8"}, spec.ready_timeout_s)
+        worker_url = bench.stack.start_worker(names[2], spec.worker, env | {"MAX_BATCH": "8"}, spec.ready_timeout_s)
         bench.stack.wait_ready(names[0], f"http://127.0.0.1:{api_port}/readyz", 60)
         bench.stack.wait_ready(names[1], f"http://127.0.0.1:{base_port}/healthz", spec.ready_timeout_s)
         api_url, base_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{base_port}"
@@ -632,7 +547,7 @@ def bench_scaling(bench: Bench) -> dict[str, Any]:
                 if wait_ms is not None:
                     worker_env["BATCH_WAIT_MS"] = str(wait_ms)
                 try:
-                    urls = tuple(bench.start_worker(n, spec.worker, worker_env, 60) for n in names)
+                    urls = tuple(bench.stack.start_worker(n, spec.worker, worker_env, 60) for n in names)
                     pids = (
                         ("API", bench.stack.processes["scaling-api"].pid),
                         *(("workers", bench.stack.processes[n].pid) for n in names),
@@ -699,7 +614,7 @@ def bench_memory(bench: Bench) -> dict[str, Any]:
     env = bench.env(MODEL="tiny", MAX_NEW_TOKEN="48", MIN_NEW_TOKEN="48", MAX_BATCH="8")
     name = "memory-worker"
     bench.flush()
-    bench.start_worker(name, worker_command(), env, 300)
+    bench.stack.start_worker(name, worker_command(), env, 300)
     process = psutil.Process(bench.stack.processes[name].pid)
     samples: list[tuple[int, float]] = [(0, process.memory_info().rss / 2**20)]
     started = time.monotonic()
