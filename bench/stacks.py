@@ -77,10 +77,11 @@ class Stack:
         self.wait_ready(name, f"{url}/readyz", timeout_s)
         return url
 
-    def start_worker(self, name: str, cmd: list[str], env: dict[str, str], timeout_s: float) -> str:
-        """Start a worker process and wait for its ``/readyz``; returns its probe server's URL."""
+    def start_worker(self, name: str, cmd: list[str], env: dict[str, str], timeout_s: float, worker_id: str = "") -> str:
+        """Start a worker process (``WORKER_ID`` ``worker_id``, else ``name``) and wait for its ``/readyz``; returns its probe
+        server's URL."""
         port = free_port()
-        self.start(name, cmd, env | {"WORKER_ID": name, "WORKER_HEALTH_PORT": str(port)})
+        self.start(name, cmd, env | {"WORKER_ID": worker_id or name, "WORKER_HEALTH_PORT": str(port)})
         url = f"http://127.0.0.1:{port}"
         self.wait_ready(name, f"{url}/readyz", timeout_s)
         return url
