@@ -21,7 +21,7 @@ from pathlib import Path
 from bench import RESULTS, ROOT
 from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok
 
-__all__ = ["RESULTS", "ROOT", "Stack", "api_process", "progress", "service_env", "stop_processes"]
+__all__ = ["RESULTS", "ROOT", "EngineSpec", "Stack", "api_process", "progress", "service_env", "stop_processes"]
 
 
 def progress(message: str, prefix: str = "") -> None:
@@ -42,6 +42,21 @@ def stop_processes(processes: Iterable[subprocess.Popen[bytes]], grace_s: float 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine a benchmark or the soak runs the service on: the worker command and the environment that choose it."""
+
+    key: str
+    label: str
+    """What every output calls it; a stand-in says so here."""
+    env: dict[str, str]
+    command: list[str]
+    ready_timeout_s: float
+    """How long its worker may take to load and warm the model before its ``/readyz``."""
+    stand_in: bool = False
+    """True for an engine that is not ChatTTS (a fixed-cost or no-op model)."""
 
 
 @dataclass

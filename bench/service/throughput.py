@@ -57,7 +57,7 @@ from bench.service.closed_loop import LoopResult, baseline_job, closed_loop, mer
 from bench.service.job_records import done_jobs
 from bench.service.throughput_report import write_outputs
 from bench.service.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_version
-from bench.stacks import ROOT, Stack, progress, service_env
+from bench.stacks import ROOT, EngineSpec, Stack, progress, service_env
 from settings import Settings
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
@@ -128,15 +128,6 @@ QUICK = Profile(
 )
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    key: str
-    label: str
-    env: dict[str, str]
-    worker: list[str]
-    ready_timeout_s: float
-
-
 def engine_specs() -> dict[str, EngineSpec]:
     """The three end-to-end engines; both sides of each comparison run the same engine code."""
     fixed_worker = [sys.executable, "-m", "bench.fixed_worker"]
@@ -148,6 +139,7 @@ def engine_specs() -> dict[str, EngineSpec]:
             {"BENCH_ENGINE": "fixed", "MODEL_ID": "bench-fixed-cost"},
             fixed_worker,
             60,
+            stand_in=True,
         ),
         "full": EngineSpec(
             "full",
@@ -475,7 +467,7 @@ def bench_e2e(bench: Bench, spec: EngineSpec) -> dict[str, Any]:
     bench.stack.start(names[0], api_command(api_port, app="app:app"), env)
     bench.stack.start(names[1], api_command(base_port, app="bench.service.baseline_app:app"), env)
     try:
-        worker_url = bench.stack.start_worker(names[2], spec.worker, env | {"MAX_BATCH": "8"}, spec.ready_timeout_s)
+        worker_url = bench.stack.start_worker(names[2], spec.command, env | {"MAX_BATCH": "8"}, spec.ready_timeout_s)
         bench.stack.wait_ready(names[0], f"http://127.0.0.1:{api_port}/readyz", 60)
         bench.stack.wait_ready(names[1], f"http://127.0.0.1:{base_port}/healthz", spec.ready_timeout_s)
         api_url, base_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{base_port}"
@@ -547,7 +539,7 @@ def bench_scaling(bench: Bench) -> dict[str, Any]:
                 if wait_ms is not None:
                     worker_env["BATCH_WAIT_MS"] = str(wait_ms)
                 try:
-                    urls = tuple(bench.stack.start_worker(n, spec.worker, worker_env, 60) for n in names)
+                    urls = tuple(bench.stack.start_worker(n, spec.command, worker_env, 60) for n in names)
                     pids = (
                         ("API", bench.stack.processes["scaling-api"].pid),
                         *(("workers", bench.stack.processes[n].pid) for n in names),

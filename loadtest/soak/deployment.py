@@ -18,7 +18,7 @@ import httpx
 import psutil
 import redis as redis_sync
 
-from bench.stacks import Stack
+from bench.stacks import EngineSpec, Stack
 from ttsq.store.local_redis import RedisServer, start_redis_server
 
 NAMESPACE = "ttsq"
@@ -36,30 +36,19 @@ as a leak. 8 MiB fills within the warm-up, so the RSS after it shows what a leak
 under way (counted in the summary)."""
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    key: str
-    label: str
-    stand_in: bool
-    env: dict[str, str]
-    command: list[str]
-    ready_timeout_s: float
-
-
 def engine_specs() -> dict[str, EngineSpec]:
     return {
         "fixed": EngineSpec(
             "fixed",
             FIXED_STAND_IN,
-            True,
             {"BENCH_ENGINE": "fixed", "MODEL_ID": "soak-fixed-cost-stand-in"},
             [sys.executable, "-m", "bench.fixed_worker"],
             90,
+            stand_in=True,
         ),
         "tiny": EngineSpec(
             "tiny",
             TINY_LABEL,
-            False,
             {"MODEL": "tiny", "MAX_NEW_TOKEN": TINY_TOKENS, "MIN_NEW_TOKEN": TINY_TOKENS},
             [sys.executable, "worker.py"],
             300,

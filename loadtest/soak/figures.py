@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 # ---- figures ---------------------------------------------------------------------------------------
+from bench.stacks import EngineSpec
 from loadtest.soak.buckets import percentile
-from loadtest.soak.deployment import KEY_KINDS, EngineSpec, Plan, Sampler
+from loadtest.soak.deployment import KEY_KINDS, Plan, Sampler
 
 
 def _median(rows: Sequence[Mapping[str, float]], key: str) -> float | None:

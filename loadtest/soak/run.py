@@ -30,9 +30,10 @@ import redis as redis_sync
 from bench import ROOT, stacks
 from bench.interrupt import Interrupted, interruptible
 from bench.machine import machine
+from bench.stacks import EngineSpec
 from loadtest.soak import buckets
 from loadtest.soak.buckets import BUCKET_S_ENV, BUCKETS_ENV
-from loadtest.soak.deployment import NAMESPACE, Deployment, EngineSpec, Plan, Sampler, engine_specs, metric, scrape
+from loadtest.soak.deployment import NAMESPACE, Deployment, Plan, Sampler, engine_specs, metric, scrape
 from loadtest.soak.figures import criteria, summarise, verdict
 from loadtest.soak.mix import LOCUSTFILE, class_split, demand, literal
 from loadtest.soak.report import render
