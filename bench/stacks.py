@@ -11,17 +11,47 @@ takes the root from here (:data:`bench.ROOT`): a root computed from each file's 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
 import os
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import RESULTS, ROOT
 from ttsq.runtime.launch import ProcessExited, api_command, free_port, spawn, wait_until_ok
 
-__all__ = ["RESULTS", "ROOT", "EngineSpec", "Stack", "api_process", "progress", "service_env", "stop_processes"]
+__all__ = [
+    "RESULTS",
+    "ROOT",
+    "EngineSpec",
+    "Stack",
+    "api_process",
+    "progress",
+    "record",
+    "service_env",
+    "stop_processes",
+    "utc_now",
+]
+
+
+def utc_now() -> str:
+    """The date and time a report is headed with: ``2026-12-04 18:40 UTC``."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def record(path: Path, text: str, data: Mapping[str, Any] | None = None) -> Path:
+    """Write a report (its numbers beside it as ``.json`` when given) and say where: what BENCHMARKS.md cites."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if data is not None:
+        path.with_suffix(".json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"written to {shown}", flush=True)
+    return path
 
 
 def progress(message: str, prefix: str = "") -> None:

@@ -12,7 +12,6 @@ to ``bench/results/consistent-voice[-full].md``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import statistics
 import time
 
@@ -20,6 +19,7 @@ import torch
 
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_settings
 from bench.machine import machine
+from bench.stacks import record, utc_now
 from ttsq.inference.base import ChunkReady, SynthesisRequest
 from ttsq.inference.decoder_engine import DecoderEngine
 
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the full-size random checkpoint instead of the tiny one")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    date = utc_now()
     point = checkpoint("full" if args.full else "tiny", quick=True)
     settings = cpu_settings(point, min_new_token=point.tokens)
     engine = DecoderEngine(settings.engine_config(), cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=True)
@@ -105,7 +105,7 @@ def main() -> None:
         ]
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"consistent-voice{suffix}.md").write_text(text)
+    record(RESULTS / f"consistent-voice{suffix}.md", text)
     print(text)
 
 

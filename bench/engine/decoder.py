@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import random
 import statistics
@@ -37,7 +36,7 @@ from typing import Any
 import torch
 
 from bench.machine import machine
-from bench.stacks import ROOT
+from bench.stacks import ROOT, utc_now
 from settings import Settings
 from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, SynthesisRequest
@@ -498,7 +497,7 @@ def main() -> None:
     sections = set(args.sections.split(","))
     results: dict[str, Any] = {
         "command": "python -m bench.engine.decoder " + " ".join(sys.argv[1:]),
-        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "started": utc_now(),
         "commit": commit(),
         "machine": machine(),
     }
@@ -542,7 +541,7 @@ def main() -> None:
             print(f"  equal {row}", flush=True)
         del ours, reference
     results["ratios"] = ratios
-    results["finished"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results["finished"] = utc_now()
     print(f"wrote {write(results, args.quick, args.name)}", flush=True)
 
 

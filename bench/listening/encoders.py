@@ -15,7 +15,6 @@ libsndfile has no AAC encoder. Written to ``bench/results/encoders.md``.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import statistics
 import time
@@ -26,7 +25,7 @@ import numpy as np
 import soundfile as sf
 
 from bench.machine import machine
-from bench.stacks import ROOT
+from bench.stacks import ROOT, record, utc_now
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 
@@ -119,7 +118,7 @@ def measure(name: str, run: Callable[[list[bytes]], tuple[float, bytes, bytes]],
 
 
 def main() -> None:
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    started = utc_now()
     pieces = [speechlike(n, seed) for seed, n in enumerate(PIECES)]
     lines = [
         "| format / library | first piece: CPU ms until its bytes are back | samples of the first piece playable then "
@@ -139,8 +138,7 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f}; one thread, thread CPU time, median of {REPEATS}; five pieces, "
         f"{sum(PIECES) / SAMPLE_RATE:.0f} s of 24 kHz mono PCM16 (a wobbling tone with noise)."
     )
-    RESULTS.write_text(f"{title}\n\n{setup}\n\n" + "\n".join(lines) + "\n")
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    record(RESULTS, f"{title}\n\n{setup}\n\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import datetime as dt
 import json
 import os
 import sys
@@ -51,7 +50,7 @@ from redis.asyncio import Redis
 from bench.listening.stream_storm import cell, crowd, probe
 from bench.machine import machine
 from bench.service.cache_latency import pct
-from bench.stacks import ROOT, api_process, service_env
+from bench.stacks import ROOT, api_process, record, service_env, utc_now
 from settings import Settings
 from ttsq.store.local_redis import start_redis_server
 from ttsq.store.queue import JobQueue
@@ -300,7 +299,7 @@ def report(result: dict[str, Any], args: argparse.Namespace, load: tuple[str, st
     lines = [
         f"Command: `.venv/bin/python -m bench.listening.listeners --listeners {args.listeners} --tasks {args.tasks} "
         f"--seconds {args.seconds:g} --polls {args.polls} --rate {args.rate:g} --steady-s {args.steady_s:g}`",
-        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        f"Date: {utc_now()}",
         f"Machine: {spec['cpu']}, {spec['cores']} cores, {spec['memory_gib']} GiB; load average {load[0]} at start, "
         f"{load[1]} at end (shared with other work: read the counts and ratios, not the milliseconds)",
         "",
@@ -360,8 +359,7 @@ def main() -> None:
         redis.stop()
     text = report(result, args, (load_start, f"{os.getloadavg()[0]:.2f}"))
     print(text)
-    args.results.write_text(text)
-    print(f"written to {args.results}")
+    record(args.results, text)
 
 
 if __name__ == "__main__":

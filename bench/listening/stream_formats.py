@@ -16,7 +16,6 @@ full-size checkpoint).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import statistics
 import tempfile
@@ -27,7 +26,7 @@ import httpx
 import openai
 
 from bench.listening.ttfa import FULL_CHECKPOINT_DIR, MAX_CHUNK_CHARS, Checkpoint, service, spread
-from bench.stacks import ROOT
+from bench.stacks import ROOT, utc_now
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.domain.text import split_sentences
@@ -94,7 +93,7 @@ def main() -> None:
         point = Checkpoint("tiny-random", "tiny", runs=args.runs, timeout_s=60)
     results = RESULTS if args.checkpoint == "tiny" else RESULTS.with_name("stream_formats-full.md")
     chunks = split_sentences(text_for(0, "wav"), MAX_CHUNK_CHARS)
-    started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    started_at = utc_now()
     load_before = os.getloadavg()[0]
     first: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
     last: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}

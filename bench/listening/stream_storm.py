@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import datetime as dt
 import json
 import os
 import subprocess
@@ -47,7 +46,7 @@ import httpx
 
 from bench.machine import machine
 from bench.service.cache_latency import pct
-from bench.stacks import ROOT, api_process, service_env
+from bench.stacks import ROOT, api_process, record, service_env, utc_now
 from ttsq.store.local_redis import start_redis_server
 
 RESULTS = ROOT / "bench" / "results" / "stream_storm.md"
@@ -172,7 +171,7 @@ def report(results: dict[str, dict[str, object]], streams: int, seconds: float, 
     spec = machine()
     lines = [
         f"Command: `.venv/bin/python -m bench.listening.stream_storm --streams {streams} --seconds {seconds:g}`",
-        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        f"Date: {utc_now()}",
         f"Machine: {spec['cpu']}, {spec['cores']} cores, {spec['memory_gib']} GiB; load average {load[0]} at start, "
         f"{load[1]} at end",
         "",
@@ -221,8 +220,7 @@ def main() -> None:
         redis.stop()
     text = report(results, args.streams, args.seconds, (load_start, f"{os.getloadavg()[0]:.2f}"))
     print(text)
-    RESULTS.write_text(text)
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    record(RESULTS, text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import random
 import statistics
@@ -34,7 +33,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from bench.listening.ttfa import Checkpoint, service
-from bench.stacks import ROOT
+from bench.stacks import ROOT, record, utc_now
 
 RESULTS = ROOT / "bench" / "results" / "text_in.md"
 SENTENCES = [
@@ -146,7 +145,7 @@ def report(results: Results, runs: int, command: str) -> str:
     lines = [
         "# Realtime sessions: first audio with text streamed in",
         "",
-        f"Command: `{command}`. Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Tiny checkpoint, "
+        f"Command: `{command}`. Date: {utc_now()}. Tiny checkpoint, "
         "bench.listening.ttfa's deployment (CACHE_ENABLED=false, CPU_THREADS=1, 48 tokens a chunk, MAX_CHUNK_CHARS=80).",
         "",
         f"{runs} runs; median (min–max), seconds. A reply of {len(SENTENCES)} sentences sent a word every 30-80 ms.",
@@ -179,7 +178,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, service(Checkpoint("tiny-random", "tiny", args.runs, 120.0), Path(tmp)) as url:
         results = measure(url, args.runs)
     text = report(results, args.runs, command)
-    RESULTS.write_text(text)
+    record(RESULTS, text)
     print(text)
 
 

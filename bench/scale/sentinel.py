@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import os
 import statistics
 import tempfile
@@ -32,7 +30,7 @@ from typing import Any
 import redis
 
 from bench.machine import machine
-from bench.stacks import ROOT
+from bench.stacks import ROOT, record, utc_now
 from settings import Settings
 from ttsq.domain.jobs import TTSParams
 from ttsq.store.connection import STORE_ERRORS, create_redis
@@ -214,15 +212,14 @@ def main() -> None:
         data: dict[str, Any] = asyncio.run(run(args.quick, Path(scratch)))
     data |= {
         "quick": args.quick,
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "machine": machine(),
         "load": f"{load:.2f}",
     }
     data["reading"] = _reading(data)
     name = "sentinel-quick" if args.quick else "sentinel"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.md").write_text(report(data))
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    record(RESULTS / f"{name}.md", report(data), data)
     print((RESULTS / f"{name}.md").read_text())
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
 import sys
@@ -40,7 +39,7 @@ from redis.asyncio.cluster import RedisCluster
 from bench.machine import machine
 from bench.noop_engine import NOOP_LABEL
 from bench.service.job_records import done_jobs
-from bench.stacks import ROOT, stop_processes
+from bench.stacks import ROOT, stop_processes, utc_now
 from settings import Settings
 from ttsq.domain.jobs import Job, TTSParams
 from ttsq.runtime.launch import free_port, spawn, wait_until_ok
@@ -275,7 +274,7 @@ def main() -> None:
     about = machine()
     meta = {
         "quick": args.quick,
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "machine": about,
         "load": f"{load:.2f}",
         "jobs": jobs,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import os
 import statistics
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.stacks import ROOT, stop_processes
+from bench.stacks import ROOT, record, stop_processes, utc_now
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.local_redis import start_redis_server
 
@@ -124,7 +123,7 @@ def main() -> None:
     bare_p99 = pct(results["bare FastAPI (POST + GET)"], 99)
     lines = [
         f"Command: `.venv/bin/python -m bench.service.cache_latency --hits {args.hits} --cold {args.cold}`",
-        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        f"Date: {utc_now()}",
         "",
         f"sequential client, {args.hits} hits per variant, {probe}-byte WAV result, one machine (2 cores)",
         "",
@@ -135,8 +134,7 @@ def main() -> None:
         p50, p99 = statistics.median(values), pct(values, 99)
         lines.append(f"| {name} | {len(values)} | {p50:.2f} | {p99:.2f} | {p99 / bare_p99:.2f}× |")
     print("\n".join(lines))
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    record(RESULTS, "\n".join(lines) + "\n")
 
 
 async def measure_audio_size(base: str) -> int:

@@ -29,7 +29,6 @@ computed with that key's scope, as the API computes it.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import random
 from collections.abc import Callable
 from importlib.resources import files
@@ -38,7 +37,7 @@ from typing import Any
 import tokenizers
 
 from bench.service import retype
-from bench.stacks import ROOT
+from bench.stacks import ROOT, record, utc_now
 from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import build_params
 from ttsq.domain.text import clean_text, detect_language, fold_width
@@ -230,7 +229,7 @@ def main() -> None:
     independent = [(index, text) for index, text, _ in retype.replay(args.requests, args.seed)]
     lines = [
         f"Command: `.venv/bin/python -m bench.service.cache_replay --requests {args.requests} --seed {args.seed}`",
-        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        f"Date: {utc_now()}",
         "",
         *report("ours (bench/service/cache_replay.py variants)", ours, SENTENCES, tokens),
         *report("independent (bench/service/retype.py, written without the key code)", independent, retype.SENTENCES, tokens),
@@ -239,8 +238,7 @@ def main() -> None:
     ]
     output = "\n".join(lines)
     print(output)
-    RESULTS.write_text(output + "\n")
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    record(RESULTS, output + "\n")
 
 
 if __name__ == "__main__":

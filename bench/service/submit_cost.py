@@ -21,7 +21,6 @@ Needs valgrind (Debian's package; installed when missing and running as root).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
 import pstats
@@ -39,7 +38,7 @@ from typing import Any
 from bench.interrupt import interruptible
 from bench.machine import ensure_debian_tool, machine
 from bench.service.throughput import SUBMIT_BODY
-from bench.stacks import ROOT, service_env
+from bench.stacks import ROOT, service_env, utc_now
 from ttsq.store.local_redis import start_redis_server
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "submit_cost"
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ttsq, bare = (variants[name] for name in VARIANTS)
     results = {
         "command": command.strip(),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "machine": machine(),
         "body": SUBMIT_BODY,
         "requests": args.requests,

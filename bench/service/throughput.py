@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime as dt
 import importlib.metadata
 import itertools
 import json
@@ -57,7 +56,7 @@ from bench.service.closed_loop import LoopResult, baseline_job, closed_loop, mer
 from bench.service.job_records import done_jobs
 from bench.service.throughput_report import write_outputs
 from bench.service.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_version
-from bench.stacks import ROOT, EngineSpec, Stack, progress, service_env
+from bench.stacks import ROOT, EngineSpec, Stack, progress, service_env, utc_now
 from settings import Settings
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
@@ -692,7 +691,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, Any] = {
         "command": command.strip(),
         "profile": profile.name,
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "machine": _machine(),
     }
     started = time.monotonic()
