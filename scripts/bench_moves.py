@@ -63,6 +63,15 @@ MOVES: dict[str, str] = {
 }
 #: files that move but are not modules named ``bench.<old>``.
 FILE_MOVES: dict[str, str] = {"bench/gpu.py": "bench/gpu/run.py", "bench/gpu.mk": "bench/gpu/gpu.mk"}
+#: names that moved into the shared helper: (module they were imported from, name) → the module that has them now.
+NAME_MOVES: dict[tuple[str, str], str] = {
+    ("bench.service.throughput", "service_env"): "bench.stacks",
+    ("bench.service.throughput", "Stack"): "bench.stacks",
+    ("bench.service.throughput", "EngineSpec"): "bench.stacks",
+    ("bench.service.throughput", "progress"): "bench.stacks",
+    ("bench.listening.stream_storm", "api_process"): "bench.stacks",
+    ("bench.service.cache_latency", "ROOT"): "bench",
+}
 GROUPS = sorted({new.split(".")[0] for new in MOVES.values()})
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".mk", ".toml", ".txt", ".cfg", ".ini", ".yml", ".yaml", ""}
 
@@ -122,6 +131,19 @@ def rewrite(text: str) -> str:
     return text
 
 
+def move_names(text: str) -> str:
+    """``from bench.service.throughput import X, service_env`` → X from there, ``service_env`` from :mod:`bench.stacks`."""
+
+    def split(match: re.Match[str]) -> str:
+        module, names = match.group(1), [n.strip() for n in match.group(2).split(",")]
+        homes: dict[str, list[str]] = {}
+        for name in names:
+            homes.setdefault(NAME_MOVES.get((module, name), module), []).append(name)
+        return "\n".join(f"from {home} import {', '.join(found)}" for home, found in homes.items())
+
+    return re.sub(r"^from (bench[\w.]*) import ([\w, ]+)$", split, text, flags=re.M)
+
+
 def rewrite_references() -> list[str]:
     changed = []
     for rel in git("ls-files").splitlines():
@@ -135,6 +157,8 @@ def rewrite_references() -> list[str]:
         except UnicodeDecodeError:
             continue
         new = rewrite(text)
+        if path.suffix == ".py":
+            new = move_names(new)
         if new != text:
             path.write_text(new)
             changed.append(rel)
