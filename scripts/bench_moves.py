@@ -115,6 +115,7 @@ def take_root_from_bench(path: Path) -> bool:
 
 def rewrite(text: str) -> str:
     names = "|".join(sorted(MOVES, key=len, reverse=True))
+    # A module is never called: `bench.decoder(8)` is a method of a variable named bench, left alone.
     text = re.sub(  # `from bench import ttfa` → `from bench.listening import ttfa`
         rf"^from bench import ({names})$",
         lambda m: (
@@ -124,7 +125,7 @@ def rewrite(text: str) -> str:
         text,
         flags=re.M,
     )
-    text = re.sub(rf"(?<![\w./])bench\.({names})(?!\w)", lambda m: "bench." + MOVES[m.group(1)], text)
+    text = re.sub(rf"(?<![\w./])bench\.({names})(?![\w(])", lambda m: "bench." + MOVES[m.group(1)], text)
     text = re.sub(rf"(?<![\w./])bench/({names})\.py\b", lambda m: "bench/" + MOVES[m.group(1)].replace(".", "/") + ".py", text)
     for old, new in FILE_MOVES.items():
         text = re.sub(rf"(?<![\w./]){re.escape(old)}(?![\w/])", new, text)
@@ -135,13 +136,14 @@ def move_names(text: str) -> str:
     """``from bench.service.throughput import X, service_env`` → X from there, ``service_env`` from :mod:`bench.stacks`."""
 
     def split(match: re.Match[str]) -> str:
-        module, names = match.group(1), [n.strip() for n in match.group(2).split(",")]
+        module, names = match.group(2), [n.strip() for n in match.group(3).split(",")]
         homes: dict[str, list[str]] = {}
         for name in names:
             homes.setdefault(NAME_MOVES.get((module, name), module), []).append(name)
-        return "\n".join(f"from {home} import {', '.join(found)}" for home, found in homes.items())
+        indent = match.group(1)
+        return "\n".join(f"{indent}from {home} import {', '.join(found)}" for home, found in homes.items())
 
-    return re.sub(r"^from (bench[\w.]*) import ([\w, ]+)$", split, text, flags=re.M)
+    return re.sub(r"^([ \t]*)from (bench[\w.]*) import ([\w, ]+)$", split, text, flags=re.M)
 
 
 def rewrite_references() -> list[str]:
