@@ -127,6 +127,10 @@ def rewrite(text: str) -> str:
     )
     text = re.sub(rf"(?<![\w./])bench\.({names})(?![\w(])", lambda m: "bench." + MOVES[m.group(1)], text)
     text = re.sub(rf"(?<![\w./])bench/({names})\.py\b", lambda m: "bench/" + MOVES[m.group(1)].replace(".", "/") + ".py", text)
+    # A heading's anchor drops the dots: `## … (python -m bench.realtime)` is `#…-benchrealtime-…`.
+    text = re.sub(
+        rf"(#[\w-]*-)bench({names})(?=[-)\s]|$)", lambda m: m.group(1) + "bench" + MOVES[m.group(2)].replace(".", ""), text
+    )
     for old, new in FILE_MOVES.items():
         text = re.sub(rf"(?<![\w./]){re.escape(old)}(?![\w/])", new, text)
     return text
