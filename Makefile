@@ -93,7 +93,7 @@ clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache test-artifacts
 
 include deploy/make.mk
-include bench/gpu.mk
+include bench/gpu/gpu.mk
 include tests/chaos/chaos.mk
 include tests/fuzz/fuzz.mk
 include tests/cluster/cluster.mk

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from bench import gpu, gpu_report
-from bench.gpu_e2e import groups, parse_metrics, recompiles
+from bench.gpu import report as gpu_report
+from bench.gpu import run as gpu
+from bench.gpu.e2e import groups, parse_metrics, recompiles
 from tests.service import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The API process's garbage-collection policy (``ttsq/runtime/collector.py``), on CPython's real collector.
 
 Why it exists: a storm of new streams grows the heap, and growth is what triggers CPython's full collections, each
-holding the event loop (``bench.listeners``: 130-180 ms walks, ``/healthz`` p99 25x its rest in the storm). These tests
+holding the event loop (``bench.listening.listeners``: 130-180 ms walks, ``/healthz`` p99 25x its rest in the storm). These tests
 hold the policy's three promises: no automatic full collection while it is installed (and one without it, so the test
 can tell), the start-up heap frozen out of the walks, and a scheduled full collection that frees what the young ones
 cannot.

@@ -1,4 +1,4 @@
-"""The soak harness (``loadtest/soak.py``) end to end, for a few seconds, on the fixed-cost stand-in engine.
+"""The soak harness (``loadtest/soak/``) end to end, for a few seconds, on the fixed-cost stand-in engine.
 
 Why: the real soak runs for 20+ minutes and only by hand (``make soak``), so a harness that broke
 (a renamed metric, a locust upgrade, a changed locustfile) would only show then. This runs the same

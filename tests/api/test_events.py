@@ -84,7 +84,7 @@ async def test_a_queued_task_streams_running_pieces_and_its_end_live(client: htt
 async def test_a_piece_gives_its_timing_and_status_events_in_one_batch(client: httpx.AsyncClient, redis: Redis) -> None:
     """What one read of the task's stream gives is handed to the route at once, so that it is written with one system
     call: a thousand clients of one process otherwise cost two writes each per piece, and the writes are about a third of
-    the time from a piece's publication to the clients' first byte (``bench.listeners``)."""
+    the time from a piece's publication to the clients' first byte (``bench.listening.listeners``)."""
     task = await queued_task(client)
     transport = client._transport
     assert isinstance(transport, httpx.ASGITransport)

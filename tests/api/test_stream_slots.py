@@ -2,7 +2,7 @@
 ``MAX_STREAMS`` (then 503), each with ``Retry-After``; a slot is given back when its response ends, however it ends.
 
 Through the real app on a real Redis, with no worker: a queued task's event stream lasts until the task ends, so the
-streams stay open while the test opens more. ``bench/stream_storm.py`` measures what the caps are for (``/healthz``
+streams stay open while the test opens more. ``bench/listening/stream_storm.py`` measures what the caps are for (``/healthz``
 while a thousand streams are asked for at once).
 """
 
