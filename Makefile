@@ -62,25 +62,25 @@ debian-redis:
 ## Benchmark suite, side by side, reported as ratios (~20 min + ~15 min for the decoder; results in bench/results/, see BENCHMARKS.md).
 bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
-	$(PY) -m bench.throughput
-	$(PY) -m bench.decoder
-	$(PY) -m bench.decoder_steps
-	$(PY) -m bench.shards
-	$(PY) -m bench.sentinel
-	$(PY) -m bench.encoders
-	$(PY) -m bench.stream_formats
-	$(PY) -m bench.listeners
-	$(PY) -m bench.realtime
-	GC_FULL_COLLECTION_S=0 $(PY) -m bench.listeners --results bench/results/listeners-cpython-gc.md  # control: CPython's collector
+	$(PY) -m bench.service.throughput
+	$(PY) -m bench.engine.decoder
+	$(PY) -m bench.engine.decoder_steps
+	$(PY) -m bench.scale.shards
+	$(PY) -m bench.scale.sentinel
+	$(PY) -m bench.listening.encoders
+	$(PY) -m bench.listening.stream_formats
+	$(PY) -m bench.listening.listeners
+	$(PY) -m bench.listening.realtime
+	GC_FULL_COLLECTION_S=0 $(PY) -m bench.listening.listeners --results bench/results/listeners-cpython-gc.md  # control: CPython's collector
 
 ## The same benchmarks as a short smoke run (a few minutes).
 bench-quick: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
-	$(PY) -m bench.throughput --quick
-	$(PY) -m bench.decoder --quick --checkpoints tiny
-	$(PY) -m bench.shards --quick
-	$(PY) -m bench.sentinel --quick
-	$(PY) -m bench.realtime --quick
+	$(PY) -m bench.service.throughput --quick
+	$(PY) -m bench.engine.decoder --quick --checkpoints tiny
+	$(PY) -m bench.scale.shards --quick
+	$(PY) -m bench.scale.sentinel --quick
+	$(PY) -m bench.listening.realtime --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install

@@ -173,7 +173,7 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         "## ttsq's decoder alone",
         "## Service end to end, ENGINE_BACKEND=ttsq",
         "## Service end to end, COMPILE=true",
-        "## Real-time streams (bench.realtime)",
+        "## Real-time streams (bench.listening.realtime)",
     )
     assert all(heading in md for heading in headings)
     assert "no CUDA graphs (not on CUDA, or not asked for): every step eager" in md  # no capture claimed on a CPU

@@ -1,4 +1,4 @@
-"""bench.realtime's listener arithmetic and capacity rule, on made-up arrival times (no servers, no clocks)."""
+"""bench.listening.realtime's listener arithmetic and capacity rule, on made-up arrival times (no servers, no clocks)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from bench import gpu_report
-from bench.realtime import Level, Playback, Stream, capacity, chunk_count, percentile, playback, summarize, texts
+from bench.gpu import report as gpu_report
+from bench.listening.realtime import Level, Playback, Stream, capacity, chunk_count, percentile, playback, summarize, texts
 
 
 def test_playback_starts_at_the_first_byte_and_counts_no_underrun_while_audio_is_buffered() -> None:

@@ -5,7 +5,7 @@ GPU_DIR        ?= var/gpu
 
 .PHONY: bench-gpu gpu-prepare
 
-## GPU benchmark: ChatTTS's loop and ttsq's decoder (CUDA graphs) alone, the service (ENGINE_BACKEND=ttsq) at MAX_BATCH auto/8/1, COMPILE=true, real-time streaming capacity beside ChatTTS's own streaming (bench.realtime); each phase time-boxed (BENCH_GPU_ARGS, e.g. --budget-s 600). Results in var/bench-gpu/; without a GPU, a dry run on CPU.
+## GPU benchmark: ChatTTS's loop and ttsq's decoder (CUDA graphs) alone, the service (ENGINE_BACKEND=ttsq) at MAX_BATCH auto/8/1, COMPILE=true, real-time streaming capacity beside ChatTTS's own streaming (bench.listening.realtime); each phase time-boxed (BENCH_GPU_ARGS, e.g. --budget-s 600). Results in var/bench-gpu/; without a GPU, a dry run on CPU.
 bench-gpu: install
 	$(PY) -m bench.gpu $(BENCH_GPU_ARGS)
 

@@ -284,7 +284,7 @@ def _realtime_servers(results: dict[str, Any]) -> dict[str, Any]:
 
 def realtime_capacity(levels: list[dict[str, Any]], first_audio_s: float) -> int:
     """The largest N (every smaller N measured passing too) with success 1.00, first audio p99 ≤ ``first_audio_s``,
-    RTF p99 ≤ 1 and no underrun (bench.realtime's rule, with the GPU criterion's bounds)."""
+    RTF p99 ≤ 1 and no underrun (bench.listening.realtime's rule, with the GPU criterion's bounds)."""
     best = 0
     for level in sorted(levels, key=lambda lv: lv["streams"]):
         ok = level["requests"] > 0 and level["success"] == 1.0 and level["underruns_per_stream"] == 0
@@ -322,7 +322,7 @@ def _realtime_section(results: dict[str, Any]) -> list[str]:
     if not servers:
         return []
     md = [
-        "## Real-time streams (bench.realtime)",
+        "## Real-time streams (bench.listening.realtime)",
         "",
         f"Command: `{results.get('command', '?')}`; date {results.get('date', '?')}. N listeners play streams from their "
         "first byte; capacity = the largest N with success 1.00, first audio p99 ≤ 1 s and RTF p99 ≤ 1.",

@@ -24,7 +24,7 @@ then SIGKILL for everything it started) and the next one runs:
 4. ``compile``: the same with ``COMPILE=true``, ``MAX_BATCH=auto`` and ``ENGINE_BACKEND=chattts``
    (torch.compile is ChatTTS's path) — warm-up (worker ready) time, jobs/s, and graphs compiled while
    serving (``ttsq_compile_recompiles_total``; "absent" if the worker does not export it).
-5. ``realtime`` (:mod:`bench.realtime`): real-time streaming capacity — N listeners playing streams from their
+5. ``realtime`` (:mod:`bench.listening.realtime`): real-time streaming capacity — N listeners playing streams from their
    first byte, ttsq (workers on ``--e2e-backend``) beside a server running ChatTTS's own ``infer(stream=True)``, both
    on the GPU — success, first audio p50/p99, RTF p99, underruns, and the capacity (the largest N with success 1.00,
    first audio p99 ≤ 1 s, RTF p99 ≤ 1); the realtime issue asks for ≥ 256 streams, first audio p99 ≤ 300 ms and
@@ -537,7 +537,7 @@ def _run_phase(phase: str, args: argparse.Namespace, model: Path, limit: float, 
             cmd += ["--engine", "ttsq", "--cuda-graphs"]
     elif phase == "realtime":
         cmd = [
-            sys.executable, "-m", "bench.realtime", *common,
+            sys.executable, "-m", "bench.listening.realtime", *common,
             "--streams", args.streams,
             "--window-s", str(args.window_s),
             "--timeout-s", str(max(30.0, args.window_s)),

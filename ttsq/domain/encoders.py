@@ -5,7 +5,7 @@ from the first sentence on, not after the last. Each :class:`PieceEncoder` is fe
 come and hands back the bytes that are final: whatever the codec has finished encoding and the container has
 framed. Everything emitted, concatenated, is one valid file, so a client may save the body and play it.
 
-The codecs and containers are libav's (PyAV, chosen by measurement: ``bench/encoders.py``, BENCHMARKS.md).
+The codecs and containers are libav's (PyAV, chosen by measurement: ``bench/listening/encoders.py``, BENCHMARKS.md).
 What a stream cannot do is go back: a muxer that would rewrite its header at the end (MP3's Xing/LAME frame,
 FLAC's STREAMINFO) writes into a :class:`_ForwardSink`, which drops writes into bytes already sent. So:
 

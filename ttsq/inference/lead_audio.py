@@ -7,7 +7,7 @@ later than a voice agent wants. So :class:`LeadThenExact` decodes a row's first 
 window of ``first + lookahead`` states through the whole decoder and Vocos
 (:func:`~ttsq.inference.piecewise_audio.chat_decode`): the *lead*, handed out as soon as those states exist. Below
 the field (``lookahead < delay``) the lead's last samples are an approximation, off where the window's end cuts
-their field (``bench.lookahead`` measures by how much for each look-ahead). The streamed decode, fed every state
+their field (``bench.engine.lookahead`` measures by how much for each look-ahead). The streamed decode, fed every state
 from the start, takes over where the lead ends: its samples before that are dropped, and the lead's last ``fade``
 samples are held back and cross-faded into the streamed ones, so that the seam has no step.
 
@@ -33,7 +33,7 @@ streamed samples is not a click, short enough to hold back from the first audio.
 STREAM_RUN_TOKENS = 64
 """States the streamed decode gathers before it runs its layers (:class:`StreamingDecoder`'s ``piece``). Its samples
 are needed only once the lead's have played, and fewer, larger runs cost less: a 250-token row on the full-size
-dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.streaming_audio``)."""
+dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.engine.streaming_audio``)."""
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 

@@ -11,7 +11,7 @@ per row grows linearly with its length (ChatTTS's ``stream=True`` decodes the wh
 
 The field is measured, not assumed (:func:`measure_field`): a state is changed and the samples that move are the
 ones it reaches. With ``lookahead`` below the field's right side the pieces are an approximation, at their right
-edge; ``bench.lookahead`` reports how far from the whole decode each look-ahead is, which is how a default is chosen.
+edge; ``bench.engine.lookahead`` reports how far from the whole decode each look-ahead is, which is how a default is chosen.
 The scheduler streams a row's audio with it (:mod:`ttsq.inference.pieces`, ``PIECE_TOKENS``).
 """
 

@@ -4,7 +4,7 @@ Why. CPython's collector runs a full (generation 2) collection whenever the obje
 collections have grown by a quarter since the last one. An API process into which a thousand listeners arrive at once
 grows exactly so: each held stream keeps its coroutines, tasks and request state alive. So during such a storm the
 collector walks the whole heap several times, each walk holding the event loop and every request on it. Measured with
-``python -m bench.listeners`` (1,000 listeners opened at once on one API process): full collections of 130–180 ms,
+``python -m bench.listening.listeners`` (1,000 listeners opened at once on one API process): full collections of 130–180 ms,
 and ``/healthz`` p99 in the storm up to 28× its rest (a probe that meets a walk waits it out; the slowest 563 ms); with
 this policy 1.0–2.9×, median 1.65× over eight runs, the slowest probe under 19 ms where recorded (BENCHMARKS.md). Most of each walk
 was the process's start-up heap — modules, classes, the app, its settings — which lives as long as the process and holds

@@ -85,7 +85,7 @@ class ListeningService:
 
         Yielded in batches: the events that one read of the stream gives (a piece's ``timing`` and ``status``), so that
         the route writes them at once. With a thousand clients on one process each write is a system call (about a
-        third of the API's time from a piece's publication to its clients' first byte, ``bench.listeners``), and one
+        third of the API's time from a piece's publication to its clients' first byte, ``bench.listening.listeners``), and one
         write per client per piece is half the calls of two.
         """
         after = last_event_id if last_event_id is not None and _ENTRY_ID.fullmatch(last_event_id) else "0"

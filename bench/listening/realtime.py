@@ -1,13 +1,13 @@
 """Real-time streaming capacity, the way the field measures it: ttsq beside ChatTTS's own ``infer(stream=True)`` server.
 
-    python -m bench.realtime [--quick] [--checkpoints tiny,full] [--streams 1,2,4,8,16] [--window-s 20]
+    python -m bench.listening.realtime [--quick] [--checkpoints tiny,full] [--streams 1,2,4,8,16] [--window-s 20]
 
 For each checkpoint (``tiny`` by default; ``full`` is the full-size random-weight one, ChatTTS's real dimensions) and
 each concurrency N, both servers get the same load in the same run, on the same checkpoint and the same machine:
 
 * **ttsq**: redis-server + ``python worker.py`` + ``uvicorn app:app`` (cache and single-flight off, as every
   benchmark here); a stream is ``POST /v1/tts/submit`` then ``GET /v1/tts/stream/{id}?format=pcm``;
-* **ChatTTS stream**: :mod:`bench.chattts_stream_app`, ``Chat.infer(stream=True)`` per request behind one lock, as
+* **ChatTTS stream**: :mod:`bench.listening.chattts_stream_app`, ``Chat.infer(stream=True)`` per request behind one lock, as
   ChatTTS's examples serve it; a stream is ``POST /stream``.
 
 Load: N listeners. Each waits an exponential time (mean ``--gap-s``), opens a stream, plays it to the end, waits again,
@@ -50,11 +50,11 @@ from typing import Any
 
 import httpx
 
+from bench import ROOT
 from bench.machine import machine
 from ttsq.domain.text import split_sentences
 from ttsq.runtime.launch import ProcessExited
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 CHECKPOINTS = {"tiny": "tiny", "full": str(ROOT / "var" / "full-random-checkpoint")}
 SAMPLE_RATE = 24_000
@@ -296,7 +296,7 @@ def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def _env(model: str, tokens: int, device: str, **extra: str) -> dict[str, str]:
-    from bench.throughput import service_env
+    from bench.stacks import service_env
 
     env = service_env(
         extra.pop("REDIS_URL", "redis://127.0.0.1:1/0"),
@@ -340,13 +340,13 @@ def ttsq_server(model: str, tokens: int, device: str, tmp: Path, ready_s: float,
 
 @contextmanager
 def chattts_server(model: str, tokens: int, device: str, tmp: Path, ready_s: float) -> Iterator[str]:
-    """:mod:`bench.chattts_stream_app` on ``model``; yields its URL."""
+    """:mod:`bench.listening.chattts_stream_app` on ``model``; yields its URL."""
     from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
 
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = _env(model, tokens, device, ENGINE_BACKEND="chattts")
-    process = spawn(api_command(port, app="bench.chattts_stream_app:app"), cwd=ROOT, env=env, log=tmp / "chattts.log")
+    process = spawn(api_command(port, app="bench.listening.chattts_stream_app:app"), cwd=ROOT, env=env, log=tmp / "chattts.log")
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_ok(f"{url}/healthz", ready_s, [process])
@@ -532,7 +532,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    command = "python -m bench.realtime " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.listening.realtime " + " ".join(sys.argv[1:] if argv is None else argv)
     load_start = os.getloadavg()[0]
     report = run(args)
     if args.out:

@@ -11,7 +11,7 @@ file's. Every chunk is forced to ``--tokens`` tokens (``MIN_NEW_TOKEN = MAX_NEW_
 same length whatever random weights sample. The worker's step log says after how many decode steps of the first
 chunk its first audio came (``first audio after N decode steps``).
 
-    python -m bench.pieces [--checkpoints tiny,full] [--runs 3] [--tokens 260]
+    python -m bench.listening.pieces [--checkpoints tiny,full] [--runs 3] [--tokens 260]
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.cache_latency import ROOT
-from bench.ttfa import FULL_CHECKPOINT_DIR, Checkpoint, service, wav_samples
+from bench import ROOT
+from bench.listening.ttfa import FULL_CHECKPOINT_DIR, Checkpoint, service, wav_samples
 from ttsq.inference.checkpoint import build_random_checkpoint
 
 TEXT = (
@@ -148,7 +148,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ttsq-pieces-"))
     load_before = os.getloadavg()[0]
     results = {checkpoints[name].name: measure(checkpoints[name], tmp, args.tokens) for name in chosen}
-    command = f"python -m bench.pieces --checkpoints {args.checkpoints} --runs {args.runs} --tokens {args.tokens}"
+    command = f"python -m bench.listening.pieces --checkpoints {args.checkpoints} --runs {args.runs} --tokens {args.tokens}"
     lines = [
         f"Command: `.venv/bin/{command}`",
         f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",

@@ -1,6 +1,6 @@
 """The server ChatTTS's examples make: one FastAPI app that runs ``Chat.infer(stream=True)`` per request.
 
-:mod:`bench.realtime` compares ttsq's streaming with this. It is what upstream's examples do with streaming
+:mod:`bench.listening.realtime` compares ttsq's streaming with this. It is what upstream's examples do with streaming
 (``examples/cmd/stream.py``'s ``ChatStreamer`` over ``chat.infer(..., stream=True)``, served like
 ``examples/api/main.py``): one ``Chat`` in the process, one lock around it (ChatTTS is not thread-safe:
 ``/work/shared/notes/chattts.md``), and each request's yields written to the response as raw PCM16 as they come.
@@ -12,7 +12,7 @@ semantics): the same checkpoint, dtype and device handling, the same speaker for
 ttsq is how the requests are served. The request names its audio length (``tokens``: ``min_new_token =
 max_new_token``), so both servers speak the same number of seconds for the same text.
 
-    MODEL=tiny uvicorn bench.chattts_stream_app:app --loop uvloop --http httptools --no-access-log
+    MODEL=tiny uvicorn bench.listening.chattts_stream_app:app --loop uvloop --http httptools --no-access-log
 """
 
 from __future__ import annotations

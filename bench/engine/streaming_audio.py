@@ -11,7 +11,7 @@ several rows would). Reported per (size, piece): CPU time of each (per row) agai
 states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
 the whole decode.
 
-    python -m bench.streaming_audio [--quick]
+    python -m bench.engine.streaming_audio [--quick]
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bench.cache_latency import ROOT
-from bench.lookahead import decoder_and_vocos, decoder_and_vocos_modules
+from bench import ROOT
+from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
 from ttsq.inference.checkpoint import CheckpointSize
 from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
 from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
@@ -146,7 +146,7 @@ def main() -> None:
     lines = [
         "# Streaming audio decode beside the piecewise one, against the whole decode",
         "",
-        f"Command: `.venv/bin/python -m bench.streaming_audio{' --quick' if args.quick else ''}`. "
+        f"Command: `.venv/bin/python -m bench.engine.streaming_audio{' --quick' if args.quick else ''}`. "
         f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Random weights (seeded), random GPT states of "
         f"{' and '.join(map(str, lengths))} tokens added one token at a time; CPU, one torch thread, thread CPU time; "
         f"ratios are medians over {repeats} interleaved round(s) of both lengths, after an untimed one. "
