@@ -22,15 +22,14 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.domain import context
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
 from ttsq.domain.captions import captions, spoken_text
@@ -39,17 +38,26 @@ from ttsq.inference.base import (
     Batcher,
     DeviceMemory,
     Engine,
-    InferenceError,
     OutOfMemory,
     PieceReady,
     RequestFailed,
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
-from ttsq.runtime.assembly import JobAudio, Release
+from ttsq.runtime.assembly import JobAudio
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
+from ttsq.runtime.outcomes import (
+    CancelledWhileRunning,
+    Failure,
+    Outcome,
+    Outcomes,
+    Piece,
+    Synthesised,
+    heard,
+    token,
+)
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
 from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, WorkerChores, describe
@@ -57,7 +65,6 @@ from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import Claim, JobQueue
-from ttsq.store.replies import Completed, Failed
 from ttsq.store.streams import AudioStreams
 from ttsq.store.voice_encodings import VoiceEncodings
 
@@ -68,9 +75,6 @@ CPU_AUTO_BATCH = 8
 """The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
 _PROBE_TOKENS = (32, 96)
 """Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
-Piece = tuple[Release, bytes, tuple[int, int, str] | None]
-"""One streamed piece: what it is (chunk, place in the joined audio, whether its chunk ends with it), its PCM16 bytes,
-and at its chunk's end (speech start, end in the joined audio in samples, text), its caption."""
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
@@ -105,40 +109,6 @@ class WorkerConfig:
     """systemd's ``NOTIFY_SOCKET`` (a ``Type=notify`` unit): ready and watchdog pings (:mod:`ttsq.runtime.sdnotify`)."""
 
 
-@dataclass(frozen=True)
-class Synthesised:
-    """A job's audio, ready to store; ``busy_s`` is how long it was in the engine (claim to last chunk)."""
-
-    audio: CachedAudio
-    busy_s: float
-    from_cache: bool = False
-    first_audio_at: float | None = None
-    """``time.perf_counter()`` when the job's first chunk of audio existed."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    error: BaseException
-
-
-Outcome = Synthesised | Failure
-
-
-class CancelledWhileRunning(Exception):
-    """A caller cancelled the job while it ran; the worker stopped its work (``fail`` ends it as cancelled)."""
-
-
-def failure_reason(error: BaseException) -> tuple[str, bool]:
-    """How a failure is recorded on the job, and whether another attempt may succeed."""
-    if isinstance(error, CancelledWhileRunning):
-        return str(error), False
-    if isinstance(error, OutOfMemory):
-        return f"out of memory: {error}", True
-    if isinstance(error, InferenceError):
-        return f"{'inference failed' if error.retryable else 'invalid job'}: {error}", error.retryable
-    return f"inference failed: {type(error).__name__}: {error}", True
-
-
 @dataclass
 class _InFlight:
     """A claimed job on its way through the engine."""
@@ -151,6 +121,15 @@ class _InFlight:
     publisher: asyncio.Task[None] | None = None
     listener: Listener = field(default_factory=Listener)
     """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
+
+    def stream(
+        self, piece: Piece, publish: Callable[[Callable[[], Job], asyncio.Queue[Piece | None]], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Publish a piece to the job's Redis stream (:meth:`Outcomes.publish`), in order, without holding up the loop."""
+        if self.pieces is None:
+            self.pieces = asyncio.Queue()
+            self.publisher = asyncio.create_task(publish(lambda: self.job, self.pieces))
+        self.pieces.put_nowait(piece)
 
 
 class Worker:
@@ -183,12 +162,8 @@ class Worker:
         """Ids of jobs that must run alone (their last worker was lost) whose outcome is not stored yet: until it is,
         nothing else is claimed, so a job that kills the process takes no other job's synthesis or storing with it."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._failing_stores: dict[object, str] = {}
-        """Stores of job outcomes failing now (each retried by :meth:`_persist`), and why: ``/readyz`` fails meanwhile."""
         self.speakers = Speakers(engine)
         """Speakers drawn from seeds, kept (the inference thread's own: drawing one runs the model's code)."""
-        self._recorded_speaker = functools.partial(recorded_speaker, speakers=self.speakers)
-        """A finished job's speaker, when a voice draw records it (:func:`ttsq.runtime.speakers.recorded_speaker`)."""
         self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_step_at = time.monotonic()
         self.clock: Callable[[], float] = time.monotonic
@@ -200,6 +175,19 @@ class Worker:
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
         """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
         every ``heartbeat_interval_s``) succeeds again."""
+        self.outcomes = Outcomes(
+            queue,
+            self.streams,
+            cache,
+            self.metrics,
+            self.record,
+            self.outage,
+            recorded_speaker=functools.partial(recorded_speaker, speakers=self.speakers),
+            running=self._running,
+            alone=self._alone,
+            past_grace=self._past_grace,
+        )
+        """Where a job's audio is published and its outcome stored."""
         self._systemd = SystemdNotifier(config.notify_socket)
         chores = WorkerChores(
             queue,
@@ -449,13 +437,13 @@ class Worker:
         if not jobs:
             return
         claimed_at = time.perf_counter()
-        self._running.update((job.id, _token(job)) for job in jobs)
+        self._running.update((job.id, token(job)) for job in jobs)
         self._alone.update(job.id for job in jobs if job.isolate)
         jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
         for job, hit in zip(jobs, hits, strict=True):
             if hit is not None:
-                self._spawn(self._settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
+                self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
                 continue
             self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at)
             if job.isolate:
@@ -475,8 +463,8 @@ class Worker:
         log.warning(
             "%s claimed again (claim %d) while its lapsed claim %d still runs here: that synthesis goes on under the new claim",
             job.id,
-            _token(job),
-            _token(flight.job),
+            token(job),
+            token(flight.job),
         )
         flight.job = job
         return True
@@ -531,24 +519,16 @@ class Worker:
             released = flight.audio.add_piece(event.chunk) if isinstance(event, PieceReady) else flight.audio.add(event.chunk)
             for release in released:
                 if release.samples.size:
-                    self._delivered(flight, release.samples.size / SAMPLE_RATE)
+                    heard(flight.listener, self.clock(), release.samples.size / SAMPLE_RATE, self.metrics)
                 # A one-chunk job decoded whole has nothing to stream ahead of its result; one decoded in pieces has.
                 if release.total > 1 or flight.audio.pieced:
                     pcm = encode_audio(release.samples, "pcm") if release.samples.size else b""
                     cue = _cue(flight.audio.timings[release.index]) if release.final else None
-                    self._stream(flight, (release, pcm, cue))
+                    flight.stream((release, pcm, cue), self.outcomes.publish)
             if flight.audio.complete:
                 del self._in_flight[event.key]
                 self._spawn(self._finish(flight))
         self._room.set()
-
-    def _delivered(self, flight: _InFlight, seconds: float) -> None:
-        """A piece of ``seconds`` of the job's audio is handed on: its listener's slack, and an underrun if it ran dry."""
-        slack = flight.listener.deliver(self.clock(), seconds)
-        if slack is not None:
-            self.metrics.slack.observe(slack)
-            if slack < 0:
-                self.metrics.underruns.inc()
 
     def _count_out_of_memory(self) -> None:
         seen = self._batcher.stats.out_of_memory if self._batcher is not None else 0
@@ -566,13 +546,6 @@ class Worker:
         flight = self._in_flight.pop(job_id)
         self._spawn(self._settle_flight(flight, outcome))
 
-    def _stream(self, flight: _InFlight, piece: Piece) -> None:
-        """Publish a piece to the job's Redis stream, in order, without holding up the loop."""
-        if flight.pieces is None:
-            flight.pieces = asyncio.Queue()
-            flight.publisher = asyncio.create_task(self._publish(flight, flight.pieces))
-        flight.pieces.put_nowait(piece)
-
     async def _finish(self, flight: _InFlight) -> None:
         """All of a job's chunks ended: encode its audio (off the loop) and store it."""
         samples = flight.audio.samples()
@@ -588,7 +561,7 @@ class Worker:
         if flight.pieces is not None and flight.publisher is not None:
             flight.pieces.put_nowait(None)
             await flight.publisher
-        await self._settle(flight.job, outcome, flight.claimed_at)
+        await self.outcomes.settle(flight.job, outcome, flight.claimed_at)
         self._after_job(isinstance(outcome, Failure) and isinstance(outcome.error, OutOfMemory))
 
     def _spawn(self, work: Awaitable[None]) -> None:
@@ -614,198 +587,8 @@ class Worker:
     def _release_memory(self) -> None:
         self._thread.call(self.engine.release_memory)
 
-    async def _settle(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
-        """Store one job's outcome: its result (and cache entry), or its failure. A Redis outage is retried
-        (:meth:`_persist`); anything else that stops the store releases the job (:meth:`_release`)."""
-        try:
-            with context.working_on(job.id):
-                await self._store(job, outcome, claimed_at)
-        except Exception as exc:  # noqa: BLE001 - whatever it was, the job must not stay in this worker's hands
-            await self._release(job, exc)
-        finally:
-            # Its lease is released with its outcome: renewing it after that would report it lost. Unless the job was
-            # claimed again meanwhile (a stale outcome, refused): the newer claim stays in hand.
-            if self._running.get(job.id) == _token(job):
-                del self._running[job.id]
-                self._alone.discard(job.id)
-
-    async def _release(self, job: Job, error: BaseException) -> None:
-        """A job whose outcome could not be stored for a reason retrying would not fix (not a Redis outage: those are
-        retried until Redis answers) is given back now, as a retryable failure that says why, so it runs again — here
-        or on another worker. It used to stay in hand with its lease renewed forever (issue 28: a job "running" for
-        minutes, its worker ready). If even that write fails, the lease is no longer renewed (:meth:`_settle`): it
-        lapses, and the sweep requeues the job."""
-        log.error("  ✗ %s attempt %d: storing its outcome failed; releasing it to run again", job.id, job.attempts, exc_info=error)
-        reason = f"storing its outcome failed: {type(error).__name__}: {error}"
-        try:
-            released = await self.queue.fail(job, reason, retryable=True, cache_key=job.params.cache_key)
-        except Exception as exc:  # noqa: BLE001 - the lease lapses instead; the sweep requeues the job
-            log.warning("  %s could not be released (%s): its lease lapses, and the sweep requeues it", job.id, describe(exc))
-            return
-        if released is Failed.RETRY:
-            self.metrics.ended("retried", job.attempts)
-        elif released is Failed.FAILED:
-            self.metrics.ended("failed", job.attempts)
-        log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, released)
-
-    async def _store(self, job: Job, outcome: Outcome, claimed_at: float) -> None:
-        if isinstance(outcome, Failure):
-            await self._record_failure(job, outcome.error)
-            return
-        if self.cache is not None and job.params.cache_key is not None and not outcome.from_cache:
-            await self.cache.put(job.params.cache_key, outcome.audio)
-        result = outcome.audio
-        speaker = await self._recorded_speaker(job.params)
-        stored = await self._persist(
-            lambda: self.queue.complete(
-                job,
-                result.audio,
-                result.content_type,
-                result.duration_s,
-                outcome.busy_s,
-                job.params.cache_key,
-                result.captions,
-                speaker,
-            )
-        )
-        if stored is Completed.STALE or stored is Failed.STALE:
-            self._refused(job, "completion")
-            return
-        if stored is Completed.CANCELLED:
-            self.metrics.ended("cancelled", job.attempts)
-            # The audio stays in the result cache (put above): the work is done, and an identical
-            # request later is answered from it; the cancelled task itself never gets it.
-            log.info("  ⊘ %s cancelled while it ran: its audio is dropped", job.id)
-            return
-        if stored is Failed.FAILED:
-            self.metrics.ended("failed", job.attempts)
-            log.warning("  ✗ %s attempt %d: its result is over MAX_RESULT_BYTES → failed", job.id, job.attempts)
-            return
-        if stored is not Completed.DONE:
-            if stored is not None:
-                log.info("  ⊘ %s had already ended: this attempt's result is dropped", job.id)
-            return
-        self.metrics.ended("done", job.attempts)
-        self.metrics.audio_seconds.inc(result.duration_s)
-        if not outcome.from_cache and result.duration_s > 0:
-            self.metrics.rtf.observe(outcome.busy_s / result.duration_s)
-        if outcome.first_audio_at is not None:
-            self.metrics.first_audio.observe(max(0.0, outcome.first_audio_at - claimed_at))
-        self.record.jobs_done += 1
-        log.info(
-            "%6.2fs ✓ %s attempt %d (%s, %.1fs audio%s)",
-            outcome.busy_s,
-            job.id,
-            job.attempts,
-            job.params.format,
-            result.duration_s,
-            " from the cache" if outcome.from_cache else "",
-        )
-
-    async def _record_failure(self, job: Job, error: BaseException) -> None:
-        self.record.jobs_failed += 1
-        reason, retryable = failure_reason(error)
-        outcome = await self._persist(lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key))
-        if outcome is Failed.STALE:
-            self._refused(job, "failure")
-            return
-        if outcome is Failed.RETRY:
-            self.metrics.ended("retried", job.attempts)
-        elif outcome is Failed.FAILED:
-            self.metrics.ended("failed", job.attempts)
-        elif outcome is Failed.CANCELLED:
-            self.metrics.ended("cancelled", job.attempts)
-        log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
-
-    async def _publish(self, flight: _InFlight, pieces: asyncio.Queue[Piece | None]) -> None:
-        """Forward a job's audio pieces to its Redis stream, in order.
-
-        Streaming is best effort: a piece that cannot be published is logged and skipped; the
-        stored result, written at the end, is what a job owes its client. A retried attempt
-        starts the stream afresh; a first attempt has nothing to clear. A stale claim (the job was
-        claimed again after this worker's lease lapsed) publishes nothing more; a job this worker claimed again
-        while it ran (:meth:`_adopted`) publishes on under its new claim.
-        """
-        fresh = flight.job.attempts > 1
-        while (piece := await pieces.get()) is not None:
-            job = flight.job
-            try:
-                release, pcm, spoken = piece
-                published = await self.streams.publish(
-                    job.id,
-                    _token(job),
-                    release.index,
-                    release.total,
-                    pcm,
-                    fresh=fresh,
-                    spoken=spoken,
-                    at=release.at,
-                    partial=not release.final,
-                )
-            except REDIS_ERRORS as exc:
-                log.warning("could not publish audio: %s", exc)
-                continue
-            fresh = False
-            if not published:
-                self._refused(job, "stream")
-                while await pieces.get() is not None:
-                    pass
-                return
-
-    # ---- writing outcomes through a Redis outage -------------------------------------------
-
-    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T | None:
-        """Retry a Redis write through an outage, so finished work is not thrown away.
-
-        Gives up only when stopping past the grace period; the lease then lapses and the
-        sweep requeues the job, so it is re-run rather than lost.
-        """
-        failing = object()
-
-        async def attempt() -> T:
-            """One try; while any store is failing, ``/readyz`` says so (the worker's finished work is stuck)."""
-            try:
-                value = await write()
-            except REDIS_ERRORS as exc:
-                self._failing_stores[failing] = describe(exc)[:300]
-                self.record.store_error = next(reversed(self._failing_stores.values()))
-                raise
-            self._store_settled(failing)
-            return value
-
-        try:
-            return await self.outage.persist(attempt, "store a job outcome", give_up=self._past_grace)
-        except REDIS_ERRORS as exc:
-            log.error("could not store a job outcome before shutdown: %s", exc)
-            return None
-        finally:
-            self._store_settled(failing)
-
-    def _store_settled(self, store: object) -> None:
-        self._failing_stores.pop(store, None)
-        self.record.store_error = next(reversed(self._failing_stores.values()), None)
-
-    def _refused(self, job: Job, what: str) -> None:
-        """The queue refused this worker's write: its claim on ``job`` is stale (fencing). Counted and logged."""
-        self.metrics.stale.labels(what).inc()
-        log.warning(
-            "  ⊘ %s attempt %d: %s refused, claim %d is stale (the lease lapsed and the job was requeued, perhaps "
-            "claimed by another worker); nothing of this attempt was applied",
-            job.id,
-            job.attempts,
-            what,
-            _token(job),
-        )
-
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok
-
-
-def _token(job: Job) -> int:
-    """A claimed job's fencing token (``claim.lua`` sets it on every claim)."""
-    if job.claim is None:
-        raise ValueError(f"job {job.id} was not claimed: it carries no claim token")
-    return job.claim
 
 
 def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:
