@@ -637,6 +637,14 @@ class Settings(BaseSettings):
         "request then costs a full batch's step (docs/decoder.md).",
         json_schema_extra=_group("Model"),
     )
+    cpu_packed_weights: bool = Field(
+        True,
+        description="With `ENGINE_BACKEND=ttsq` on a CPU and `GPT_DTYPE=float32`: the GPT's projections and heads are "
+        "reordered once at load into oneDNN's blocked layout and multiplied through oneDNN instead of MKL (a decode step "
+        "at batch 8 in under half the time, the same tokens; BENCHMARKS.md, \"CPU matmul\"). `false`: torch's plain "
+        "`F.linear`.",
+        json_schema_extra=_group("Model"),
+    )
     compile: bool = Field(
         False,
         description="`torch.compile` the GPT (CUDA only, `ENGINE_BACKEND=chattts`); batches are padded to powers of two "

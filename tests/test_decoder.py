@@ -560,3 +560,45 @@ def test_a_cpu_decoder_asked_for_cuda_graphs_captures_none_and_does_not_log_that
     scheduler = engine._scheduler(2, engine._limits(), oom_recover_s=60, capture=True, reserve=0)
     assert not scheduler.code.cuda_graphs
     assert "CUDA graphs" not in caplog.text
+
+
+def test_onednn_packed_weights_give_the_plain_float32_paths_tokens_for_mixed_rows_over_a_hundred_steps(
+    tiny_decoder_engine: DecoderEngine,
+) -> None:
+    """``CPU_PACKED_WEIGHTS``: the GPT's projections and heads multiplied through oneDNN from weights packed once.
+    Mixed voices and sampling, rows joining as others leave, 130 steps: every row's codes are the plain
+    float32 path's (MKL's ``F.linear``), and its GPT states agree to float32 rounding."""
+    chat = tiny_decoder_engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+    cases = [
+        Row(TEXTS[index % len(TEXTS)], index if index % 3 else None, RowParams(
+            temperature=(0.05, 0.3, 0.7, 1.0)[index % 4], top_p=(0.3, 0.7, 0.95)[index % 3], top_k=1 + 7 * index,
+            repetition_penalty=(1.0, 1.05, 1.3)[index % 3], min_new_token=length, max_new_token=length, seed=1000 + index,
+        ))
+        for index, length in enumerate([110, 40, 75, 100, 20, 60, 110, 35, 90, 50])
+    ]  # fmt: skip
+
+    def run(packed: bool) -> tuple[list[Finished], int]:
+        dec = SlotDecoder(
+            chat.gpt.gpt, chat.embed, mode="code", eos=rows.code_eos,
+            shape=DecoderShape(slots=6, max_prompt=96, max_new=110), dtype=torch.float32, head_dtype=torch.float32,
+            packed_weights=packed,
+        )  # fmt: skip
+        assert dec.packed_weights is packed
+        pending, ended, slots, steps = list(enumerate(cases)), {}, {}, 0
+        while pending or dec.occupied:
+            while pending and dec.free_slots:
+                index, row = pending.pop(0)
+                slots[index], _ = dec.admit(prompt_of(tiny_decoder_engine, rows, row), row.params)
+            for finished in dec.step():
+                ended[next(i for i, s in slots.items() if s == finished.slot and i not in ended)] = finished
+            steps += 1
+        return [ended[index] for index in range(len(cases))], steps
+
+    (plain, steps), (packed, _) = run(False), run(True)
+    assert steps >= 100
+    for index, (a, b) in enumerate(zip(plain, packed, strict=True)):
+        assert a.tokens.shape[0] == cases[index].params.max_new_token
+        assert torch.equal(a.tokens, b.tokens), f"row {index} sampled other codes on packed weights"
+        assert a.hiddens is not None and b.hiddens is not None
+        torch.testing.assert_close(a.hiddens, b.hiddens, rtol=1e-4, atol=1e-5)

@@ -90,6 +90,8 @@ class EngineConfig:
     decoder_dtype: Dtype
     max_reference_s: float
     """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
+    cpu_packed_weights: bool
+    """ttsq's decoder on a CPU in float32: the GPT's projections and heads packed once for oneDNN (``CPU_PACKED_WEIGHTS``)."""
     warmup_text: str = "warm up."
 
 
