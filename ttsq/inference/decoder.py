@@ -37,7 +37,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -49,6 +49,7 @@ __all__ = [
     "PENALTY_WINDOW",
     "DecoderShape",
     "Finished",
+    "Precision",
     "Prefilled",
     "RowParams",
     "SlotDecoder",
@@ -65,6 +66,12 @@ float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and 
 own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
 
 Mode = Literal["code", "text"]
+Precision = Literal["fp32", "bf16", "int8"]
+"""What the GPT's projections multiply in on a CPU (``PRECISION``). ``fp32``: float32 (the tokens of
+the plain path). ``bf16``: bfloat16 weights and inputs, float32 accumulation and outputs. ``int8``:
+dynamic quantisation (int8 weights per output channel; each call quantises its input with one
+scale computed over the whole batch, so a row's codes depend on its batch-mates). Attention, norms,
+the KV cache, the heads and sampling stay float32 in all three."""
 
 
 def stream_seed(seed: int, chunk_index: int) -> int:
@@ -151,15 +158,26 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class _Int8:
+    """A projection quantised for ``torch.ops.quantized.linear_dynamic`` (fbgemm's packed int8 weight)."""
+
+    packed: Any
+
+
+Weight: TypeAlias = "torch.Tensor | _Int8"
+"""A projection as :func:`_linear` takes it: dense (MKL), oneDNN-packed (float32 or bfloat16), or int8."""
+
+
+@dataclass(frozen=True)
 class _Layer:
     """One LLaMA block's weights, fused where that saves a kernel: q/k/v in one matrix, gate/up in one."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    out: torch.Tensor
+    qkv: Weight
+    out: Weight
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Weight
+    down: Weight
     eps: float
     scale: float
 
@@ -185,9 +203,11 @@ class SlotDecoder:
             product has the same shape whatever is in flight and a row's bits never depend on its
             batch-mates, in float32 too (a decoder of the same slot count gives the same bits).
         packed_weights: on a CPU in float32, reorder the GPT's projections and the heads once into
-            oneDNN's blocked layout and multiply through oneDNN (:func:`packs_weights`): ~2.7x
-            faster at batch 8 than MKL's sgemm on plain weights (BENCHMARKS.md), the same tokens.
+            oneDNN's blocked layout and multiply through oneDNN (:func:`packs_weights`): over twice
+            as fast at batch 8 as MKL's sgemm on plain weights (BENCHMARKS.md), the same tokens.
             Ignored elsewhere.
+        precision: what the projections multiply in (:data:`Precision`); ``bf16`` and ``int8``
+            need a CPU and a float32 GPT, and change codes (BENCHMARKS.md gives their agreement).
     """
 
     def __init__(
@@ -204,6 +224,7 @@ class SlotDecoder:
         static_shapes: bool = False,
         batch_invariant: bool = False,
         packed_weights: bool = False,
+        precision: Precision = "fp32",
     ) -> None:
         import torch
 
@@ -228,10 +249,13 @@ class SlotDecoder:
         num_vq = int(embed.num_vq)
         self.streams = num_vq if mode == "code" else 1
         """Tokens per row per step: four codebooks for audio, one token for text."""
-        self.packed_weights = packed_weights and packs_weights(self.device, dtype)
-        """Whether the projections (and, in float32, the heads) are oneDNN-packed."""
+        if precision != "fp32" and not packs_weights(self.device, dtype):
+            raise ValueError(f"PRECISION={precision} needs a CPU and a float32 GPT (got {self.device.type}, {dtype})")
+        self.precision: Precision = precision
+        self.packed_weights = (packed_weights or precision != "fp32") and packs_weights(self.device, dtype)
+        """Whether the projections (and, in float32, the heads) are packed: for oneDNN, or for fbgemm (int8)."""
         with torch.no_grad():
-            self._layers = [_fuse(layer, dtype, pack=self.packed_weights) for layer in gpt.layers]
+            self._layers = [_fuse(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
             self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
             if mode == "code":
                 # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
@@ -243,7 +267,7 @@ class SlotDecoder:
             self.vocab = int(heads[0].shape[0])
             self._heads = torch.cat(heads, 0).to(head_dtype).contiguous()
             if self.packed_weights and packs_weights(self.device, head_dtype):
-                self._heads = _pack(self._heads)
+                self._heads = _onednn(self._heads)
             self._table = torch.cat(tables, 0).to(head_dtype).contiguous()
             self._offsets = torch.arange(self.streams, device=self.device) * int(tables[0].shape[0])
             # RoPE for every position at once: the same products and cos/sin as per step (each
@@ -710,27 +734,49 @@ def packs_weights(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.float32 and bool(torch.backends.mkldnn.is_available())
 
 
-def _pack(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` (out, in) reordered once into oneDNN's blocked layout: an opaque tensor only :func:`_linear` reads."""
+def _pack(weight: torch.Tensor, precision: Precision = "fp32") -> Weight:
+    """``weight`` (out, in) prepared once for :func:`_linear`: reordered into oneDNN's blocked layout
+    (float32, or bfloat16 for ``bf16``), or quantised to int8 per output channel and packed for fbgemm."""
+    import torch
+
+    weight = weight.contiguous()
+    if precision == "int8":
+        # torch's default dynamic-quantisation weight observer: symmetric, per output channel, qint8.
+        observer = torch.ao.quantization.default_per_channel_weight_observer()
+        observer(weight)
+        scales, zeros = observer.calculate_qparams()
+        quantized = torch.quantize_per_channel(weight, scales.double(), zeros.long(), 0, torch.qint8)
+        return _Int8(torch.ops.quantized.linear_prepack(quantized, None))
+    return _onednn(weight.to(torch.bfloat16) if precision == "bf16" else weight)
+
+
+def _onednn(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered once into oneDNN's blocked layout: an opaque tensor only :func:`_linear` reads."""
     import torch
 
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), _PACK_BATCH_HINT)  # type: ignore[no-any-return]
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T``: through oneDNN for a packed weight, through ``F.linear`` (MKL on a CPU) otherwise.
+def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    """``x @ weight.T``: through oneDNN for a packed weight, fbgemm for an int8 one, ``F.linear``
+    (MKL on a CPU) otherwise.
 
     oneDNN's prepacked path runs the GPT's matmuls at twice MKL's speed here and more, since MKL's
-    sgemm re-packs the weight at every call (BENCHMARKS.md, "CPU matmul")."""
+    sgemm re-packs the weight at every call (BENCHMARKS.md, "CPU matmul"). ``reduce_range`` as torch's
+    own dynamically quantised ``Linear`` uses it on x86."""
     import torch
     import torch.nn.functional as F
 
+    if isinstance(weight, _Int8):
+        return torch.ops.quantized.linear_dynamic(x, weight.packed, True)  # type: ignore[no-any-return]
     if weight.is_mkldnn:
+        if weight.dtype == torch.bfloat16:
+            return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, None, "none", [], "").float()  # type: ignore[no-any-return]
         return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")  # type: ignore[no-any-return]
     return F.linear(x, weight)
 
 
-def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False) -> _Layer:
+def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False, precision: Precision = "fp32") -> _Layer:
     import torch
 
     attn, mlp = layer.self_attn, layer.mlp
@@ -740,8 +786,8 @@ def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False) -> _Layer:
             raise ValueError("ttsq's decoder expects LLaMA projections without bias (ChatTTS's GPT has none)")
         return module.weight.detach().to(dtype)  # type: ignore[no-any-return]
 
-    def ready(matrix: torch.Tensor) -> torch.Tensor:
-        return _pack(matrix) if pack else matrix.contiguous()
+    def ready(matrix: torch.Tensor) -> Weight:
+        return _pack(matrix, precision) if pack else matrix.contiguous()
 
     return _Layer(
         input_norm=layer.input_layernorm.weight.detach(),
