@@ -120,7 +120,7 @@ def weight_bytes(chat: Any) -> int:
         if isinstance(module, torch.nn.Linear):
             total += module.weight.numel() * 4
     heads = sum(head.weight.numel() for head in chat.embed.head_code)
-    return total + heads * 4
+    return int(total + heads * 4)
 
 
 def main() -> None:

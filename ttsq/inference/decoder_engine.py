@@ -163,6 +163,7 @@ class DecoderEngine(ChatTTSEngine):
                 cuda_graphs=graphs,
                 batch_invariant=self.batch_invariant,
                 packed_weights=self.config.cpu_packed_weights,
+                precision=self.config.precision,
             )
             if made.cuda_graphs:  # asked for and on CUDA: a CPU has no graphs to capture, and the log must not say so
                 started = time.perf_counter()
