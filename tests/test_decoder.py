@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, OutOfMemory, RequestFailed, SynthesisRequest, TransientError
-from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.inference.rows import ChatTTSRows
@@ -602,3 +602,26 @@ def test_onednn_packed_weights_give_the_plain_float32_paths_tokens_for_mixed_row
         assert torch.equal(a.tokens, b.tokens), f"row {index} sampled other codes on packed weights"
         assert a.hiddens is not None and b.hiddens is not None
         torch.testing.assert_close(a.hiddens, b.hiddens, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_an_opt_in_precision_reaches_the_decoders_matmuls_and_serves_requests(tiny_checkpoint_dir: Any, precision: Precision) -> None:
+    """``PRECISION=bf16|int8``: the engine's decoders multiply in it (their codes differ from float32's: BENCHMARKS.md
+    gives the agreement), and requests are served through it to the end."""
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, precision=precision)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=False)
+    engine.load()
+    scheduler = engine._scheduler(3, engine._limits(), oom_recover_s=60, capture=False)
+    assert scheduler.code.precision == precision and scheduler.code.packed_weights
+    audio, failed = run(scheduler, requests(engine, 3))
+    assert failed == {} and set(audio) == {"r0", "r1", "r2"}
+    assert all(samples.size > 0 for chunks in audio.values() for samples in chunks.values())
+
+
+def test_an_opt_in_precision_is_refused_for_a_gpt_that_is_not_float32(engine64: DecoderEngine) -> None:
+    with pytest.raises(ValueError, match="PRECISION=int8 needs a CPU and a float32 GPT"):
+        chat = engine64._loaded_chat()
+        SlotDecoder(
+            chat.gpt.gpt, chat.embed, mode="code", eos=0, shape=DecoderShape(slots=1, max_prompt=8, max_new=4),
+            dtype=torch.float64, head_dtype=torch.float64, precision="int8",
+        )  # fmt: skip
