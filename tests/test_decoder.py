@@ -605,7 +605,9 @@ def test_onednn_packed_weights_give_the_plain_float32_paths_tokens_for_mixed_row
 
 
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
-def test_an_opt_in_precision_reaches_the_decoders_matmuls_and_serves_requests(tiny_checkpoint_dir: Any, precision: Precision) -> None:
+def test_an_opt_in_precision_reaches_the_decoders_matmuls_and_serves_requests(
+    tiny_checkpoint_dir: Any, precision: Precision
+) -> None:
     """``PRECISION=bf16|int8``: the engine's decoders multiply in it (their codes differ from float32's: BENCHMARKS.md
     gives the agreement), and requests are served through it to the end."""
     config = dataclasses.replace(TINY_ENGINE_CONFIG, precision=precision)
