@@ -405,6 +405,29 @@ def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(eng
     assert not overlapped.busy
 
 
+def test_a_request_that_fails_while_its_first_chunk_waits_for_its_prefill_leaves_nothing_behind(
+    engine64: DecoderEngine,
+) -> None:
+    """Found 5 (issue 30): its second chunk's prefill failed while its first chunk's was still running, so the first
+    chunk was set aside in that admission pass and put back after the request had failed: it then took a slot and
+    decoded to its end for audio nobody would receive."""
+    from concurrent.futures import Future
+
+    scheduler = engine64._scheduler(3, engine64._limits(), oom_recover_s=60, capture=False, reserve=0, overlap=True)
+    text = "This sentence is the first one here. " * 2
+    scheduler.add("r", SynthesisRequest(text=text, speaker=engine64.speaker_from_seed(1), seed=1))
+    rows = {entry.row.index: entry.row for entry in scheduler._waiting}
+    assert sorted(rows) == [0, 1]
+    rows[0].prefill = Future()  # still running in the prefill thread
+    failed: Future[Any] = Future()
+    failed.set_exception(RuntimeError("prefill failed"))
+    rows[1].prefill = failed
+    events = scheduler.step()
+    assert [(type(event), event.key) for event in events] == [(RequestFailed, "r")]
+    assert (scheduler.waiting_rows, scheduler.active_rows, scheduler.requests()) == (0, 0, [])
+    assert not scheduler.busy
+
+
 def test_fault_injection_poison_fails_only_its_request(engine64: DecoderEngine) -> None:
     from tests.conftest import fault_config
 

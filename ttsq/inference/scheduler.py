@@ -346,7 +346,10 @@ class Scheduler:
                 self._exclusive = token
             self._admit_row(decoder, row, events)
         for entry in held:
-            heapq.heappush(self._waiting, entry)
+            # Not a row whose request failed in this pass (a later chunk's prefill, say): _drop removed its waiting
+            # rows, but not these, set aside meanwhile; put back, one would decode to its end for nobody.
+            if self._requests.get(entry.row.request.key) is entry.row.request:
+                heapq.heappush(self._waiting, entry)
 
     def _decoder_or_fail(self, row: _Row, events: list[BatchEvent]) -> SlotDecoder | None:
         try:
