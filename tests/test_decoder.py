@@ -32,6 +32,35 @@ MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
 
 
+EOS_BOOST = 1.5
+"""How much :func:`engine64_ending` scales the end token's row of each code head: with random weights the end token
+never wins (0 of 60 rows), so the end-token path was held only to ttsq itself; scaled by 1.5, rows of 24 tokens end
+anywhere from their second token to their limit (measured: 10 of 16 rows ended early)."""
+
+
+def _float64_engine(boost_eos: float = 1.0) -> DecoderEngine:
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=False)
+    engine.load()
+    chat = engine._loaded_chat()
+    if boost_eos != 1.0:
+        eos = ChatTTSRows(chat).code_eos
+        with torch.no_grad():
+            for head in chat.embed.head_code:  # weight-normed: scale the end row's magnitude, its direction kept
+                head.parametrizations.weight.original0[eos] *= boost_eos
+    chat.gpt.gpt.double()
+    chat.embed.double()
+    chat.gpt.head_code = [lambda h, head=head: head(h.double()) for head in chat.gpt.head_code]
+    chat.gpt.head_text = lambda h, head=chat.gpt.head_text: head(h.double())
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine64_ending(tiny_checkpoint_dir: Any) -> DecoderEngine:
+    """:func:`engine64` with the code heads' end token made able to win (:data:`EOS_BOOST`), for both engines alike."""
+    return _float64_engine(EOS_BOOST)
+
+
 @pytest.fixture(scope="module")
 def engine64(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
     """A decoder engine on the tiny checkpoint whose GPT and embeddings compute in float64."""
@@ -77,7 +106,7 @@ def row_strategy() -> st.SearchStrategy[Row]:
     params = st.builds(
         RowParams,
         temperature=st.sampled_from([0.05, 0.3, 0.7, 1.0]),
-        top_p=st.sampled_from([0.3, 0.7, 0.95]),
+        top_p=st.sampled_from([0.3, 0.7, 0.95, 1.0]),
         top_k=st.integers(1, 40),
         repetition_penalty=st.sampled_from([1.0, 1.05, 1.3]),
         min_new_token=st.integers(0, 4),
@@ -131,6 +160,27 @@ def test_every_row_of_a_mixed_batch_samples_exactly_what_chattts_samples_for_it_
 ) -> None:
     """Any mix of voices, temperatures, top-p/top-k, penalties, lengths and seeds in one batch:
     every row's codes and GPT states are ChatTTS's for that row at batch 1, bit for bit."""
+    _check_mixed_batch_against_chattts(engine64, rows64, batch)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(row_strategy(), min_size=1, max_size=5))
+def test_rows_that_end_on_their_end_token_end_where_chattts_ends_them_after_their_own_min_new_token(
+    engine64_ending: DecoderEngine, batch: list[Row]
+) -> None:
+    """The same with a checkpoint whose end token can win: where each row ends (its end token, after its own
+    ``min_new_token``, or its limit) and every code and state before it are ChatTTS's own."""
+    _check_mixed_batch_against_chattts(engine64_ending, ChatTTSRows(engine64_ending._loaded_chat()), batch)
+
+
+def test_the_end_token_checkpoint_ends_rows_early_under_chattts_itself(engine64_ending: DecoderEngine) -> None:
+    """The premise of the test above: ChatTTS's own loop ends most rows of this checkpoint before their limit."""
+    rows = [Row(TEXTS[seed % len(TEXTS)], seed, RowParams(0.3, 0.7, 20, 1.05, 0, MAX_NEW, seed)) for seed in range(8)]
+    lengths = [int(upstream_codes(engine64_ending, row).ids[0].shape[0]) for row in rows]
+    assert sum(length < MAX_NEW for length in lengths) >= 4, lengths
+
+
+def _check_mixed_batch_against_chattts(engine64: DecoderEngine, rows64: ChatTTSRows, batch: list[Row]) -> None:
     dec = decoder(engine64, len(batch))
     ended: dict[int, Finished] = {}
     for row in batch:
@@ -154,8 +204,7 @@ def test_greedy_rows_equal_chattts_batched_call_whatever_their_batch_mates(engin
     speaker = engine64.speaker_from_seed(3)
     texts = TEXTS[:4]
     greedy = RowParams(
-        temperature=1e-5, top_p=0.7, top_k=1, repetition_penalty=1.05,
-        min_new_token=1, max_new_token=MAX_NEW, seed=7
+        temperature=1e-5, top_p=0.7, top_k=1, repetition_penalty=1.05, min_new_token=1, max_new_token=MAX_NEW, seed=7
     )
     params = chat.InferCodeParams(
         prompt="[speed_5]", spk_emb=speaker, temperature=1e-5, top_K=1, manual_seed=0, max_new_token=MAX_NEW, min_new_token=1
