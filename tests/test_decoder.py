@@ -699,3 +699,29 @@ def test_an_opt_in_precision_is_refused_for_a_gpt_that_is_not_float32(engine64: 
             chat.gpt.gpt, chat.embed, mode="code", eos=0, shape=DecoderShape(slots=1, max_prompt=8, max_new=4),
             dtype=torch.float64, head_dtype=torch.float64, precision="int8",
         )  # fmt: skip
+
+
+def test_float32_rows_as_served_sample_chattts_float32_codes(tiny_decoder_engine: DecoderEngine) -> None:
+    """float32 as a worker serves it (oneDNN-packed weights, fused projections, the CPU's eager step), not float64:
+    mixed rows in one batch get the codes ChatTTS's own float32 ``infer_code`` samples for each alone."""
+    chat = tiny_decoder_engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+    cases = [
+        Row(TEXTS[index], index if index % 2 else None, RowParams(
+            temperature=(0.3, 0.7, 1.0)[index % 3], top_p=(0.7, 1.0, 0.95)[index % 3], top_k=(20, 5, 40)[index % 3],
+            repetition_penalty=(1.05, 1.0, 1.3)[index % 3], min_new_token=MAX_NEW, max_new_token=MAX_NEW, seed=50 + index,
+        ))
+        for index in range(6)
+    ]  # fmt: skip
+    dec = SlotDecoder(
+        chat.gpt.gpt, chat.embed, mode="code", eos=rows.code_eos,
+        shape=DecoderShape(slots=6, max_prompt=96, max_new=MAX_NEW), dtype=torch.float32, head_dtype=torch.float32,
+        packed_weights=True,
+    )  # fmt: skip
+    for row in cases:
+        dec.admit(prompt_of(tiny_decoder_engine, rows, row), row.params)
+    ended: dict[int, Finished] = {}
+    while dec.occupied:
+        ended.update({finished.slot: finished for finished in dec.step()})
+    for slot, row in enumerate(cases):
+        assert torch.equal(ended[slot].tokens, upstream_codes(tiny_decoder_engine, row).ids[0]), f"row {slot} ({row})"
