@@ -725,3 +725,25 @@ def test_float32_rows_as_served_sample_chattts_float32_codes(tiny_decoder_engine
         ended.update({finished.slot: finished for finished in dec.step()})
     for slot, row in enumerate(cases):
         assert torch.equal(ended[slot].tokens, upstream_codes(tiny_decoder_engine, row).ids[0]), f"row {slot} ({row})"
+
+
+def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives_its_failure(engine64: DecoderEngine) -> None:
+    """Found 4 (issue 30): the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
+    mid-serving, stalling every row, and its build error escaped the inference thread. A worker's batcher builds it
+    now, before the worker is ready; a build that fails is logged, refine_text requests fail with its reason, and
+    every other request is served."""
+    assert isinstance(scheduler := engine64.batcher(2, oom_recover_s=60), Scheduler)
+    assert scheduler.text is not None and scheduler.text.mode == "text"
+
+    def no_room() -> SlotDecoder:
+        raise RuntimeError("no memory left for the refine cache")
+
+    chat = engine64._loaded_chat()
+    broken = Scheduler(ChatTTSRows(chat), decoder(engine64, 2), no_room, engine64._split, engine64._limits(), oom_recover_s=60,
+                       build_text_now=True)  # fmt: skip
+    assert broken.text is None
+    speaker = engine64.speaker_from_seed(1)
+    refine = SynthesisRequest(text="refine me.", speaker=speaker, seed=1, sampling=Sampling(refine_text=True))
+    audio, failed = run(broken, [refine, SynthesisRequest(text="plain.", speaker=speaker, seed=2)])
+    assert set(failed) == {"r0"} and "no memory left for the refine cache" in str(failed["r0"])
+    assert set(audio) == {"r1"}

@@ -101,7 +101,13 @@ class DecoderEngine(ChatTTSEngine):
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
         """A scheduler of ``slots`` rows (some kept for first chunks); on CUDA with graphs, every bucket's step is captured now."""
         return self._scheduler(
-            slots, self._limits(), oom_recover_s=oom_recover_s, capture=True, reserve=self.first_chunk_slots, overlap=self.overlap
+            slots,
+            self._limits(),
+            oom_recover_s=oom_recover_s,
+            capture=True,
+            reserve=self.first_chunk_slots,
+            overlap=self.overlap,
+            build_text_now=True,
         )
 
     @property
@@ -143,6 +149,7 @@ class DecoderEngine(ChatTTSEngine):
         capture: bool,
         reserve: int = 0,
         overlap: bool = False,
+        build_text_now: bool = False,
     ) -> Scheduler:
         rows = self._loaded_rows()
         chat = self._loaded_chat()
@@ -182,6 +189,7 @@ class DecoderEngine(ChatTTSEngine):
             first_chunk_slots=reserve,
             head_start=self.head_start,
             overlap=self._overlap_pools() if overlap else None,
+            build_text_now=build_text_now,
         )
 
     def _gpt_dtype(self) -> torch.dtype:

@@ -157,12 +157,17 @@ class Scheduler:
         head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        build_text_now: bool = False,
     ) -> None:
         self.rows = rows
         self.code = code
         self._make_text = text
         self.text: SlotDecoder | None = None
-        """The refine-text decoder, made at the first row that needs it (its cache is memory spent for nothing otherwise)."""
+        """The refine-text decoder: made here with ``build_text_now`` (a worker's batcher: built, and on CUDA captured,
+        before the worker reports ready, not mid-serving where it would stall every row), else at the first row that
+        needs it (scripts and warm-up: its cache is memory spent for nothing otherwise)."""
+        self._text_error: str | None = None
+        """Why the refine-text decoder could not be built: refine_text requests fail with it, the rest are served."""
         self.prepare = prepare
         self.limits = limits
         self.clock = clock
@@ -189,6 +194,8 @@ class Scheduler:
         self._audio_pool: RankedExecutor | None = overlap[1] if overlap is not None else None
         self._audio: list[tuple[_Row, Future[npt.NDArray[np.float32]]]] = []
         """Finished rows whose audio is being decoded (``overlap`` only): first chunks first, then by arrival."""
+        if build_text_now:
+            self._build_text()
 
     # ---- what the worker sees ----------------------------------------------------------------
 
@@ -229,7 +236,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
         if request.sampling.refine_text and self.text is None and self._make_text is not None:
-            self.text = self._make_text()
+            self._build_text()
         state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
@@ -300,11 +307,24 @@ class Scheduler:
                 continue
             self._chunk_ready(row, samples, events)
 
+    def _build_text(self) -> None:
+        """Make the refine-text decoder once. A failure is logged and kept: refine_text requests then fail with it,
+        every other request is served (it escaped before, from the inference thread, and ended it)."""
+        make, self._make_text = self._make_text, None
+        if make is None:
+            return
+        try:
+            self.text = make()
+        except Exception as exc:  # the code decoder serves on; refine requests get the reason
+            log.exception("the refine-text decoder could not be built; refine_text requests will fail")
+            self._text_error = f"{type(exc).__name__}: {exc}"
+
     def _decoder(self, row: _Row) -> SlotDecoder:
         if row.phase == "code":
             return self.code
         if self.text is None:
-            raise PermanentError("refine_text is not available with this engine")
+            reason = f": its decoder could not be built ({self._text_error})" if self._text_error else " with this engine"
+            raise PermanentError(f"refine_text is not available{reason}")
         return self.text
 
     def _admit(self, events: list[BatchEvent]) -> None:
