@@ -747,3 +747,36 @@ def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives
     audio, failed = run(broken, [refine, SynthesisRequest(text="plain.", speaker=speaker, seed=2)])
     assert set(failed) == {"r0"} and "no memory left for the refine cache" in str(failed["r0"])
     assert set(audio) == {"r1"}
+
+
+def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_ones_for_a_while(
+    engine64: DecoderEngine,
+) -> None:
+    """Found 6 (issue 30): the KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
+    away. Out of memory while admitting a row (its prefill) now leaves the rows in flight decoding, holds the slot limit
+    at their number, and puts the row back: every row is admitted once, and the audio is what it is without the fault."""
+    reqs = requests(engine64, 4)
+    clean, _ = run(engine64._scheduler(4, engine64._limits(), oom_recover_s=60, capture=False), reqs)
+    scheduler = engine64._scheduler(4, engine64._limits(), oom_recover_s=3600, capture=False)
+    prefilled = scheduler._prefilled
+    faults = iter([OutOfMemory("CUDA out of memory (injected at the third row's prefill)")])
+
+    def third_row_out_of_memory(dec: SlotDecoder, row: Any) -> Any:
+        if row.request.key == "r2" and (fault := next(faults, None)) is not None:
+            raise fault
+        return prefilled(dec, row)
+
+    scheduler._prefilled = third_row_out_of_memory  # type: ignore[method-assign]
+    for index, req in enumerate(reqs):
+        scheduler.add(f"r{index}", req)
+    assert scheduler.step() == []
+    assert (scheduler.active_rows, scheduler.slot_limit, scheduler.stats.out_of_memory) == (2, 2, 1)
+    audio: dict[str, dict[int, np.ndarray]] = {}
+    while scheduler.busy:
+        for event in scheduler.step():
+            assert isinstance(event, ChunkReady)
+            audio.setdefault(event.key, {})[event.chunk.index] = event.chunk.samples
+    rows = sum(len(chunks) for chunks in clean.values())
+    assert scheduler.stats.rows_admitted == rows, "a row in flight was evicted and admitted again"
+    assert audio.keys() == clean.keys()
+    assert all(np.array_equal(clean[key][i], audio[key][i]) for key in clean for i in clean[key])

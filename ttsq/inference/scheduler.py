@@ -27,7 +27,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -365,6 +365,8 @@ class Scheduler:
             if token is not None:
                 self._exclusive = token
             self._admit_row(decoder, row, events)
+            if self.slot_limit < limit:  # out of memory admitting it: no more rows this pass
+                break
         for entry in held:
             # Not a row whose request failed in this pass (a later chunk's prefill, say): _drop removed its waiting
             # rows, but not these, set aside meanwhile; put back, one would decode to its end for nobody.
@@ -426,7 +428,7 @@ class Scheduler:
             row.prefill = None
             error = _typed(exc)
             if isinstance(error, OutOfMemory) and self._active:
-                self._out_of_memory(events, requeue=[row])
+                self._refuse_new_rows(row)
                 return
             self._fail(row.request.key, error, events)
             return
@@ -544,8 +546,18 @@ class Scheduler:
         if request.done == request.total:
             del self._requests[request.key]
 
-    def _out_of_memory(self, events: list[BatchEvent], requeue: Sequence[_Row] = ()) -> None:
-        """Halve the slots in use for a while; the most recently admitted rows go back to the queue."""
+    def _refuse_new_rows(self, row: _Row) -> None:
+        """Out of memory admitting ``row`` (its prefill, or its place): the rows in flight keep their slots and go on
+        (the KV cache is preallocated, so evicting them would free nothing and throw their work away); no new row is
+        admitted beyond them for ``OOM_RECOVER_S``, and ``row`` waits for a slot again."""
+        self.stats.out_of_memory += 1
+        keep = self._limit.hold(len(self._active), self.clock())
+        log.warning("out of memory admitting a row beside %d others: at most %d slots for a while", len(self._active), keep)
+        self._push(row)
+
+    def _out_of_memory(self, events: list[BatchEvent]) -> None:
+        """Out of memory in a step: halve the slots in use for a while; the most recently admitted rows go back to the
+        queue (a step's own memory grows with its rows; the KV cache does not shrink)."""
         self.stats.out_of_memory += 1
         active = sorted(self._active.values(), key=lambda row: row.order)
         keep = self._limit.shrink(max(1, len(active)), self.clock())
@@ -553,9 +565,7 @@ class Scheduler:
         for row in active[keep:]:
             self._evict(row)
             self._push(row)
-        for row in requeue:
-            self._push(row)
-        if len(active) <= 1 and not requeue:
+        if len(active) <= 1:
             for row in active:
                 self._evict(row)
                 self._fail(row.request.key, OutOfMemory("out of memory with a single row"), events)
