@@ -65,6 +65,7 @@ bench: install
 	$(PY) -m bench.throughput
 	$(PY) -m bench.decoder
 	$(PY) -m bench.decoder_steps
+	$(PY) -m bench.cpu_matmul
 	$(PY) -m bench.shards
 	$(PY) -m bench.sentinel
 	$(PY) -m bench.encoders
