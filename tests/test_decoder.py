@@ -734,6 +734,7 @@ def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives
     every other request is served."""
     assert isinstance(scheduler := engine64.batcher(2, oom_recover_s=60), Scheduler)
     assert scheduler.text is not None and scheduler.text.mode == "text"
+    assert all(a is b for a, b in zip(scheduler.text._layers, scheduler.code._layers, strict=True)), "one copy of the weights"
 
     def no_room() -> SlotDecoder:
         raise RuntimeError("no memory left for the refine cache")

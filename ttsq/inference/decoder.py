@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -255,7 +256,7 @@ class SlotDecoder:
         self.packed_weights = (packed_weights or precision != "fp32") and packs_weights(self.device, dtype)
         """Whether the projections (and, in float32, the heads) are packed: for oneDNN, or for fbgemm (int8)."""
         with torch.no_grad():
-            self._layers = [_fuse(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
+            self._layers = [_fused(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
             self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
             if mode == "code":
                 # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
@@ -774,6 +775,21 @@ def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
             return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, None, "none", [], "").float()  # type: ignore[no-any-return]
         return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")  # type: ignore[no-any-return]
     return F.linear(x, weight)
+
+
+_FUSED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layer]] = weakref.WeakKeyDictionary()
+
+
+def _fused(layer: Any, dtype: torch.dtype, *, pack: bool, precision: Precision) -> _Layer:
+    """One fused (and packed) copy of a LLaMA block per way of multiplying, shared by every decoder over that block:
+    a worker's code and refine-text decoders (both built at start-up) then hold one copy of the full-size GPT's
+    756 MB of weights between them, not one each. Keyed by the weights' storage too, so a GPT converted after a
+    decoder was made (``.double()`` in the tests) gets fresh copies."""
+    key = (dtype, pack, precision, layer.self_attn.q_proj.weight.data_ptr(), layer.mlp.down_proj.weight.data_ptr())
+    made = _FUSED.setdefault(layer, {})
+    if key not in made:
+        made[key] = _fuse(layer, dtype, pack=pack, precision=precision)
+    return made[key]
 
 
 def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False, precision: Precision = "fp32") -> _Layer:
