@@ -767,7 +767,7 @@ def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_
             raise fault
         return prefilled(dec, row)
 
-    scheduler._prefilled = third_row_out_of_memory  # type: ignore[method-assign]
+    scheduler._prefilled = third_row_out_of_memory  # type: ignore[method-assign,assignment]
     for index, req in enumerate(reqs):
         scheduler.add(f"r{index}", req)
     assert scheduler.step() == []
