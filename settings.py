@@ -660,6 +660,24 @@ class Settings(BaseSettings):
         "request then costs a full batch's step (docs/decoder.md).",
         json_schema_extra=_group("Model"),
     )
+    cpu_packed_weights: bool = Field(
+        True,
+        description="With `ENGINE_BACKEND=ttsq` on a CPU and `GPT_DTYPE=float32`: the GPT's projections and heads are "
+        "reordered once at load into oneDNN's blocked layout and multiplied through oneDNN instead of MKL (a decode step "
+        "at batch 8 in under half the time, the same tokens; BENCHMARKS.md, \"CPU matmul\"). `false`: torch's plain "
+        "`F.linear`.",
+        json_schema_extra=_group("Model"),
+    )
+    precision: Literal["fp32", "bf16", "int8"] = Field(
+        "fp32",
+        description="With `ENGINE_BACKEND=ttsq` on a CPU and `GPT_DTYPE=float32`: what the GPT's matmuls compute in. "
+        "`fp32`: float32 (the codes ChatTTS's own loop samples). `bf16`: bfloat16 weights and inputs (oneDNN, float32 "
+        "accumulation). `int8`: dynamic quantisation (int8 weights per channel; each step quantises its input with one "
+        "scale over the whole batch, so a request's audio depends on what shares its steps: it breaks batch independence "
+        "and `BATCH_INVARIANT`). Both are faster and change the audio; agreement and speed in BENCHMARKS.md, "
+        '"CPU matmul". Part of the cache key.',
+        json_schema_extra=_group("Model"),
+    )
     compile: bool = Field(
         False,
         description="`torch.compile` the GPT (CUDA only, `ENGINE_BACKEND=chattts`); batches are padded to powers of two "
@@ -923,6 +941,17 @@ class Settings(BaseSettings):
             raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")
         if self.min_new_token > self.max_new_token:
             raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
+        if self.precision != "fp32":
+            if self.engine_backend == "chattts" or self.gpt_dtype != "float32" or (self.device or "").startswith("cuda"):
+                raise ValueError(
+                    f"PRECISION={self.precision} is for ttsq's decoder on a CPU with GPT_DTYPE=float32 "
+                    f"(got ENGINE_BACKEND={self.engine_backend}, GPT_DTYPE={self.gpt_dtype}, DEVICE={self.device or 'unset'})"
+                )
+            if self.batch_invariant and self.precision == "int8":
+                raise ValueError(
+                    "PRECISION=int8 and BATCH_INVARIANT=true contradict: int8 quantises each step's input with one scale "
+                    "over the whole batch, so a request's audio depends on its batch-mates"
+                )
         return self
 
     # ---- derived values ---------------------------------------------------------------------
@@ -943,6 +972,8 @@ class Settings(BaseSettings):
         return (
             f"{weights}|chunk={self.max_chunk_chars}|new={self.min_new_token}-{self.max_new_token}"
             f"|refine={self.refine_max_new_token}|norm={int(self.normalize_text)}|engine={self.engine_backend}"
+            # Only when not the default, so that every key made before the knob existed stays the same.
+            + (f"|precision={self.precision}" if self.precision != "fp32" else "")
         )
 
     def model_notice(self) -> str | None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, OutOfMemory, RequestFailed, SynthesisRequest, TransientError
-from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.inference.rows import ChatTTSRows
@@ -30,6 +30,35 @@ from ttsq.inference.scheduler import Scheduler
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
+
+
+EOS_BOOST = 1.5
+"""How much :func:`engine64_ending` scales the end token's row of each code head: with random weights the end token
+never wins (0 of 60 rows), so the end-token path was held only to ttsq itself; scaled by 1.5, rows of 24 tokens end
+anywhere from their second token to their limit (measured: 10 of 16 rows ended early)."""
+
+
+def _float64_engine(boost_eos: float = 1.0) -> DecoderEngine:
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=MAX_NEW, min_new_token=1)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=False)
+    engine.load()
+    chat = engine._loaded_chat()
+    if boost_eos != 1.0:
+        eos = ChatTTSRows(chat).code_eos
+        with torch.no_grad():
+            for head in chat.embed.head_code:  # weight-normed: scale the end row's magnitude, its direction kept
+                head.parametrizations.weight.original0[eos] *= boost_eos
+    chat.gpt.gpt.double()
+    chat.embed.double()
+    chat.gpt.head_code = [lambda h, head=head: head(h.double()) for head in chat.gpt.head_code]
+    chat.gpt.head_text = lambda h, head=chat.gpt.head_text: head(h.double())
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine64_ending(tiny_checkpoint_dir: Any) -> DecoderEngine:
+    """:func:`engine64` with the code heads' end token made able to win (:data:`EOS_BOOST`), for both engines alike."""
+    return _float64_engine(EOS_BOOST)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +106,7 @@ def row_strategy() -> st.SearchStrategy[Row]:
     params = st.builds(
         RowParams,
         temperature=st.sampled_from([0.05, 0.3, 0.7, 1.0]),
-        top_p=st.sampled_from([0.3, 0.7, 0.95]),
+        top_p=st.sampled_from([0.3, 0.7, 0.95, 1.0]),
         top_k=st.integers(1, 40),
         repetition_penalty=st.sampled_from([1.0, 1.05, 1.3]),
         min_new_token=st.integers(0, 4),
@@ -131,6 +160,27 @@ def test_every_row_of_a_mixed_batch_samples_exactly_what_chattts_samples_for_it_
 ) -> None:
     """Any mix of voices, temperatures, top-p/top-k, penalties, lengths and seeds in one batch:
     every row's codes and GPT states are ChatTTS's for that row at batch 1, bit for bit."""
+    _check_mixed_batch_against_chattts(engine64, rows64, batch)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(row_strategy(), min_size=1, max_size=5))
+def test_rows_that_end_on_their_end_token_end_where_chattts_ends_them_after_their_own_min_new_token(
+    engine64_ending: DecoderEngine, batch: list[Row]
+) -> None:
+    """The same with a checkpoint whose end token can win: where each row ends (its end token, after its own
+    ``min_new_token``, or its limit) and every code and state before it are ChatTTS's own."""
+    _check_mixed_batch_against_chattts(engine64_ending, ChatTTSRows(engine64_ending._loaded_chat()), batch)
+
+
+def test_the_end_token_checkpoint_ends_rows_early_under_chattts_itself(engine64_ending: DecoderEngine) -> None:
+    """The premise of the test above: ChatTTS's own loop ends most rows of this checkpoint before their limit."""
+    rows = [Row(TEXTS[seed % len(TEXTS)], seed, RowParams(0.3, 0.7, 20, 1.05, 0, MAX_NEW, seed)) for seed in range(8)]
+    lengths = [int(upstream_codes(engine64_ending, row).ids[0].shape[0]) for row in rows]
+    assert sum(length < MAX_NEW for length in lengths) >= 4, lengths
+
+
+def _check_mixed_batch_against_chattts(engine64: DecoderEngine, rows64: ChatTTSRows, batch: list[Row]) -> None:
     dec = decoder(engine64, len(batch))
     ended: dict[int, Finished] = {}
     for row in batch:
@@ -154,8 +204,7 @@ def test_greedy_rows_equal_chattts_batched_call_whatever_their_batch_mates(engin
     speaker = engine64.speaker_from_seed(3)
     texts = TEXTS[:4]
     greedy = RowParams(
-        temperature=1e-5, top_p=0.7, top_k=1, repetition_penalty=1.05,
-        min_new_token=1, max_new_token=MAX_NEW, seed=7
+        temperature=1e-5, top_p=0.7, top_k=1, repetition_penalty=1.05, min_new_token=1, max_new_token=MAX_NEW, seed=7
     )
     params = chat.InferCodeParams(
         prompt="[speed_5]", spk_emb=speaker, temperature=1e-5, top_K=1, manual_seed=0, max_new_token=MAX_NEW, min_new_token=1
@@ -405,6 +454,29 @@ def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(eng
     assert not overlapped.busy
 
 
+def test_a_request_that_fails_while_its_first_chunk_waits_for_its_prefill_leaves_nothing_behind(
+    engine64: DecoderEngine,
+) -> None:
+    """Found 5 (issue 30): its second chunk's prefill failed while its first chunk's was still running, so the first
+    chunk was set aside in that admission pass and put back after the request had failed: it then took a slot and
+    decoded to its end for audio nobody would receive."""
+    from concurrent.futures import Future
+
+    scheduler = engine64._scheduler(3, engine64._limits(), oom_recover_s=60, capture=False, reserve=0, overlap=True)
+    text = "This sentence is the first one here. " * 2
+    scheduler.add("r", SynthesisRequest(text=text, speaker=engine64.speaker_from_seed(1), seed=1))
+    rows = {entry.row.index: entry.row for entry in scheduler._waiting}
+    assert sorted(rows) == [0, 1]
+    rows[0].prefill = Future()  # still running in the prefill thread
+    failed: Future[Any] = Future()
+    failed.set_exception(RuntimeError("prefill failed"))
+    rows[1].prefill = failed
+    events = scheduler.step()
+    assert [(type(event), event.key) for event in events] == [(RequestFailed, "r")]
+    assert (scheduler.waiting_rows, scheduler.active_rows, scheduler.requests()) == (0, 0, [])
+    assert not scheduler.busy
+
+
 def test_fault_injection_poison_fails_only_its_request(engine64: DecoderEngine) -> None:
     from tests.conftest import fault_config
 
@@ -560,3 +632,152 @@ def test_a_cpu_decoder_asked_for_cuda_graphs_captures_none_and_does_not_log_that
     scheduler = engine._scheduler(2, engine._limits(), oom_recover_s=60, capture=True, reserve=0)
     assert not scheduler.code.cuda_graphs
     assert "CUDA graphs" not in caplog.text
+
+
+def test_onednn_packed_weights_give_the_plain_float32_paths_tokens_for_mixed_rows_over_a_hundred_steps(
+    tiny_decoder_engine: DecoderEngine,
+) -> None:
+    """``CPU_PACKED_WEIGHTS``: the GPT's projections and heads multiplied through oneDNN from weights packed once.
+    Mixed voices and sampling, rows joining as others leave, 130 steps: every row's codes are the plain
+    float32 path's (MKL's ``F.linear``), and its GPT states agree to float32 rounding."""
+    chat = tiny_decoder_engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+    cases = [
+        Row(TEXTS[index % len(TEXTS)], index if index % 3 else None, RowParams(
+            temperature=(0.05, 0.3, 0.7, 1.0)[index % 4], top_p=(0.3, 0.7, 0.95)[index % 3], top_k=1 + 7 * index,
+            repetition_penalty=(1.0, 1.05, 1.3)[index % 3], min_new_token=length, max_new_token=length, seed=1000 + index,
+        ))
+        for index, length in enumerate([110, 40, 75, 100, 20, 60, 110, 35, 90, 50])
+    ]  # fmt: skip
+
+    def run(packed: bool) -> tuple[list[Finished], int]:
+        dec = SlotDecoder(
+            chat.gpt.gpt, chat.embed, mode="code", eos=rows.code_eos,
+            shape=DecoderShape(slots=6, max_prompt=96, max_new=110), dtype=torch.float32, head_dtype=torch.float32,
+            packed_weights=packed,
+        )  # fmt: skip
+        assert dec.packed_weights is packed
+        pending, ended, slots, steps = list(enumerate(cases)), {}, {}, 0
+        while pending or dec.occupied:
+            while pending and dec.free_slots:
+                index, row = pending.pop(0)
+                slots[index], _ = dec.admit(prompt_of(tiny_decoder_engine, rows, row), row.params)
+            for finished in dec.step():
+                ended[next(i for i, s in slots.items() if s == finished.slot and i not in ended)] = finished
+            steps += 1
+        return [ended[index] for index in range(len(cases))], steps
+
+    (plain, steps), (packed, _) = run(False), run(True)
+    assert steps >= 100
+    for index, (a, b) in enumerate(zip(plain, packed, strict=True)):
+        assert a.tokens.shape[0] == cases[index].params.max_new_token
+        assert torch.equal(a.tokens, b.tokens), f"row {index} sampled other codes on packed weights"
+        assert a.hiddens is not None and b.hiddens is not None
+        torch.testing.assert_close(a.hiddens, b.hiddens, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_an_opt_in_precision_reaches_the_decoders_matmuls_and_serves_requests(
+    tiny_checkpoint_dir: Any, precision: Precision
+) -> None:
+    """``PRECISION=bf16|int8``: the engine's decoders multiply in it (their codes differ from float32's: BENCHMARKS.md
+    gives the agreement), and requests are served through it to the end."""
+    config = dataclasses.replace(TINY_ENGINE_CONFIG, precision=precision)
+    engine = DecoderEngine(config, cuda_graphs=False, batch_invariant=False, first_chunk_slots=1, overlap=False)
+    engine.load()
+    scheduler = engine._scheduler(3, engine._limits(), oom_recover_s=60, capture=False)
+    assert scheduler.code.precision == precision and scheduler.code.packed_weights
+    audio, failed = run(scheduler, requests(engine, 3))
+    assert failed == {} and set(audio) == {"r0", "r1", "r2"}
+    assert all(samples.size > 0 for chunks in audio.values() for samples in chunks.values())
+
+
+def test_an_opt_in_precision_is_refused_for_a_gpt_that_is_not_float32(engine64: DecoderEngine) -> None:
+    with pytest.raises(ValueError, match="PRECISION=int8 needs a CPU and a float32 GPT"):
+        chat = engine64._loaded_chat()
+        SlotDecoder(
+            chat.gpt.gpt, chat.embed, mode="code", eos=0, shape=DecoderShape(slots=1, max_prompt=8, max_new=4),
+            dtype=torch.float64, head_dtype=torch.float64, precision="int8",
+        )  # fmt: skip
+
+
+def test_float32_rows_as_served_sample_chattts_float32_codes(tiny_decoder_engine: DecoderEngine) -> None:
+    """float32 as a worker serves it (oneDNN-packed weights, fused projections, the CPU's eager step), not float64:
+    mixed rows in one batch get the codes ChatTTS's own float32 ``infer_code`` samples for each alone."""
+    chat = tiny_decoder_engine._loaded_chat()
+    rows = ChatTTSRows(chat)
+    cases = [
+        Row(TEXTS[index], index if index % 2 else None, RowParams(
+            temperature=(0.3, 0.7, 1.0)[index % 3], top_p=(0.7, 1.0, 0.95)[index % 3], top_k=(20, 5, 40)[index % 3],
+            repetition_penalty=(1.05, 1.0, 1.3)[index % 3], min_new_token=MAX_NEW, max_new_token=MAX_NEW, seed=50 + index,
+        ))
+        for index in range(6)
+    ]  # fmt: skip
+    dec = SlotDecoder(
+        chat.gpt.gpt, chat.embed, mode="code", eos=rows.code_eos,
+        shape=DecoderShape(slots=6, max_prompt=96, max_new=MAX_NEW), dtype=torch.float32, head_dtype=torch.float32,
+        packed_weights=True,
+    )  # fmt: skip
+    for row in cases:
+        dec.admit(prompt_of(tiny_decoder_engine, rows, row), row.params)
+    ended: dict[int, Finished] = {}
+    while dec.occupied:
+        ended.update({finished.slot: finished for finished in dec.step()})
+    for slot, row in enumerate(cases):
+        assert torch.equal(ended[slot].tokens, upstream_codes(tiny_decoder_engine, row).ids[0]), f"row {slot} ({row})"
+
+
+def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives_its_failure(engine64: DecoderEngine) -> None:
+    """Found 4 (issue 30): the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
+    mid-serving, stalling every row, and its build error escaped the inference thread. A worker's batcher builds it
+    now, before the worker is ready; a build that fails is logged, refine_text requests fail with its reason, and
+    every other request is served."""
+    assert isinstance(scheduler := engine64.batcher(2, oom_recover_s=60), Scheduler)
+    assert scheduler.text is not None and scheduler.text.mode == "text"
+    assert all(a is b for a, b in zip(scheduler.text._layers, scheduler.code._layers, strict=True)), "one copy of the weights"
+
+    def no_room() -> SlotDecoder:
+        raise RuntimeError("no memory left for the refine cache")
+
+    chat = engine64._loaded_chat()
+    broken = Scheduler(ChatTTSRows(chat), decoder(engine64, 2), no_room, engine64._split, engine64._limits(), oom_recover_s=60,
+                       build_text_now=True)  # fmt: skip
+    assert broken.text is None
+    speaker = engine64.speaker_from_seed(1)
+    refine = SynthesisRequest(text="refine me.", speaker=speaker, seed=1, sampling=Sampling(refine_text=True))
+    audio, failed = run(broken, [refine, SynthesisRequest(text="plain.", speaker=speaker, seed=2)])
+    assert set(failed) == {"r0"} and "no memory left for the refine cache" in str(failed["r0"])
+    assert set(audio) == {"r1"}
+
+
+def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_ones_for_a_while(
+    engine64: DecoderEngine,
+) -> None:
+    """Found 6 (issue 30): the KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
+    away. Out of memory while admitting a row (its prefill) now leaves the rows in flight decoding, holds the slot limit
+    at their number, and puts the row back: every row is admitted once, and the audio is what it is without the fault."""
+    reqs = requests(engine64, 4)
+    clean, _ = run(engine64._scheduler(4, engine64._limits(), oom_recover_s=60, capture=False), reqs)
+    scheduler = engine64._scheduler(4, engine64._limits(), oom_recover_s=3600, capture=False)
+    prefilled = scheduler._prefilled
+    faults = iter([OutOfMemory("CUDA out of memory (injected at the third row's prefill)")])
+
+    def third_row_out_of_memory(dec: SlotDecoder, row: Any) -> Any:
+        if row.request.key == "r2" and (fault := next(faults, None)) is not None:
+            raise fault
+        return prefilled(dec, row)
+
+    scheduler._prefilled = third_row_out_of_memory  # type: ignore[method-assign,assignment]
+    for index, req in enumerate(reqs):
+        scheduler.add(f"r{index}", req)
+    assert scheduler.step() == []
+    assert (scheduler.active_rows, scheduler.slot_limit, scheduler.stats.out_of_memory) == (2, 2, 1)
+    audio: dict[str, dict[int, np.ndarray]] = {}
+    while scheduler.busy:
+        for event in scheduler.step():
+            assert isinstance(event, ChunkReady)
+            audio.setdefault(event.key, {})[event.chunk.index] = event.chunk.samples
+    rows = sum(len(chunks) for chunks in clean.values())
+    assert scheduler.stats.rows_admitted == rows, "a row in flight was evicted and admitted again"
+    assert audio.keys() == clean.keys()
+    assert all(np.array_equal(clean[key][i], audio[key][i]) for key in clean for i in clean[key])

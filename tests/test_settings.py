@@ -83,11 +83,27 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
         ({"fault_mode": "explode"}, "fault_mode"),
         ({"log_level": "chatty"}, "log_level"),
         ({"task_id_secret": "short"}, "16 bytes"),
+        ({"precision": "bf16", "gpt_dtype": "bfloat16"}, "PRECISION=bf16 is for ttsq's decoder on a CPU"),
+        ({"precision": "int8", "device": "cuda"}, "PRECISION=int8 is for ttsq's decoder on a CPU"),
+        ({"precision": "int8", "engine_backend": "chattts"}, "PRECISION=int8"),
+        ({"precision": "int8", "batch_invariant": True}, "contradict"),
+        ({"precision": "fp16"}, "precision"),
     ],
 )
 def test_inconsistent_settings_are_refused_at_start_up(values: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         make(**values)
+
+
+def test_precision_other_than_fp32_is_named_in_the_model_identity_and_fp32_leaves_every_key_as_it_was() -> None:
+    """bf16 and int8 change the audio, so their results must never share cache entries with float32's; fp32 keys
+    (and the packed-weights switch, whose codes are float32's) stay what they were before the knob existed."""
+    plain = make().model_identity()
+    assert "precision" not in plain
+    assert make(cpu_packed_weights=False).model_identity() == plain
+    identities = {make(precision=p).model_identity() for p in ("bf16", "int8")}
+    assert len(identities | {plain}) == 3
+    assert all("|precision=" in identity for identity in identities)
 
 
 def test_lease_rule_states_the_renewal_it_protects() -> None:

@@ -73,6 +73,13 @@ class AdaptiveBatchLimit:
             self._limit = self.max_batch
         return self._limit
 
+    def hold(self, size: int, now: float | None = None) -> int:
+        """Allow at most ``size`` for a while (what is running fits; one more did not)."""
+        moment = time.monotonic() if now is None else now
+        self._limit = max(1, min(self._limit, size))
+        self._until = moment + self.recover_after_s
+        return self._limit
+
     def shrink(self, failed_size: int, now: float | None = None) -> int:
         """A batch of ``failed_size`` ran out of memory: allow at most half of it for a while."""
         moment = time.monotonic() if now is None else now

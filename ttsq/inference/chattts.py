@@ -59,6 +59,8 @@ from ttsq.inference.normalize import TextNormalizer
 if TYPE_CHECKING:
     import torch
 
+    from ttsq.inference.decoder import Precision
+
 __all__ = ["HUB_REPO", "ChatTTSEngine", "EngineConfig"]
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,10 @@ class EngineConfig:
     decoder_dtype: Dtype
     max_reference_s: float
     """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
+    cpu_packed_weights: bool
+    precision: Precision
+    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.decoder.Precision`)."""
+    """ttsq's decoder on a CPU in float32: the GPT's projections and heads packed once for oneDNN (``CPU_PACKED_WEIGHTS``)."""
     warmup_text: str = "warm up."
 
 

@@ -35,9 +35,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -49,6 +50,7 @@ __all__ = [
     "PENALTY_WINDOW",
     "DecoderShape",
     "Finished",
+    "Precision",
     "Prefilled",
     "RowParams",
     "SlotDecoder",
@@ -65,6 +67,12 @@ float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and 
 own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
 
 Mode = Literal["code", "text"]
+Precision = Literal["fp32", "bf16", "int8"]
+"""What the GPT's projections multiply in on a CPU (``PRECISION``). ``fp32``: float32 (the tokens of
+the plain path). ``bf16``: bfloat16 weights and inputs, float32 accumulation and outputs. ``int8``:
+dynamic quantisation (int8 weights per output channel; each call quantises its input with one
+scale computed over the whole batch, so a row's codes depend on its batch-mates). Attention, norms,
+the KV cache, the heads and sampling stay float32 in all three."""
 
 
 def stream_seed(seed: int, chunk_index: int) -> int:
@@ -151,15 +159,26 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class _Int8:
+    """A projection quantised for ``torch.ops.quantized.linear_dynamic`` (fbgemm's packed int8 weight)."""
+
+    packed: Any
+
+
+Weight: TypeAlias = "torch.Tensor | _Int8"
+"""A projection as :func:`_linear` takes it: dense (MKL), oneDNN-packed (float32 or bfloat16), or int8."""
+
+
+@dataclass(frozen=True)
 class _Layer:
     """One LLaMA block's weights, fused where that saves a kernel: q/k/v in one matrix, gate/up in one."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    out: torch.Tensor
+    qkv: Weight
+    out: Weight
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Weight
+    down: Weight
     eps: float
     scale: float
 
@@ -184,6 +203,12 @@ class SlotDecoder:
         batch_invariant: every step computes every slot over the whole cache (one bucket), so each
             product has the same shape whatever is in flight and a row's bits never depend on its
             batch-mates, in float32 too (a decoder of the same slot count gives the same bits).
+        packed_weights: on a CPU in float32, reorder the GPT's projections and the heads once into
+            oneDNN's blocked layout and multiply through oneDNN (:func:`packs_weights`): over twice
+            as fast at batch 8 as MKL's sgemm on plain weights (BENCHMARKS.md), the same tokens.
+            Ignored elsewhere.
+        precision: what the projections multiply in (:data:`Precision`); ``bf16`` and ``int8``
+            need a CPU and a float32 GPT, and change codes (BENCHMARKS.md gives their agreement).
     """
 
     def __init__(
@@ -199,6 +224,8 @@ class SlotDecoder:
         cuda_graphs: bool = False,
         static_shapes: bool = False,
         batch_invariant: bool = False,
+        packed_weights: bool = False,
+        precision: Precision = "fp32",
     ) -> None:
         import torch
 
@@ -223,8 +250,13 @@ class SlotDecoder:
         num_vq = int(embed.num_vq)
         self.streams = num_vq if mode == "code" else 1
         """Tokens per row per step: four codebooks for audio, one token for text."""
+        if precision != "fp32" and not packs_weights(self.device, dtype):
+            raise ValueError(f"PRECISION={precision} needs a CPU and a float32 GPT (got {self.device.type}, {dtype})")
+        self.precision: Precision = precision
+        self.packed_weights = (packed_weights or precision != "fp32") and packs_weights(self.device, dtype)
+        """Whether the projections (and, in float32, the heads) are packed: for oneDNN, or for fbgemm (int8)."""
         with torch.no_grad():
-            self._layers = [_fuse(layer, dtype) for layer in gpt.layers]
+            self._layers = [_fused(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
             self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
             if mode == "code":
                 # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
@@ -235,6 +267,8 @@ class SlotDecoder:
                 heads, tables = [embed.head_text.weight.detach()], [embed.emb_text.weight.detach()]
             self.vocab = int(heads[0].shape[0])
             self._heads = torch.cat(heads, 0).to(head_dtype).contiguous()
+            if self.packed_weights and packs_weights(self.device, head_dtype):
+                self._heads = _onednn(self._heads)
             self._table = torch.cat(tables, 0).to(head_dtype).contiguous()
             self._offsets = torch.arange(self.streams, device=self.device) * int(tables[0].shape[0])
             # RoPE for every position at once: the same products and cos/sin as per step (each
@@ -409,11 +443,10 @@ class SlotDecoder:
     def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
         (rows, heads, positions, dim) and (rows, 2 x kv heads, positions, dim)."""
-        import torch.nn.functional as F
 
         rows, length = x.shape[0], x.shape[1]
         heads = self.num_heads + 2 * self.num_kv_heads
-        qkv = F.linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
+        qkv = _linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
         if length == 1:  # a decode step: moving the length-1 axis is only a view
             qkv = qkv.view(rows, heads, 1, self.head_dim)
         else:
@@ -423,13 +456,12 @@ class SlotDecoder:
 
     def _block_rest(self, layer: _Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Everything after attention: output projection, residual, MLP, residual."""
-        import torch.nn.functional as F
 
         rows, length = x.shape[0], x.shape[1]
         flat = attended.view(rows, 1, -1) if length == 1 else attended.transpose(1, 2).reshape(rows, length, -1)
-        x = x + F.linear(flat, layer.out)
-        gate, up = F.linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
-        return x + F.linear(self._act(gate) * up, layer.down)
+        x = x + _linear(flat, layer.out)
+        gate, up = _linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
+        return x + _linear(self._act(gate) * up, layer.down)
 
     def _expand(self, kv: torch.Tensor) -> torch.Tensor:
         """Repeat grouped key/value heads to the query heads (a no-op for ChatTTS, which has none)."""
@@ -510,10 +542,9 @@ class SlotDecoder:
         top-k (at least 3); the end token barred before ``min_new_token``; softmax; ``argmax(p / q)``.
         """
         import torch
-        import torch.nn.functional as F
 
         n = hidden.shape[0]
-        logits = F.linear(hidden.to(self.head_dtype), self._heads).view(n, self.streams, self.vocab)
+        logits = _linear(hidden.to(self.head_dtype), self._heads).view(n, self.streams, self.vocab)
         logits = logits.float() / self.temperature[rows]
         counts = self._counts[rows].zero_().scatter_add_(-1, self.window[rows], self.recent[rows])
         alpha = torch.pow(self.penalty[rows], counts)
@@ -687,7 +718,81 @@ def inference() -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
 
 
-def _fuse(layer: Any, dtype: torch.dtype) -> _Layer:
+_PACK_BATCH_HINT = 8
+"""The batch oneDNN lays packed weights out for. Measured here (full-size projections, one thread):
+packed for 8, batch 1 and 8 both ran fastest (39 and 50 ms for the GPT's matmuls, against 58 and
+54 ms packed for 1, and 57 and 130 ms through MKL on plain weights); packing for 32 was no better at 32."""
+
+
+def packs_weights(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether oneDNN-packed weights apply: on a CPU, in float32, where torch has oneDNN.
+
+    float32 only: it is the precision whose tokens are proven the same as the plain path's (a
+    different summation order moves a logit by ~1e-6, far below any sampling decision); other
+    dtypes keep the plain path they were measured with."""
+    import torch
+
+    return device.type == "cpu" and dtype == torch.float32 and bool(torch.backends.mkldnn.is_available())
+
+
+def _pack(weight: torch.Tensor, precision: Precision = "fp32") -> Weight:
+    """``weight`` (out, in) prepared once for :func:`_linear`: reordered into oneDNN's blocked layout
+    (float32, or bfloat16 for ``bf16``), or quantised to int8 per output channel and packed for fbgemm."""
+    import torch
+
+    weight = weight.contiguous()
+    if precision == "int8":
+        # torch's default dynamic-quantisation weight observer: symmetric, per output channel, qint8.
+        observer = torch.ao.quantization.default_per_channel_weight_observer()
+        observer(weight)
+        scales, zeros = observer.calculate_qparams()
+        quantized = torch.quantize_per_channel(weight, scales.double(), zeros.long(), 0, torch.qint8)
+        return _Int8(torch.ops.quantized.linear_prepack(quantized, None))
+    return _onednn(weight.to(torch.bfloat16) if precision == "bf16" else weight)
+
+
+def _onednn(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered once into oneDNN's blocked layout: an opaque tensor only :func:`_linear` reads."""
+    import torch
+
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), _PACK_BATCH_HINT)  # type: ignore[no-any-return]
+
+
+def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    """``x @ weight.T``: through oneDNN for a packed weight, fbgemm for an int8 one, ``F.linear``
+    (MKL on a CPU) otherwise.
+
+    oneDNN's prepacked path runs the GPT's matmuls at twice MKL's speed here and more, since MKL's
+    sgemm re-packs the weight at every call (BENCHMARKS.md, "CPU matmul"). ``reduce_range`` as torch's
+    own dynamically quantised ``Linear`` uses it on x86."""
+    import torch
+    import torch.nn.functional as F
+
+    if isinstance(weight, _Int8):
+        return torch.ops.quantized.linear_dynamic(x, weight.packed, True)  # type: ignore[no-any-return]
+    if weight.is_mkldnn:
+        if weight.dtype == torch.bfloat16:
+            return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, None, "none", [], "").float()  # type: ignore[no-any-return]
+        return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")  # type: ignore[no-any-return]
+    return F.linear(x, weight)
+
+
+_FUSED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layer]] = weakref.WeakKeyDictionary()
+
+
+def _fused(layer: Any, dtype: torch.dtype, *, pack: bool, precision: Precision) -> _Layer:
+    """One fused (and packed) copy of a LLaMA block per way of multiplying, shared by every decoder over that block:
+    a worker's code and refine-text decoders (both built at start-up) then hold one copy of the full-size GPT's
+    756 MB of weights between them, not one each. Keyed by the weights' storage too, so a GPT converted after a
+    decoder was made (``.double()`` in the tests) gets fresh copies."""
+    key = (dtype, pack, precision, layer.self_attn.q_proj.weight.data_ptr(), layer.mlp.down_proj.weight.data_ptr())
+    made = _FUSED.setdefault(layer, {})
+    if key not in made:
+        made[key] = _fuse(layer, dtype, pack=pack, precision=precision)
+    return made[key]
+
+
+def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False, precision: Precision = "fp32") -> _Layer:
     import torch
 
     attn, mlp = layer.self_attn, layer.mlp
@@ -697,13 +802,16 @@ def _fuse(layer: Any, dtype: torch.dtype) -> _Layer:
             raise ValueError("ttsq's decoder expects LLaMA projections without bias (ChatTTS's GPT has none)")
         return module.weight.detach().to(dtype)  # type: ignore[no-any-return]
 
+    def ready(matrix: torch.Tensor) -> Weight:
+        return _pack(matrix, precision) if pack else matrix.contiguous()
+
     return _Layer(
         input_norm=layer.input_layernorm.weight.detach(),
-        qkv=torch.cat([weight(attn.q_proj), weight(attn.k_proj), weight(attn.v_proj)], 0).contiguous(),
-        out=weight(attn.o_proj),
+        qkv=ready(torch.cat([weight(attn.q_proj), weight(attn.k_proj), weight(attn.v_proj)], 0)),
+        out=ready(weight(attn.o_proj)),
         post_norm=layer.post_attention_layernorm.weight.detach(),
-        gate_up=torch.cat([weight(mlp.gate_proj), weight(mlp.up_proj)], 0).contiguous(),
-        down=weight(mlp.down_proj),
+        gate_up=ready(torch.cat([weight(mlp.gate_proj), weight(mlp.up_proj)], 0)),
+        down=ready(weight(mlp.down_proj)),
         eps=float(layer.input_layernorm.variance_epsilon),
         scale=float(attn.scaling),
     )

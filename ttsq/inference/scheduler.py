@@ -34,7 +34,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -232,12 +232,17 @@ class Scheduler:
         pieces: Piecing | None = None,
         clock: Callable[[], float] = time.monotonic,
         playback_margin_s: float | None = None,
+        build_text_now: bool = False,
     ) -> None:
         self.rows = rows
         self.code = code
         self._make_text = text
         self.text: SlotDecoder | None = None
-        """The refine-text decoder, made at the first row that needs it (its cache is memory spent for nothing otherwise)."""
+        """The refine-text decoder: made here with ``build_text_now`` (a worker's batcher: built, and on CUDA captured,
+        before the worker reports ready, not mid-serving where it would stall every row), else at the first row that
+        needs it (scripts and warm-up: its cache is memory spent for nothing otherwise)."""
+        self._text_error: str | None = None
+        """Why the refine-text decoder could not be built: refine_text requests fail with it, the rest are served."""
         self.prepare = prepare
         self.limits = limits
         self.clock = clock
@@ -271,6 +276,8 @@ class Scheduler:
         first, then by arrival) and pieces."""
         self.pieces = pieces
         """Audio within a chunk, as it is generated (None: a chunk's audio is decoded at its end)."""
+        if build_text_now:
+            self._build_text()
 
     # ---- what the worker sees ----------------------------------------------------------------
 
@@ -311,7 +318,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
         if request.sampling.refine_text and self.text is None and self._make_text is not None:
-            self.text = self._make_text()
+            self._build_text()
         state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
@@ -426,11 +433,24 @@ class Scheduler:
     def _chunk_audio(self, row: _Row, samples: npt.NDArray[np.float32]) -> ChunkAudio:
         return ChunkAudio(index=row.index, total=row.request.total, samples=samples, text=row.text)
 
+    def _build_text(self) -> None:
+        """Make the refine-text decoder once. A failure is logged and kept: refine_text requests then fail with it,
+        every other request is served (it escaped before, from the inference thread, and ended it)."""
+        make, self._make_text = self._make_text, None
+        if make is None:
+            return
+        try:
+            self.text = make()
+        except Exception as exc:  # the code decoder serves on; refine requests get the reason
+            log.exception("the refine-text decoder could not be built; refine_text requests will fail")
+            self._text_error = f"{type(exc).__name__}: {exc}"
+
     def _decoder(self, row: _Row) -> SlotDecoder:
         if row.phase == "code":
             return self.code
         if self.text is None:
-            raise PermanentError("refine_text is not available with this engine")
+            reason = f": its decoder could not be built ({self._text_error})" if self._text_error else " with this engine"
+            raise PermanentError(f"refine_text is not available{reason}")
         return self.text
 
     def _admit(self, events: list[BatchEvent]) -> None:
@@ -471,8 +491,13 @@ class Scheduler:
             if token is not None:
                 self._exclusive = token
             self._admit_row(decoder, row, events)
+            if self.slot_limit < limit:  # out of memory admitting it: no more rows this pass
+                break
         for entry in held:
-            heapq.heappush(self._waiting, entry)
+            # Not a row whose request failed in this pass (a later chunk's prefill, say): _drop removed its waiting
+            # rows, but not these, set aside meanwhile; put back, one would decode to its end for nobody.
+            if self._requests.get(entry.row.request.key) is entry.row.request:
+                heapq.heappush(self._waiting, entry)
 
     def _decoder_or_fail(self, row: _Row, events: list[BatchEvent]) -> SlotDecoder | None:
         try:
@@ -529,7 +554,7 @@ class Scheduler:
             row.prefill = None
             error = _typed(exc)
             if isinstance(error, OutOfMemory) and self._active:
-                self._out_of_memory(events, requeue=[row])
+                self._refuse_new_rows(row)
                 return
             self._fail(row.request.key, error, events)
             return
@@ -696,8 +721,18 @@ class Scheduler:
         if request.done == request.total:
             del self._requests[request.key]
 
-    def _out_of_memory(self, events: list[BatchEvent], requeue: Sequence[_Row] = ()) -> None:
-        """Halve the slots in use for a while; the most recently admitted rows go back to the queue."""
+    def _refuse_new_rows(self, row: _Row) -> None:
+        """Out of memory admitting ``row`` (its prefill, or its place): the rows in flight keep their slots and go on
+        (the KV cache is preallocated, so evicting them would free nothing and throw their work away); no new row is
+        admitted beyond them for ``OOM_RECOVER_S``, and ``row`` waits for a slot again."""
+        self.stats.out_of_memory += 1
+        keep = self._limit.hold(len(self._active), self.clock())
+        log.warning("out of memory admitting a row beside %d others: at most %d slots for a while", len(self._active), keep)
+        self._push(row)
+
+    def _out_of_memory(self, events: list[BatchEvent]) -> None:
+        """Out of memory in a step: halve the slots in use for a while; the most recently admitted rows go back to the
+        queue (a step's own memory grows with its rows; the KV cache does not shrink)."""
         self.stats.out_of_memory += 1
         active = sorted(self._active.values(), key=lambda row: row.order)
         keep = self._limit.shrink(max(1, len(active)), self.clock())
@@ -705,9 +740,7 @@ class Scheduler:
         for row in active[keep:]:
             self._evict(row)
             self._push(row)
-        for row in requeue:
-            self._push(row)
-        if len(active) <= 1 and not requeue:
+        if len(active) <= 1:
             for row in active:
                 self._evict(row)
                 self._fail(row.request.key, OutOfMemory("out of memory with a single row"), events)
