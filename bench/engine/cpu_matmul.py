@@ -1,6 +1,6 @@
 """The decode step's matmuls on this CPU: MKL on plain weights against oneDNN on weights packed once, and the opt-in precisions.
 
-    python -m bench.cpu_matmul [--steps 104] [--name cpu-matmul]
+    python -m bench.engine.cpu_matmul [--steps 104] [--name cpu-matmul]
 
 Full-size random-weight checkpoint, one thread, CPU time of the thread. Two sections, each side by side in one process:
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bench.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_settings
+from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_settings
 from bench.machine import machine
 from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, inference
 from ttsq.inference.decoder_engine import DecoderEngine
@@ -227,7 +227,7 @@ def main() -> None:
     header = [
         "# The decode step's matmuls on this CPU (full-size checkpoint, one thread)",
         "",
-        f"`python -m bench.cpu_matmul --steps {args.steps}` — {started}, commit {commit()}. Machine: {info['cpu']}, "
+        f"`python -m bench.engine.cpu_matmul --steps {args.steps}` — {started}, commit {commit()}. Machine: {info['cpu']}, "
         f"{info['cores']} cores, shared with other engineers' work (ratios within the run are what to read).",
         "",
     ]
