@@ -446,7 +446,7 @@ def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(eng
     their own while the loop steps; when each row joins changes, what each row is does not."""
     inline, failed_inline = run(engine64.batcher(3, oom_recover_s=60), requests(engine64, 8))
     overlapped = engine64._scheduler(3, engine64._limits(), oom_recover_s=60, capture=False, reserve=1, overlap=True)
-    assert overlapped._prefill_pool is not None and overlapped._audio_pool is not None
+    assert overlapped._prefill_pool is not None and overlapped.audio.pool is not None
     audio, failed = run(overlapped, requests(engine64, 8))
     assert failed == failed_inline == {}
     assert audio.keys() == inline.keys()

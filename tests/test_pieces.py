@@ -58,7 +58,7 @@ def engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
 def scheduler(engine: DecoderEngine, *, pieces: bool = True, overlap: bool = False, slots: int = 2) -> Scheduler:
     pools = (RankedExecutor("test-prefill"), RankedExecutor("test-audio")) if overlap else None
     made = engine._scheduler(slots, engine._limits(), oom_recover_s=60, capture=False, pieces=engine._piecing() if pieces else None)
-    made._prefill_pool, made._audio_pool = pools if pools is not None else (None, None)
+    made._prefill_pool, made.audio.pool = pools if pools is not None else (None, None)
     return made
 
 
@@ -159,21 +159,21 @@ def test_a_request_cancelled_mid_chunk_leaves_no_piece_state_behind(engine: Deco
     """Its pieces waiting for the audio thread are cancelled (never decoded) and forgotten; nothing of it comes after."""
     made = scheduler(engine, overlap=True)
     gate = threading.Event()
-    assert made._audio_pool is not None
-    made._audio_pool.submit((-1,), gate.wait)  # holds the audio thread: the pieces asked for meanwhile wait
+    assert made.audio.pool is not None
+    made.audio.pool.submit((-1,), gate.wait)  # holds the audio thread: the pieces asked for meanwhile wait
     made.add("gone", request(engine, 7))
     made.add("kept", request(engine, 8))
     for _ in range(80):
         made.step()
-    waiting = [entry.future for entry in made._audio if entry.row.request.key == "gone"]
+    waiting = [entry.future for entry in made.audio.pending if entry.row.request.key == "gone"]
     assert waiting, "no piece of the cancelled request was waiting"
     made.cancel("gone")
     gate.set()
     assert all(future.cancelled() for future in waiting)
-    assert all(entry.row.request.key != "gone" for entry in made._audio)
+    assert all(entry.row.request.key != "gone" for entry in made.audio.pending)
     heard = drain(made)
     assert "gone" not in heard.pieces and "gone" not in heard.chunks and "kept" in heard.chunks
-    assert not made.busy and made.requests() == [] and made._audio == []
+    assert not made.busy and made.requests() == [] and made.audio.pending == []
 
 
 def test_failures_mid_chunk_end_the_request_with_one_failure_and_nothing_after(engine: DecoderEngine) -> None:
@@ -188,7 +188,7 @@ def test_failures_mid_chunk_end_the_request_with_one_failure_and_nothing_after(e
     heard = drain(made)
     assert isinstance(heard.failed.get("poisoned"), Exception) and "poisoned" not in heard.chunks
     assert heard.pieces["poisoned"], "pieces came before the failure"
-    assert not made.busy and made._audio == []
+    assert not made.busy and made.audio.pending == []
 
 
 # ---- the job's audio: pieces released in order, exactly the joined chunks --------------------------------------------

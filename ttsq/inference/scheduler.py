@@ -32,7 +32,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -44,169 +43,51 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import AdaptiveBatchLimit
-from ttsq.domain.reference_audio import MAX_REFERENCE_S
 from ttsq.domain.text import detect_language
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import (
     BatcherStats,
     BatchEvent,
-    ChunkAudio,
     ChunkReady,
-    InferenceError,
     OutOfMemory,
     PermanentError,
-    PieceReady,
     RequestFailed,
     StepHook,
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import Finished, Prefilled, RowParams, SlotDecoder, inference, stream_seed
-from ttsq.inference.pieces import Piecing, RowAudio
-from ttsq.inference.playback import Listener
+from ttsq.inference.decoder import Finished, Prefilled, SlotDecoder, inference
+from ttsq.inference.pieces import Piecing
 from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.scheduled import (
+    AudioWork,
+    DecodeLimits,
+    RequestState,
+    RowState,
+    chunk_audio,
+    code_params,
+    log_first_audio,
+    refine_params,
+    typed,
+)
 
 __all__ = ["DecodeLimits", "Scheduler"]
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 log = logging.getLogger(__name__)
 
 _BACKGROUND_WAIT_S = 0.05
 """The longest a step with nothing to decode waits for a prefill or an audio decode (the inference
 thread then takes new commands again)."""
-CODE_REPETITION_PENALTY = 1.05
-"""ChatTTS's ``InferCodeParams`` default; ttsq has always used it."""
-REFINE_TEMPERATURE, REFINE_TOP_P, REFINE_TOP_K, REFINE_REPETITION_PENALTY = 0.7, 0.7, 20, 1.0
-"""ChatTTS's ``RefineTextParams`` defaults, which ttsq has always used for ``refine_text``."""
-
-
-@dataclass(frozen=True)
-class DecodeLimits:
-    """Per-row token limits, from the engine's configuration."""
-
-    max_new_token: int
-    min_new_token: int
-    refine_max_new_token: int
-    max_reference_s: float = MAX_REFERENCE_S
-    """The longest speaker prompt a code row has room for (``MAX_REFERENCE_S``): a first chunk's audio made into the
-    prompt of its request's later chunks (``consistent``) is cut to it."""
-
-
-@dataclass
-class _Request:
-    key: str
-    request: SynthesisRequest
-    lang: Literal["zh", "en"]
-    total: int
-    arrival: int
-    alone: bool
-    done: int = 0
-    anchored: bool = False
-    """One voice across the text (``consistent``, more than one chunk, no speaker prompt of its own): the later
-    chunks' code rows wait for the first chunk's audio, made into their speaker prompt (:attr:`anchor`)."""
-    anchor: tuple[str, str] | None = None
-    """The first chunk's speaker prompt and text (ChatTTS's ``spk_smp``/``txt_smp``), once its audio is decoded."""
-    held: list[_Row] = field(default_factory=list)
-    """Later code rows waiting for :attr:`anchor`."""
-    lead_decoded: bool = False
-    """Its first chunk's codes are decoded (with :attr:`Scheduler.head_start`, its later chunks wait for this)."""
-    arrived_at: float = 0.0
-    margin_s: float | None = None
-    """:attr:`Scheduler.playback_margin_s` (None: no playback-aware order)."""
-    listener: Listener = field(default_factory=Listener)
-    """A listener playing its chunks in order from the first: when its audio runs out."""
-    unheard: dict[int, tuple[float, bool]] = field(default_factory=dict)
-    """Seconds of audio ready of chunks after the one being heard, and whether each is whole (a listener hears them
-    in order)."""
-    heard: int = 0
-    """Chunks the listener has had whole, in order."""
-
-    def due(self, index: int) -> float:
-        """When chunk ``index``'s audio is due: the first chunk at once (its arrival), a later one when the listener's
-        audio runs out, less the margin (not before the first is heard: after every started stream). 0 without
-        playback-aware order: every row alike, and the rest of :meth:`_Row.priority` decides."""
-        if self.margin_s is None:
-            return 0.0
-        if index == 0:
-            return self.arrived_at
-        due = self.listener.due(self.margin_s)
-        return math.inf if due is None else due
-
-    def played(self, now: float, index: int, seconds: float, *, whole: bool = True) -> None:
-        """More of chunk ``index``'s audio (a piece, or with ``whole`` its end) is ready at ``now``: the listener hears
-        it, and whatever of the chunks after it is ready, in order."""
-        ready, ended = self.unheard.get(index, (0.0, False))
-        self.unheard[index] = (ready + seconds, ended or whole)
-        while self.heard in self.unheard:
-            ready, ended = self.unheard.pop(self.heard)
-            if ready:
-                self.listener.deliver(now, ready)
-            if not ended:
-                self.unheard[self.heard] = (0.0, False)
-                break
-            self.heard += 1
-    first_heard: bool = False
-    """Its first audio (a piece or a whole chunk) has been handed on."""
-
-
-@dataclass
-class _Row:
-    request: _Request
-    index: int
-    phase: Literal["refine", "code"]
-    text: str
-    suspect: bool = False
-    slot: int | None = None
-    order: int = 0
-    prefill: Future[Prefilled] | None = None
-    """Its prompt being prefilled ahead of admission (``overlap`` only); cleared once it is placed."""
-    audio: RowAudio | None = None
-    """This run's piece decoder (``pieces``, code rows in a slot)."""
-    run: int = 0
-    """Which run of the row this is: a row put back in the queue starts a new one, and work of an old one is dropped."""
-    tokens: int = 0
-    """States the row has in its slot (this run)."""
-    handed: int = 0
-    """States handed to :attr:`audio` so far (this run)."""
-    sent: list[npt.NDArray[np.float32]] = field(default_factory=list)
-    """Audible samples handed on as pieces (every run's): the start of its chunk."""
-    skip: int = 0
-    """Audible samples this run will produce again that were already handed on (an earlier run's)."""
-
-    def priority(self) -> tuple[float, int, int, int, int]:
-        """Playback-aware (:attr:`Scheduler.playback_margin_s`): the row whose audio is due first; then first chunks
-        first, then arrival; a refined row (work already spent) ahead of its peers."""
-        return (self.request.due(self.index), self.index > 0, self.phase == "refine", self.request.arrival, self.index)
-
-    @property
-    def exclusive(self) -> str | None:
-        """Rows that must run without strangers share this token: a suspect alone, an isolated request with itself."""
-        if self.suspect:
-            return f"row:{id(self)}"
-        if self.request.alone:
-            return f"request:{self.request.key}"
-        return None
-
-
-@dataclass
-class _Decoding:
-    """A row's audio being decoded in the audio thread: a piece (``final`` False) or the rest of its chunk."""
-
-    row: _Row
-    future: Future[npt.NDArray[np.float32]]
-    run: int
-    final: bool
-    steps: int
-    """The row's states when it was handed on: how many decode steps the audio waited for."""
 
 
 @dataclass(order=True)
 class _Waiting:
     priority: tuple[float, int, int, int, int]
     order: int
-    row: _Row = field(compare=False)
+    row: RowState = field(compare=False)
 
 
 class Scheduler:
@@ -263,19 +144,24 @@ class Scheduler:
         (:mod:`ttsq.inference.playback`) — re-ranked at every step, as the listeners' buffers change."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
         self._waiting: list[_Waiting] = []
-        self._active: dict[tuple[str, int], _Row] = {}
+        self._active: dict[tuple[str, int], RowState] = {}
         """Rows in a slot, by (decoder, slot)."""
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, RequestState] = {}
         self._arrivals = itertools.count()
         self._orders = itertools.count()
         self._exclusive: str | None = None
         self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
-        self._audio_pool: RankedExecutor | None = overlap[1] if overlap is not None else None
-        self._audio: list[_Decoding] = []
-        """Audio being decoded (``overlap`` only), in the order it was asked for: finished rows' chunks (first chunks
-        first, then by arrival) and pieces."""
-        self.pieces = pieces
-        """Audio within a chunk, as it is generated (None: a chunk's audio is decoded at its end)."""
+        self.audio = AudioWork(
+            rows,
+            limits,
+            overlap[1] if overlap is not None else None,
+            pieces,
+            clock,
+            alive=lambda request: self._requests.get(request.key) is request,
+            chunk_ready=self._chunk_ready,
+            fail=self._fail,
+        )
+        """Each row's audio, whole at its end or in pieces, in the audio thread beside the loop (``overlap``)."""
         if build_text_now:
             self._build_text()
 
@@ -300,7 +186,7 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self._waiting or self._active or self._audio)
+        return bool(self._waiting or self._active or self.audio.pending)
 
     def requests(self) -> list[str]:
         return list(self._requests)
@@ -319,13 +205,13 @@ class Scheduler:
             return [RequestFailed(key, exc)]
         if request.sampling.refine_text and self.text is None and self._make_text is not None:
             self._build_text()
-        state = _Request(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
+        state = RequestState(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
         phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
         for index, chunk in enumerate(chunks):
-            self._queue(_Row(state, index, phase, chunk))
+            self._queue(RowState(state, index, phase, chunk))
         return []
 
     def cancel(self, key: str) -> None:
@@ -339,7 +225,7 @@ class Scheduler:
         step with nothing to decode waits (briefly) for that background work instead of spinning."""
         events: list[BatchEvent] = []
         with inference():
-            self._collect_audio(events)
+            self.audio.collect(events)
             self._rerank()
             self._admit(events)
             self._prefill_ahead()
@@ -348,14 +234,14 @@ class Scheduler:
                 if decoder is not None and decoder.occupied:
                     self._advance(decoder, events)
                     stepped = True
-            self._collect_audio(events)
+            self.audio.collect(events)
         if not stepped and not events:
             self._wait_for_background()
         return events
 
     # ---- admission ---------------------------------------------------------------------------
 
-    def _queue(self, row: _Row) -> None:
+    def _queue(self, row: RowState) -> None:
         """Wait for a slot, or, for a later chunk's code row of an anchored request whose first chunk's audio is not
         decoded yet, for that audio (its slot goes to other rows meanwhile)."""
         request = row.request
@@ -370,68 +256,16 @@ class Scheduler:
             self._waiting = [_Waiting(entry.row.priority(), entry.order, entry.row) for entry in self._waiting]
             heapq.heapify(self._waiting)
 
-    def _push(self, row: _Row) -> None:
+    def _push(self, row: RowState) -> None:
         row.slot = None
         heapq.heappush(self._waiting, _Waiting(row.priority(), next(self._orders), row))
 
     def _wait_for_background(self) -> None:
         """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
-        pending: list[Future[Any]] = [entry.future for entry in self._audio]
+        pending: list[Future[Any]] = list(self.audio.futures())
         pending += [entry.row.prefill for entry in self._waiting if entry.row.prefill is not None]
         if pending:
             wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
-
-    def _collect_audio(self, events: list[BatchEvent]) -> None:
-        """Hand on the audio that has been decoded, whichever row's it is (the worker puts a request's chunks in
-        order; a short request's audio must not wait for a long one's decoded before it). A row's own pieces and its
-        end go in the order they were asked for: one not done yet holds back that row's later ones."""
-        done: list[_Decoding] = []
-        pending: list[_Decoding] = []
-        held: set[int] = set()
-        for entry in self._audio:  # one look at each future: one that ends meanwhile waits for the next call
-            if id(entry.row) in held or not entry.future.done():
-                held.add(id(entry.row))
-                pending.append(entry)
-            else:
-                done.append(entry)
-        self._audio = pending
-        for entry in done:
-            try:
-                samples = entry.future.result()
-            except Exception as exc:  # noqa: BLE001 - this row's own failure
-                self._fail(entry.row.request.key, _typed(exc), events)
-                continue
-            self._decoded(entry.row, entry.run, entry.final, entry.steps, samples, events)
-
-    def _decoded(
-        self, row: _Row, run: int, final: bool, steps: int, samples: npt.NDArray[np.float32], events: list[BatchEvent]
-    ) -> None:
-        if run != row.run:
-            return  # an earlier run's piece: the row runs again and hands on from where the pieces stopped
-        if row.skip:
-            cut = min(row.skip, samples.size)
-            row.skip -= cut
-            samples = samples[cut:]
-        if not final:
-            if samples.size and self._requests.get(row.request.key) is row.request:
-                row.sent.append(samples)
-                row.request.played(self.clock(), row.index, samples.size / SAMPLE_RATE, whole=False)
-                self._first_audio(row, steps)
-                events.append(PieceReady(row.request.key, self._chunk_audio(row, samples)))
-            return
-        if row.sent:
-            samples = np.concatenate([*row.sent, samples])
-        self._chunk_ready(row, samples, events, steps)
-
-    def _first_audio(self, row: _Row, steps: int) -> None:
-        """Log when a request's first audio comes (issue 31: after how many steps of its first chunk)."""
-        request = row.request
-        if row.index == 0 and not request.first_heard:
-            request.first_heard = True
-            log.info("%s: first audio after %d decode steps of its first chunk", request.key, steps)
-
-    def _chunk_audio(self, row: _Row, samples: npt.NDArray[np.float32]) -> ChunkAudio:
-        return ChunkAudio(index=row.index, total=row.request.total, samples=samples, text=row.text)
 
     def _build_text(self) -> None:
         """Make the refine-text decoder once. A failure is logged and kept: refine_text requests then fail with it,
@@ -445,7 +279,7 @@ class Scheduler:
             log.exception("the refine-text decoder could not be built; refine_text requests will fail")
             self._text_error = f"{type(exc).__name__}: {exc}"
 
-    def _decoder(self, row: _Row) -> SlotDecoder:
+    def _decoder(self, row: RowState) -> SlotDecoder:
         if row.phase == "code":
             return self.code
         if self.text is None:
@@ -499,7 +333,7 @@ class Scheduler:
             if self._requests.get(entry.row.request.key) is entry.row.request:
                 heapq.heappush(self._waiting, entry)
 
-    def _decoder_or_fail(self, row: _Row, events: list[BatchEvent]) -> SlotDecoder | None:
+    def _decoder_or_fail(self, row: RowState, events: list[BatchEvent]) -> SlotDecoder | None:
         try:
             return self._decoder(row)
         except PermanentError as exc:
@@ -509,7 +343,7 @@ class Scheduler:
     def _name(self, decoder: SlotDecoder) -> str:
         return "code" if decoder is self.code else "text"
 
-    def _prefilled(self, decoder: SlotDecoder, row: _Row) -> Prefilled:
+    def _prefilled(self, decoder: SlotDecoder, row: RowState) -> Prefilled:
         """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
         request = row.request.request
         if row.phase == "code":
@@ -543,16 +377,16 @@ class Scheduler:
             row.prefill = pool.submit(row.priority(), self._prefilled, decoder, row)
             started += 1
 
-    def _admit_row(self, decoder: SlotDecoder, row: _Row, events: list[BatchEvent]) -> None:
+    def _admit_row(self, decoder: SlotDecoder, row: RowState, events: list[BatchEvent]) -> None:
         """Place one row, prefilled alone, and sample its first token; a failure here is that row's alone."""
         try:
-            params = self._code_params(row) if row.phase == "code" else self._refine_params(row)
+            params = code_params(row, self.limits) if row.phase == "code" else refine_params(row, self.limits)
             prefilled = row.prefill.result() if row.prefill is not None else self._prefilled(decoder, row)
             row.prefill = None
             slot, ended = decoder.place(prefilled, params)
         except Exception as exc:  # noqa: BLE001 - typed below; the loop carries on
             row.prefill = None
-            error = _typed(exc)
+            error = typed(exc)
             if isinstance(error, OutOfMemory) and self._active:
                 self._refuse_new_rows(row)
                 return
@@ -560,36 +394,11 @@ class Scheduler:
             return
         row.slot = slot
         row.order = next(self._orders)
-        if self.pieces is not None and row.phase == "code":
-            row.audio = RowAudio(self.pieces.make(), keep_wave=row.index == 0 and row.request.anchored)
-            row.tokens, row.handed = 1, 0  # placing a row samples its first token
+        self.audio.placed(row)
         self._active[(self._name(decoder), slot)] = row
         self.stats.rows_admitted += 1
         if ended is not None:
             self._finish(decoder, ended, events)
-
-    def _code_params(self, row: _Row) -> RowParams:
-        request = row.request.request
-        return RowParams(
-            temperature=request.sampling.temperature,
-            top_p=request.sampling.top_p,
-            top_k=request.sampling.top_k,
-            repetition_penalty=CODE_REPETITION_PENALTY,
-            min_new_token=min(max(self.limits.min_new_token, 1), self.limits.max_new_token),
-            max_new_token=self.limits.max_new_token,
-            seed=stream_seed(request.seed, request.first_chunk + row.index),
-        )
-
-    def _refine_params(self, row: _Row) -> RowParams:
-        return RowParams(
-            temperature=REFINE_TEMPERATURE,
-            top_p=REFINE_TOP_P,
-            top_k=REFINE_TOP_K,
-            repetition_penalty=REFINE_REPETITION_PENALTY,
-            min_new_token=1,
-            max_new_token=self.limits.refine_max_new_token,
-            seed=stream_seed(row.request.request.seed, row.request.request.first_chunk + row.index),
-        )
 
     # ---- stepping ----------------------------------------------------------------------------
 
@@ -601,7 +410,7 @@ class Scheduler:
                 self.hook([row.request.request for row in rows])
             finished = decoder.step()
         except Exception as exc:  # noqa: BLE001 - whose fault it was is decided below
-            error = _typed(exc)
+            error = typed(exc)
             if isinstance(error, OutOfMemory):
                 self._out_of_memory(events)
             elif len(rows) == 1 or all(row.exclusive is not None and row.exclusive == rows[0].exclusive for row in rows):
@@ -620,43 +429,9 @@ class Scheduler:
         self.stats.slot_steps += decoder.computed
         for ended in finished:
             self._finish(decoder, ended, events)
-        if self.pieces is not None and decoder is self.code:
-            self._hand_on(rows, events)
-
-    def _hand_on(self, rows: list[_Row], events: list[BatchEvent]) -> None:
-        """Each row still in its slot has one more state; a row whose next piece is due hands its new states to its
-        piece decoder (copied: the slot's buffer is written again when the slot is reused)."""
-        pieces = self.pieces
-        assert pieces is not None
-        for row in rows:
-            if row.audio is None or row.slot is None or self._active.get(("code", row.slot)) is not row:
-                continue
-            row.tokens += 1
-            due = pieces.first if row.handed == 0 else row.handed + pieces.tokens
-            if row.tokens < due:
-                continue
-            hiddens = self.code.hiddens
-            assert hiddens is not None
-            states = hiddens[row.slot, row.handed : row.tokens].to("cpu", dtype=hiddens.dtype, copy=True).numpy()
-            row.handed = row.tokens
-            self._decode_audio(row, row.audio.add, states, final=False, events=events)
-
-    def _decode_audio(
-        self, row: _Row, decode: Callable[..., npt.NDArray[np.float32]], *args: Any, final: bool, events: list[BatchEvent]
-    ) -> None:
-        """Decode some of a row's audio: in the audio thread (ranked as the row, in the order asked, so that a row's
-        pieces stay in order), or inline, its result handed on at once."""
-        steps = row.tokens
-        if self._audio_pool is not None:
-            future = self._audio_pool.submit(row.priority(), decode, *args)
-            self._audio.append(_Decoding(row, future, row.run, final, steps))
-            return
-        try:
-            samples = decode(*args)
-        except Exception as exc:  # noqa: BLE001 - this row's own failure
-            self._fail(row.request.key, _typed(exc), events)
-            return
-        self._decoded(row, row.run, final, steps, samples, events)
+        if decoder is self.code:
+            in_slots = [row for row in rows if row.slot is not None and self._active.get(("code", row.slot)) is row]
+            self.audio.hand_on(in_slots, self.code.hiddens, events)
 
     def _finish(self, decoder: SlotDecoder, ended: Finished, events: list[BatchEvent]) -> None:
         row = self._active.pop((self._name(decoder), ended.slot))
@@ -666,7 +441,7 @@ class Scheduler:
             try:
                 row.text = self.rows.refined_text(ended.tokens)
             except Exception as exc:  # noqa: BLE001 - this row's own failure
-                self._fail(request.key, _typed(exc), events)
+                self._fail(request.key, typed(exc), events)
                 return
             row.phase = "code"
             row.suspect = False
@@ -679,37 +454,14 @@ class Scheduler:
         if ended.hiddens is None:
             self._fail(request.key, TransientError("an audio row ended without its states"), events)
             return
-        row.tokens = int(ended.hiddens.shape[0])
-        if row.audio is not None:
-            rest = ended.hiddens[row.handed :].to("cpu", copy=True).numpy()
-            self._decode_audio(row, self._rest_of, row, row.audio, rest, final=True, events=events)
-            return
-        self._decode_audio(row, self._audio_of, row, ended.hiddens, final=True, events=events)
+        self.audio.ended(row, ended.hiddens, events)
 
-    def _audio_of(self, row: _Row, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
-        """A row's audio; an anchored request's first chunk also becomes the speaker prompt of its later chunks, made
-        as upstream's ``split_text`` makes it (:meth:`ChatTTSRows.audio_and_prompt`), with the chunk's text (refined,
-        where asked) as ``txt_smp``. Inline, or in the audio thread: the loop reads the anchor once this is done."""
-        if row.index > 0 or not row.request.anchored:
-            return self.rows.audio(hiddens)
-        samples, prompt = self.rows.audio_and_prompt(hiddens, self.limits.max_reference_s)
-        row.request.anchor = (prompt, row.text)
-        return samples
-
-    def _rest_of(self, row: _Row, audio: RowAudio, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The rest of a row decoded in pieces; an anchored request's first chunk makes its speaker prompt of the
-        whole wave, as :meth:`_audio_of` does."""
-        samples, wave = audio.finish(states)
-        if wave is not None:
-            row.request.anchor = (self.rows.speaker_prompt(wave, self.limits.max_reference_s), row.text)
-        return samples
-
-    def _chunk_ready(self, row: _Row, samples: npt.NDArray[np.float32], events: list[BatchEvent], steps: int) -> None:
+    def _chunk_ready(self, row: RowState, samples: npt.NDArray[np.float32], events: list[BatchEvent], steps: int) -> None:
         request = row.request
         if self._requests.get(request.key) is not request:
             return  # cancelled or failed while its audio was decoded
         row.audio = None
-        self._first_audio(row, steps)
+        log_first_audio(row, steps)
         if request.anchor is not None and request.held:
             held, request.held = request.held, []
             for later in held:
@@ -717,11 +469,11 @@ class Scheduler:
         request.done += 1
         fresh = samples.size - sum(piece.size for piece in row.sent)  # what the pieces did not already bring
         request.played(self.clock(), row.index, fresh / SAMPLE_RATE)
-        events.append(ChunkReady(request.key, self._chunk_audio(row, samples)))
+        events.append(ChunkReady(request.key, chunk_audio(row, samples)))
         if request.done == request.total:
             del self._requests[request.key]
 
-    def _refuse_new_rows(self, row: _Row) -> None:
+    def _refuse_new_rows(self, row: RowState) -> None:
         """Out of memory admitting ``row`` (its prefill, or its place): the rows in flight keep their slots and go on
         (the KV cache is preallocated, so evicting them would free nothing and throw their work away); no new row is
         admitted beyond them for ``OOM_RECOVER_S``, and ``row`` waits for a slot again."""
@@ -745,7 +497,7 @@ class Scheduler:
                 self._evict(row)
                 self._fail(row.request.key, OutOfMemory("out of memory with a single row"), events)
 
-    def _evict(self, row: _Row) -> None:
+    def _evict(self, row: RowState) -> None:
         """Take a row out of its slot; it restarts from its prompt if it runs again, as a new run: its pieces being
         decoded are dropped, and the samples it already handed on are skipped when the new run makes them again."""
         for key, active in list(self._active.items()):
@@ -755,12 +507,7 @@ class Scheduler:
                 if decoder is not None:
                     decoder.release(key[1])
         row.slot = None
-        if row.audio is not None:
-            row.audio = None
-            row.run += 1
-            row.tokens = row.handed = 0
-            row.skip = sum(piece.size for piece in row.sent)
-            self._audio = _dropping(self._audio, lambda entry: entry.row is row)
+        self.audio.evicted(row)
 
     def _fail(self, key: str, error: BaseException, events: list[BatchEvent]) -> None:
         if key not in self._requests:
@@ -776,31 +523,4 @@ class Scheduler:
         if len(kept) != len(self._waiting):
             self._waiting = kept
             heapq.heapify(self._waiting)
-        self._audio = _dropping(self._audio, lambda entry: entry.row.request.key == key)
-
-
-def _dropping(entries: list[_Decoding], drop: Callable[[_Decoding], bool]) -> list[_Decoding]:
-    """``entries`` without those ``drop`` picks, which are cancelled (a decode not started yet never runs)."""
-    kept = []
-    for entry in entries:
-        if drop(entry):
-            entry.future.cancel()
-        else:
-            kept.append(entry)
-    return kept
-
-
-def _typed(exc: BaseException) -> BaseException:
-    """An engine failure in the engine contract's types (torch's OOM included), so the worker need not know torch."""
-    if isinstance(exc, InferenceError):
-        return exc
-    try:
-        import torch
-
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return OutOfMemory(str(exc))
-    except ImportError:  # pragma: no cover - torch is always there when a decoder runs
-        pass
-    if isinstance(exc, ValueError):
-        return PermanentError(str(exc))
-    return TransientError(f"{type(exc).__name__}: {exc}")
+        self.audio.drop(lambda entry: entry.row.request.key == key)
