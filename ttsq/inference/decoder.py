@@ -35,15 +35,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:
     import torch
+
+from ttsq.inference.layers import (
+    Layer,
+    Precision,
+    activation,
+    fused,
+    fused_rms_norm,
+    linear,
+    onednn,
+    packs_weights,
+    per_head,
+    rms_norm,
+)
 
 __all__ = [
     "MIN_TOKENS_TO_KEEP",
@@ -67,12 +79,6 @@ float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and 
 own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
 
 Mode = Literal["code", "text"]
-Precision = Literal["fp32", "bf16", "int8"]
-"""What the GPT's projections multiply in on a CPU (``PRECISION``). ``fp32``: float32 (the tokens of
-the plain path). ``bf16``: bfloat16 weights and inputs, float32 accumulation and outputs. ``int8``:
-dynamic quantisation (int8 weights per output channel; each call quantises its input with one
-scale computed over the whole batch, so a row's codes depend on its batch-mates). Attention, norms,
-the KV cache, the heads and sampling stay float32 in all three."""
 
 
 def stream_seed(seed: int, chunk_index: int) -> int:
@@ -158,31 +164,6 @@ class Finished:
     """True when the row ran to its ``max_new_token`` without producing the end token."""
 
 
-@dataclass(frozen=True)
-class _Int8:
-    """A projection quantised for ``torch.ops.quantized.linear_dynamic`` (fbgemm's packed int8 weight)."""
-
-    packed: Any
-
-
-Weight: TypeAlias = "torch.Tensor | _Int8"
-"""A projection as :func:`_linear` takes it: dense (MKL), oneDNN-packed (float32 or bfloat16), or int8."""
-
-
-@dataclass(frozen=True)
-class _Layer:
-    """One LLaMA block's weights, fused where that saves a kernel: q/k/v in one matrix, gate/up in one."""
-
-    input_norm: torch.Tensor
-    qkv: Weight
-    out: Weight
-    post_norm: torch.Tensor
-    gate_up: Weight
-    down: Weight
-    eps: float
-    scale: float
-
-
 class SlotDecoder:
     """Decodes up to ``shape.slots`` rows at once over one ChatTTS GPT. Blocking; one thread.
 
@@ -244,9 +225,9 @@ class SlotDecoder:
         self.batch_invariant = batch_invariant
         self.static_shapes = static_shapes or self.cuda_graphs or batch_invariant
         self._graphs: dict[int, Any] = {}
-        self._act = _activation(gpt.layers[0].mlp)
+        self._act = activation(gpt.layers[0].mlp)
         all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
-        self._norm = _fused_rms_norm if all_float32 else _rms_norm
+        self._norm = fused_rms_norm if all_float32 else rms_norm
         num_vq = int(embed.num_vq)
         self.streams = num_vq if mode == "code" else 1
         """Tokens per row per step: four codebooks for audio, one token for text."""
@@ -256,7 +237,7 @@ class SlotDecoder:
         self.packed_weights = (packed_weights or precision != "fp32") and packs_weights(self.device, dtype)
         """Whether the projections (and, in float32, the heads) are packed: for oneDNN, or for fbgemm (int8)."""
         with torch.no_grad():
-            self._layers = [_fused(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
+            self._layers = [fused(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
             self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
             if mode == "code":
                 # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
@@ -268,7 +249,7 @@ class SlotDecoder:
             self.vocab = int(heads[0].shape[0])
             self._heads = torch.cat(heads, 0).to(head_dtype).contiguous()
             if self.packed_weights and packs_weights(self.device, head_dtype):
-                self._heads = _onednn(self._heads)
+                self._heads = onednn(self._heads)
             self._table = torch.cat(tables, 0).to(head_dtype).contiguous()
             self._offsets = torch.arange(self.streams, device=self.device) * int(tables[0].shape[0])
             # RoPE for every position at once: the same products and cos/sin as per step (each
@@ -280,13 +261,13 @@ class SlotDecoder:
             # exactly), so one multiply-add rotates queries and keys and leaves values as they are.
             rotated = self.num_heads + self.num_kv_heads
             identity = torch.ones_like(cos[0]), torch.zeros_like(sin[0])
-            self._cos = _per_head(cos[0], identity[0], rotated, self.num_kv_heads)
+            self._cos = per_head(cos[0], identity[0], rotated, self.num_kv_heads)
             # rotate_half(x) * sin == roll(x, d/2) * (sign * sin), sign -1 on the first half:
             # (-a) * b and a * (-b) are the same float, so this stays bit-equal to transformers.
             half = self.head_dim // 2
             sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
             sign[:half] = -1
-            self._sin = _per_head(sin[0] * sign, identity[1], rotated, self.num_kv_heads)
+            self._sin = per_head(sin[0] * sign, identity[1], rotated, self.num_kv_heads)
         self._allocate()
 
     # ---- buffers ----------------------------------------------------------------------------
@@ -440,13 +421,13 @@ class SlotDecoder:
         mask[start:stop] = True
         return mask
 
-    def _qkv(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _qkv(self, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
         (rows, heads, positions, dim) and (rows, 2 x kv heads, positions, dim)."""
 
         rows, length = x.shape[0], x.shape[1]
         heads = self.num_heads + 2 * self.num_kv_heads
-        qkv = _linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
+        qkv = linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
         if length == 1:  # a decode step: moving the length-1 axis is only a view
             qkv = qkv.view(rows, heads, 1, self.head_dim)
         else:
@@ -454,14 +435,14 @@ class SlotDecoder:
         qkv = qkv * cos + qkv.roll(self.head_dim // 2, -1) * sin
         return qkv[:, : self.num_heads], qkv[:, self.num_heads :]
 
-    def _block_rest(self, layer: _Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    def _block_rest(self, layer: Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Everything after attention: output projection, residual, MLP, residual."""
 
         rows, length = x.shape[0], x.shape[1]
         flat = attended.view(rows, 1, -1) if length == 1 else attended.transpose(1, 2).reshape(rows, length, -1)
-        x = x + _linear(flat, layer.out)
-        gate, up = _linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
-        return x + _linear(self._act(gate) * up, layer.down)
+        x = x + linear(flat, layer.out)
+        gate, up = linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
+        return x + linear(self._act(gate) * up, layer.down)
 
     def _expand(self, kv: torch.Tensor) -> torch.Tensor:
         """Repeat grouped key/value heads to the query heads (a no-op for ChatTTS, which has none)."""
@@ -544,7 +525,7 @@ class SlotDecoder:
         import torch
 
         n = hidden.shape[0]
-        logits = _linear(hidden.to(self.head_dtype), self._heads).view(n, self.streams, self.vocab)
+        logits = linear(hidden.to(self.head_dtype), self._heads).view(n, self.streams, self.vocab)
         logits = logits.float() / self.temperature[rows]
         counts = self._counts[rows].zero_().scatter_add_(-1, self.window[rows], self.recent[rows])
         alpha = torch.pow(self.penalty[rows], counts)
@@ -716,132 +697,3 @@ def inference() -> contextlib.AbstractContextManager[Any]:
     import torch
 
     return contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
-
-
-_PACK_BATCH_HINT = 8
-"""The batch oneDNN lays packed weights out for. Measured here (full-size projections, one thread):
-packed for 8, batch 1 and 8 both ran fastest (39 and 50 ms for the GPT's matmuls, against 58 and
-54 ms packed for 1, and 57 and 130 ms through MKL on plain weights); packing for 32 was no better at 32."""
-
-
-def packs_weights(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether oneDNN-packed weights apply: on a CPU, in float32, where torch has oneDNN.
-
-    float32 only: it is the precision whose tokens are proven the same as the plain path's (a
-    different summation order moves a logit by ~1e-6, far below any sampling decision); other
-    dtypes keep the plain path they were measured with."""
-    import torch
-
-    return device.type == "cpu" and dtype == torch.float32 and bool(torch.backends.mkldnn.is_available())
-
-
-def _pack(weight: torch.Tensor, precision: Precision = "fp32") -> Weight:
-    """``weight`` (out, in) prepared once for :func:`_linear`: reordered into oneDNN's blocked layout
-    (float32, or bfloat16 for ``bf16``), or quantised to int8 per output channel and packed for fbgemm."""
-    import torch
-
-    weight = weight.contiguous()
-    if precision == "int8":
-        # torch's default dynamic-quantisation weight observer: symmetric, per output channel, qint8.
-        observer = torch.ao.quantization.default_per_channel_weight_observer()
-        observer(weight)
-        scales, zeros = observer.calculate_qparams()
-        quantized = torch.quantize_per_channel(weight, scales.double(), zeros.long(), 0, torch.qint8)
-        return _Int8(torch.ops.quantized.linear_prepack(quantized, None))
-    return _onednn(weight.to(torch.bfloat16) if precision == "bf16" else weight)
-
-
-def _onednn(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` reordered once into oneDNN's blocked layout: an opaque tensor only :func:`_linear` reads."""
-    import torch
-
-    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), _PACK_BATCH_HINT)  # type: ignore[no-any-return]
-
-
-def _linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    """``x @ weight.T``: through oneDNN for a packed weight, fbgemm for an int8 one, ``F.linear``
-    (MKL on a CPU) otherwise.
-
-    oneDNN's prepacked path runs the GPT's matmuls at twice MKL's speed here and more, since MKL's
-    sgemm re-packs the weight at every call (BENCHMARKS.md, "CPU matmul"). ``reduce_range`` as torch's
-    own dynamically quantised ``Linear`` uses it on x86."""
-    import torch
-    import torch.nn.functional as F
-
-    if isinstance(weight, _Int8):
-        return torch.ops.quantized.linear_dynamic(x, weight.packed, True)  # type: ignore[no-any-return]
-    if weight.is_mkldnn:
-        if weight.dtype == torch.bfloat16:
-            return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, None, "none", [], "").float()  # type: ignore[no-any-return]
-        return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")  # type: ignore[no-any-return]
-    return F.linear(x, weight)
-
-
-_FUSED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Layer]] = weakref.WeakKeyDictionary()
-
-
-def _fused(layer: Any, dtype: torch.dtype, *, pack: bool, precision: Precision) -> _Layer:
-    """One fused (and packed) copy of a LLaMA block per way of multiplying, shared by every decoder over that block:
-    a worker's code and refine-text decoders (both built at start-up) then hold one copy of the full-size GPT's
-    756 MB of weights between them, not one each. Keyed by the weights' storage too, so a GPT converted after a
-    decoder was made (``.double()`` in the tests) gets fresh copies."""
-    key = (dtype, pack, precision, layer.self_attn.q_proj.weight.data_ptr(), layer.mlp.down_proj.weight.data_ptr())
-    made = _FUSED.setdefault(layer, {})
-    if key not in made:
-        made[key] = _fuse(layer, dtype, pack=pack, precision=precision)
-    return made[key]
-
-
-def _fuse(layer: Any, dtype: torch.dtype, *, pack: bool = False, precision: Precision = "fp32") -> _Layer:
-    import torch
-
-    attn, mlp = layer.self_attn, layer.mlp
-
-    def weight(module: Any) -> torch.Tensor:
-        if getattr(module, "bias", None) is not None:
-            raise ValueError("ttsq's decoder expects LLaMA projections without bias (ChatTTS's GPT has none)")
-        return module.weight.detach().to(dtype)  # type: ignore[no-any-return]
-
-    def ready(matrix: torch.Tensor) -> Weight:
-        return _pack(matrix, precision) if pack else matrix.contiguous()
-
-    return _Layer(
-        input_norm=layer.input_layernorm.weight.detach(),
-        qkv=ready(torch.cat([weight(attn.q_proj), weight(attn.k_proj), weight(attn.v_proj)], 0)),
-        out=ready(weight(attn.o_proj)),
-        post_norm=layer.post_attention_layernorm.weight.detach(),
-        gate_up=ready(torch.cat([weight(mlp.gate_proj), weight(mlp.up_proj)], 0)),
-        down=ready(weight(mlp.down_proj)),
-        eps=float(layer.input_layernorm.variance_epsilon),
-        scale=float(attn.scaling),
-    )
-
-
-def _activation(mlp: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    import torch.nn.functional as F
-
-    return F.silu if mlp.config.hidden_act == "silu" else mlp.act_fn
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LLaMA's RMSNorm exactly as transformers computes it: in float32, then back to the input's dtype."""
-    import torch
-
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def _fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """torch's one-kernel RMSNorm: the same operations as :func:`_rms_norm` when all is float32
-    (held bit-equal by the tests), which is the only case it is used for."""
-    import torch.nn.functional as F
-
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
-
-
-def _per_head(table: torch.Tensor, identity: torch.Tensor, rotated: int, plain: int) -> torch.Tensor:
-    """(positions, dim) -> (positions, rotated + plain heads, dim): ``table`` for the first heads, ``identity`` for the rest."""
-    import torch
-
-    return torch.cat([table.unsqueeze(1).expand(-1, rotated, -1), identity.unsqueeze(1).expand(-1, plain, -1)], 1).contiguous()
