@@ -9,7 +9,10 @@ measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streamin
 (:func:`ttsq.inference.streaming_audio.add_together`: one run of the layers for all four rows, as a worker streaming
 several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
 states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
-the whole decode.
+the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.lead_audio.LeadThenExact`:
+the first ``PIECE_TOKENS`` decoded once more from a window of ``PIECE_TOKENS + PIECE_LOOKAHEAD`` states, every state
+streamed in runs of ``STREAM_RUN_TOKENS``), its states handed over as the scheduler hands them: the first
+``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then ``PIECE_TOKENS`` at a time.
 
     python -m bench.engine.streaming_audio [--quick]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +32,9 @@ import numpy.typing as npt
 
 from bench import ROOT
 from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
+from settings import Settings
 from ttsq.inference.checkpoint import CheckpointSize
+from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
 from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
 from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
 
@@ -47,6 +53,12 @@ def cpu(run: Callable[..., Any], *args: Any) -> tuple[float, Any]:
 
 def token_by_token(decoder: StreamingDecoder | PieceDecoder, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.concatenate([decoder.add(states[i : i + 1]) for i in range(len(states))] + [decoder.finish()])
+
+
+def as_scheduled(decoder: LeadThenExact, states: npt.NDArray[np.float32], piece: int, lookahead: int) -> npt.NDArray[np.float32]:
+    """``states`` handed over as the scheduler hands a row's: ``piece + lookahead`` at first, then ``piece`` at a time."""
+    bounds = [0, *range(piece + lookahead, len(states), piece), len(states)]
+    return np.concatenate([decoder.add(states[a:b]) for a, b in itertools.pairwise(bounds)] + [decoder.finish()])
 
 
 def rows_together(decoders: list[StreamingDecoder], states: npt.NDArray[np.float32]) -> list[npt.NDArray[np.float32]]:
@@ -134,6 +146,55 @@ def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]
     return [*lines, ""]
 
 
+def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]:
+    """The worker's own piecing at its default settings, per chunk length: CPU against one whole decode, and where
+    its output stands against the whole decode (the lead's approximation, cross-faded, is the only difference)."""
+    decode, _ = decoder_and_vocos(size)
+    modules, vocos, hidden = decoder_and_vocos_modules(size)
+    defaults = Settings.model_fields
+    piece = int(defaults["piece_tokens"].default)
+    lookahead = int(defaults["piece_lookahead"].default)
+    per_token = 2 * int(vocos.head.istft.hop_length)
+    rng = np.random.default_rng(11)
+    rows = {length: rng.standard_normal((length, hidden)).astype(np.float32) for length in lengths}
+
+    def make() -> LeadThenExact:
+        stream = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
+        return LeadThenExact(decode, stream, first=piece, lookahead=lookahead, samples_per_token=per_token)
+
+    for states in rows.values():  # untimed: oneDNN's kernels for these shapes
+        as_scheduled(make(), states, piece, lookahead)
+    ratios: dict[int, list[float]] = {}
+    decoded: dict[int, float] = {}
+    worst: dict[int, tuple[float, float]] = {}
+    for _ in range(repeats):
+        for length, states in rows.items():
+            whole_s, whole = cpu(decode, states)
+            decoder = make()
+            seconds, joined = cpu(as_scheduled, decoder, states, piece, lookahead)
+            ratios.setdefault(length, []).append(seconds / whole_s)
+            decoded[length] = decoder.decoded_tokens / length
+            diff = joined - whole
+            signal = float(np.sqrt(np.mean(whole**2)))
+            rms_db = 20 * np.log10(max(float(np.sqrt(np.mean(diff**2))), 1e-12) / signal)
+            worst[length] = (float(np.abs(diff).max()), float(rms_db))
+    lines = [
+        f"### {size}: the serving default (first piece {piece} tokens after {piece + lookahead}, then streamed in runs "
+        f"of {STREAM_RUN_TOKENS})",
+        "",
+        "| chunk (tokens) | CPU / whole decode | states decoded / chunk's states | max abs diff to the whole decode "
+        "| RMS diff, dB below the signal |",
+        "|---|---|---|---|---|",
+    ]
+    for length in lengths:
+        max_abs, rms_db = worst[length]
+        lines.append(
+            f"| {length} | {statistics.median(ratios[length]):.2f} | {decoded[length]:.2f} | {max_abs:.1e} | {-rms_db:.1f} |"
+        )
+        print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
 def main() -> None:
     import torch
 
@@ -156,6 +217,7 @@ def main() -> None:
     ]
     for size in sizes:
         lines += measure(size, lengths, repeats)
+        lines += serving_default(size, lengths, repeats)
     text = "\n".join(lines)
     RESULTS.write_text(text)
     print(text)

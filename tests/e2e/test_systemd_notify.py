@@ -4,6 +4,7 @@ on a bare GPU host as Kubernetes' liveness probe would. systemd's side is a real
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -17,13 +18,15 @@ pytestmark = pytest.mark.e2e
 
 
 class NotifySocket:
-    """What systemd receives on ``NOTIFY_SOCKET``, read as it arrives (as systemd does)."""
+    """What systemd receives on ``NOTIFY_SOCKET``, read as it arrives (as systemd does: the kernel
+    keeps only ``net.unix.max_dgram_qlen`` datagrams for a reader that falls behind). A question reads
+    the queue too, under the same lock, so it sees every datagram sent before it was asked."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
+        self.sock.setblocking(False)
         self.messages: list[list[str]] = []
         self.lock = threading.Lock()
         self.closed = threading.Event()
@@ -32,17 +35,16 @@ class NotifySocket:
 
     def _read(self) -> None:
         while not self.closed.is_set():
-            try:
-                message = self.sock.recv(4096).decode().split("\n")
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self.lock:
-                self.messages.append(message)
+            select.select([self.sock], [], [], 0.2)
+            self.drain()
 
     def drain(self) -> list[list[str]]:
         with self.lock:
+            while not self.closed.is_set():
+                try:
+                    self.messages.append(self.sock.recv(4096).decode().split("\n"))
+                except BlockingIOError:
+                    break
             return list(self.messages)
 
     def close(self) -> None:

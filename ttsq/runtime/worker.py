@@ -260,7 +260,9 @@ class Worker:
         self.upkeep.start()
         try:
             self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
+            # systemd hears READY=1 before /readyz answers 200: whoever watches either sees the same order.
             self._systemd.notify("READY=1", "STATUS=serving")
+            self.record.ready = True
             self.voice_encoder.start()
             await self._serve()
             await self._drain()
@@ -289,7 +291,6 @@ class Worker:
         self.record.speaks_noise = info.speaks_noise
         self.engine.warm_up()
         batcher = self.engine.batcher(self._size_batches(), oom_recover_s=self.config.oom_recover_s)
-        self.record.ready = True
         load_s = time.perf_counter() - started
         self.metrics.model_load.set(load_s)
         self.metrics.info.labels(info.name, info.device).set(1)
