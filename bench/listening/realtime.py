@@ -52,6 +52,7 @@ import httpx
 
 from bench import ROOT
 from bench.machine import machine
+from bench.stacks import stop_processes
 from ttsq.domain.text import split_sentences
 from ttsq.runtime.launch import ProcessExited
 
@@ -284,17 +285,6 @@ async def load(open_stream: Opener, n: int, window_s: float, gap_s: float, seed:
 # ---- the servers -----------------------------------------------------------------------------------------------------
 
 
-def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _env(model: str, tokens: int, device: str, **extra: str) -> dict[str, str]:
     from bench.stacks import service_env
 
@@ -334,7 +324,7 @@ def ttsq_server(model: str, tokens: int, device: str, tmp: Path, ready_s: float,
         wait_until_ok(f"http://127.0.0.1:{worker_port}/readyz", ready_s, processes)
         yield url
     finally:
-        _stop(processes)
+        stop_processes(processes)
         redis.stop()
 
 
@@ -352,7 +342,7 @@ def chattts_server(model: str, tokens: int, device: str, tmp: Path, ready_s: flo
         wait_until_ok(f"{url}/healthz", ready_s, [process])
         yield url
     finally:
-        _stop([process])
+        stop_processes([process])
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------------

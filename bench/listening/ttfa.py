@@ -37,7 +37,7 @@ import httpx
 import numpy as np
 import soundfile as sf
 
-from bench.stacks import ROOT
+from bench.stacks import ROOT, stop_processes
 from ttsq.domain.text import split_sentences
 from ttsq.inference.checkpoint import build_random_checkpoint
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
@@ -117,14 +117,7 @@ def service(
         wait_until_ok(f"http://127.0.0.1:{worker_port}/readyz", 300)  # model loaded and warmed
         yield url
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(processes)
         redis.stop()
 
 
