@@ -19,9 +19,9 @@ from ttsq.inference.streaming_audio import streaming_decoder
 PER_TOKEN = 512
 
 
-def lead_decoder(chat: Any, whole: Decode, first: int, lookahead: int, fade: int = 256) -> LeadThenExact:  # noqa: F811
+def lead_decoder(chat: Any, whole: Decode, first: int, lookahead: int, fade: int = 256, piece: int = 1) -> LeadThenExact:  # noqa: F811
     return LeadThenExact(
-        whole, streaming_decoder(chat, piece=1), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
+        whole, streaming_decoder(chat, piece=piece), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
     )
 
 
@@ -52,6 +52,7 @@ def random_states(chat: Any, tokens: int, seed: int) -> npt.NDArray[np.float32]:
     lookahead=st.integers(1, 8),
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4),
     seed=st.integers(0, 2**16),
+    piece=st.sampled_from([1, 16, 64]),
 )
 def test_the_first_audio_comes_with_its_window_and_all_after_the_first_piece_is_the_exact_decode(
     chat: Any,  # noqa: F811
@@ -61,9 +62,10 @@ def test_the_first_audio_comes_with_its_window_and_all_after_the_first_piece_is_
     lookahead: int,
     sizes: list[int],
     seed: int,
+    piece: int,
 ) -> None:
     states = random_states(chat, tokens, seed)
-    decoder = lead_decoder(chat, whole, first, lookahead)
+    decoder = lead_decoder(chat, whole, first, lookahead, piece=piece)
     out, first_at = run(decoder, states, sizes)
     exact = whole(states)
     assert out.shape == exact.shape
@@ -91,6 +93,26 @@ def _ceil_to_call(due: int, sizes: list[int]) -> int:
     while at < due:
         at, turn = at + sizes[turn % len(sizes)], turn + 1
     return at
+
+
+@pytest.mark.parametrize("piece", [16, 64, 200])
+def test_the_exact_audio_follows_the_lead_as_soon_as_the_field_allows_not_a_whole_run_later(
+    chat: Any,  # noqa: F811
+    whole: Decode,  # noqa: F811
+    piece: int,
+) -> None:
+    first, lookahead = 8, 2
+    decoder = lead_decoder(chat, whole, first, lookahead, piece=piece)
+    delay = decoder.stream.delay
+    states = random_states(chat, 150, 3)
+    handed, past_seam_at = 0, None
+    for count in range(1, len(states) + 1):
+        handed += decoder.add(states[count - 1 : count]).size
+        if handed > first * PER_TOKEN - decoder.fade and past_seam_at is None:
+            past_seam_at = count
+    # Samples past the lead's end need the state ``delay`` after its last token; they come with that state.
+    assert past_seam_at == first + delay + 1
+    assert handed + decoder.finish().size == whole(states).size
 
 
 @pytest.mark.parametrize("lookahead", [9, 12])

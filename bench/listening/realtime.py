@@ -1,6 +1,6 @@
 """Real-time streaming capacity, the way the field measures it: ttsq beside ChatTTS's own ``infer(stream=True)`` server.
 
-    python -m bench.listening.realtime [--quick] [--checkpoints tiny,full] [--streams 1,2,4,8,16] [--window-s 20]
+    python -m bench.listening.realtime [--quick] [--checkpoints tiny,full] [--streams 1,2,4,8,16,24,32,48] [--window-s 20]
 
 For each checkpoint (``tiny`` by default; ``full`` is the full-size random-weight one, ChatTTS's real dimensions) and
 each concurrency N, both servers get the same load in the same run, on the same checkpoint and the same machine:
@@ -498,7 +498,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoints", default="tiny", help="comma-separated subset of tiny,full")
     parser.add_argument("--model", help="a checkpoint directory instead (bench.gpu's realtime phase); one run")
     parser.add_argument("--device", default="cpu", help="DEVICE of both servers (cpu, cuda)")
-    parser.add_argument("--streams", help="concurrencies N, in order (default 1,2,4,8,16; --quick 1,2,4)")
+    parser.add_argument("--streams", help="concurrencies N, in order (default 1,2,4,8,16,24,32,48; --quick 1,2,4)")
     parser.add_argument("--window-s", type=float, help="window per server and N (default 20; --quick 8)")
     parser.add_argument("--gap-s", type=float, default=0.3, help="mean exponential gap before each stream")
     parser.add_argument("--tokens", type=int, default=96, help="audio tokens per chunk (96 = 2.05 s of audio)")
@@ -510,7 +510,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--tmp", help="process logs and Redis files (default a new temporary folder)")
     args = parser.parse_args(argv)
-    args.streams = args.streams or ("1,2,4" if args.quick else "1,2,4,8,16")
+    args.streams = args.streams or ("1,2,4" if args.quick else "1,2,4,8,16,24,32,48")
     args.window_s = args.window_s or (8.0 if args.quick else 20.0)
     args.checkpoint_list = ["model"] if args.model else [c.strip() for c in args.checkpoints.split(",") if c.strip()]
     if unknown := set(args.checkpoint_list) - {*CHECKPOINTS, "model"}:

@@ -9,7 +9,9 @@ window of ``first + lookahead`` states through the whole decoder and Vocos
 the field (``lookahead < delay``) the lead's last samples are an approximation, off where the window's end cuts
 their field (``bench.engine.lookahead`` measures by how much for each look-ahead). The streamed decode, fed every state
 from the start, takes over where the lead ends: its samples before that are dropped, and the lead's last ``fade``
-samples are held back and cross-faded into the streamed ones, so that the seam has no step.
+samples are held back and cross-faded into the streamed ones, so that the seam has no step. The streamed decode
+runs its layers every ``STREAM_RUN_TOKENS`` states, except once: as soon as the states handed over complete a sample
+past the seam, so that the exact audio follows the lead as early as the field allows.
 
 Joined, the output is the lead's samples up to the seam and the streamed decode's after it: the whole decode's within
 float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the
@@ -93,11 +95,21 @@ class LeadThenExact:
             if room > 0 and len(states):
                 self.window.append(np.asarray(states[:room], dtype=np.float32))
         streamed = self.stream.add(states)
+        if self.seam is not None and self.received + streamed.size < self.seam and self._past_seam_ready():
+            # The lead is playing and exact samples past its end already exist in the waiting states: decode them
+            # now, not a whole run later, so the gap between the lead and the streamed audio is as short as the
+            # field allows (a run of STREAM_RUN_TOKENS would otherwise come up to that many steps after).
+            streamed = np.concatenate([streamed, self.stream.run_now()])
         if self.seam is None:
             if self.lead and sum(len(part) for part in self.window) >= self.first + self.lookahead:
                 return self._lead(streamed)
             return self._before_lead(streamed)
         return self._after_lead(streamed)
+
+    def _past_seam_ready(self) -> bool:
+        """Whether the states handed over complete a sample past the seam: the state ``delay`` after the lead's last
+        token exists."""
+        return self.stream.states_added > self.first + self.stream.delay
 
     def finish(self) -> npt.NDArray[np.float32]:
         streamed = self.stream.finish()

@@ -220,7 +220,7 @@ class StreamingDecoder:
         # A token's last sample is at 2 * hop * (token + 1) - 1 after the trim, so in ISTFT frame
         # (2 * hop * (token + 1) - 1 + n_fft // 2) // hop, which waits for the layers' right field in frames.
         last_frame = (2 * samples_per_frame - 1 + istft.n_fft // 2) // samples_per_frame + frames_right
-        self.delay = last_frame // 2
+        self.delay: int = int(last_frame // 2)
         """Tokens after a token's own that its samples need: ``add`` holds its samples back until they exist."""
         self.pending: list[npt.NDArray[np.float32]] = []
         self.decoded_tokens = 0
@@ -232,6 +232,19 @@ class StreamingDecoder:
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
         return add_together([self], [states])[0]
+
+    def run_now(self) -> npt.NDArray[np.float32]:
+        """Run the states waiting through the layers without waiting for a whole ``piece``: the samples they complete.
+        For a caller that knows the next samples are due sooner than the usual cadence would bring them."""
+        self._check_open()
+        if not self.pending:
+            return np.zeros(0, dtype=np.float32)
+        return _run_rows([self], last=False)[0]
+
+    @property
+    def states_added(self) -> int:
+        """States handed over so far (decoded or still waiting)."""
+        return self.decoded_tokens + sum(len(part) for part in self.pending)
 
     def finish(self) -> npt.NDArray[np.float32]:
         """The row ended: the samples not yet returned."""
