@@ -775,7 +775,8 @@ class Settings(BaseSettings):
         0.8,
         gt=0,
         description="With `MAX_BATCH=auto`: the highest real-time factor a stream in a batch may have (< 1: ahead of playback); "
-        "with `STREAM_ADMISSION=wait`: the share of a token's 21.3 ms of audio a decode step may take.",
+        "with `STREAM_ADMISSION`: the share of a token's 21.3 ms of audio a decode step may take (or the engine's own bound "
+        "on a stream's start where tighter, measured at start-up: docs/realtime.md).",
         json_schema_extra=_group("Worker"),
     )
     stream_scheduling: Literal["playback", "arrival"] = Field(

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.lead_audio import STREAM_RUN_TOKENS
+from ttsq.inference.pieces import keep_ahead
 from ttsq.inference.scheduler import Scheduler
 from ttsq.runtime.assembly import JobAudio
 from ttsq.store.queue import JobQueue
@@ -374,3 +376,39 @@ async def test_a_job_of_several_chunks_streams_each_in_pieces_in_order_with_each
     sizes = [len(fields[b"pcm"]) // 2 for fields in published]
     assert places == [sum(sizes[:i]) for i in range(len(sizes))], "each piece starts where the last ended"
     assert b"".join(pieces) == decode_to_pcm16(stored)
+
+
+class _Scripted:
+    """A piece decoder whose samples per call are given: when audio comes is all :func:`keep_ahead` reads."""
+
+    def __init__(self, tokens_per_call: list[float]) -> None:
+        self.calls = iter(tokens_per_call)
+
+    def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        return np.zeros(int(next(self.calls, 0) * 512), dtype=np.float32)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        return np.zeros(0, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("tokens_per_call", "bound"),
+    [
+        # 32 tokens at step 40, then 32 every 32 steps: exactly real time, the listener never waits.
+        ([32] * 10, 1.0),
+        # 32 at 40, nothing at 72, 64 at 104: before step 104 the listener has had 64 steps to play 32 tokens.
+        ([32, 0, 64] + [32] * 7, 0.5),
+        # No audio until step 72: the clock starts there.
+        ([0, 32] + [32] * 8, 1.0),
+        # ChatTTS's 52-token field, the defaults: 31.5 at 40, then 20.5 at 104 and 64 at 168 (docs/decoder.md).
+        ([31.5, 0, 20.5, 0, 64, 0, 64, 0, 64, 0], 52 / 128),
+    ],
+)
+def test_keep_ahead_is_the_tightest_ratio_of_audio_handed_on_to_steps_since_the_first(
+    tokens_per_call: list[float], bound: float
+) -> None:
+    assert keep_ahead(lambda: _Scripted(tokens_per_call), 32, 8, hidden=4, samples_per_token=512) == pytest.approx(bound)
+
+
+def test_a_row_that_hands_on_nothing_keeps_ahead_of_no_listener() -> None:
+    assert keep_ahead(lambda: _Scripted([]), 32, 8, hidden=4, samples_per_token=512) == 0.0

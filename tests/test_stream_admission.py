@@ -69,3 +69,16 @@ async def test_beyond_the_real_time_rows_new_streams_wait_in_the_queue(redis: Re
     assert await _most_together(redis, tiny_decoder_engine, "wait", rtf_target=1e-6) == 1
     # Without admission the three share steps.
     assert await _most_together(redis, tiny_decoder_engine, "off") == 3
+
+
+async def test_admission_keeps_to_the_bound_a_rows_start_sets_where_it_is_tighter(
+    redis: Redis, tiny_decoder_engine: DecoderEngine
+) -> None:
+    # The tiny decoder's 9-token field with the default pieces (32 after 40, streamed runs of 64): its exact audio
+    # reaches 63.5 tokens at step 72 (the first of token 63's two mel frames is complete), then nothing more until
+    # step 136, so a listener that started at step 40 keeps audio throughout while a step plays at most
+    # 63.5 / (136 - 40) of a token.
+    async with running_worker(redis, tiny_decoder_engine, stream_admission="wait", stream_rtf_target=0.8) as worker:
+        assert worker.stream_target == 63.5 / 96
+    async with running_worker(redis, tiny_decoder_engine, stream_admission="wait", stream_rtf_target=0.5) as worker:
+        assert worker.stream_target == 0.5  # the setting, where it is the tighter

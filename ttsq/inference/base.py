@@ -215,6 +215,10 @@ class Batcher(Protocol):
 
     hook: StepHook | None
     stats: BatcherStats
+    keep_ahead: float | None
+    """The longest step, as a share of a token's audio, at which a streamed row keeps its listener fed from its first
+    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.pieces.keep_ahead`); None: no bound of its
+    own (the worker's ``STREAM_RTF_TARGET`` alone)."""
 
     @property
     def slots(self) -> int:

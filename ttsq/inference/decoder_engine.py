@@ -27,7 +27,7 @@ from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, Mod
 from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.decoder import DecoderShape, SlotDecoder
 from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
-from ttsq.inference.pieces import AudioPieces, Piecing
+from ttsq.inference.pieces import AudioPieces, Piecing, keep_ahead
 from ttsq.inference.piecewise_audio import chat_decode
 from ttsq.inference.rows import ChatTTSRows
 from ttsq.inference.scheduler import DecodeLimits, Scheduler
@@ -133,21 +133,24 @@ class DecoderEngine(ChatTTSEngine):
         chat = self._loaded_chat()
         decode = chat_decode(chat)
         per_token = 2 * int(chat.vocos.head.istft.hop_length)  # the decoder makes two mel frames of each state
-        delay = streaming_decoder(chat).delay
-        log.info(
-            "audio in pieces: the first %d tokens after %d steps (%s), then every %d, exact (the decoder's field: %d tokens)",
-            tokens,
-            tokens + lookahead,
-            "exact" if lookahead >= delay else f"approximate in its last {delay - lookahead} tokens' reach",
-            tokens,
-            delay,
-        )
+        probe = streaming_decoder(chat)
 
         def make() -> AudioPieces:
             stream = streaming_decoder(chat, piece=STREAM_RUN_TOKENS)
             return LeadThenExact(decode, stream, first=tokens, lookahead=lookahead, samples_per_token=per_token)
 
-        return Piecing(tokens, lookahead, make)
+        ahead = keep_ahead(make, tokens, lookahead, hidden=probe.width, samples_per_token=per_token)
+        log.info(
+            "audio in pieces: the first %d tokens after %d steps (%s), then every %d, exact (the decoder's field: %d "
+            "tokens); a stream keeps ahead of its listener while a step takes at most %.2f of a token's audio",
+            tokens,
+            tokens + lookahead,
+            "exact" if lookahead >= probe.delay else f"approximate in its last {probe.delay - lookahead} tokens' reach",
+            tokens,
+            probe.delay,
+            ahead,
+        )
+        return Piecing(tokens, lookahead, make, keep_ahead=ahead)
 
     @property
     def head_start(self) -> bool:

@@ -51,6 +51,7 @@ class GroupedBatcher:
     def __init__(self, engine: Engine, slots: int, *, oom_recover_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.engine = engine
         self.hook: StepHook | None = None
+        self.keep_ahead: float | None = None  # whole calls: no pieces of its own
         self.stats = BatcherStats()
         self.clock = clock
         self._slots = slots

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ttsq.inference.rows import audible
 
-__all__ = ["AudioPieces", "Piecing", "RowAudio"]
+__all__ = ["AudioPieces", "Piecing", "RowAudio", "keep_ahead"]
 
 
 class AudioPieces(Protocol):
@@ -48,6 +48,9 @@ class Piecing:
     ``tokens + lookahead`` steps."""
     make: Callable[[], AudioPieces]
     """A fresh piece decoder for one run of one row."""
+    keep_ahead: float | None = None
+    """The longest decode step, as a share of a token's audio, at which a row's listener never runs dry from its first
+    audio on (:func:`keep_ahead`); None: not measured."""
 
     def __post_init__(self) -> None:
         if self.tokens < 1 or self.lookahead < 1:
@@ -57,6 +60,41 @@ class Piecing:
     def first(self) -> int:
         """Steps of a row before its first piece is handed on."""
         return self.tokens + self.lookahead
+
+
+def keep_ahead(make: Callable[[], AudioPieces], tokens: int, lookahead: int, *, hidden: int, samples_per_token: int) -> float:
+    """How fast a row must be generated for its listener never to run dry, as the largest step time that does it, in
+    tokens of audio (a step of ``r`` × a token's audio plays ``r`` tokens): the smallest, over every step ``k`` after the
+    first audio, of the tokens handed on before ``k`` divided by the steps since the first audio.
+
+    Measured on the piece decoder itself, fed zero states on the scheduler's schedule (``tokens + lookahead`` at first,
+    then ``tokens`` at a time) for eight first pieces' worth of steps, where the bound has long stopped tightening: when
+    each piece's samples come is a matter of shapes (the lead, the streamed decode's field and runs), not of values.
+    Exact audio lags its states by the decoder's field, so with ChatTTS's real layers (52 tokens) and the defaults this
+    is ~0.41 — stricter than a steady stream's bound (``STREAM_RTF_TARGET``); docs/decoder.md, "Keeping ahead after the
+    first piece"."""
+    pieces = make()
+    first = tokens + lookahead
+    horizon = 8 * first
+    zeros = np.zeros((tokens, hidden), dtype=np.float32)
+    handed: list[tuple[int, float]] = []  # (step, tokens of audio handed on by then)
+    total = 0
+    for step in range(first, horizon + 1, tokens):
+        total += pieces.add(np.zeros((first, hidden), dtype=np.float32) if step == first else zeros).size
+        handed.append((step, total / samples_per_token))
+    started = next((step for step, audio in handed if audio > 0), None)
+    if started is None:
+        return 0.0  # nothing before the row's end: no stream keeps ahead of it
+    bound = float("inf")
+    before = 0.0
+    at = iter(handed)
+    step, audio = next(at)
+    for k in range(started + 1, horizon + 1):
+        while step < k:
+            before = audio
+            step, audio = next(at, (horizon + 1, audio))
+        bound = min(bound, before / (k - started))
+    return bound
 
 
 class RowAudio:

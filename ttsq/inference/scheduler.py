@@ -128,6 +128,7 @@ class Scheduler:
         self.limits = limits
         self.clock = clock
         self.hook: StepHook | None = None
+        self.keep_ahead: float | None = None if pieces is None else pieces.keep_ahead
         self.stats = BatcherStats()
         if first_chunk_slots < 0:
             raise ValueError(f"first_chunk_slots must not be negative, got {first_chunk_slots}")

@@ -229,6 +229,11 @@ class StreamingDecoder:
         """Times the layers ran (each costs a fixed overhead on top of its states' share of a whole decode)."""
         self.finished = False
 
+    @property
+    def width(self) -> int:
+        """The size of one GPT state it takes (``hidden``): two mel frames' channels."""
+        return 2 * int(self.decoder.decoder.conv_in[0].in_channels)
+
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
         return add_together([self], [states])[0]

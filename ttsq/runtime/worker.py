@@ -169,6 +169,9 @@ class Worker:
         self.clock: Callable[[], float] = time.monotonic
         """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
         self.step_cost = StepCost()
+        self.stream_target = config.stream_rtf_target
+        """The share of a token's audio a decode step may take for streams to keep ahead of their listeners: the
+        setting, or the engine's pieces' own bound on a row's start where that is tighter (``Batcher.keep_ahead``)."""
         """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
         self._out_of_memory_seen = 0
         self._compiled_graphs_at_start: int | None = None
@@ -260,6 +263,8 @@ class Worker:
         self.upkeep.start()
         try:
             self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
+            if self._batcher.keep_ahead is not None:  # its pieces' own bound on a streamed row's start, where tighter
+                self.stream_target = min(self.stream_target, self._batcher.keep_ahead)
             # systemd hears READY=1 before /readyz answers 200: whoever watches either sees the same order.
             self._systemd.notify("READY=1", "STATUS=serving")
             self.record.ready = True
@@ -378,7 +383,7 @@ class Worker:
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         if self.config.stream_admission != "off":
             rows = batcher.active_rows + batcher.waiting_rows
-            streams = stream_room(self.step_cost.real_time_rows(self.config.stream_rtf_target), rows, len(self._in_flight))
+            streams = stream_room(self.step_cost.real_time_rows(self.stream_target), rows, len(self._in_flight))
             self.record.stream_room = streams
             room = min(room, streams)
         return room
@@ -500,7 +505,7 @@ class Worker:
         self._last_step_at = time.monotonic()
         if report.rows:
             self.step_cost.observe(report.rows, report.seconds)
-            self.metrics.stream_capacity.set(self.step_cost.real_time_rows(self.config.stream_rtf_target) or 0)
+            self.metrics.stream_capacity.set(self.step_cost.real_time_rows(self.stream_target) or 0)
             self.metrics.inference.observe(report.seconds)
             self.metrics.batch_size.observe(report.rows)
             self.record.batches += 1
