@@ -169,10 +169,10 @@ class Worker:
         self.clock: Callable[[], float] = time.monotonic
         """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
         self.step_cost = StepCost()
+        """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
         self.stream_target = config.stream_rtf_target
         """The share of a token's audio a decode step may take for streams to keep ahead of their listeners: the
         setting, or the engine's pieces' own bound on a row's start where that is tighter (``Batcher.keep_ahead``)."""
-        """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
         self._out_of_memory_seen = 0
         self._compiled_graphs_at_start: int | None = None
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
