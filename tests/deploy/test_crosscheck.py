@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai._constants
 import pytest
 import yaml
 
@@ -173,6 +175,17 @@ def test_termination_grace_exceeds_the_drain(objects: dict[str, list[Manifest]],
     pod = find(objects[overlay], "Deployment", "ttsq-worker").pod_spec
     assert pod["terminationGracePeriodSeconds"] >= grace_s + 15, "the drain, then exit and the lease bookkeeping"
     assert "lifecycle" not in pod["containers"][0], "no preStop delay eating into the drain"
+
+
+def test_the_api_holds_idle_connections_longer_than_its_clients_do() -> None:
+    """A client that sends on a connection the server closes at that instant loses the request ("Server
+    disconnected without sending a response"): it happened to the chaos suite, whose httpx client keeps an idle
+    connection exactly as long as uvicorn's default (5 s). The server's keep-alive must outlast the clients'."""
+    command = api_command(API_PORT, host="0.0.0.0")
+    keep_alive_s = float(command[command.index("--timeout-keep-alive") + 1])
+    assert keep_alive_s > httpx.Limits().keepalive_expiry, "httpx's default idle expiry"
+    assert keep_alive_s > (openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 0), "the OpenAI SDK's"
+    assert keep_alive_s > 60, "the idle timeout of the common cloud load balancers in front of the API"
 
 
 def test_image_commands_stop_signals_and_health_checks() -> None:

@@ -19,6 +19,7 @@ from ttsq.store.local_redis import free_port
 
 __all__ = [
     "CONFIG_ERROR_EXIT",
+    "KEEP_ALIVE_S",
     "ProcessExited",
     "api_command",
     "free_port",
@@ -36,9 +37,32 @@ instead of restarting (every other exit is restarted). 78 is ``EX_CONFIG`` of sy
 ``RestartPreventExitStatus=`` takes it."""
 
 
+KEEP_ALIVE_S = 75
+"""How long uvicorn keeps an idle HTTP/1.1 connection open (its default is 5 s). A server must hold an idle
+connection longer than its clients do: httpx (and the OpenAI SDK on it) drops one after 5 s, aiohttp after 15 s,
+and a client that sends on a connection the server is closing at that instant gets "Server disconnected without
+sending a response" — a request lost in transit, not refused. 75 s is nginx's default, above the 60 s idle
+timeout of the common cloud load balancers, which must also find the backend's connection still open."""
+
+
 def api_command(port: int, *, host: str = "127.0.0.1", app: str = "app:app", access_log: bool = False) -> list[str]:
     """The uvicorn command line for an ASGI app (ttsq's, or a benchmark's bare stand-in)."""
-    command = [sys.executable, "-m", "uvicorn", app, "--host", host, "--port", str(port), "--loop", "uvloop", "--http", "httptools"]
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--timeout-keep-alive",
+        str(KEEP_ALIVE_S),
+    ]
     return command if access_log else [*command, "--no-access-log"]
 
 
