@@ -12,16 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
+from ttsq.inference import lead_audio
 from ttsq.inference.lead_audio import LeadThenExact
+from ttsq.inference.pieces import keep_ahead
 from ttsq.inference.piecewise_audio import Decode
 from ttsq.inference.streaming_audio import streaming_decoder
 
 PER_TOKEN = 512
 
 
-def lead_decoder(chat: Any, whole: Decode, first: int, lookahead: int, fade: int = 256, piece: int = 1) -> LeadThenExact:  # noqa: F811
+def lead_decoder(chat: Any, first: int, lookahead: int, fade: int = 256, piece: int = 1) -> LeadThenExact:  # noqa: F811
     return LeadThenExact(
-        whole, streaming_decoder(chat, piece=piece), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
+        streaming_decoder(chat, piece=piece), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
     )
 
 
@@ -65,7 +67,7 @@ def test_the_first_audio_comes_with_its_window_and_all_after_the_first_piece_is_
     piece: int,
 ) -> None:
     states = random_states(chat, tokens, seed)
-    decoder = lead_decoder(chat, whole, first, lookahead, piece=piece)
+    decoder = lead_decoder(chat, first, lookahead, piece=piece)
     out, first_at = run(decoder, states, sizes)
     exact = whole(states)
     assert out.shape == exact.shape
@@ -74,15 +76,17 @@ def test_the_first_audio_comes_with_its_window_and_all_after_the_first_piece_is_
     due = first + lookahead
     if tokens >= due:
         # The first samples come with the call that completes the lead's window (or sooner, where the exact ones
-        # already reach that far), and the lead's samples are the window's own decode up to the cross-fade.
+        # already reach that far), and the lead's samples are the whole decode of the states handed over by then,
+        # as if the row ended there, up to the cross-fade.
         assert first_at is not None and first_at <= _ceil_to_call(due, sizes)
         if decoder.seam is not None:
+            assert decoder.lead_states == first_at
             # Exact samples up to where the streamed decode had got when the lead was due, the lead's own from there
             # up to the held-back cross-fade.
-            lead = whole(states[:due])
+            lead = whole(states[:first_at])
             start, held = decoder.streamed_at_lead, decoder.held.size
             np.testing.assert_allclose(out[:start], exact[:start], atol=TOLERANCE, rtol=0)
-            np.testing.assert_array_equal(out[start : seam - held], lead[start : seam - held])
+            np.testing.assert_allclose(out[start : seam - held], lead[start : seam - held], atol=TOLERANCE, rtol=0)
     else:
         np.testing.assert_allclose(out, exact, atol=TOLERANCE, rtol=0)  # ended before the lead: all streamed
 
@@ -102,7 +106,7 @@ def test_the_exact_audio_follows_the_lead_as_soon_as_the_field_allows_not_a_whol
     piece: int,
 ) -> None:
     first, lookahead = 8, 2
-    decoder = lead_decoder(chat, whole, first, lookahead, piece=piece)
+    decoder = lead_decoder(chat, first, lookahead, piece=piece)
     delay = decoder.stream.delay
     states = random_states(chat, 150, 3)
     handed, past_seam_at = 0, None
@@ -122,7 +126,7 @@ def test_at_the_full_field_there_is_no_lead_and_the_output_is_the_whole_decode(
     lookahead: int,
 ) -> None:
     states = random_states(chat, 120, 7)
-    decoder = lead_decoder(chat, whole, 32, lookahead)
+    decoder = lead_decoder(chat, 32, lookahead)
     out, _ = run(decoder, states, [5])
     assert decoder.window_tokens == 0 and decoder.seam is None
     np.testing.assert_allclose(out, whole(states), atol=TOLERANCE, rtol=0)
@@ -133,7 +137,7 @@ def test_the_seam_is_cross_faded_from_the_lead_into_the_exact_samples(chat: Any,
     the held-back samples the output moves from the lead to the exact decode, sample by sample."""
     states = random_states(chat, 80, 3)
     first, lookahead, fade = 32, 1, 256
-    decoder = lead_decoder(chat, whole, first, lookahead, fade=fade)
+    decoder = lead_decoder(chat, first, lookahead, fade=fade)
     out, first_at = run(decoder, states, [first + lookahead, 16])
     assert first_at == first + lookahead
     seam = first * PER_TOKEN
@@ -143,11 +147,39 @@ def test_the_seam_is_cross_faded_from_the_lead_into_the_exact_samples(chat: Any,
     weights = (np.arange(fade, dtype=np.float32) + 0.5) / fade
     expected = lead[seam - fade :] * (1 - weights) + exact[seam - fade : seam] * weights
     np.testing.assert_allclose(out[seam - fade : seam], expected, atol=TOLERANCE, rtol=0)
-    assert decoder.decoded_tokens == len(states) + first + lookahead
+    # The lead's work on top of the stream's: the states past the exact samples' end, at most the field.
+    assert len(states) < decoder.decoded_tokens <= len(states) + decoder.stream.delay
 
 
 def test_bad_shapes_are_refused(chat: Any, whole: Decode) -> None:  # noqa: F811
     with pytest.raises(ValueError, match="at least 1 token"):
-        lead_decoder(chat, whole, 0, 4)
+        lead_decoder(chat, 0, 4)
     with pytest.raises(ValueError, match="cross-fade"):
-        lead_decoder(chat, whole, 1, 4, fade=PER_TOKEN + 1)
+        lead_decoder(chat, 1, 4, fade=PER_TOKEN + 1)
+
+
+def test_the_streamed_runs_grow_with_the_audio_out_and_never_ask_more_of_a_step_than_the_start_does(
+    chat: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Paced runs: each run waits for as many states as the audio already out covers at the pace the stream kept so
+    far, so a long row runs its layers fewer times, and the fastest step a listener needs (``keep_ahead``, fed on the
+    scheduler's schedule) is the one fixed runs need."""
+    first, lookahead, run = 32, 8, 64
+
+    def make() -> LeadThenExact:
+        return LeadThenExact(streaming_decoder(chat, piece=run), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN)
+
+    def runs(decoder: LeadThenExact, tokens: int) -> int:
+        decoder.add(np.zeros((first + lookahead, hidden(chat)), dtype=np.float32))
+        for _ in range(first + lookahead, tokens, first):
+            decoder.add(np.zeros((first, hidden(chat)), dtype=np.float32))
+        return decoder.stream.calls
+
+    paced_bound = keep_ahead(make, first, lookahead, hidden=hidden(chat), samples_per_token=PER_TOKEN)
+    paced_runs = runs(make(), 1000)
+    monkeypatch.setattr(lead_audio, "STREAM_RUN_MAX_TOKENS", run)  # every run the first runs' size
+    fixed_bound = keep_ahead(make, first, lookahead, hidden=hidden(chat), samples_per_token=PER_TOKEN)
+    fixed_runs = runs(make(), 1000)
+    assert paced_bound == fixed_bound
+    assert paced_runs < fixed_runs

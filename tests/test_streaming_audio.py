@@ -165,3 +165,34 @@ def test_the_lookahead_is_the_whole_field(chat: Any) -> None:
     assert streaming_decoder(chat, lookahead=delay).delay == delay
     with pytest.raises(ValueError, match=f"whole field, {delay} tokens; got {delay - 1}"):
         streaming_decoder(chat, lookahead=delay - 1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    before=st.integers(1, 80),
+    after=st.integers(0, 80),
+    piece=st.sampled_from([1, 16, 64]),
+    wanted=st.one_of(st.none(), st.integers(1, 80)),
+    seed=st.integers(0, 2**16),
+)
+def test_a_preview_is_the_whole_decode_of_the_states_so_far_and_leaves_the_stream_as_it_was(
+    chat: Any, whole: Decode, before: int, after: int, piece: int, wanted: int | None, seed: int
+) -> None:
+    """What a lead is made of: the exact samples so far, then what the end would add if the row ended here (all of it,
+    or at least the first ``wanted`` tokens' samples); the stream then goes on to the whole decode of every state."""
+    states = np.random.default_rng(seed).standard_normal((before + after, hidden(chat))).astype(np.float32)
+    decoder = streaming_decoder(chat, piece=piece)
+    out = [decoder.add(states[:before])]
+    exact, rest = decoder.preview(wanted)
+    out.append(exact)
+    so_far = whole(states[:before])
+    joined = np.concatenate([*out, rest])
+    reach = so_far.size if wanted is None else min(wanted * 512, so_far.size)
+    assert joined.size >= reach
+    np.testing.assert_allclose(joined[:reach], so_far[:reach], atol=TOLERANCE, rtol=0)
+    if wanted is None:
+        assert joined.size == so_far.size
+    # The preview ran nothing twice and changed nothing: the rest of the row streams on to its whole decode.
+    finished = stream(decoder, states[before:], [7]) if after else decoder.finish()
+    np.testing.assert_allclose(np.concatenate([*out, finished]), whole(states), atol=TOLERANCE, rtol=0)
+    assert decoder.decoded_tokens == len(states)

@@ -131,6 +131,20 @@ def weight_bytes(chat: Any) -> int:
     return int(total + heads * 4)
 
 
+def matrix_products(chat: Any) -> Callable[[], Any]:
+    """The step's matrix products and nothing else: each weight :func:`weight_bytes` counts, times one float32 vector
+    (MKL's ``F.linear`` at batch 1), one after another. What a step costs beyond this is everything else it does."""
+    weights = [module.weight for module in chat.gpt.gpt.layers.modules() if isinstance(module, torch.nn.Linear)]
+    weights += [head.weight for head in chat.embed.head_code]
+    inputs = {weight.shape[1]: torch.ones(1, weight.shape[1]) for weight in weights}
+
+    def run() -> None:
+        for weight in weights:
+            torch.nn.functional.linear(inputs[weight.shape[1]], weight)
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=104, help="tokens per row (>= 100 for the equality claim)")
@@ -195,9 +209,13 @@ def main() -> None:
         for dec in single.values():
             dec.admit(bench.prompts[0], params(0, args.batch1_steps))
         step_ms: dict[str, list[float]] = {name: [] for name in single}
+        products, products_ms = matrix_products(bench.chat), []
         bandwidths = []
         while any(dec.occupied for dec in single.values()):
             bandwidths.append(read_bandwidth(buffer, vector))
+            begun = time.thread_time()
+            products()
+            products_ms.append((time.thread_time() - begun) * 1e3)
             for name, dec in single.items():
                 if dec.occupied:
                     begun = time.thread_time()
@@ -222,6 +240,12 @@ def main() -> None:
         ms = statistics.median(values)
         batch1[name] = {"ms_per_step": ms, "ratio_to_floor": ms / floor_ms}
         say(f"| {name} | {ms:.1f} | {ms / floor_ms:.2f} |")
+    alone_ms = statistics.median(products_ms)
+    say(
+        f"| the step's matrix products alone (MKL `F.linear` at batch 1, nothing else; {size / alone_ms / 1e6:.1f} GB/s) "
+        f"| {alone_ms:.1f} | {alone_ms / floor_ms:.2f} |"
+    )
+    batch1["matrix products alone"] = {"ms_per_step": alone_ms, "ratio_to_floor": alone_ms / floor_ms}
 
     info = machine()
     header = [

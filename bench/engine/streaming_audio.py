@@ -10,9 +10,10 @@ measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streamin
 several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
 states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
 the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.lead_audio.LeadThenExact`:
-the first ``PIECE_TOKENS`` decoded once more from a window of ``PIECE_TOKENS + PIECE_LOOKAHEAD`` states, every state
-streamed in runs of ``STREAM_RUN_TOKENS``), its states handed over as the scheduler hands them: the first
-``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then ``PIECE_TOKENS`` at a time.
+the first ``PIECE_TOKENS`` decoded ahead of the field from the stream's state once ``PIECE_TOKENS + PIECE_LOOKAHEAD``
+states are in, every state streamed exactly in runs of ``STREAM_RUN_TOKENS`` and then larger, paced by playback),
+its states handed over as the scheduler hands them: the first ``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then
+``PIECE_TOKENS`` at a time.
 
     python -m bench.engine.streaming_audio [--quick]
 """
@@ -34,11 +35,13 @@ from bench import ROOT
 from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
 from settings import Settings
 from ttsq.inference.checkpoint import CheckpointSize
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
+from ttsq.inference.lead_audio import STREAM_RUN_MAX_TOKENS, STREAM_RUN_TOKENS, LeadThenExact
 from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
 from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
 
 RESULTS = ROOT / "bench" / "results" / "streaming_audio.md"
+SERVING_LENGTHS = [100, 180, 250, 400]
+"""Chunk lengths of the serving default: a sentence chunk is 100-250 decode steps, a long one more."""
 PIECES = (4, 8, 16, 32)
 TOGETHER = 4
 """Rows decoded together by ``add_together`` (a batch of streams, as the decoder makes their states step by step)."""
@@ -58,7 +61,8 @@ def token_by_token(decoder: StreamingDecoder | PieceDecoder, states: npt.NDArray
 def as_scheduled(decoder: LeadThenExact, states: npt.NDArray[np.float32], piece: int, lookahead: int) -> npt.NDArray[np.float32]:
     """``states`` handed over as the scheduler hands a row's: ``piece + lookahead`` at first, then ``piece`` at a time."""
     bounds = [0, *range(piece + lookahead, len(states), piece), len(states)]
-    return np.concatenate([decoder.add(states[a:b]) for a, b in itertools.pairwise(bounds)] + [decoder.finish()])
+    *runs, last = itertools.pairwise(bounds)
+    return np.concatenate([decoder.add(states[a:b]) for a, b in runs] + [decoder.finish(states[last[0] : last[1]])])
 
 
 def rows_together(decoders: list[StreamingDecoder], states: npt.NDArray[np.float32]) -> list[npt.NDArray[np.float32]]:
@@ -158,15 +162,17 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
     rng = np.random.default_rng(11)
     rows = {length: rng.standard_normal((length, hidden)).astype(np.float32) for length in lengths}
 
-    def make() -> LeadThenExact:
+    def make(ahead: int = lookahead) -> LeadThenExact:
         stream = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
-        return LeadThenExact(decode, stream, first=piece, lookahead=lookahead, samples_per_token=per_token)
+        return LeadThenExact(stream, first=piece, lookahead=ahead, samples_per_token=per_token)
 
     for states in rows.values():  # untimed: oneDNN's kernels for these shapes
         as_scheduled(make(), states, piece, lookahead)
     ratios: dict[int, list[float]] = {}
     streamed: dict[int, list[float]] = {}
     window: dict[int, list[float]] = {}
+    full_field: dict[int, list[float]] = {}
+    worst_exact: dict[int, float] = {}
     decoded: dict[int, float] = {}
     runs: dict[int, int] = {}
     worst: dict[int, tuple[float, float]] = {}
@@ -178,30 +184,40 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             ratios.setdefault(length, []).append(seconds / whole_s)
             decoded[length] = decoder.decoded_tokens / length
             runs[length] = decoder.stream.calls
-            # Where the cost goes: the streamed decode alone (fed the same way, no lead and so no early run), and
-            # the lead's one decode of its window.
+            # Where the cost goes: the streamed decode alone (fed the same way, in fixed runs: no lead, no early run,
+            # no paced runs), and the lead: the stream's preview of its first piece once its window is in.
             alone = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
             streamed.setdefault(length, []).append(cpu(as_scheduled, alone, states, piece, lookahead)[0] / whole_s)
-            window.setdefault(length, []).append(cpu(decode, states[: piece + lookahead])[0] / whole_s)
+            # At the full look-ahead (PIECE_LOOKAHEAD at the field: no lead, every sample exact), as served.
+            exact = make(alone.delay)
+            seconds, joined_exact = cpu(as_scheduled, exact, states, piece, alone.delay)
+            full_field.setdefault(length, []).append(seconds / whole_s)
+            worst_exact[length] = max(worst_exact.get(length, 0.0), float(np.abs(joined_exact - whole).max()))
+            lead = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
+            lead.add(states[: piece + lookahead])
+            lead.run_now()
+            window.setdefault(length, []).append(cpu(lead.preview, piece)[0] / whole_s)
             diff = joined - whole
             signal = float(np.sqrt(np.mean(whole**2)))
             rms_db = 20 * np.log10(max(float(np.sqrt(np.mean(diff**2))), 1e-12) / signal)
             worst[length] = (float(np.abs(diff).max()), float(rms_db))
     lines = [
         f"### {size}: the serving default (first piece {piece} tokens after {piece + lookahead}, then streamed in runs "
-        f"of {STREAM_RUN_TOKENS})",
+        f"of {STREAM_RUN_TOKENS} and larger, paced by playback, up to {STREAM_RUN_MAX_TOKENS}; a row's last states come with "
+        "its end)",
         "",
-        "| chunk (tokens) | CPU / whole decode | the streamed decode alone (no lead, no early run) "
-        "| the lead's window decode alone | streamed runs | states decoded / chunk's states | max abs diff to the whole decode "
-        "| RMS diff, dB below the signal |",
-        "|---|---|---|---|---|---|---|---|",
+        "| chunk (tokens) | CPU / whole decode | the streamed decode alone (fixed runs: no lead, no early run) "
+        "| the lead alone (the stream's preview of its first piece) | at the full look-ahead, as served (no lead) "
+        "| streamed runs | states decoded / chunk's states | max abs diff to the whole decode "
+        "| RMS diff, dB below the signal | max abs diff at the full look-ahead |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for length in lengths:
         max_abs, rms_db = worst[length]
         lines.append(
             f"| {length} | {statistics.median(ratios[length]):.2f} | {statistics.median(streamed[length]):.2f} "
-            f"| {statistics.median(window[length]):.2f} | {runs[length]} | {decoded[length]:.2f} | {max_abs:.1e} "
-            f"| {-rms_db:.1f} |"
+            f"| {statistics.median(window[length]):.2f} | {statistics.median(full_field[length]):.2f} | {runs[length]} "
+            f"| {decoded[length]:.2f} | {max_abs:.1e} | {-rms_db:.1f} | {worst_exact[length]:.1e} |"
         )
         print(lines[-1], flush=True)
     return [*lines, ""]
@@ -216,6 +232,7 @@ def main() -> None:
     torch.set_num_threads(1)
     sizes: list[CheckpointSize] = ["tiny"] if args.quick else ["tiny", "full"]
     lengths, repeats = ([100, 250], 1) if args.quick else ([100, 250], 3)
+    serving = lengths if args.quick else SERVING_LENGTHS
     lines = [
         "# Streaming audio decode beside the piecewise one, against the whole decode",
         "",
@@ -224,12 +241,14 @@ def main() -> None:
         f"{' and '.join(map(str, lengths))} tokens added one token at a time; CPU, one torch thread, thread CPU time; "
         f"ratios are medians over {repeats} interleaved round(s) of both lengths, after an untimed one. "
         "The piecewise decoder runs at its measured look-ahead (exact on these random weights only); the streaming "
-        "one at its full field.",
+        "one at its full field. The serving default is measured on chunks of "
+        f"{', '.join(map(str, serving))} tokens (a `MAX_CHUNK_CHARS` chunk is 100-250), each handed over as the "
+        "scheduler hands it.",
         "",
     ]
     for size in sizes:
         lines += measure(size, lengths, repeats)
-        lines += serving_default(size, lengths, repeats)
+        lines += serving_default(size, serving, repeats)
     text = "\n".join(lines)
     RESULTS.write_text(text)
     print(text)

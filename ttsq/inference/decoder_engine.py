@@ -28,7 +28,6 @@ from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
 from ttsq.inference.decoder import DecoderShape, SlotDecoder
 from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
 from ttsq.inference.pieces import AudioPieces, Piecing, keep_ahead
-from ttsq.inference.piecewise_audio import chat_decode
 from ttsq.inference.rows import ChatTTSRows
 from ttsq.inference.scheduler import DecodeLimits, Scheduler
 from ttsq.inference.streaming_audio import streaming_decoder
@@ -124,20 +123,19 @@ class DecoderEngine(ChatTTSEngine):
         )
 
     def _piecing(self) -> Piecing | None:
-        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded from
-        a window of ``tokens + lookahead`` states as soon as they exist, the rest streamed exactly, each state through
-        the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
+        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded
+        ahead of the field once ``tokens + lookahead`` states exist, the rest streamed exactly in runs paced by
+        playback, each state through the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
         if self.pieces is None:
             return None
         tokens, lookahead = self.pieces
         chat = self._loaded_chat()
-        decode = chat_decode(chat)
         per_token = 2 * int(chat.vocos.head.istft.hop_length)  # the decoder makes two mel frames of each state
         probe = streaming_decoder(chat)
 
         def make() -> AudioPieces:
             stream = streaming_decoder(chat, piece=STREAM_RUN_TOKENS)
-            return LeadThenExact(decode, stream, first=tokens, lookahead=lookahead, samples_per_token=per_token)
+            return LeadThenExact(stream, first=tokens, lookahead=lookahead, samples_per_token=per_token)
 
         ahead = keep_ahead(make, tokens, lookahead, hidden=probe.width, samples_per_token=per_token)
         log.info(

@@ -3,19 +3,21 @@
 :class:`~ttsq.inference.streaming_audio.StreamingDecoder` decodes each state once and its samples are the whole
 decode's, but a sample can only come once every state its receptive field reaches exists: ``delay`` tokens after its
 own, 52 on ChatTTS's layers (9 on the tiny checkpoint). A first audio 52 steps into a sentence, plus a piece, is
-later than a voice agent wants. So :class:`LeadThenExact` decodes a row's first ``first`` tokens once more, from a
-window of ``first + lookahead`` states through the whole decoder and Vocos
-(:func:`~ttsq.inference.piecewise_audio.chat_decode`): the *lead*, handed out as soon as those states exist. Below
-the field (``lookahead < delay``) the lead's last samples are an approximation, off where the window's end cuts
-their field (``bench.engine.lookahead`` measures by how much for each look-ahead). The streamed decode, fed every state
-from the start, takes over where the lead ends: its samples before that are dropped, and the lead's last ``fade``
-samples are held back and cross-faded into the streamed ones, so that the seam has no step. The streamed decode
-runs its layers every ``STREAM_RUN_TOKENS`` states, except once: as soon as the states handed over complete a sample
-past the seam, so that the exact audio follows the lead as early as the field allows.
+later than a voice agent wants. So :class:`LeadThenExact` hands out a *lead* as soon as ``first + lookahead`` states
+exist: the streamed decode's exact samples so far, then what the stream would add if the row ended there
+(:meth:`~ttsq.inference.streaming_audio.StreamingDecoder.preview`), which is the whole decode of those states, as if
+they were the row, up to the end of the first ``first`` tokens. Below the field (``lookahead < delay``) the lead's
+last samples are an approximation, off where the states' end cuts their field (``bench.engine.lookahead`` measures by
+how much for each look-ahead). The streamed decode takes over where the lead ends: its samples before that are
+dropped, and the lead's last ``fade`` samples are held back and cross-faded into the streamed ones, so that the seam
+has no step. The streamed decode runs its layers every ``STREAM_RUN_TOKENS`` states, except once: as soon as the
+states handed over complete a sample past the seam, so that the exact audio follows the lead as early as the field
+allows.
 
 Joined, the output is the lead's samples up to the seam and the streamed decode's after it: the whole decode's within
 float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the
-end of the first piece below it. The extra work is one decode of ``first + lookahead`` states per row.
+end of the first piece below it. The extra work is the layers' right field run once more, for the lead (on ChatTTS's
+layers a third of a 72-state window's decode, which is what an earlier version decoded a second time).
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.inference.piecewise_audio import Decode
 from ttsq.inference.streaming_audio import StreamingDecoder
 
-__all__ = ["FADE_SAMPLES", "STREAM_RUN_TOKENS", "LeadThenExact"]
+__all__ = ["FADE_SAMPLES", "STREAM_RUN_MAX_TOKENS", "STREAM_RUN_TOKENS", "LeadThenExact"]
 
 FADE_SAMPLES = 256
 """The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
@@ -36,6 +37,12 @@ STREAM_RUN_TOKENS = 64
 """States the streamed decode gathers before it runs its layers (:class:`StreamingDecoder`'s ``piece``). Its samples
 are needed only once the lead's have played, and fewer, larger runs cost less: a 250-token row on the full-size
 dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.engine.streaming_audio``)."""
+
+STREAM_RUN_MAX_TOKENS = 256
+"""The largest run. After the first runs, each run waits for as many states as the audio already out covers at the
+playback pace the stream has kept so far (``LeadThenExact._pace_runs``): 64, then larger. A run of 256 decodes a state
+about as cheaply as a whole chunk's decode (2026-12-05, Intel Xeon, one thread, full-size: 1.37-1.48 ms a state
+against 1.51 for a 500-state whole decode, 1.79 in runs of 64)."""
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 
@@ -49,7 +56,6 @@ class LeadThenExact:
 
     def __init__(
         self,
-        decode: Decode,
         stream: StreamingDecoder,
         *,
         first: int,
@@ -61,7 +67,6 @@ class LeadThenExact:
             raise ValueError(f"the first piece and its look-ahead are at least 1 token each; got {first}, {lookahead}")
         if not 0 <= fade <= first * samples_per_token:
             raise ValueError(f"the cross-fade must fit in the first piece; got {fade} samples")
-        self.decode = decode
         self.stream = stream
         self.first = first
         self.lookahead = lookahead
@@ -69,8 +74,6 @@ class LeadThenExact:
         self.fade = fade
         self.lead = lookahead < stream.delay
         """Whether a lead is decoded at all: at the full field the streamed samples come as soon as it would."""
-        self.window: list[npt.NDArray[np.float32]] = []
-        """The row's first ``first + lookahead`` states, until the lead is decoded."""
         self.waiting: list[npt.NDArray[np.float32]] = []
         """Streamed samples not handed out yet: all of them until the lead is decoded."""
         self.received = 0
@@ -80,7 +83,20 @@ class LeadThenExact:
         self.held = _EMPTY
         """The lead's last samples, ``[seam - len(held), seam)``, to cross-fade into the streamed ones."""
         self.window_tokens = 0
-        """States decoded for the lead: the work on top of the streamed decode's."""
+        """States whose audio the lead decoded on top of the streamed decode (its approximate tail: those after the
+        exact samples' end when the lead was due): the work on top of the streamed decode's."""
+        self.lead_states = 0
+        """States the lead was decoded from (at least ``first + lookahead``: all those handed over when it was due)."""
+        self.run_tokens = stream.piece
+        """The streamed decode's first runs (its ``piece`` as given): later ones are this many states or more."""
+        self.handed = 0
+        """Samples handed out so far (the listener's audio)."""
+        self.started: int | None = None
+        """States handed over when the first samples went out: the listener starts there."""
+        self.audio_at_run: float | None = None
+        """Tokens of audio out after the last run of the streamed decode."""
+        self.pace = float("inf")
+        """The fastest playback, in tokens of audio per step, that the runs so far have kept fed."""
         self.streamed_at_lead = 0
         """Streamed samples there were when the lead was decoded: the output's start is theirs, not the lead's."""
 
@@ -90,10 +106,33 @@ class LeadThenExact:
         return self.stream.decoded_tokens + self.window_tokens
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        if self.lead and self.seam is None:
-            room = self.first + self.lookahead - sum(len(part) for part in self.window)
-            if room > 0 and len(states):
-                self.window.append(np.asarray(states[:room], dtype=np.float32))
+        runs = self.stream.calls
+        out = self._add(states)
+        self.handed += out.size
+        if self.started is None and out.size:
+            self.started = self.stream.states_added
+        if self.stream.calls > runs and self.started is not None:
+            self._pace_runs()
+        return out
+
+    def _pace_runs(self) -> None:
+        """After a run, size the next one by playback: a listener that started with the first samples and plays
+        ``pace`` tokens of audio a step — the fastest playback the runs so far kept fed — must still have audio when
+        the next run comes. Each run's audio outlasts the last, so the runs grow (to :data:`STREAM_RUN_MAX_TOKENS`) and the
+        row's decode costs less, without a stream needing faster steps than its start already does
+        (:func:`~ttsq.inference.pieces.keep_ahead` measures that bound)."""
+        assert self.started is not None
+        states, audio = self.stream.states_added, self.handed / self.per_token
+        if self.audio_at_run is not None:
+            self.pace = min(self.pace, self.audio_at_run / max(states - self.started, 1))
+        self.audio_at_run = audio
+        if self.pace == float("inf"):
+            return
+        room = int(audio / self.pace) - (states - self.started)  # steps until the audio out runs dry at that pace
+        room -= room % self.first  # the scheduler hands a row's states ``first`` at a time
+        self.stream.piece = max(self.run_tokens, min(room, max(STREAM_RUN_MAX_TOKENS, self.run_tokens)))
+
+    def _add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         streamed = self.stream.add(states)
         if self.seam is not None and self.received + streamed.size < self.seam and self._past_seam_ready():
             # The lead is playing and exact samples past its end already exist in the waiting states: decode them
@@ -101,7 +140,7 @@ class LeadThenExact:
             # field allows (a run of STREAM_RUN_TOKENS would otherwise come up to that many steps after).
             streamed = np.concatenate([streamed, self.stream.run_now()])
         if self.seam is None:
-            if self.lead and sum(len(part) for part in self.window) >= self.first + self.lookahead:
+            if self.lead and self.stream.states_added >= self.first + self.lookahead:
                 return self._lead(streamed)
             return self._before_lead(streamed)
         return self._after_lead(streamed)
@@ -111,9 +150,11 @@ class LeadThenExact:
         token exists."""
         return self.stream.states_added > self.first + self.stream.delay
 
-    def finish(self) -> npt.NDArray[np.float32]:
-        streamed = self.stream.finish()
-        if self.seam is None:  # the row ended before its lead was due: the streamed decode is all of it
+    def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        """The row ended, its last ``states`` with it: the rest, in one run of the streamed decode. A row that ends
+        when (or before) its lead is due needs no lead: every sample of it is exact now."""
+        streamed = self.stream.finish(states)
+        if self.seam is None:  # the row ended before its lead was out: the streamed decode is all of it
             out = self._before_lead(streamed)
             rest = np.concatenate([*self.waiting, out]) if self.waiting else out
             self.waiting = []
@@ -132,21 +173,22 @@ class LeadThenExact:
     def _lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The lead is due: the streamed samples so far, then the lead's from where they stop to the seam, less the
         samples held back for the cross-fade. Where the streamed samples already reach the seam, no lead is needed."""
-        self.received += streamed.size
-        exact = np.concatenate([*self.waiting, streamed]) if self.waiting else streamed
+        ran, tail = self.stream.preview(self.first)
+        self.received += streamed.size + ran.size
+        exact = np.concatenate([*self.waiting, streamed, ran])
         self.waiting = []
         seam = self.first * self.per_token
         if exact.size >= seam:
             self.lead = False
             return exact
-        lead = self.decode(np.concatenate(self.window))[:seam]
+        self.lead_states = self.stream.states_added
         self.streamed_at_lead = exact.size
-        self.window_tokens = sum(len(part) for part in self.window)
-        self.window = []
+        self.window_tokens = self.lead_states - exact.size // self.per_token
         fade = min(self.fade, seam - exact.size)
+        lead = tail[: seam - exact.size]
         self.seam = seam
-        self.held = lead[seam - fade : seam].copy()
-        return np.concatenate([exact, lead[exact.size : seam - fade]])
+        self.held = lead[lead.size - fade :].copy()
+        return np.concatenate([exact, lead[: lead.size - fade]])
 
     def _after_lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Streamed samples once the lead is out: dropped before the cross-fade, faded in over it, as they are after."""

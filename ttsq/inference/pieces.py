@@ -32,8 +32,9 @@ class AudioPieces(Protocol):
         """Take the row's next states ``[tokens, hidden]``; return the waveform samples now ready (maybe none)."""
         ...
 
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The row ended: the rest of its waveform."""
+    def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        """The row ended, its last ``states`` (if any) with it: the rest of its waveform. Given together, the decoder
+        need not run them through its layers once as states to come and once more at the end."""
         ...
 
 
@@ -117,8 +118,7 @@ class RowAudio:
     def finish(self, states: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
         """The row's last ``states`` (maybe none) and its end: the rest of its audible samples, and its whole
         waveform where it was kept."""
-        tail = self._kept(self.pieces.add(states)) if len(states) else np.zeros(0, dtype=np.float32)
-        rest = np.concatenate([tail, self._kept(self.pieces.finish())])
+        rest = self._kept(self.pieces.finish(states))
         wave = np.concatenate(self.wave) if self.wave else (np.zeros(0, dtype=np.float32) if self.wave is not None else None)
         return audible(rest), wave
 

@@ -105,7 +105,9 @@ class PieceDecoder:
             self.done += self.piece
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
 
-    def finish(self) -> npt.NDArray[np.float32]:
+    def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        if states is not None:
+            self.states.extend(states)
         if self.done >= len(self.states):
             return np.zeros(0, dtype=np.float32)
         rest = self._samples(self.done, len(self.states), len(self.states))

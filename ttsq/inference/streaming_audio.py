@@ -72,6 +72,8 @@ class _StreamingConv:
         self.padding = padding[0]
         self.span = dilation * (kernel - 1)
         self.cache: torch.Tensor | None = None
+        self.outputs = 0
+        """Output frames made so far (the next one's index)."""
 
     def take(self, frames: torch.Tensor, *, last: bool) -> torch.Tensor:
         """The input window ``frames`` give this layer (cache, frames and, with ``last``, the closing padding);
@@ -86,13 +88,20 @@ class _StreamingConv:
         return window
 
 
-def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
+def _run_layer(
+    layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool], until: int | None = None
+) -> list[torch.Tensor]:
     """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
     follows it: their windows side by side, the outputs that straddle two rows' windows dropped. So a run of many
-    rows reads each weight once."""
+    rows reads each weight once. With ``until``, no output frame from that index on is made (what a preview does
+    not need)."""
     layer = layers[0]
     windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
+    if until is not None:
+        windows = [window[:, :, : max(until - row.outputs, 0) + layer.span] for row, window in zip(layers, windows, strict=True)]
     counts = [max(window.size(2) - layer.span, 0) for window in windows]
+    for row, count in zip(layers, counts, strict=True):
+        row.outputs += count
     empty = windows[0].new_zeros((1, layer.conv.out_channels, 0))
     ready = [window for window, count in zip(windows, counts, strict=True) if count]
     if not ready:
@@ -246,14 +255,50 @@ class StreamingDecoder:
             return np.zeros(0, dtype=np.float32)
         return _run_rows([self], last=False)[0]
 
+    def preview(self, tokens: int | None = None) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """Run the states waiting now (as :meth:`run_now`), then what :meth:`finish` would add if the row ended here,
+        leaving the stream as it was after the run: ``(exact samples, the rest as if the row ended now)``. The
+        second part is the whole decode of the states so far from where the first stops, within float rounding:
+        what a first audio decoded from a window of them would be, for the work of the layers' right field only
+        (the states before it have been through the layers already). With ``tokens``, the rest stops once the
+        samples of the row's first ``tokens`` tokens are out (at least those; each layer makes only the frames they
+        need)."""
+        exact = self.run_now()
+        if not self.decoded_tokens:
+            return exact, np.zeros(0, dtype=np.float32)
+        saved_layers = [(layer.cache, layer.outputs) for layer in self.layers]  # a cache is replaced, never written
+        istft = self.istft
+        saved = (istft.sum.clone(), istft.envelope.clone(), istft.base, istft.emitted, istft.frames)
+        calls = self.calls
+        try:
+            rest = _run_rows([self], last=True, until=None if tokens is None else self._frames_until(tokens))[0]
+        finally:
+            for layer, (cache, outputs) in zip(self.layers, saved_layers, strict=True):
+                layer.cache, layer.outputs = cache, outputs
+            istft.sum, istft.envelope, istft.base, istft.emitted, istft.frames = saved
+            self.calls = calls
+        return exact, rest
+
+    def _frames_until(self, tokens: int) -> list[int]:
+        """Per layer, the output frames that the samples of the first ``tokens`` tokens need: the ISTFT frames that
+        cover the last of those samples (after the "center" trim), and before each layer, its right reach more."""
+        hop, n_fft = self.istft.hop, self.istft.n_fft
+        needed = (tokens * 2 * hop - 1 + n_fft // 2) // hop + 1
+        until = [needed]
+        for layer in reversed(self.layers[1:]):
+            until.append(until[-1] + layer.span - layer.padding)
+        return until[::-1]
+
     @property
     def states_added(self) -> int:
         """States handed over so far (decoded or still waiting)."""
         return self.decoded_tokens + sum(len(part) for part in self.pending)
 
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The row ended: the samples not yet returned."""
+    def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        """The row ended, its last ``states`` (if any) with it: the samples not yet returned, in one run."""
         self._check_open()
+        if states is not None and len(states):
+            self.pending.append(np.asarray(states, dtype=np.float32))
         self.finished = True
         if not self.decoded_tokens and not self.pending:
             return np.zeros(0, dtype=np.float32)  # an empty row has no audio (a whole decode of it is an error)
@@ -308,8 +353,9 @@ def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDAr
     return [out.get(id(decoder), np.zeros(0, dtype=np.float32)) for decoder in decoders]
 
 
-def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArray[np.float32]]:
-    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final."""
+def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool, until: Sequence[int] | None = None) -> list[npt.NDArray[np.float32]]:
+    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final (with
+    ``until``, no layer makes output frames from its index in it on: a preview's)."""
     first = rows[0]
     if any(row.decoder is not first.decoder or row.vocos is not first.vocos for row in rows):
         raise ValueError("rows decoded together must share the Chat's decoder and Vocos")
@@ -317,7 +363,7 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArr
     with torch.inference_mode():
         frames = [row._take_pending() for row in rows]
         for depth in range(len(first.layers)):
-            frames = _run_layer([row.layers[depth] for row in rows], frames, ends)
+            frames = _run_layer([row.layers[depth] for row in rows], frames, ends, None if until is None else until[depth])
         counts = [x.size(2) for x in frames]
         joined = first._spectrum(torch.cat(frames, dim=2)) if sum(counts) else None
         spectra = torch.split(joined, counts, dim=2) if joined is not None else [None] * len(rows)
