@@ -183,8 +183,10 @@ def test_the_api_holds_idle_connections_longer_than_its_clients_do() -> None:
     connection exactly as long as uvicorn's default (5 s). The server's keep-alive must outlast the clients'."""
     command = api_command(API_PORT, host="0.0.0.0")
     keep_alive_s = float(command[command.index("--timeout-keep-alive") + 1])
-    assert keep_alive_s > httpx.Limits().keepalive_expiry, "httpx's default idle expiry"
-    assert keep_alive_s > (openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 0), "the OpenAI SDK's"
+    httpx_expiry = httpx.Limits().keepalive_expiry
+    assert httpx_expiry is not None and keep_alive_s > httpx_expiry, "httpx's default idle expiry"
+    sdk_expiry = openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry
+    assert sdk_expiry is not None and keep_alive_s > sdk_expiry, "the OpenAI SDK's"
     assert keep_alive_s > 60, "the idle timeout of the common cloud load balancers in front of the API"
 
 
