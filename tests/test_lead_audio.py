@@ -12,9 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
-from ttsq.inference import lead_audio
 from ttsq.inference.lead_audio import LeadThenExact
-from ttsq.inference.pieces import keep_ahead
 from ttsq.inference.piecewise_audio import Decode
 from ttsq.inference.streaming_audio import streaming_decoder
 
@@ -156,30 +154,3 @@ def test_bad_shapes_are_refused(chat: Any, whole: Decode) -> None:  # noqa: F811
         lead_decoder(chat, 0, 4)
     with pytest.raises(ValueError, match="cross-fade"):
         lead_decoder(chat, 1, 4, fade=PER_TOKEN + 1)
-
-
-def test_the_streamed_runs_grow_with_the_audio_out_and_never_ask_more_of_a_step_than_the_start_does(
-    chat: Any,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Paced runs: each run waits for as many states as the audio already out covers at the pace the stream kept so
-    far, so a long row runs its layers fewer times, and the fastest step a listener needs (``keep_ahead``, fed on the
-    scheduler's schedule) is the one fixed runs need."""
-    first, lookahead, run = 32, 8, 64
-
-    def make() -> LeadThenExact:
-        return LeadThenExact(streaming_decoder(chat, piece=run), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN)
-
-    def runs(decoder: LeadThenExact, tokens: int) -> int:
-        decoder.add(np.zeros((first + lookahead, hidden(chat)), dtype=np.float32))
-        for _ in range(first + lookahead, tokens, first):
-            decoder.add(np.zeros((first, hidden(chat)), dtype=np.float32))
-        return decoder.stream.calls
-
-    paced_bound = keep_ahead(make, first, lookahead, hidden=hidden(chat), samples_per_token=PER_TOKEN)
-    paced_runs = runs(make(), 1000)
-    monkeypatch.setattr(lead_audio, "STREAM_RUN_MAX_TOKENS", run)  # every run the first runs' size
-    fixed_bound = keep_ahead(make, first, lookahead, hidden=hidden(chat), samples_per_token=PER_TOKEN)
-    fixed_runs = runs(make(), 1000)
-    assert paced_bound == fixed_bound
-    assert paced_runs < fixed_runs

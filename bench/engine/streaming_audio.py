@@ -11,9 +11,9 @@ several rows would). Reported per (size, piece): CPU time of each (per row) agai
 states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
 the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.lead_audio.LeadThenExact`:
 the first ``PIECE_TOKENS`` decoded ahead of the field from the stream's state once ``PIECE_TOKENS + PIECE_LOOKAHEAD``
-states are in, every state streamed exactly in runs of ``STREAM_RUN_TOKENS`` and then larger, paced by playback),
+states are in, every state streamed exactly in runs of ``STREAM_RUN_TOKENS``),
 its states handed over as the scheduler hands them: the first ``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then
-``PIECE_TOKENS`` at a time.
+``PIECE_TOKENS`` at a time. Last, what one streamed run costs a state by its size, in the steady state.
 
     python -m bench.engine.streaming_audio [--quick]
 """
@@ -35,7 +35,7 @@ from bench import ROOT
 from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
 from settings import Settings
 from ttsq.inference.checkpoint import CheckpointSize
-from ttsq.inference.lead_audio import STREAM_RUN_MAX_TOKENS, STREAM_RUN_TOKENS, LeadThenExact
+from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
 from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
 from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
 
@@ -184,8 +184,8 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             ratios.setdefault(length, []).append(seconds / whole_s)
             decoded[length] = decoder.decoded_tokens / length
             runs[length] = decoder.stream.calls
-            # Where the cost goes: the streamed decode alone (fed the same way, in fixed runs: no lead, no early run,
-            # no paced runs), and the lead: the stream's preview of its first piece once its window is in.
+            # Where the cost goes: the streamed decode alone (fed the same way: no lead, no early run), and the lead:
+            # the stream's preview of its first piece once its window is in.
             alone = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
             streamed.setdefault(length, []).append(cpu(as_scheduled, alone, states, piece, lookahead)[0] / whole_s)
             # At the full look-ahead (PIECE_LOOKAHEAD at the field: no lead, every sample exact), as served.
@@ -203,10 +203,9 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             worst[length] = (float(np.abs(diff).max()), float(rms_db))
     lines = [
         f"### {size}: the serving default (first piece {piece} tokens after {piece + lookahead}, then streamed in runs "
-        f"of {STREAM_RUN_TOKENS} and larger, paced by playback, up to {STREAM_RUN_MAX_TOKENS}; a row's last states come with "
-        "its end)",
+        f"of {STREAM_RUN_TOKENS}; a row's last states come with its end)",
         "",
-        "| chunk (tokens) | CPU / whole decode | the streamed decode alone (fixed runs: no lead, no early run) "
+        "| chunk (tokens) | CPU / whole decode | the streamed decode alone (no lead, no early run) "
         "| the lead alone (the stream's preview of its first piece) | at the full look-ahead, as served (no lead) "
         "| streamed runs | states decoded / chunk's states | max abs diff to the whole decode "
         "| RMS diff, dB below the signal | max abs diff at the full look-ahead |",
@@ -219,6 +218,32 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             f"| {statistics.median(window[length]):.2f} | {statistics.median(full_field[length]):.2f} | {runs[length]} "
             f"| {decoded[length]:.2f} | {max_abs:.1e} | {-rms_db:.1f} | {worst_exact[length]:.1e} |"
         )
+        print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
+def run_sizes(size: CheckpointSize, repeats: int) -> list[str]:
+    """What one run of the streamed decode costs a state, by the run's size, in the steady state (past the field's
+    start), against a whole decode of 500 states: why fewer, larger runs cost less."""
+    decode, _ = decoder_and_vocos(size)
+    modules, vocos, hidden = decoder_and_vocos_modules(size)
+    sizes = (16, 32, 64, 128, 256)
+    states = np.random.default_rng(5).standard_normal((200 + repeats * max(sizes), hidden)).astype(np.float32)
+    decode(states[:500])  # untimed: oneDNN's kernels for these shapes
+    whole_s = statistics.median(cpu(decode, states[:500])[0] for _ in range(repeats)) / 500
+    lines = [
+        f"### {size}: one streamed run's CPU per state, by the run's size (steady state; whole decode of 500 states: "
+        f"{whole_s * 1e3:.2f} ms a state)",
+        "",
+        "| run (states) | ms per state | ÷ the whole decode's |",
+        "|---|---|---|",
+    ]
+    for run in sizes:
+        decoder = StreamingDecoder(modules, vocos, piece=run)
+        decoder.add(states[:200])  # past the field's start: every run after this makes a run's worth of samples
+        times = [cpu(decoder.add, states[200 + k * run : 200 + (k + 1) * run])[0] / run for k in range(repeats)]
+        per_state = statistics.median(times)
+        lines.append(f"| {run} | {per_state * 1e3:.2f} | {per_state / whole_s:.2f} |")
         print(lines[-1], flush=True)
     return [*lines, ""]
 
@@ -249,6 +274,7 @@ def main() -> None:
     for size in sizes:
         lines += measure(size, lengths, repeats)
         lines += serving_default(size, serving, repeats)
+        lines += run_sizes(size, repeats)
     text = "\n".join(lines)
     RESULTS.write_text(text)
     print(text)

@@ -124,8 +124,8 @@ class DecoderEngine(ChatTTSEngine):
 
     def _piecing(self) -> Piecing | None:
         """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded
-        ahead of the field once ``tokens + lookahead`` states exist, the rest streamed exactly in runs paced by
-        playback, each state through the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
+        ahead of the field once ``tokens + lookahead`` states exist, the rest streamed exactly, each state through
+        the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
         if self.pieces is None:
             return None
         tokens, lookahead = self.pieces

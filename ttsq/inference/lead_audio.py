@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from ttsq.inference.streaming_audio import StreamingDecoder
 
-__all__ = ["FADE_SAMPLES", "STREAM_RUN_MAX_TOKENS", "STREAM_RUN_TOKENS", "LeadThenExact"]
+__all__ = ["FADE_SAMPLES", "STREAM_RUN_TOKENS", "LeadThenExact"]
 
 FADE_SAMPLES = 256
 """The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
@@ -37,12 +37,6 @@ STREAM_RUN_TOKENS = 64
 """States the streamed decode gathers before it runs its layers (:class:`StreamingDecoder`'s ``piece``). Its samples
 are needed only once the lead's have played, and fewer, larger runs cost less: a 250-token row on the full-size
 dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.engine.streaming_audio``)."""
-
-STREAM_RUN_MAX_TOKENS = 256
-"""The largest run. After the first runs, each run waits for as many states as the audio already out covers at the
-playback pace the stream has kept so far (``LeadThenExact._pace_runs``): 64, then larger. A run of 256 decodes a state
-about as cheaply as a whole chunk's decode (2026-12-05, Intel Xeon, one thread, full-size: 1.37-1.48 ms a state
-against 1.51 for a 500-state whole decode, 1.79 in runs of 64)."""
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 
@@ -87,16 +81,6 @@ class LeadThenExact:
         exact samples' end when the lead was due): the work on top of the streamed decode's."""
         self.lead_states = 0
         """States the lead was decoded from (at least ``first + lookahead``: all those handed over when it was due)."""
-        self.run_tokens = stream.piece
-        """The streamed decode's first runs (its ``piece`` as given): later ones are this many states or more."""
-        self.handed = 0
-        """Samples handed out so far (the listener's audio)."""
-        self.started: int | None = None
-        """States handed over when the first samples went out: the listener starts there."""
-        self.audio_at_run: float | None = None
-        """Tokens of audio out after the last run of the streamed decode."""
-        self.pace = float("inf")
-        """The fastest playback, in tokens of audio per step, that the runs so far have kept fed."""
         self.streamed_at_lead = 0
         """Streamed samples there were when the lead was decoded: the output's start is theirs, not the lead's."""
 
@@ -106,33 +90,6 @@ class LeadThenExact:
         return self.stream.decoded_tokens + self.window_tokens
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        runs = self.stream.calls
-        out = self._add(states)
-        self.handed += out.size
-        if self.started is None and out.size:
-            self.started = self.stream.states_added
-        if self.stream.calls > runs and self.started is not None:
-            self._pace_runs()
-        return out
-
-    def _pace_runs(self) -> None:
-        """After a run, size the next one by playback: a listener that started with the first samples and plays
-        ``pace`` tokens of audio a step — the fastest playback the runs so far kept fed — must still have audio when
-        the next run comes. Each run's audio outlasts the last, so the runs grow (to :data:`STREAM_RUN_MAX_TOKENS`) and the
-        row's decode costs less, without a stream needing faster steps than its start already does
-        (:func:`~ttsq.inference.pieces.keep_ahead` measures that bound)."""
-        assert self.started is not None
-        states, audio = self.stream.states_added, self.handed / self.per_token
-        if self.audio_at_run is not None:
-            self.pace = min(self.pace, self.audio_at_run / max(states - self.started, 1))
-        self.audio_at_run = audio
-        if self.pace == float("inf"):
-            return
-        room = int(audio / self.pace) - (states - self.started)  # steps until the audio out runs dry at that pace
-        room -= room % self.first  # the scheduler hands a row's states ``first`` at a time
-        self.stream.piece = max(self.run_tokens, min(room, max(STREAM_RUN_MAX_TOKENS, self.run_tokens)))
-
-    def _add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         streamed = self.stream.add(states)
         if self.seam is not None and self.received + streamed.size < self.seam and self._past_seam_ready():
             # The lead is playing and exact samples past its end already exist in the waiting states: decode them
