@@ -185,6 +185,9 @@ def test_a_preview_is_the_whole_decode_of_the_states_so_far_and_leaves_the_strea
     out = [decoder.add(states[:before])]
     exact, rest = decoder.preview(wanted)
     out.append(exact)
+    again, same = decoder.preview(wanted)  # a preview runs nothing twice and moves nothing but the exact frames on
+    assert again.size == 0
+    np.testing.assert_allclose(same, rest, atol=TOLERANCE, rtol=0)
     so_far = whole(states[:before])
     joined = np.concatenate([*out, rest])
     reach = so_far.size if wanted is None else min(wanted * 512, so_far.size)

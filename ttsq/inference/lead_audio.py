@@ -16,8 +16,9 @@ allows.
 
 Joined, the output is the lead's samples up to the seam and the streamed decode's after it: the whole decode's within
 float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the
-end of the first piece below it. The extra work is the layers' right field run once more, for the lead (on ChatTTS's
-layers a third of a 72-state window's decode, which is what an earlier version decoded a second time).
+end of the first piece below it. The extra work is the layers' right field run once more, for the lead, in the same
+pass as the stream's run of the states handed over by then (each layer's exact frames and the lead's past them in one
+convolution), so the lead costs no run of its own.
 """
 
 from __future__ import annotations

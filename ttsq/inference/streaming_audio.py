@@ -87,18 +87,38 @@ class _StreamingConv:
         self.cache = window[:, :, max(window.size(2) - self.span, 0) :]
         return window
 
+    def ahead(self, exact: torch.Tensor, rest: torch.Tensor, until: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer of a preview: ``exact`` input frames (final: kept, as :meth:`take` keeps them) followed by
+        ``rest`` frames that hold only if the row ends after them, closed by the end's padding. Returns the output
+        frames likewise split: those of the exact inputs alone, all made, and those past them, made up to ``until``
+        (an output frame index). Only the exact inputs change the cache; the rest leaves no trace."""
+        if self.cache is None:
+            self.cache = exact.new_zeros((1, exact.size(1), self.padding))
+        kept = torch.cat([self.cache, exact], dim=2)
+        final = max(kept.size(2) - self.span, 0)
+        window = torch.cat([kept, rest, kept.new_zeros((1, kept.size(1), self.padding))], dim=2)
+        count = max(window.size(2) - self.span, 0)
+        if until is not None:
+            count = min(count, max(until - self.outputs, final))
+        self.cache = kept[:, :, max(kept.size(2) - self.span, 0) :]
+        self.outputs += final
+        if not count:
+            empty = exact.new_zeros((1, self.conv.out_channels, 0))
+            return empty, empty
+        window = window[:, :, : count + self.span]
+        conv = self.conv
+        out = functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
+        if self.then is not None:
+            out = self.then(out, window[:, :, self.padding : self.padding + count])
+        return out[:, :, :final], out[:, :, final:]
 
-def _run_layer(
-    layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool], until: int | None = None
-) -> list[torch.Tensor]:
+
+def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
     """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
     follows it: their windows side by side, the outputs that straddle two rows' windows dropped. So a run of many
-    rows reads each weight once. With ``until``, no output frame from that index on is made (what a preview does
-    not need)."""
+    rows reads each weight once."""
     layer = layers[0]
     windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
-    if until is not None:
-        windows = [window[:, :, : max(until - row.outputs, 0) + layer.span] for row, window in zip(layers, windows, strict=True)]
     counts = [max(window.size(2) - layer.span, 0) for window in windows]
     for row, count in zip(layers, counts, strict=True):
         row.outputs += count
@@ -256,28 +276,33 @@ class StreamingDecoder:
         return _run_rows([self], last=False)[0]
 
     def preview(self, tokens: int | None = None) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        """Run the states waiting now (as :meth:`run_now`), then what :meth:`finish` would add if the row ended here,
-        leaving the stream as it was after the run: ``(exact samples, the rest as if the row ended now)``. The
-        second part is the whole decode of the states so far from where the first stops, within float rounding:
-        what a first audio decoded from a window of them would be, for the work of the layers' right field only
-        (the states before it have been through the layers already). With ``tokens``, the rest stops once the
-        samples of the row's first ``tokens`` tokens are out (at least those; each layer makes only the frames they
-        need)."""
-        exact = self.run_now()
-        if not self.decoded_tokens:
-            return exact, np.zeros(0, dtype=np.float32)
-        saved_layers = [(layer.cache, layer.outputs) for layer in self.layers]  # a cache is replaced, never written
-        istft = self.istft
-        saved = (istft.sum.clone(), istft.envelope.clone(), istft.base, istft.emitted, istft.frames)
-        calls = self.calls
-        try:
-            rest = _run_rows([self], last=True, until=None if tokens is None else self._frames_until(tokens))[0]
-        finally:
-            for layer, (cache, outputs) in zip(self.layers, saved_layers, strict=True):
-                layer.cache, layer.outputs = cache, outputs
-            istft.sum, istft.envelope, istft.base, istft.emitted, istft.frames = saved
-            self.calls = calls
-        return exact, rest
+        """Run the states waiting now (as :meth:`run_now`), and with them what :meth:`finish` would add if the row
+        ended here, keeping only the first: ``(exact samples, the rest as if the row ended now)``. The second part is
+        the whole decode of the states so far from where the first stops, within float rounding: what a first audio
+        decoded from a window of them would be, for the work of the layers' right field only (the states before it
+        have been through the layers already). Both come from one pass through the layers: each layer's exact frames
+        and the frames past them that only a row ending here would have, in one convolution, of which the layer keeps
+        the exact ones' context, as a run would. With ``tokens``, the rest stops once the samples of the row's first
+        ``tokens`` tokens are out (at least those; each layer makes only the frames they need)."""
+        self._check_open()
+        empty = np.zeros(0, dtype=np.float32)
+        if not self.decoded_tokens and not self.pending:
+            return empty, empty
+        until = None if tokens is None else self._frames_until(tokens)
+        with torch.inference_mode():
+            exact = self._take_pending() if self.pending else self._frames(np.zeros((0, 0), dtype=np.float32))
+            rest = exact[:, :, :0]
+            for depth, layer in enumerate(self.layers):
+                exact, rest = layer.ahead(exact, rest, None if until is None else until[depth])
+            spectrum = self._spectrum(torch.cat([exact, rest], dim=2))
+            istft = self.istft
+            now = istft.run(spectrum[:, :, : exact.size(2)], last=False)
+            saved = (istft.sum.clone(), istft.envelope.clone(), istft.base, istft.emitted, istft.frames)
+            try:
+                after = istft.run(spectrum[:, :, exact.size(2) :], last=True)
+            finally:
+                istft.sum, istft.envelope, istft.base, istft.emitted, istft.frames = saved
+        return now.float().cpu().numpy().reshape(-1), after.float().cpu().numpy().reshape(-1)
 
     def _frames_until(self, tokens: int) -> list[int]:
         """Per layer, the output frames that the samples of the first ``tokens`` tokens need: the ISTFT frames that
@@ -353,9 +378,8 @@ def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDAr
     return [out.get(id(decoder), np.zeros(0, dtype=np.float32)) for decoder in decoders]
 
 
-def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool, until: Sequence[int] | None = None) -> list[npt.NDArray[np.float32]]:
-    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final (with
-    ``until``, no layer makes output frames from its index in it on: a preview's)."""
+def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArray[np.float32]]:
+    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final."""
     first = rows[0]
     if any(row.decoder is not first.decoder or row.vocos is not first.vocos for row in rows):
         raise ValueError("rows decoded together must share the Chat's decoder and Vocos")
@@ -363,7 +387,7 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool, until: Sequence[i
     with torch.inference_mode():
         frames = [row._take_pending() for row in rows]
         for depth in range(len(first.layers)):
-            frames = _run_layer([row.layers[depth] for row in rows], frames, ends, None if until is None else until[depth])
+            frames = _run_layer([row.layers[depth] for row in rows], frames, ends)
         counts = [x.size(2) for x in frames]
         joined = first._spectrum(torch.cat(frames, dim=2)) if sum(counts) else None
         spectra = torch.split(joined, counts, dim=2) if joined is not None else [None] * len(rows)
