@@ -278,7 +278,8 @@ def _with_decoder(results: dict[str, Any], steps_ms: dict[int, float], busy: dic
             }
         )  # fmt: skip
     batcher = {
-        "slots": 256, "cuda_graphs": True, "graph_buckets": [1, 2, 4, 8, 16, 32, 64, 128, 256], "capture_s": 6.5,
+        "slots": 256, "cuda_graphs": True, "graph_buckets": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+        "graph_windows": [32, 64, 128, 256, 512, 753], "capture_s": 6.5,
         "attended_positions": 753, "max_prompt": 496, "max_new": 256,
     }  # fmt: skip
     results["phases"]["decoder"] = {"status": "ok", "data": {"engine": "ttsq", "batcher": batcher, "summary": rows}}
@@ -296,7 +297,10 @@ def test_the_decoder_acceptance_is_judged_per_step_on_the_full_size_checkpoint_o
     assert busy["met"] is False and busy["measured"] == "batch 1: 81%, batch 64: 64%"
     md = gpu_report.render(results)
     assert "## ttsq's decoder alone" in md
-    assert "buckets [1, 2, 4, 8, 16, 32, 64, 128, 256] captured in 6.50 s, every step attends 753 positions" in md
+    assert (
+        "buckets [1, 2, 4, 8, 16, 32, 64, 128, 256] x attention windows [32, 64, 128, 256, 512, 753] captured in 6.50 s, "
+        "each step attending the smallest window that holds its longest row, at most 753 positions"
+    ) in md
     assert "| 64 | 13.9 | 3.6 | 3.86× | 3.20 |" in md  # ChatTTS's GPT ms/step beside ttsq's, at the same batch
 
     results["model"] = {"name": "tiny-random", "size_arg": "tiny"}

@@ -303,8 +303,31 @@ def test_the_cuda_graph_paths_arithmetic_gives_the_same_rows(
             step += 1
         results.append([ended[slots[index]].tokens for index in range(len(batch))])
         if static:
-            assert dec.computed in (0, *dec.buckets())
+            assert dec.computed in (0, *dec.buckets()) and dec.attended in (0, *dec.windows())
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+def test_a_captured_step_reads_the_smallest_window_that_holds_its_longest_row(engine64: DecoderEngine, rows64: ChatTTSRows) -> None:
+    """A graph's step attends to a window of the cache (a power of two, or the whole cache), not the whole
+    preallocated cache: step by step beside the eager path (which attends to exactly the longest row), the static
+    one reads the smallest window at least as long, its windows grow as the rows do, and the codes are the same."""
+    eager, static = decoder(engine64, 4), decoder(engine64, 4, static=True)
+    windows = static.windows()
+    assert windows == [32, 64, 96 + MAX_NEW + 1]
+    for index, text in enumerate(TEXTS[:3]):
+        params = RowParams(0.7, 0.95, 20, 1.05, MAX_NEW, MAX_NEW, index)  # every row runs to MAX_NEW
+        for dec in (eager, static):
+            dec.admit(prompt_of(engine64, rows64, Row(text, None, params)), params)
+    ended: dict[str, dict[int, Finished]] = {"eager": {}, "static": {}}
+    read: list[int] = []
+    while eager.occupied:
+        ended["eager"].update({done.slot: done for done in eager.step()})
+        ended["static"].update({done.slot: done for done in static.step()})
+        assert static.attended == next(window for window in windows if window >= eager.attended)
+        read.append(static.attended)
+    assert read == sorted(read) and len(set(read)) >= 2  # the window followed the rows' growth
+    assert ended["eager"].keys() == ended["static"].keys() == {0, 1, 2}
+    assert all(torch.equal(ended["eager"][slot].tokens, ended["static"][slot].tokens) for slot in ended["eager"])
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

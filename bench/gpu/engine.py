@@ -114,7 +114,12 @@ class DecoderDriver:
             sync()
             if decoder.cuda_graphs:
                 self.captures.append(
-                    {"mode": decoder.mode, "buckets": decoder.buckets(), "seconds": round(time.perf_counter() - began, 2)}
+                    {
+                        "mode": decoder.mode,
+                        "buckets": decoder.buckets(),
+                        "windows": decoder.windows(),
+                        "seconds": round(time.perf_counter() - began, 2),
+                    }
                 )
 
         SlotDecoder.capture = timed_capture  # type: ignore[method-assign,assignment]
@@ -154,6 +159,7 @@ class DecoderDriver:
             "slots": self.batcher.slots,
             "cuda_graphs": code.cuda_graphs,
             "graph_buckets": code.buckets() if code.cuda_graphs else None,
+            "graph_windows": code.windows() if code.cuda_graphs else None,
             "capture_s": round(sum(c["seconds"] for c in self.captures), 2) if code.cuda_graphs else None,
             "captures": self.captures,
             "build_s": round(self.build_s, 2),

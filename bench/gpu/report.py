@@ -462,8 +462,9 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
         f"{_fmt(batcher.get('max_new'))} tokens)"
     )
     graphs = (
-        f"CUDA graphs for buckets {batcher.get('graph_buckets')} captured in {_fmt(batcher.get('capture_s'))} s, "
-        f"every step attends {positions}"
+        f"CUDA graphs for buckets {batcher.get('graph_buckets')} x attention windows {batcher.get('graph_windows')} "
+        f"captured in {_fmt(batcher.get('capture_s'))} s, each step attending the smallest window that holds its "
+        f"longest row, at most {positions}"
         if batcher.get("cuda_graphs")
         else f"no CUDA graphs (not on CUDA, or not asked for): every step eager, attending the longest row's positions, "
         f"at most {positions}"

@@ -18,9 +18,11 @@ longest row ends. This module decodes the same LLaMA weights differently:
   gives that row alone, and never depend on batch-mates (ChatTTS draws one ``q`` for the whole
   batch, so a row's tokens there depend on its position and neighbours).
 * **Fixed shapes.** A decode step reads and writes only preallocated buffers, with no host
-  synchronisation inside; on CUDA one step per batch bucket (the lowest ``n`` slots) is captured
-  as a CUDA graph and replayed. On a CPU it runs eagerly, attending to a window just long enough
-  for the longest row.
+  synchronisation inside; on CUDA one step per batch bucket (the lowest ``n`` slots) and attention
+  window (the cache's first ``w`` positions, ``w`` a power of two from 32, or the whole cache) is
+  captured as a CUDA graph and replayed, so a step reads the keys and values of at most twice its
+  longest row's positions rather than the whole preallocated cache. On a CPU it runs eagerly,
+  attending to a window just long enough for the longest row.
 
 The per-step arithmetic mirrors ChatTTS 0.2.5 operation by operation (temperature, repetition
 penalty over the last 16 tokens, top-p then top-k with at least 3 tokens kept, the end token
@@ -179,8 +181,8 @@ class SlotDecoder:
         dtype: the GPT's compute dtype (its weights' dtype; float64 in the equality tests).
         head_dtype: the heads' and embeddings' dtype (ChatTTS: float32, on the float32-cast state).
         cuda_graphs: capture each batch bucket's step as a CUDA graph (CUDA devices only).
-        static_shapes: step as a captured graph does — the whole bucket, the whole cache, the full
-            sort — but eagerly: how the tests check the graph path's arithmetic on a CPU.
+        static_shapes: step as a captured graph does — the whole bucket, the window bucket under a
+            mask, the full sort — but eagerly: how the tests check the graph path's arithmetic on a CPU.
         batch_invariant: every step computes every slot over the whole cache (one bucket), so each
             product has the same shape whatever is in flight and a row's bits never depend on its
             batch-mates, in float32 too (a decoder of the same slot count gives the same bits).
@@ -224,7 +226,7 @@ class SlotDecoder:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.batch_invariant = batch_invariant
         self.static_shapes = static_shapes or self.cuda_graphs or batch_invariant
-        self._graphs: dict[int, Any] = {}
+        self._graphs: dict[tuple[int, int], Any] = {}
         self._act = activation(gpt.layers[0].mlp)
         all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
         self._norm = fused_rms_norm if all_float32 else rms_norm
@@ -323,6 +325,8 @@ class SlotDecoder:
         self.active = [False] * s
         self.computed = 0
         """Slots the last step computed (its span, or its CUDA graph's bucket)."""
+        self.attended = 0
+        """Cache positions the last step's attention read per slot (the longest row's, or its window's)."""
 
     @property
     def free_slots(self) -> int:
@@ -455,22 +459,24 @@ class SlotDecoder:
         """Advance every occupied slot by one token; the rows that ended (their slots are free now)."""
 
         span = self.span()
-        self.computed = 0
+        self.computed = self.attended = 0
         if span == 0:
             return []
         with inference():
             if self.cuda_graphs:
-                self.computed = self._replay(span)
+                self.computed, self.attended = self._shape(span)
+                self._graphs[self.computed, self.attended].replay()
             elif self.static_shapes:
-                self.computed = self._bucket(span)
-                self._decode(self.computed, self.shape.max_len + 1)
+                self.computed, self.attended = self._shape(span)
+                self._decode(self.computed, self.attended)
             else:
                 # Eagerly, shapes cost nothing: attend to exactly the longest row, and when every
                 # slot of the span holds a row at the same position, skip the mask and the gathers.
                 self.computed = span
                 lengths = self._lengths[:span]
                 uniform = lengths[0] if all(self.active[:span]) and lengths.count(lengths[0]) == span else None
-                self._decode(span, max(lengths) + 1, uniform)
+                self.attended = max(lengths) + 1
+                self._decode(span, self.attended, uniform)
         occupied = [slot for slot in range(span) if self.active[slot]]
         for slot in occupied:
             self._lengths[slot] += 1
@@ -647,8 +653,18 @@ class SlotDecoder:
         sizes = {1 << p for p in range(self.shape.slots.bit_length()) if 1 << p <= self.shape.slots}
         return sorted(sizes | {self.shape.slots})
 
+    def windows(self) -> list[int]:
+        """The attention windows a step may read (a graph is captured for each, times each bucket): the
+        cache's first ``w`` positions, ``w`` a power of two from 32 below the cache's length, and the whole
+        cache; only the whole cache when the decoder is batch-invariant (a window that followed the
+        longest batch-mate would change a row's reduction lengths, and so its bits)."""
+        full = self.shape.max_len + 1
+        if self.batch_invariant:
+            return [full]
+        return [*(1 << p for p in range(5, full.bit_length()) if 1 << p < full), full]
+
     def capture(self) -> None:
-        """Capture one decode step per bucket (CUDA only). Called once, before serving."""
+        """Capture one decode step per bucket and window (CUDA only). Called once, before serving."""
         import torch
 
         if not self.cuda_graphs:
@@ -657,26 +673,25 @@ class SlotDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.inference_mode(), torch.cuda.stream(stream):
             snapshot = self._snapshot()
-            for bucket in self.buckets():
+            shapes = [(bucket, window) for bucket in self.buckets() for window in self.windows()]
+            for bucket, window in shapes:
                 for _ in range(2):  # warm each shape's kernels (cuBLAS workspaces, autotuning) outside capture
-                    self._decode(bucket, self.shape.max_len + 1)
+                    self._decode(bucket, window)
             self._restore(snapshot)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        for bucket in self.buckets():
-            # Each graph keeps its own memory pool: buckets replay in any order, so their scratch
+        for bucket, window in shapes:
+            # Each graph keeps its own memory pool: shapes replay in any order, so their scratch
             # memory must not alias (every output goes to a buffer allocated outside the graphs).
             graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), torch.cuda.graph(graph):
-                self._decode(bucket, self.shape.max_len + 1)
-            self._graphs[bucket] = graph
+                self._decode(bucket, window)
+            self._graphs[bucket, window] = graph
 
-    def _bucket(self, span: int) -> int:
-        return next(size for size in self.buckets() if size >= span)
-
-    def _replay(self, span: int) -> int:
-        bucket = self._bucket(span)
-        self._graphs[bucket].replay()
-        return bucket
+    def _shape(self, span: int) -> tuple[int, int]:
+        """The captured shape a step over ``span`` slots runs at: the smallest bucket that holds them, and the
+        smallest window that holds their longest row's positions and the one its step writes."""
+        longest = max(self._lengths[:span]) + 1
+        return next(size for size in self.buckets() if size >= span), next(w for w in self.windows() if w >= longest)
 
     def _snapshot(self) -> list[torch.Tensor]:
         """The warm-up steps run for real; what they write to the rows' state is put back (the cache is free slots' garbage)."""

@@ -217,7 +217,13 @@ class DecoderEngine(ChatTTSEngine):
                 started = time.perf_counter()
                 made.capture()
                 elapsed = time.perf_counter() - started
-                log.info("captured %s-decoder CUDA graphs for spans %s in %.1fs", mode, made.buckets(), elapsed)
+                log.info(
+                    "captured %s-decoder CUDA graphs for spans %s x windows %s in %.1fs",
+                    mode,
+                    made.buckets(),
+                    made.windows(),
+                    elapsed,
+                )
             return made
 
         return Scheduler(
