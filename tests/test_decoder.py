@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.sampling import Sampling
-from ttsq.inference.base import Batcher, ChunkReady, OutOfMemory, RequestFailed, SynthesisRequest, TransientError
+from ttsq.inference.base import (
+    Batcher,
+    ChunkReady,
+    OutOfMemory,
+    PieceReady,
+    RequestFailed,
+    SynthesisRequest,
+    TransientError,
+)
 from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
@@ -80,7 +88,9 @@ def rows64(engine64: DecoderEngine) -> ChatTTSRows:
     return ChatTTSRows(engine64._loaded_chat())
 
 
-def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int = MAX_NEW, *, static: bool = False) -> SlotDecoder:
+def decoder(
+    engine: DecoderEngine, slots: int, mode: str = "code", max_new: int = MAX_NEW, *, static: bool = False, invariant: bool = False
+) -> SlotDecoder:
     chat = engine._loaded_chat()
     rows = ChatTTSRows(chat)
     return SlotDecoder(
@@ -92,6 +102,7 @@ def decoder(engine: DecoderEngine, slots: int, mode: str = "code", max_new: int 
         dtype=torch.float64,
         head_dtype=torch.float64,
         static_shapes=static,
+        batch_invariant=invariant,
     )
 
 
@@ -328,6 +339,70 @@ def test_a_captured_step_reads_the_smallest_window_that_holds_its_longest_row(en
     assert read == sorted(read) and len(set(read)) >= 2  # the window followed the rows' growth
     assert ended["eager"].keys() == ended["static"].keys() == {0, 1, 2}
     assert all(torch.equal(ended["eager"][slot].tokens, ended["static"][slot].tokens) for slot in ended["eager"])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    batch=st.lists(row_strategy(), min_size=2, max_size=8),
+    joins=st.lists(st.integers(0, 12), min_size=8, max_size=8),
+    static=st.booleans(),
+)
+def test_rows_moved_down_into_freed_slots_decode_on_as_if_never_moved(
+    engine64_ending: DecoderEngine, rows64: ChatTTSRows, batch: list[Row], joins: list[int], static: bool
+) -> None:
+    """Rows end at their own time (their end token, their limit) and leave holes below the rows still running;
+    compacting after every step moves the highest rows down, so a step covers exactly as many slots as there are
+    rows (captured: the smallest bucket that holds them), and every moved row's codes and states are the ones it has
+    alone."""
+    rows = ChatTTSRows(engine64_ending._loaded_chat())
+    dec = decoder(engine64_ending, 8, static=static)
+    pending = sorted(zip(joins, range(len(batch)), strict=False))
+    where: dict[int, int] = {}  # slot -> row index
+    ended: dict[int, Finished] = {}
+    moved = step = 0
+    while pending or dec.occupied:
+        while pending and pending[0][0] <= step:
+            _, index = pending.pop(0)
+            slot, done = dec.admit(prompt_of(engine64_ending, rows, batch[index]), batch[index].params)
+            if done is not None:
+                ended[index] = done
+            else:
+                where[slot] = index
+        moves = dec.compact()
+        for source, target in moves:
+            where[target] = where.pop(source)
+        moved += len(moves)
+        covered = len(where)
+        assert dec.span() == dec.occupied == covered
+        for done in dec.step():
+            ended[where.pop(done.slot)] = done
+        assert dec.computed == (next((b for b in dec.buckets() if b >= covered), 0) if static and covered else covered)
+        step += 1
+    for index, row in enumerate(batch):
+        alone = run_alone(engine64_ending, rows, row)
+        assert torch.equal(ended[index].tokens, alone.tokens), f"row {index} changed (moves: {moved})"
+        mine, theirs = ended[index].hiddens, alone.hiddens
+        assert mine is not None and theirs is not None
+        assert torch.equal(mine, theirs)
+
+
+def test_compacting_moves_the_highest_rows_into_the_lowest_holes_and_a_batch_invariant_decoder_never_moves(
+    engine64: DecoderEngine, rows64: ChatTTSRows
+) -> None:
+    dec = decoder(engine64, 6)
+    params = [RowParams(0.7, 0.95, 20, 1.05, 0, MAX_NEW, seed) for seed in range(6)]
+    for seed, row in enumerate(params):
+        dec.admit(prompt_of(engine64, rows64, Row(TEXTS[seed], None, row)), row)
+    for slot in (0, 2, 3):
+        dec.release(slot)
+    assert dec.span() == 6
+    assert dec.compact() == [(5, 0), (4, 2)]
+    assert (dec.span(), dec.occupied, dec.compact()) == (3, 3, [])
+    invariant = decoder(engine64, 4, invariant=True)
+    for seed in range(2):
+        invariant.admit(prompt_of(engine64, rows64, Row(TEXTS[seed], None, params[seed])), params[seed])
+    invariant.release(0)
+    assert invariant.compact() == [] and invariant.span() == 2
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -581,6 +656,48 @@ def test_a_slot_freed_by_an_ended_row_takes_the_next_waiting_row_at_the_next_ste
             full_steps += 1
     assert full_steps > 10
     assert scheduler.stats.wasted_fraction < 0.2
+
+
+def test_rows_left_running_when_others_end_move_down_so_no_step_computes_a_free_slot_and_audio_is_unchanged(
+    engine64_ending: DecoderEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows end at their own time (the end token can win here), leaving holes below rows still running; the scheduler
+    compacts the slots before each step and follows the moves: no step computes a free slot, and every request's
+    audio — its pieces (read from the row's slot while it runs) and its chunks — is what it gets alone."""
+    monkeypatch.setattr(engine64_ending, "pieces", (6, 2))  # a first piece after 8 of a row's at most 24 tokens
+
+    def heard(scheduler: Scheduler, reqs: list[SynthesisRequest]) -> dict[str, list[tuple[str, int, np.ndarray]]]:
+        out: dict[str, list[tuple[str, int, np.ndarray]]] = {}
+        for index, req in enumerate(reqs):
+            assert scheduler.add(f"r{index}", req) == []
+        while scheduler.busy:
+            for event in scheduler.step():
+                assert isinstance(event, ChunkReady | PieceReady), event
+                out.setdefault(event.key, []).append((type(event).__name__, event.chunk.index, event.chunk.samples))
+        return out
+
+    def scheduler(slots: int) -> Scheduler:
+        limits = engine64_ending._limits()
+        return engine64_ending._scheduler(slots, limits, oom_recover_s=60, capture=False, pieces=engine64_ending._piecing())
+
+    reqs = requests(engine64_ending, 6)
+    together = scheduler(6)
+    compact, moves = together.code.compact, []
+
+    def recorded() -> list[tuple[int, int]]:  # the decoder's own compact(), its moves noted
+        made = compact()
+        moves.extend(made)
+        return made
+
+    monkeypatch.setattr(together.code, "compact", recorded)
+    crowded = heard(together, reqs)
+    assert moves, "no row was moved: the test would not see a move go wrong"
+    assert together.stats.slot_steps == together.stats.row_steps, "a step computed a free slot"
+    assert any(kind == "PieceReady" for events in crowded.values() for kind, _, _ in events)
+    for index, req in enumerate(reqs):
+        alone = heard(scheduler(1), [req])["r0"]
+        assert [(kind, i) for kind, i, _ in crowded[f"r{index}"]] == [(kind, i) for kind, i, _ in alone]
+        assert all(np.array_equal(a, b) for (_, _, a), (_, _, b) in zip(crowded[f"r{index}"], alone, strict=True))
 
 
 def test_a_new_requests_first_chunk_starts_at_the_next_step_even_when_long_requests_fill_every_slot(

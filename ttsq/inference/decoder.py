@@ -643,6 +643,60 @@ class SlotDecoder:
             self._free.append(slot)
             self._free.sort()
 
+    def compact(self) -> list[tuple[int, int]]:
+        """Move the rows of the highest occupied slots into the free slots below them, so that a step covers as many
+        slots as there are rows: a step computes every slot up to the highest occupied one (eagerly, the free ones among
+        them are wasted rows; captured, they pick the batch bucket), and rows end at their own time, leaving holes that
+        admission fills only while rows wait. Returns each move as ``(from, to)``; whoever maps rows to slots follows it.
+
+        A move copies the row's state and the keys and values it has so far, nothing that depends on where it sits: the
+        row decodes on as it would have in its old slot (tested). None on a batch-invariant decoder, whose steps cover
+        every slot anyway."""
+        moves: list[tuple[int, int]] = []
+        if self.batch_invariant:
+            return moves
+        with inference():
+            while self._free and self._free[0] < self.span() - 1:
+                source, target = self.span() - 1, self._free.pop(0)
+                length = self._lengths[source]
+                for cache in self.kv_cache:
+                    cache[target, :, :length] = cache[source, :, :length]
+                # tokens and states so far: at most the positions the row has (its prompt's among them)
+                made = min(length, self.shape.max_new)
+                per_row = [self.tokens] + ([self.hiddens] if self.hiddens is not None else [])
+                for tensor in per_row:
+                    tensor[target, :made] = tensor[source, :made]
+                for tensor in self._per_slot():
+                    tensor[target] = tensor[source]
+                for host in (self._top_k, self._below_min, self._lengths):
+                    host[target] = host[source]
+                self.active[target] = True
+                self.release(source)
+                moves.append((source, target))
+        return moves
+
+    def _per_slot(self) -> list[torch.Tensor]:
+        """Every per-slot tensor a row's next steps read, but the cache, tokens and states (copied by length)."""
+        return [
+            self.positions,
+            self.generated,
+            self.last,
+            self.finished,
+            self.temperature,
+            self.top_p_floor,
+            self.top_p_floor64,
+            self.kth,
+            self.within_top_k,
+            self.decided,
+            self.penalty,
+            self.min_new,
+            self.max_new,
+            self.last_index,
+            self.noise,
+            self.window,
+            self.recent,
+        ]
+
     # ---- CUDA graphs -------------------------------------------------------------------------
 
     def buckets(self) -> list[int]:

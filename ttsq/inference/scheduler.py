@@ -405,6 +405,9 @@ class Scheduler:
 
     def _advance(self, decoder: SlotDecoder, events: list[BatchEvent]) -> None:
         name = self._name(decoder)
+        for source, target in decoder.compact():  # a step covers as many slots as there are rows
+            moved = self._active[name, target] = self._active.pop((name, source))
+            moved.slot = target
         rows = [row for (owner, _slot), row in self._active.items() if owner == name]
         try:
             if self.hook is not None:

@@ -1,0 +1,147 @@
+"""What compacting the slots saves: rows moved down into the holes ended rows leave, or left where they are.
+
+``python -m bench.engine.compaction`` — two decoders over the same full-size checkpoint (one thread, oneDNN-packed
+float32 weights as served on a CPU) take the same rows on the same schedule: row ``i`` arrives at step
+``i x SPACING`` (waiting for a slot if none is free), runs exactly its own number of tokens (``LENGTHS``, 40-250) and
+leaves. One decoder compacts before every step, as the scheduler does; the other never does, as before issue 30's
+compaction. Their steps are interleaved one by one, so the machine's noise falls on both alike.
+
+Per decoder: the slots its steps computed (the rows advanced plus the free slots inside each step's span), the CPU
+seconds of its steps (compaction's copies included), and what a CUDA graph step would compute — the batch bucket
+(1, 2, 4, 8) that holds each step's span. Written to ``bench/results/compaction.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
+from bench.machine import machine
+from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder
+from ttsq.inference.rows import ChatTTSRows
+
+SLOTS = 8
+LENGTHS = (120, 40, 250, 90, 180, 60, 220, 140, 70, 200, 110, 160, 50, 240, 100, 130)
+"""Tokens per row, in arrival order (mean 135: with :data:`SPACING` the slots are about two-thirds full)."""
+SPACING = 24
+"""Steps between arrivals."""
+
+
+@dataclass
+class Run:
+    """One decoder and its rows' bookkeeping."""
+
+    name: str
+    decoder: SlotDecoder
+    compacts: bool
+    waiting: list[int] = field(default_factory=list)
+    steps: int = 0
+    row_steps: int = 0
+    slot_steps: int = 0
+    bucket_rows: int = 0
+    moves: int = 0
+    cpu_s: float = 0.0
+
+    def step(self, prefilled: dict[int, object], params: dict[int, RowParams]) -> None:
+        dec = self.decoder
+        while self.waiting and dec.free_slots:
+            index = self.waiting.pop(0)
+            dec.place(prefilled[index], params[index])  # type: ignore[arg-type]
+        if not dec.occupied:
+            return
+        started = time.thread_time()
+        if self.compacts:
+            self.moves += len(dec.compact())
+        span, rows = dec.span(), dec.occupied
+        dec.step()
+        self.cpu_s += time.thread_time() - started
+        self.steps += 1
+        self.row_steps += rows
+        self.slot_steps += span
+        self.bucket_rows += next(size for size in dec.buckets() if size >= span)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=len(LENGTHS), help="how many of LENGTHS arrive")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ours, _ = engines(checkpoint("full", quick=True))
+    chat = ours._loaded_chat()
+    rows = ChatTTSRows(chat)
+    lengths = LENGTHS[: args.rows]
+    shape = DecoderShape(slots=SLOTS, max_prompt=96, max_new=max(lengths))
+
+    def decoder() -> SlotDecoder:
+        return SlotDecoder(
+            chat.gpt.gpt,
+            chat.embed,
+            mode="code",
+            eos=rows.code_eos,
+            shape=shape,
+            dtype=torch.float32,
+            head_dtype=torch.float32,
+            packed_weights=True,
+        )
+
+    runs = [Run("compacted before each step", decoder(), True), Run("never compacted (before)", decoder(), False)]
+    prefilled, params = {}, {}
+    for index, tokens in enumerate(lengths):
+        prompt = rows.code_prompt(SENTENCES[index % len(SENTENCES)], 5, ours.speaker_from_seed(index)).embeddings
+        prefilled[index] = runs[0].decoder.prefill(prompt)
+        params[index] = RowParams(0.3, 0.7, 20, 1.05, tokens, tokens, index)
+    clock = 0
+    while clock < len(lengths) * SPACING or any(run.decoder.occupied or run.waiting for run in runs):
+        if clock % SPACING == 0 and clock // SPACING < len(lengths):
+            for run in runs:
+                run.waiting.append(clock // SPACING)
+        for run in runs:
+            run.step(prefilled, params)
+        clock += 1
+        if clock % 200 == 0:
+            print(f"step {clock}: " + ", ".join(f"{r.name}: {r.cpu_s:.1f} s" for r in runs), flush=True)
+    first, second = runs
+    lines = [
+        "| decoder | steps | row-steps | slots computed | free slots computed | moves | CPU s in steps | "
+        "ms per step | CUDA bucket rows |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        wasted = 1 - run.row_steps / run.slot_steps
+        lines.append(
+            f"| {run.name} | {run.steps} | {run.row_steps} | {run.slot_steps} | {wasted:.1%} | {run.moves} | "
+            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} |"
+        )
+    lines += [
+        "",
+        f"Compacted ÷ never compacted: CPU in steps **{first.cpu_s / second.cpu_s:.2f}×**, slots computed "
+        f"{first.slot_steps / second.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}×.",
+    ]
+    info = machine()
+    text = "\n".join(
+        [
+            "# Compacting the slots: rows moved into the holes ended rows leave (full-size checkpoint, CPU)",
+            "",
+            f"`python -m bench.engine.compaction` — {started}, commit {commit()}. Machine: {info['cpu']}, "
+            f"{info['cores']} cores; one thread; {SLOTS} slots; {len(lengths)} rows of {min(lengths)}-{max(lengths)} "
+            f"tokens (mean {sum(lengths) / len(lengths):.0f}), one arriving every {SPACING} steps; CPU time of the "
+            "thread in each decoder's steps, the two decoders' steps interleaved.",
+            "",
+            *lines,
+            "",
+        ]
+    )
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "compaction.md").write_text(text)
+    print(f"wrote {RESULTS / 'compaction.md'}")
+
+
+if __name__ == "__main__":
+    main()
