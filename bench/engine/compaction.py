@@ -22,7 +22,7 @@ import torch
 
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
 from bench.machine import machine
-from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder
+from ttsq.inference.decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
 from ttsq.inference.rows import ChatTTSRows
 
 SLOTS = 8
@@ -47,11 +47,11 @@ class Run:
     moves: int = 0
     cpu_s: float = 0.0
 
-    def step(self, prefilled: dict[int, object], params: dict[int, RowParams]) -> None:
+    def step(self, prefilled: dict[int, Prefilled], params: dict[int, RowParams]) -> None:
         dec = self.decoder
         while self.waiting and dec.free_slots:
             index = self.waiting.pop(0)
-            dec.place(prefilled[index], params[index])  # type: ignore[arg-type]
+            dec.place(prefilled[index], params[index])
         if not dec.occupied:
             return
         started = time.thread_time()
@@ -91,7 +91,8 @@ def main() -> None:
         )
 
     runs = [Run("compacted before each step", decoder(), True), Run("never compacted (before)", decoder(), False)]
-    prefilled, params = {}, {}
+    prefilled: dict[int, Prefilled] = {}
+    params: dict[int, RowParams] = {}
     for index, tokens in enumerate(lengths):
         prompt = rows.code_prompt(SENTENCES[index % len(SENTENCES)], 5, ours.speaker_from_seed(index)).embeddings
         prefilled[index] = runs[0].decoder.prefill(prompt)
