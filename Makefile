@@ -67,6 +67,7 @@ bench: install
 	$(PY) -m bench.engine.decoder_steps
 	$(PY) -m bench.engine.cpu_matmul
 	$(PY) -m bench.engine.streaming_audio
+	$(PY) -m bench.engine.compaction
 	$(PY) -m bench.scale.shards
 	$(PY) -m bench.scale.sentinel
 	$(PY) -m bench.listening.encoders

@@ -1,14 +1,16 @@
 """What compacting the slots saves: rows moved down into the holes ended rows leave, or left where they are.
 
-``python -m bench.engine.compaction`` — two decoders over the same full-size checkpoint (one thread, oneDNN-packed
-float32 weights as served on a CPU) take the same rows on the same schedule: row ``i`` arrives at step
-``i x SPACING`` (waiting for a slot if none is free), runs exactly its own number of tokens (``LENGTHS``, 40-250) and
-leaves. One decoder compacts before every step, as the scheduler does; the other never does, as before issue 30's
-compaction. Their steps are interleaved one by one, so the machine's noise falls on both alike.
+``python -m bench.engine.compaction [--slots 8] [--checkpoint full]`` — two decoders over the same checkpoint (one
+thread, oneDNN-packed float32 weights as served on a CPU) take the same rows on the same schedule: ``2 x slots`` rows,
+row ``i`` arriving at step ``i x SPACING x 8 / slots`` (waiting for a slot if none is free), each running exactly its
+own number of tokens (``LENGTHS`` in turn, 40-250) and leaving: the slots about two-thirds full. One decoder compacts
+before every step, as the scheduler does; the other never does, as before issue 30's compaction. Their steps are
+interleaved one by one, so the machine's noise falls on both alike.
 
 Per decoder: the slots its steps computed (the rows advanced plus the free slots inside each step's span), the CPU
 seconds of its steps (compaction's copies included), and what a CUDA graph step would compute — the batch bucket
-(1, 2, 4, 8) that holds each step's span. Written to ``bench/results/compaction.md``.
+(1, 2, 4, … the slot count) that holds each step's span. Written to ``bench/results/compaction[-<checkpoint>-<slots>].md``
+(no suffix for the defaults). ``--checkpoint tiny --slots 64`` shows the buckets at a GPU's batch sizes in a minute.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ from bench.machine import machine
 from ttsq.inference.decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
 from ttsq.inference.rows import ChatTTSRows
 
-SLOTS = 8
 LENGTHS = (120, 40, 250, 90, 180, 60, 220, 140, 70, 200, 110, 160, 50, 240, 100, 130)
 """Tokens per row, in arrival order (mean 135: with :data:`SPACING` the slots are about two-thirds full)."""
 SPACING = 24
-"""Steps between arrivals."""
+"""Steps between arrivals at 8 slots (a wider decoder gets its rows proportionally faster)."""
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Run:
     row_steps: int = 0
     slot_steps: int = 0
     bucket_rows: int = 0
+    finer_rows: int = 0
     moves: int = 0
     cpu_s: float = 0.0
 
@@ -64,19 +66,31 @@ class Run:
         self.row_steps += rows
         self.slot_steps += span
         self.bucket_rows += next(size for size in dec.buckets() if size >= span)
+        self.finer_rows += next(size for size in finer_buckets(dec.shape.slots) if size >= span)
+
+
+def finer_buckets(slots: int) -> list[int]:
+    """Batch sizes as vLLM captures them (1, 2, 4, then every 8), up to ``slots``: what a step would pad to with
+    finer buckets than the decoder's powers of two (more graphs to capture; not built, issue 30's design notes)."""
+    return sorted({size for size in (1, 2, 4, *range(8, slots + 8, 8)) if size < slots} | {slots})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=len(LENGTHS), help="how many of LENGTHS arrive")
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--checkpoint", choices=("tiny", "full"), default="full")
+    parser.add_argument("--rows", type=int, default=None, help="how many rows arrive (default: twice the slots)")
     args = parser.parse_args()
+    slots = args.slots
+    count = args.rows if args.rows is not None else 2 * slots
+    spacing = max(1, round(SPACING * 8 / slots))
     torch.set_num_threads(1)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    ours, _ = engines(checkpoint("full", quick=True))
+    ours, _ = engines(checkpoint(args.checkpoint, quick=True))
     chat = ours._loaded_chat()
     rows = ChatTTSRows(chat)
-    lengths = LENGTHS[: args.rows]
-    shape = DecoderShape(slots=SLOTS, max_prompt=96, max_new=max(lengths))
+    lengths = [LENGTHS[index % len(LENGTHS)] for index in range(count)]
+    shape = DecoderShape(slots=slots, max_prompt=96, max_new=max(lengths))
 
     def decoder() -> SlotDecoder:
         return SlotDecoder(
@@ -98,10 +112,10 @@ def main() -> None:
         prefilled[index] = runs[0].decoder.prefill(prompt)
         params[index] = RowParams(0.3, 0.7, 20, 1.05, tokens, tokens, index)
     clock = 0
-    while clock < len(lengths) * SPACING or any(run.decoder.occupied or run.waiting for run in runs):
-        if clock % SPACING == 0 and clock // SPACING < len(lengths):
+    while clock < len(lengths) * spacing or any(run.decoder.occupied or run.waiting for run in runs):
+        if clock % spacing == 0 and clock // spacing < len(lengths):
             for run in runs:
-                run.waiting.append(clock // SPACING)
+                run.waiting.append(clock // spacing)
         for run in runs:
             run.step(prefilled, params)
         clock += 1
@@ -110,28 +124,34 @@ def main() -> None:
     first, second = runs
     lines = [
         "| decoder | steps | row-steps | slots computed | free slots computed | moves | CPU s in steps | "
-        "ms per step | CUDA bucket rows |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "ms per step | CUDA bucket rows | … with buckets every 8 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         wasted = 1 - run.row_steps / run.slot_steps
         lines.append(
             f"| {run.name} | {run.steps} | {run.row_steps} | {run.slot_steps} | {wasted:.1%} | {run.moves} | "
-            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} |"
+            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} | {run.finer_rows} |"
         )
     lines += [
         "",
         f"Compacted ÷ never compacted: CPU in steps **{first.cpu_s / second.cpu_s:.2f}×**, slots computed "
-        f"{first.slot_steps / second.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}×.",
+        f"{first.slot_steps / second.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}× "
+        f"(padding beyond the rows: {first.bucket_rows / first.row_steps - 1:.0%} compacted, "
+        f"{second.bucket_rows / second.row_steps - 1:.0%} before; {first.finer_rows / first.row_steps - 1:.0%} compacted "
+        "with buckets every 8).",
     ]
     info = machine()
+    default = (slots, args.checkpoint, args.rows) == (8, "full", None)
+    suffix_args = "" if default else f" --slots {slots} --checkpoint {args.checkpoint}"
+    out = RESULTS / ("compaction.md" if default else f"compaction-{args.checkpoint}-{slots}.md")
     text = "\n".join(
         [
-            "# Compacting the slots: rows moved into the holes ended rows leave (full-size checkpoint, CPU)",
+            f"# Compacting the slots: rows moved into the holes ended rows leave ({args.checkpoint} checkpoint, CPU)",
             "",
-            f"`python -m bench.engine.compaction` — {started}, commit {commit()}. Machine: {info['cpu']}, "
-            f"{info['cores']} cores; one thread; {SLOTS} slots; {len(lengths)} rows of {min(lengths)}-{max(lengths)} "
-            f"tokens (mean {sum(lengths) / len(lengths):.0f}), one arriving every {SPACING} steps; CPU time of the "
+            f"`python -m bench.engine.compaction{suffix_args}` — {started}, commit {commit()}. Machine: {info['cpu']}, "
+            f"{info['cores']} cores; one thread; {slots} slots; {len(lengths)} rows of {min(lengths)}-{max(lengths)} "
+            f"tokens (mean {sum(lengths) / len(lengths):.0f}), one arriving every {spacing} steps; CPU time of the "
             "thread in each decoder's steps, the two decoders' steps interleaved.",
             "",
             *lines,
@@ -140,8 +160,8 @@ def main() -> None:
     )
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "compaction.md").write_text(text)
-    print(f"wrote {RESULTS / 'compaction.md'}")
+    out.write_text(text)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ longest row ends. This module decodes the same LLaMA weights differently:
 * **Slots.** The KV cache is preallocated: ``slots x layers x max_len`` keys and values, written in
   place at each row's own position. A row is admitted into a free slot (its prompt prefilled
   alone), steps with whatever else is in flight, and leaves the moment it ends; the slot is free at
-  the next step boundary. No tensor is concatenated while decoding.
+  the next step boundary, and :meth:`SlotDecoder.compact` moves the rows above it down, so a step
+  covers as many slots as there are rows. No tensor is concatenated while decoding.
 * **Rows.** Temperature, top-p, top-k, repetition penalty, min/max new tokens, the end token and
   the random stream are per-row tensors, so any mix of voices and parameters shares one step.
 * **Random stream.** ChatTTS, given ``manual_seed``, re-seeds its generator before *every* step's

@@ -2,7 +2,8 @@
 
 A request is split into sentence chunks; each chunk is a *row*. Rows wait in one queue and are
 admitted into the decoder's free slots at every step boundary, whatever their voice, parameters
-or request; a row leaves the moment it ends and its slot takes the next waiting row. Waiting rows
+or request; a row leaves the moment it ends and its slot takes the next waiting row (with none
+waiting, the rows above the free slot move down into it, so a step covers only its rows). Waiting rows
 are served first-chunk-first (a request's first audio should not wait behind another request's
 tenth sentence), then in arrival order. A row asking for ``refine_text`` first runs as a text row
 on the same GPT (its own slots), then comes back as an audio row with the refined text.
