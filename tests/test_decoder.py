@@ -386,6 +386,15 @@ def test_rows_moved_down_into_freed_slots_decode_on_as_if_never_moved(
         assert torch.equal(mine, theirs)
 
 
+def test_a_captured_step_pads_its_rows_to_a_bucket_at_most_seven_larger(engine64: DecoderEngine) -> None:
+    """Batch buckets as vLLM captures them (1, 2, 4, then every 8): with rows compacted into the lowest slots, a step of
+    ``n`` rows replays a graph of at most ``n + 7`` slots (powers of two padded up to ``2n - 1``)."""
+    dec = decoder(engine64, 44)
+    assert dec.buckets() == [1, 2, 4, 8, 16, 24, 32, 40, 44]
+    assert all(0 <= next(b for b in dec.buckets() if b >= rows) - rows <= 7 for rows in range(1, 45))
+    assert decoder(engine64, 44, invariant=True).buckets() == [44]
+
+
 def test_compacting_moves_the_highest_rows_into_the_lowest_holes_and_a_batch_invariant_decoder_never_moves(
     engine64: DecoderEngine, rows64: ChatTTSRows
 ) -> None:
