@@ -9,7 +9,8 @@ interleaved one by one, so the machine's noise falls on both alike.
 
 Per decoder: the slots its steps computed (the rows advanced plus the free slots inside each step's span), the CPU
 seconds of its steps (compaction's copies included), and what a CUDA graph step would compute — the batch bucket
-(1, 2, 4, … the slot count) that holds each step's span. Written to ``bench/results/compaction[-<checkpoint>-<slots>].md``
+(:meth:`SlotDecoder.buckets`: 1, 2, 4, then every 8) that holds each step's span, and the power-of-two bucket the
+decoder captured before. Written to ``bench/results/compaction[-<checkpoint>-<slots>].md``
 (no suffix for the defaults). ``--checkpoint tiny --slots 64`` shows the buckets at a GPU's batch sizes in a minute.
 """
 
@@ -45,7 +46,7 @@ class Run:
     row_steps: int = 0
     slot_steps: int = 0
     bucket_rows: int = 0
-    finer_rows: int = 0
+    power_rows: int = 0
     moves: int = 0
     cpu_s: float = 0.0
 
@@ -66,13 +67,13 @@ class Run:
         self.row_steps += rows
         self.slot_steps += span
         self.bucket_rows += next(size for size in dec.buckets() if size >= span)
-        self.finer_rows += next(size for size in finer_buckets(dec.shape.slots) if size >= span)
+        self.power_rows += next(size for size in powers_of_two(dec.shape.slots) if size >= span)
 
 
-def finer_buckets(slots: int) -> list[int]:
-    """Batch sizes as vLLM captures them (1, 2, 4, then every 8), up to ``slots``: what a step would pad to with
-    finer buckets than the decoder's powers of two (more graphs to capture; not built, issue 30's design notes)."""
-    return sorted({size for size in (1, 2, 4, *range(8, slots + 8, 8)) if size < slots} | {slots})
+def powers_of_two(slots: int) -> list[int]:
+    """The batch buckets the decoder captured before (1, 2, 4, 8, 16, …, and the slot count): a step padded up to
+    ``2n - 1`` rows where :meth:`SlotDecoder.buckets` pads at most 7 (15 past 256)."""
+    return sorted({1 << p for p in range(slots.bit_length()) if 1 << p < slots} | {slots})
 
 
 def main() -> None:
@@ -124,22 +125,22 @@ def main() -> None:
     first, second = runs
     lines = [
         "| decoder | steps | row-steps | slots computed | free slots computed | moves | CPU s in steps | "
-        "ms per step | CUDA bucket rows | … with buckets every 8 |",
+        "ms per step | CUDA bucket rows | … with power-of-two buckets |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         wasted = 1 - run.row_steps / run.slot_steps
         lines.append(
             f"| {run.name} | {run.steps} | {run.row_steps} | {run.slot_steps} | {wasted:.1%} | {run.moves} | "
-            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} | {run.finer_rows} |"
+            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} | {run.power_rows} |"
         )
     lines += [
         "",
         f"Compacted ÷ never compacted: CPU in steps **{first.cpu_s / second.cpu_s:.2f}×**, slots computed "
         f"{first.slot_steps / second.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}× "
         f"(padding beyond the rows: {first.bucket_rows / first.row_steps - 1:.0%} compacted, "
-        f"{second.bucket_rows / second.row_steps - 1:.0%} before; {first.finer_rows / first.row_steps - 1:.0%} compacted "
-        "with buckets every 8).",
+        f"{second.bucket_rows / second.row_steps - 1:.0%} never compacted; with power-of-two buckets, "
+        f"{first.power_rows / first.row_steps - 1:.0%} and {second.power_rows / second.row_steps - 1:.0%}).",
     ]
     info = machine()
     default = (slots, args.checkpoint, args.rows) == (8, "full", None)
