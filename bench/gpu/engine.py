@@ -27,6 +27,7 @@ can pair it with GPU utilisation it sampled meanwhile (``time.monotonic`` is sys
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -34,8 +35,9 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +92,33 @@ class Recorder:
         tmp.replace(self.path)
 
 
+@contextlib.contextmanager
+def _scraping(on: bool) -> Iterator[list[int]]:
+    """While the block runs (a CUDA graph capture), another thread calls ``torch.cuda.mem_get_info`` over and over, as a
+    metrics scrape does: the capture must not fail for it (issue 30, Found 4). Yields ``[calls made]``, final on exit."""
+    calls = [0]
+    if not on:
+        yield calls
+        return
+    import torch
+
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            torch.cuda.mem_get_info()
+            calls[0] += 1
+            done.wait(0.001)
+
+    thread = threading.Thread(target=scrape, name="bench-scrape", daemon=True)
+    thread.start()
+    try:
+        yield calls
+    finally:
+        done.set()
+        thread.join()
+
+
 class DecoderDriver:
     """ttsq's decoder driven as the worker drives it: one batcher of ``slots`` rows for the whole phase;
     per measurement, requests are added and the batcher stepped until every one has all its chunks.
@@ -110,7 +139,8 @@ class DecoderDriver:
         def timed_capture(decoder: SlotDecoder) -> None:
             sync()
             began = time.perf_counter()
-            original(decoder)
+            with _scraping(decoder.cuda_graphs) as scrapes:
+                original(decoder)
             sync()
             if decoder.cuda_graphs:
                 self.captures.append(
@@ -119,6 +149,7 @@ class DecoderDriver:
                         "buckets": decoder.buckets(),
                         "windows": decoder.windows(),
                         "seconds": round(time.perf_counter() - began, 2),
+                        "mem_get_info_calls_beside": scrapes[0],
                     }
                 )
 

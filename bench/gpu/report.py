@@ -461,9 +461,11 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
         f"{_fmt(batcher.get('attended_positions'))} positions (longest prompt {_fmt(batcher.get('max_prompt'))} + "
         f"{_fmt(batcher.get('max_new'))} tokens)"
     )
+    scrapes = sum(int(c.get("mem_get_info_calls_beside") or 0) for c in batcher.get("captures") or [])
     graphs = (
         f"CUDA graphs for buckets {batcher.get('graph_buckets')} x attention windows {batcher.get('graph_windows')} "
-        f"captured in {_fmt(batcher.get('capture_s'))} s, each step attending the smallest window that holds its "
+        f"captured in {_fmt(batcher.get('capture_s'))} s (while another thread called torch.cuda.mem_get_info "
+        f"{scrapes} times, as a metrics scrape does), each step attending the smallest window that holds its "
         f"longest row, at most {positions}"
         if batcher.get("cuda_graphs")
         else f"no CUDA graphs (not on CUDA, or not asked for): every step eager, attending the longest row's positions, "

@@ -740,10 +740,12 @@ class SlotDecoder:
         # One memory pool for every graph, as vLLM and TGI share theirs: a step's scratch memory is dead when its replay
         # ends (every output is written into a buffer allocated outside the graphs), and graphs replay one at a time on
         # one stream, so they may reuse each other's blocks. The largest shapes go first, and the pool is their size.
+        # "thread_local": a CUDA call another thread makes meanwhile (a metrics scrape's torch.cuda.mem_get_info) is its
+        # own business; in the default "global" mode it would make this capture fail (issue 30, Found 4).
         pool = torch.cuda.graph_pool_handle()
         for bucket, window in sorted(shapes, reverse=True):
             graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(graph, pool=pool):
+            with torch.inference_mode(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 self._decode(bucket, window)
             self._graphs[bucket, window] = graph
 
