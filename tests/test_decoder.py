@@ -596,15 +596,22 @@ def test_fault_injection_poison_fails_only_its_request(engine64: DecoderEngine) 
 def test_out_of_memory_halves_the_slots_in_use_and_every_request_still_completes_unchanged(engine64: DecoderEngine) -> None:
     clean, _ = run(engine64.batcher(8, oom_recover_s=60), requests(engine64, 8))
 
+    spans: list[tuple[int, int]] = []
+
     def small_device(reqs: Any) -> None:
+        spans.append((len(reqs), scheduler.code.span()))
         if len(reqs) > 3:
             raise OutOfMemory("CUDA out of memory (injected)")
 
     scheduler = engine64.batcher(8, oom_recover_s=3600)
+    assert isinstance(scheduler, Scheduler)
     scheduler.hook = small_device
     audio, failed = run(scheduler, requests(engine64, 8))
     assert failed == {}
     assert scheduler.slot_limit <= 3
+    # a step after the halving covers the rows kept alone (evicted rows free their slots, rows above a hole move down)
+    last_failed = max(index for index, (rows, _) in enumerate(spans) if rows > 3)
+    assert spans[last_failed + 1 :] and all(span == rows for rows, span in spans[last_failed + 1 :])
     assert scheduler.stats.out_of_memory >= 1
     assert all(np.array_equal(clean[key][i], audio[key][i]) for key in clean for i in clean[key])
 
