@@ -108,7 +108,10 @@ def test_dry_run_on_cpu_writes_every_phase_as_it_finishes(tmp_path: Path, tiny_c
         assert row["decode_step_ms"] > 0 and row["decode_step_ms_median"] > 0 and row["decode_steps_s"] < row["wall_s"]
         assert row["steps"] >= results["tokens"] - 1 and row["rows_per_step"] >= 1
         assert row["rows_per_step"] == row["batch"] == row["computed_per_step"]  # forced token counts: all end together
-        assert row["prefills"] == row["chattts_calls"] == row["batch"]  # each row prefilled and decoded to audio alone
+        # every row prefilled once, those admitted together in one pass (no prefill thread here, as on CUDA); each row
+        # decoded to audio alone
+        assert row["prefilled_rows"] == row["chattts_calls"] == row["batch"]
+        assert row["prefills"] == 1 and row["rows_per_prefill"] == row["batch"]  # all admitted at the first step
         assert row["audio_s_per_wall_s"] > 0 and row["jobs_per_s"] > 0 and row["empty_items"] == 0
         assert row["out_of_memory"] == 0 and row["suspects"] == 0
         assert row["max_mem_alloc_mib"] is None and row["gpu_util_mean"] is None

@@ -35,6 +35,7 @@ from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.faults import FaultInjectingEngine
 from ttsq.inference.rows import ChatTTSRows
 from ttsq.inference.scheduler import Scheduler
+from ttsq.inference.slot_rows import PREFILL_PADDING, prefill_groups
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
@@ -395,6 +396,36 @@ def test_a_captured_step_pads_its_rows_to_a_bucket_at_most_seven_larger(engine64
     assert decoder(engine64, 44, invariant=True).buckets() == [44]
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(row_strategy(), min_size=1, max_size=8), invariant=st.booleans())
+def test_prompts_prefilled_together_are_each_the_prompt_prefilled_alone(
+    engine64: DecoderEngine, rows64: ChatTTSRows, batch: list[Row], invariant: bool
+) -> None:
+    """Rows prefilled in one pass (right-padded to their group's longest prompt, voices and lengths mixed) get exactly
+    the keys, values and last state each gets alone, in order."""
+    dec = decoder(engine64, 2, invariant=invariant)
+    prompts = [prompt_of(engine64, rows64, row) for row in batch]
+    together = dec.prefill_many(prompts)
+    assert len(together) == len(prompts)
+    for prompt, made in zip(prompts, together, strict=True):
+        alone = dec.prefill(prompt)
+        assert made.length == alone.length == prompt.shape[0]
+        assert all(torch.equal(a, b) for a, b in zip(made.kv, alone.kv, strict=True))
+        assert torch.equal(made.hidden, alone.hidden)
+
+
+@given(lengths=st.lists(st.integers(1, 2654), min_size=1, max_size=64))
+def test_prefill_groups_keep_their_padding_bounded_and_cover_every_prompt_once(lengths: list[int]) -> None:
+    """A long prompt does not pad short ones: each group's padded positions stay within ``PREFILL_PADDING`` of its rows'
+    own; every prompt is in exactly one group; with ``alone`` (a batch-invariant decoder) every group is one prompt."""
+    groups = prefill_groups(lengths)
+    assert sorted(index for group in groups for index in group) == list(range(len(lengths)))
+    for group in groups:
+        assert len(group) * max(lengths[i] for i in group) <= PREFILL_PADDING * sum(lengths[i] for i in group)
+    assert prefill_groups([90, 10, 12, 11, 88, 9]) == [[0, 4], [2, 3, 1, 5]]
+    assert all(len(group) == 1 for group in prefill_groups(lengths, alone=True))
+
+
 def test_compacting_moves_the_highest_rows_into_the_lowest_holes_and_a_batch_invariant_decoder_never_moves(
     engine64: DecoderEngine, rows64: ChatTTSRows
 ) -> None:
@@ -597,14 +628,15 @@ def test_out_of_memory_halves_the_slots_in_use_and_every_request_still_completes
     clean, _ = run(engine64.batcher(8, oom_recover_s=60), requests(engine64, 8))
 
     spans: list[tuple[int, int]] = []
+    scheduler = engine64.batcher(8, oom_recover_s=3600)
+    assert isinstance(scheduler, Scheduler)
+    code = scheduler.code
 
     def small_device(reqs: Any) -> None:
-        spans.append((len(reqs), scheduler.code.span()))
+        spans.append((len(reqs), code.span()))
         if len(reqs) > 3:
             raise OutOfMemory("CUDA out of memory (injected)")
 
-    scheduler = engine64.batcher(8, oom_recover_s=3600)
-    assert isinstance(scheduler, Scheduler)
     scheduler.hook = small_device
     audio, failed = run(scheduler, requests(engine64, 8))
     assert failed == {}
@@ -714,6 +746,32 @@ def test_rows_left_running_when_others_end_move_down_so_no_step_computes_a_free_
         alone = heard(scheduler(1), [req])["r0"]
         assert [(kind, i) for kind, i, _ in crowded[f"r{index}"]] == [(kind, i) for kind, i, _ in alone]
         assert all(np.array_equal(a, b) for (_, _, a), (_, _, b) in zip(crowded[f"r{index}"], alone, strict=True))
+
+
+def test_rows_admitted_together_without_a_prefill_thread_are_prefilled_together_and_sound_as_alone(
+    engine64: DecoderEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inline admission (CUDA's path: no prefill thread): the rows about to take the free slots go through the GPT in
+    one pass per group, and every request's audio is what it gets alone."""
+    reqs = requests(engine64, 6)
+    scheduler = engine64._scheduler(6, engine64._limits(), oom_recover_s=60, capture=False)
+    assert scheduler._prefill_pool is None
+    passes: list[int] = []
+    real = scheduler.code.prefill_many
+
+    def counted(prompts: Any) -> Any:
+        passes.append(len(prompts))
+        return real(prompts)
+
+    monkeypatch.setattr(scheduler.code, "prefill_many", counted)
+    audio, failed = run(scheduler, reqs)
+    assert failed == {}
+    assert max(passes) >= 3, f"rows admitted at once were prefilled apart: {passes}"
+    assert sum(passes) == scheduler.stats.rows_admitted, "a row was prefilled twice, or not at all"
+    for index, req in enumerate(reqs):
+        alone, _ = run(engine64._scheduler(1, engine64._limits(), oom_recover_s=60, capture=False), [req])
+        assert alone["r0"].keys() == audio[f"r{index}"].keys()
+        assert all(np.array_equal(alone["r0"][i], audio[f"r{index}"][i]) for i in alone["r0"])
 
 
 def test_a_new_requests_first_chunk_starts_at_the_next_step_even_when_long_requests_fill_every_slot(
@@ -916,12 +974,15 @@ def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_
     clean, _ = run(engine64._scheduler(4, engine64._limits(), oom_recover_s=60, capture=False), reqs)
     scheduler = engine64._scheduler(4, engine64._limits(), oom_recover_s=3600, capture=False)
     prefilled = scheduler._prefilled
-    faults = iter([OutOfMemory("CUDA out of memory (injected at the third row's prefill)")])
+    alone: list[bool] = []
 
-    def third_row_out_of_memory(dec: SlotDecoder, row: Any) -> Any:
-        if row.request.key == "r2" and (fault := next(faults, None)) is not None:
-            raise fault
-        return prefilled(dec, row)
+    def third_row_out_of_memory(dec: SlotDecoder, rows: list[Any]) -> Any:
+        # Out of memory whenever the third row is prefilled together with others (each then is prefilled alone, at its
+        # admission) and the first time it is prefilled alone.
+        if any(row.request.key == "r2" for row in rows) and not alone:
+            alone.extend([True] if len(rows) == 1 else [])
+            raise OutOfMemory("CUDA out of memory (injected at the third row's prefill)")
+        return prefilled(dec, rows)
 
     scheduler._prefilled = third_row_out_of_memory  # type: ignore[method-assign,assignment]
     for index, req in enumerate(reqs):

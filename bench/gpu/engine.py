@@ -124,7 +124,7 @@ class DecoderDriver:
     per measurement, requests are added and the batcher stepped until every one has all its chunks.
 
     Instrumentation only, as the ``_decode_to_wavs`` timer: the code decoder's ``capture``, ``step`` and
-    ``prefill`` are wrapped with synchronised timers (a step ends by reading which rows ended, a host
+    ``prefill_many`` are wrapped with synchronised timers (a step ends by reading which rows ended, a host
     synchronisation of its own, so its time is the device's), and the batcher's own counts give the rows
     per step."""
 
@@ -166,13 +166,17 @@ class DecoderDriver:
         self.batcher = batcher
         self.step_s: list[float] = []
         self.prefill_s: list[float] = []
+        self.prefill_rows: list[int] = []
         code = batcher.code
         code.step = self._timed(code.step, self.step_s)  # type: ignore[method-assign]
-        code.prefill = self._timed(code.prefill, self.prefill_s)  # type: ignore[method-assign]
+        # prefill_many: the rows admitted together go through it in one pass (and a row alone through prefill, which calls it)
+        code.prefill_many = self._timed(code.prefill_many, self.prefill_s, self.prefill_rows)  # type: ignore[method-assign]
         self.last: dict[str, Any] = {}
 
-    def _timed(self, call: Callable[..., Any], seconds: list[float]) -> Callable[..., Any]:
+    def _timed(self, call: Callable[..., Any], seconds: list[float], rows: list[int] | None = None) -> Callable[..., Any]:
         def timed(*args: Any) -> Any:
+            if rows is not None:
+                rows.append(len(args[0]))
             self.sync()
             began = time.perf_counter()
             out = call(*args)
@@ -209,6 +213,7 @@ class DecoderDriver:
         before = dataclasses.asdict(batcher.stats)
         self.step_s.clear()
         self.prefill_s.clear()
+        self.prefill_rows.clear()
         owed = dict.fromkeys(keys, -1)  # chunks still to come per request; -1 until its first chunk says how many
         samples: dict[str, int] = dict.fromkeys(keys, 0)
         try:
@@ -242,6 +247,8 @@ class DecoderDriver:
             "decode_step_ms_median": round(1000 * statistics.median(self.step_s), 3) if self.step_s else None,
             "prefills": len(self.prefill_s),
             "prefill_s": round(sum(self.prefill_s), 4),
+            "prefilled_rows": sum(self.prefill_rows),
+            "rows_per_prefill": round(sum(self.prefill_rows) / len(self.prefill_rows), 2) if self.prefill_rows else None,
         }
         return [samples[key] for key in keys]
 

@@ -482,10 +482,12 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
         "Per batch size that many requests are added and stepped until all have ended; best of the repetitions. "
         "GPT ms/step = (wall − mel decode − vocoder) ÷ tokens, as for ChatTTS's engine (each row's prefill and the "
         "scheduling included); decode step = one `SlotDecoder.step` (graph replay + reading which rows ended), median; "
+        "prefill = `SlotDecoder.prefill_many`, rows admitted together going through the GPT in one pass; "
         "speed-up = ChatTTS's GPT ms/step ÷ ttsq's; rows/step from the batcher's counts (slots computed, padding "
         "included, in brackets); GPU busy = NVML utilisation over the call.",
         "",
-        "| batch | GPT ms/step ChatTTS | GPT ms/step ttsq | speed-up | decode step ms | prefill s | mel decode + vocoder s "
+        "| batch | GPT ms/step ChatTTS | GPT ms/step ttsq | speed-up | decode step ms | prefill s (rows per pass) "
+        "| mel decode + vocoder s "
         "| rows/step (computed) | audio-s per wall-s | jobs/s | max alloc MiB | GPU busy % |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -495,7 +497,8 @@ def _decoder_section(results: dict[str, Any]) -> list[str]:
         speed_up = f"{theirs / ours:.2f}×" if theirs and ours else "–"
         md.append(
             f"| {row['batch']} | {_fmt(theirs, 1)} | {ours:.1f} | {speed_up} | {_fmt(row.get('decode_step_ms_median'))} "
-            f"| {_fmt(row.get('prefill_s'), 3)} | {row['decode_vocoder_s']:.3f} | {_fmt(row.get('rows_per_step'))} "
+            f"| {_fmt(row.get('prefill_s'), 3)} ({_fmt(row.get('rows_per_prefill'))}) | {row['decode_vocoder_s']:.3f} "
+            f"| {_fmt(row.get('rows_per_step'))} "
             f"({_fmt(row.get('computed_per_step'))}) | {row['audio_s_per_wall_s']:.1f} | {row['jobs_per_s']:.2f} "
             f"| {_fmt(row.get('max_mem_alloc_mib'), 0)} | {_fmt(row.get('gpu_util_mean'), 0)} |"
         )

@@ -36,10 +36,8 @@ batches above 156 and would make a row's audio depend on its slot.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -59,6 +57,14 @@ from ttsq.inference.layers import (
     per_head,
     rms_norm,
 )
+from ttsq.inference.slot_rows import (
+    DecoderShape,
+    Finished,
+    Prefilled,
+    RowParams,
+    prefill_groups,
+    stream_seed,
+)
 
 __all__ = [
     "MIN_TOKENS_TO_KEEP",
@@ -69,6 +75,7 @@ __all__ = [
     "Prefilled",
     "RowParams",
     "SlotDecoder",
+    "prefill_groups",
     "stream_seed",
 ]
 
@@ -82,89 +89,6 @@ float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and 
 own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
 
 Mode = Literal["code", "text"]
-
-
-def stream_seed(seed: int, chunk_index: int) -> int:
-    """The seed of one chunk's random stream: the request's seed for its first chunk (so a
-    one-chunk request samples exactly as ChatTTS does with ``manual_seed=seed``), and a stable
-    hash of (seed, chunk) for the others, so that no two chunks of a request share noise."""
-    if chunk_index == 0:
-        return seed
-    digest = hashlib.blake2b(f"ttsq-stream:{seed}:{chunk_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-@dataclass(frozen=True)
-class RowParams:
-    """How one row samples; every field may differ between the rows of one step."""
-
-    temperature: float
-    top_p: float
-    top_k: int
-    repetition_penalty: float
-    min_new_token: int
-    max_new_token: int
-    seed: int
-    """The row's stream seed (:func:`stream_seed`)."""
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
-        if not 0 <= self.top_p <= 1:
-            raise ValueError(f"top_p must be within [0, 1], got {self.top_p}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
-            raise ValueError(f"repetition_penalty must be a positive number, got {self.repetition_penalty}")
-        if not 0 <= self.min_new_token <= self.max_new_token or self.max_new_token < 1:
-            raise ValueError(
-                f"need 0 <= min_new_token <= max_new_token and max_new_token >= 1, got {self.min_new_token}, {self.max_new_token}"
-            )
-
-
-@dataclass(frozen=True)
-class DecoderShape:
-    """The static dimensions of one decoder's buffers."""
-
-    slots: int
-    max_prompt: int
-    """The longest prompt (in positions) a row may bring."""
-    max_new: int
-    """The most tokens any row may generate (a row's own ``max_new_token`` may be lower)."""
-
-    @property
-    def max_len(self) -> int:
-        """Positions a row may fill. The cache keeps one more: a row that ended at its limit still
-        sits in a step's span until its slot is taken, and writes (garbage) one past its end."""
-        return self.max_prompt + self.max_new
-
-
-@dataclass(frozen=True)
-class Prefilled:
-    """A row's prompt run through the GPT, not yet in a slot: its keys and values, and its last state."""
-
-    kv: list[torch.Tensor]
-    """Per layer: (2 x kv heads, positions, head dim) — keys, then values."""
-    hidden: torch.Tensor
-    """(1, hidden) float32: the state of the prompt's last position (what the first token is sampled from)."""
-
-    @property
-    def length(self) -> int:
-        return int(self.kv[0].shape[1])
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A row that ended: its slot is free again."""
-
-    slot: int
-    tokens: torch.Tensor
-    """(n, num_vq) for code rows, (n,) for text rows: the generated tokens without the end token."""
-    hiddens: torch.Tensor | None
-    """(n, hidden) float32: the GPT state that produced each token (what ChatTTS decodes audio from);
-    None for text rows."""
-    hit_limit: bool
-    """True when the row ran to its ``max_new_token`` without producing the end token."""
 
 
 class SlotDecoder:
@@ -349,27 +273,47 @@ class SlotDecoder:
         return self.place(self.prefill(prompt), params)
 
     def prefill(self, prompt: torch.Tensor) -> Prefilled:
-        """Run a row's prompt through the GPT, alone. Touches no slot: another thread may run it while
-        this decoder steps (it reads only the weights)."""
+        """Run a row's prompt through the GPT, alone (:meth:`prefill_many` of one prompt)."""
+        return self.prefill_many([prompt])[0]
+
+    def prefill_many(self, prompts: Sequence[torch.Tensor]) -> list[Prefilled]:
+        """Run rows' prompts ((positions, hidden) embeddings) through the GPT, several in one pass: on a GPU, rows
+        admitted together cost one pass's kernel launches instead of one per row (issue 30). Touches no slot: another
+        thread may run it while this decoder steps (it reads only the weights).
+
+        Prompts are right-padded to the longest of their group, and attention is causal, so no position of a row sees
+        the padding after it: each row's keys, values and last state are its own — bit for bit in float64 (tested),
+        within float32 rounding otherwise, as a step's rows are. Groups keep their padded positions within
+        :data:`PREFILL_PADDING` of their rows' own (a long speaker prompt does not pad thirty short ones). On a
+        batch-invariant decoder every prompt runs alone, so its bits never depend on its company."""
         import torch
         import torch.nn.functional as F
 
-        length = int(prompt.shape[0])
-        if not 0 < length <= self.shape.max_prompt:
-            raise ValueError(f"a prompt of {length} positions does not fit (at most {self.shape.max_prompt})")
+        lengths = [int(prompt.shape[0]) for prompt in prompts]
+        for length in lengths:
+            if not 0 < length <= self.shape.max_prompt:
+                raise ValueError(f"a prompt of {length} positions does not fit (at most {self.shape.max_prompt})")
+        out: list[Prefilled | None] = [None] * len(prompts)
+        kv_heads = self.num_kv_heads
         with torch.inference_mode():
-            x = prompt.to(self.device, self.dtype).unsqueeze(0)
-            cos, sin = self._cos[:length].transpose(0, 1).unsqueeze(0), self._sin[:length].transpose(0, 1).unsqueeze(0)
-            kv_heads = self.num_kv_heads
-            kvs = []
-            for layer in self._layers:
-                q, kv = self._qkv(layer, x, cos, sin)
-                kvs.append(kv[0])
-                keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
-                out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
-                x = self._block_rest(layer, x, out)
-            hidden = self._norm(x[:, -1], *self._final_norm).to(torch.float32)
-        return Prefilled(kvs, hidden)
+            for group in prefill_groups(lengths, alone=self.batch_invariant):
+                longest = lengths[group[0]]
+                x = torch.zeros(len(group), longest, self.hidden, dtype=self.dtype, device=self.device)
+                for row, index in enumerate(group):
+                    x[row, : lengths[index]] = prompts[index]
+                cos, sin = self._cos[:longest].transpose(0, 1).unsqueeze(0), self._sin[:longest].transpose(0, 1).unsqueeze(0)
+                kvs = []
+                for layer in self._layers:
+                    q, kv = self._qkv(layer, x, cos, sin)
+                    kvs.append(kv)
+                    keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
+                    attended = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
+                    x = self._block_rest(layer, x, attended)
+                last = torch.tensor([lengths[index] - 1 for index in group], device=self.device)
+                hidden = self._norm(x[torch.arange(len(group), device=self.device), last], *self._final_norm).to(torch.float32)
+                for row, index in enumerate(group):
+                    out[index] = Prefilled([kv[row, :, : lengths[index]] for kv in kvs], hidden[row : row + 1])
+        return [prefilled for prefilled in out if prefilled is not None]
 
     def place(self, prefilled: Prefilled, params: RowParams) -> tuple[int, Finished | None]:
         """Put a prefilled row into the lowest free slot and sample its first token. Returns the slot,
@@ -405,8 +349,8 @@ class SlotDecoder:
         self._top_k[slot] = top_k
         # float64 of the float32 floor, computed on the host: reading the device tensor back would wait for the GPU
         self.top_p_floor64[slot] = float(np.float32(1 - float(params.top_p)))
-        self.within_top_k[slot] = self._ranks_host_mask(0, top_k)
-        self.decided[slot] = self._ranks_host_mask(MIN_TOKENS_TO_KEEP, top_k)
+        self.within_top_k[slot] = _ranks(self.vocab, 0, top_k, self.device)
+        self.decided[slot] = _ranks(self.vocab, MIN_TOKENS_TO_KEEP, top_k, self.device)
         self.penalty[slot] = params.repetition_penalty
         self.min_new[slot] = params.min_new_token
         self._below_min[slot] = params.min_new_token
@@ -418,13 +362,6 @@ class SlotDecoder:
         # float32 probabilities samples ``argmax(p / q)`` with ``q = empty_like(p).exponential_()``.
         noise = torch.empty(self.streams, self.vocab, dtype=torch.float32, device=self.device)
         self.noise[slot] = noise.exponential_(1, generator=generator)
-
-    def _ranks_host_mask(self, start: int, stop: int) -> torch.Tensor:
-        import torch
-
-        mask = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
-        mask[start:stop] = True
-        return mask
 
     def _qkv(self, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
@@ -766,6 +703,15 @@ class SlotDecoder:
     def _state(self) -> list[torch.Tensor]:
         state = [self.positions, self.generated, self.last, self.finished, self.window, self.recent, self.tokens]
         return state + ([self.hiddens] if self.hiddens is not None else [])
+
+
+def _ranks(vocab: int, start: int, stop: int, device: torch.device) -> torch.Tensor:
+    """A (vocab,) mask, True at ranks ``[start, stop)``: made on the host's terms, no device read."""
+    import torch
+
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    mask[start:stop] = True
+    return mask
 
 
 def inference() -> contextlib.AbstractContextManager[Any]:

@@ -229,8 +229,11 @@ class Scheduler:
         with inference():
             self.audio.collect(events)
             self._rerank()
+            if self._prefill_pool is None:
+                self._prefill_ahead()  # inline: the rows about to be admitted, together
             self._admit(events)
-            self._prefill_ahead()
+            if self._prefill_pool is not None:
+                self._prefill_ahead()  # in the prefill thread: the next steps' rows
             stepped = False
             for decoder in (self.code, self.text):
                 if decoder is not None and decoder.occupied:
@@ -345,24 +348,53 @@ class Scheduler:
     def _name(self, decoder: SlotDecoder) -> str:
         return "code" if decoder is self.code else "text"
 
-    def _prefilled(self, decoder: SlotDecoder, row: RowState) -> Prefilled:
-        """Build one row's prompt and run it through the GPT, alone (inline, or in the prefill thread)."""
-        request = row.request.request
-        if row.phase == "code":
-            spoken, said = row.request.anchor if row.index > 0 and row.request.anchor is not None else (None, None)
-            prompt = self.rows.code_prompt(
-                row.text, request.sampling.speed, request.speaker, spoken or request.speaker_prompt, said or request.prompt_text
-            )
-        else:
-            prompt = self.rows.text_prompt(row.text)
-        return decoder.prefill(prompt.embeddings)
+    def _prefilled(self, decoder: SlotDecoder, rows: list[RowState]) -> list[Prefilled]:
+        """Build rows' prompts and run them through the GPT, together (:meth:`SlotDecoder.prefill_many`: inline, or one
+        row in the prefill thread)."""
+        prompts = []
+        for row in rows:
+            request = row.request.request
+            if row.phase == "code":
+                spoken, said = row.request.anchor if row.index > 0 and row.request.anchor is not None else (None, None)
+                prompt = self.rows.code_prompt(
+                    row.text, request.sampling.speed, request.speaker, spoken or request.speaker_prompt, said or request.prompt_text
+                )
+            else:
+                prompt = self.rows.text_prompt(row.text)
+            prompts.append(prompt.embeddings)
+        return decoder.prefill_many(prompts)
 
     def _prefill_ahead(self) -> None:
-        """Keep the next rows' prefills running: as many as there are free slots, and a few more."""
+        """Prefill the next rows before their admission. In the prefill thread (``overlap``): as many as there are free
+        slots, and a few more, each alone, beside the loop. Inline (CUDA, where there is no such thread): the rows about
+        to take the free slots, together, so a burst of admissions costs one pass of the GPT per decoder rather than one
+        per row (issue 30). A row whose batch fails (its prompt, memory) is prefilled alone at its admission, where a
+        failure is its own."""
         pool = self._prefill_pool
-        if pool is None or not self._waiting:
+        if not self._waiting:
             return
         free = sum(decoder.free_slots for decoder in (self.code, self.text) if decoder is not None)
+        if pool is None:
+            batches: dict[str, tuple[SlotDecoder, list[RowState]]] = {}
+            for entry in heapq.nsmallest(min(free, self.slot_limit), self._waiting):
+                try:
+                    decoder = self._decoder(entry.row)
+                except PermanentError:
+                    continue  # admission fails it, with its reason
+                if entry.row.prefill is None:
+                    batches.setdefault(self._name(decoder), (decoder, []))[1].append(entry.row)
+            for decoder, rows in batches.values():
+                if len(rows) < 2:
+                    continue  # alone, at its admission, as it always was
+                try:
+                    made = self._prefilled(decoder, rows)
+                except Exception as exc:  # noqa: BLE001 - whose it was is found row by row at admission
+                    log.info("prefilling %d rows together failed (%s): each is prefilled alone", len(rows), typed(exc))
+                    continue
+                for row, prefilled in zip(rows, made, strict=True):
+                    row.prefill = Future()
+                    row.prefill.set_result(prefilled)
+            return
         wanted = free + max(2, self.slot_limit // 2)
         started = 0
         for entry in heapq.nsmallest(wanted, self._waiting):
@@ -376,14 +408,14 @@ class Scheduler:
                 decoder = self._decoder(row)
             except PermanentError:
                 continue  # admission fails it, with its reason
-            row.prefill = pool.submit(row.priority(), self._prefilled, decoder, row)
+            row.prefill = pool.submit(row.priority(), lambda decoder=decoder, row=row: self._prefilled(decoder, [row])[0])
             started += 1
 
     def _admit_row(self, decoder: SlotDecoder, row: RowState, events: list[BatchEvent]) -> None:
         """Place one row, prefilled alone, and sample its first token; a failure here is that row's alone."""
         try:
             params = code_params(row, self.limits) if row.phase == "code" else refine_params(row, self.limits)
-            prefilled = row.prefill.result() if row.prefill is not None else self._prefilled(decoder, row)
+            prefilled = row.prefill.result() if row.prefill is not None else self._prefilled(decoder, [row])[0]
             row.prefill = None
             slot, ended = decoder.place(prefilled, params)
         except Exception as exc:  # noqa: BLE001 - typed below; the loop carries on
