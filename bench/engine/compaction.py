@@ -25,6 +25,7 @@ import torch
 
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
 from bench.machine import machine
+from ttsq.inference.base import BatcherStats
 from ttsq.inference.decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
 from ttsq.inference.rows import ChatTTSRows
 
@@ -42,9 +43,8 @@ class Run:
     decoder: SlotDecoder
     compacts: bool
     waiting: list[int] = field(default_factory=list)
-    steps: int = 0
-    row_steps: int = 0
-    slot_steps: int = 0
+    stats: BatcherStats = field(default_factory=BatcherStats)
+    """Steps, rows advanced and slots computed, counted as a batcher counts them."""
     bucket_rows: int = 0
     power_rows: int = 0
     moves: int = 0
@@ -63,9 +63,9 @@ class Run:
         span, rows = dec.span(), dec.occupied
         dec.step()
         self.cpu_s += time.thread_time() - started
-        self.steps += 1
-        self.row_steps += rows
-        self.slot_steps += span
+        self.stats.steps += 1
+        self.stats.row_steps += rows
+        self.stats.slot_steps += span
         self.bucket_rows += next(size for size in dec.buckets() if size >= span)
         self.power_rows += next(size for size in powers_of_two(dec.shape.slots) if size >= span)
 
@@ -129,18 +129,18 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        wasted = 1 - run.row_steps / run.slot_steps
+        wasted = 1 - run.stats.row_steps / run.stats.slot_steps
         lines.append(
-            f"| {run.name} | {run.steps} | {run.row_steps} | {run.slot_steps} | {wasted:.1%} | {run.moves} | "
-            f"{run.cpu_s:.1f} | {run.cpu_s / run.steps * 1e3:.1f} | {run.bucket_rows} | {run.power_rows} |"
+            f"| {run.name} | {run.stats.steps} | {run.stats.row_steps} | {run.stats.slot_steps} | {wasted:.1%} | {run.moves} | "
+            f"{run.cpu_s:.1f} | {run.cpu_s / run.stats.steps * 1e3:.1f} | {run.bucket_rows} | {run.power_rows} |"
         )
     lines += [
         "",
         f"Compacted ÷ never compacted: CPU in steps **{first.cpu_s / second.cpu_s:.2f}×**, slots computed "
-        f"{first.slot_steps / second.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}× "
-        f"(padding beyond the rows: {first.bucket_rows / first.row_steps - 1:.0%} compacted, "
-        f"{second.bucket_rows / second.row_steps - 1:.0%} never compacted; with power-of-two buckets, "
-        f"{first.power_rows / first.row_steps - 1:.0%} and {second.power_rows / second.row_steps - 1:.0%}).",
+        f"{first.stats.slot_steps / second.stats.slot_steps:.2f}×, CUDA bucket rows {first.bucket_rows / second.bucket_rows:.2f}× "
+        f"(padding beyond the rows: {first.bucket_rows / first.stats.row_steps - 1:.0%} compacted, "
+        f"{second.bucket_rows / second.stats.row_steps - 1:.0%} never compacted; with power-of-two buckets, "
+        f"{first.power_rows / first.stats.row_steps - 1:.0%} and {second.power_rows / second.stats.row_steps - 1:.0%}).",
     ]
     info = machine()
     default = (slots, args.checkpoint, args.rows) == (8, "full", None)
