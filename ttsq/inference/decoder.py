@@ -6,7 +6,8 @@ longest row ends. This module decodes the same LLaMA weights differently:
 
 * **Slots.** The KV cache is preallocated: ``slots x layers x max_len`` keys and values, written in
   place at each row's own position. A row is admitted into a free slot (its prompt prefilled
-  alone), steps with whatever else is in flight, and leaves the moment it ends; the slot is free at
+  alone, or with the rows admitted at the same step), steps with whatever else is in flight, and
+  leaves the moment it ends; the slot is free at
   the next step boundary, and :meth:`SlotDecoder.compact` moves the rows above it down, so a step
   covers as many slots as there are rows. No tensor is concatenated while decoding.
 * **Rows.** Temperature, top-p, top-k, repetition penalty, min/max new tokens, the end token and
@@ -601,8 +602,7 @@ class SlotDecoder:
                     cache[target, :, :length] = cache[source, :, :length]
                 # tokens and states so far: at most the positions the row has (its prompt's among them)
                 made = min(length, self.shape.max_new)
-                per_row = [self.tokens] + ([self.hiddens] if self.hiddens is not None else [])
-                for tensor in per_row:
+                for tensor in self._per_row():
                     tensor[target, :made] = tensor[source, :made]
                 for tensor in self._per_slot():
                     tensor[target] = tensor[source]
@@ -613,8 +613,12 @@ class SlotDecoder:
                 moves.append((source, target))
         return moves
 
+    def _per_row(self) -> list[torch.Tensor]:
+        """The row's tokens and states, by token (a move copies only those made so far)."""
+        return [self.tokens] + ([self.hiddens] if self.hiddens is not None else [])
+
     def _per_slot(self) -> list[torch.Tensor]:
-        """Every per-slot tensor a row's next steps read, but the cache, tokens and states (copied by length)."""
+        """Every per-slot tensor a row's next steps read, but the cache and :meth:`_per_row`."""
         return [
             self.positions,
             self.generated,
@@ -694,15 +698,11 @@ class SlotDecoder:
 
     def _snapshot(self) -> list[torch.Tensor]:
         """The warm-up steps run for real; what they write to the rows' state is put back (the cache is free slots' garbage)."""
-        return [t.clone() for t in self._state()]
+        return [t.clone() for t in self._per_slot() + self._per_row()]
 
     def _restore(self, snapshot: list[torch.Tensor]) -> None:
-        for tensor, saved in zip(self._state(), snapshot, strict=True):
+        for tensor, saved in zip(self._per_slot() + self._per_row(), snapshot, strict=True):
             tensor.copy_(saved)
-
-    def _state(self) -> list[torch.Tensor]:
-        state = [self.positions, self.generated, self.last, self.finished, self.window, self.recent, self.tokens]
-        return state + ([self.hiddens] if self.hiddens is not None else [])
 
 
 def _ranks(vocab: int, start: int, stop: int, device: torch.device) -> torch.Tensor:

@@ -141,7 +141,8 @@ class RowState:
     slot: int | None = None
     order: int = 0
     prefill: Future[Prefilled] | None = None
-    """Its prompt being prefilled ahead of admission (``overlap`` only); cleared once it is placed."""
+    """Its prompt prefilled ahead of admission (in the prefill thread with ``overlap``; inline, with the other rows about
+    to be admitted, without); cleared once it is placed."""
     audio: RowAudio | None = None
     """This run's piece decoder (``pieces``, code rows in a slot)."""
     run: int = 0

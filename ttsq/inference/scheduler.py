@@ -412,7 +412,7 @@ class Scheduler:
             started += 1
 
     def _admit_row(self, decoder: SlotDecoder, row: RowState, events: list[BatchEvent]) -> None:
-        """Place one row, prefilled alone, and sample its first token; a failure here is that row's alone."""
+        """Place one row (prefilled ahead, or now, alone) and sample its first token; a failure here is that row's alone."""
         try:
             params = code_params(row, self.limits) if row.phase == "code" else refine_params(row, self.limits)
             prefilled = row.prefill.result() if row.prefill is not None else self._prefilled(decoder, [row])[0]
