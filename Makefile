@@ -66,6 +66,7 @@ bench: install
 	$(PY) -m bench.engine.decoder
 	$(PY) -m bench.engine.decoder_steps
 	$(PY) -m bench.engine.cpu_matmul
+	$(PY) -m bench.engine.cpu_gemm
 	$(PY) -m bench.engine.streaming_audio
 	$(PY) -m bench.engine.compaction
 	$(PY) -m bench.scale.shards
