@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from bench.engine.decoder import RESULTS, checkpoint, commit, cpu_settings
+from bench.engine.cpu_matmul import full_size_engine
+from bench.engine.decoder import RESULTS, commit
 from bench.machine import machine
 from ttsq.inference.decoder_engine import DecoderEngine
 from ttsq.inference.layers import fused
@@ -166,17 +167,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--name", default="cpu-gemm")
     args = parser.parse_args()
-    torch.set_num_threads(1)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    point = checkpoint("full", quick=True)
-    engine = DecoderEngine(
-        cpu_settings(point, min_new_token=1).engine_config(),
-        cuda_graphs=False,
-        batch_invariant=False,
-        first_chunk_slots=1,
-        overlap=False,
-    )
-    engine.load()
+    engine = full_size_engine()
     weights = step_weights(engine)
     total = sum(w.numel() for w in weights)
     megabytes = total * 4 / 1e6

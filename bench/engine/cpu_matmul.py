@@ -145,14 +145,10 @@ def matrix_products(chat: Any) -> Callable[[], Any]:
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=104, help="tokens per row (>= 100 for the equality claim)")
-    parser.add_argument("--batch1-steps", type=int, default=40)
-    parser.add_argument("--name", default="cpu-matmul")
-    args = parser.parse_args()
+def full_size_engine() -> DecoderEngine:
+    """ttsq's decoder engine over the full-size random-weight checkpoint, loaded, on this CPU: torch on one thread, no
+    prefill or audio threads."""
     torch.set_num_threads(1)
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     point = checkpoint("full", quick=True)
     engine = DecoderEngine(
         cpu_settings(point, min_new_token=1).engine_config(),
@@ -162,6 +158,17 @@ def main() -> None:
         overlap=False,
     )
     engine.load()
+    return engine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=104, help="tokens per row (>= 100 for the equality claim)")
+    parser.add_argument("--batch1-steps", type=int, default=40)
+    parser.add_argument("--name", default="cpu-matmul")
+    args = parser.parse_args()
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    engine = full_size_engine()
     bench = Bench(engine, args.steps)
     lines: list[str] = []
 
