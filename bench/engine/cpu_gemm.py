@@ -34,11 +34,11 @@ from typing import Any
 
 import torch
 
-from bench.engine.cpu_matmul import full_size_engine
+from bench.engine.cpu_matmul import full_size_engine, read_bandwidth
 from bench.engine.decoder import RESULTS, commit
 from bench.machine import machine
 from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.layers import fused
+from ttsq.inference.layers import fused, linear
 
 Products = Callable[[], list[torch.Tensor]]
 
@@ -85,13 +85,9 @@ def paths(weights: list[torch.Tensor], rows: int) -> tuple[dict[str, Products], 
     out: dict[str, Products] = {
         "F.linear, plain weights (MKL sgemm; the plain path)": lambda: [plain_linear(inputs[w.shape[1]], w) for w in weights],
         "oneDNN, packed for batch 8 (ttsq's default)": lambda: [
-            torch.ops.mkldnn._linear_pointwise(inputs[w.shape[1]], p, None, "none", [], "")
-            for w, p in zip(weights, onednn[8], strict=True)
+            linear(inputs[w.shape[1]], p) for w, p in zip(weights, onednn[8], strict=True)
         ],
-        "oneDNN, packed for batch 1": lambda: [
-            torch.ops.mkldnn._linear_pointwise(inputs[w.shape[1]], p, None, "none", [], "")
-            for w, p in zip(weights, onednn[1], strict=True)
-        ],
+        "oneDNN, packed for batch 1": lambda: [linear(inputs[w.shape[1]], p) for w, p in zip(weights, onednn[1], strict=True)],
         "MKL, packed once (_mkl_linear)": lambda: [
             torch.ops.mkl._mkl_linear(inputs[w.shape[1]], p, w, None, rows) for w, p in zip(weights, mkl_packed, strict=True)
         ],
@@ -155,13 +151,6 @@ def rest_of_step(engine: DecoderEngine, rows: int, steps: int) -> tuple[float, f
     return statistics.median(timed), statistics.median(rest)
 
 
-def read_rate(buffer: torch.Tensor) -> float:
-    """Bytes per CPU-second this thread reads summing ``buffer`` once (the streaming rate the products compare to)."""
-    started = time.thread_time()
-    buffer.sum()
-    return buffer.numel() * buffer.element_size() / (time.thread_time() - started)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=12)
@@ -172,7 +161,7 @@ def main() -> None:
     weights = step_weights(engine)
     total = sum(w.numel() for w in weights)
     megabytes = total * 4 / 1e6
-    buffer = torch.ones(total)
+    buffer, vector = torch.ones(total), torch.ones(int(weights[0].shape[1]))
     info = machine()
     lines = [
         "# The decode step's float32 matrix products, every library path (full-size checkpoint, one thread)",
@@ -193,7 +182,7 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in made}
         rates: list[float] = []
         for _ in range(args.rounds):
-            rates.append(read_rate(buffer))
+            rates.append(read_bandwidth(buffer, vector)["sum"])
             for name, run in made.items():
                 begun = time.thread_time()
                 run()
