@@ -24,7 +24,7 @@ from tests.conftest import FakeClock, claimed, listening, task_id
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from tests.test_streaming import collect, streams_of
 from tests.test_worker import params, running_worker, wait_final
-from ttsq.domain.audio import decode_to_pcm16, join_chunks
+from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, join_chunks
 from ttsq.domain.jobs import Status
 from ttsq.inference.background import RankedExecutor
 from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
@@ -323,7 +323,7 @@ async def test_a_reader_skips_by_place_what_an_earlier_attempt_already_sent(make
     assert await streams.progress(job_id) == (1, 1)
     job = await queue.get(job_id)
     assert job is not None
-    assert await queue.complete(job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.complete(job, b"RIFF", "audio/wav", 20 / SAMPLE_RATE, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert b"".join(received) == audio
 

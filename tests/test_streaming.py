@@ -107,7 +107,8 @@ async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: A
     retry = await claimed(queue, "w")
     for index in (0, 1, 2):
         assert await streams.publish(job_id, retry.token, index, 3, bytes([index]) * 4, fresh=index == 0)
-    assert await queue.complete(retry.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    heard_s = 3 * 2 / SAMPLE_RATE  # its stored duration: the three pieces' samples, all streamed
+    assert await queue.complete(retry.job, b"RIFF", "audio/wav", heard_s, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
 

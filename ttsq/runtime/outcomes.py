@@ -9,6 +9,7 @@ with it, so a stored outcome ends the lease renewal) and the stores failing now 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -228,43 +229,50 @@ class Outcomes:
         log.warning("  ✗ %s attempt %d: %s → %s", job.id, job.attempts, reason, outcome)
 
     async def publish(self, current: Callable[[], Job], pieces: asyncio.Queue[Piece | None]) -> None:
-        """Forward a job's audio pieces to its Redis stream, in order.
+        """Forward a job's audio pieces to its Redis stream: every one, in order, under the job's current claim.
 
-        Streaming is best effort: a piece that cannot be published is logged and skipped; the
-        stored result, written at the end, is what a job owes its client. A retried attempt
-        starts the stream afresh; a first attempt has nothing to clear. A stale claim (the job was
-        claimed again after this worker's lease lapsed) publishes nothing more; a job this worker claimed again
-        while it ran (``Worker._adopted``) publishes on under its new claim.
+        A listener passes on only audio that continues what it has had (:class:`ttsq.store.streams.AudioCursor`), so a
+        piece skipped here would stall every listener of the job at it until the job ends. A piece that cannot be
+        published because Redis is away is therefore kept and tried again under the worker's one outage policy
+        (:meth:`_persist`: pauses that end as soon as Redis answers, and ``/readyz`` failing meanwhile), and the pieces
+        made meanwhile wait behind it in ``pieces``: once Redis is back they land in order. The memory this holds is
+        bounded by the job itself: its pieces are its audio as PCM16, half the bytes of the float samples the worker
+        keeps for its result anyway, and the job's result is not stored before its last piece has landed
+        (``Worker._settle_flight`` waits for this publisher). A retried piece whose first try did land is appended
+        twice; listeners skip the repeat by its place (``at``).
+
+        A retried attempt starts the stream afresh; a first attempt has nothing to clear. Every append is fenced by the
+        claim (``stream_append.lua``): a stale claim (the job was claimed again after this worker's lease lapsed, e.g.
+        while Redis was away) publishes nothing more, and the attempt that replaced it republishes from its first
+        piece, which its listeners continue from their own offset. A job this worker claimed again while it ran
+        (``Worker._adopted``) publishes on under its new claim. Stopping past the grace period drops what is left: the
+        lease lapses and the job runs again.
         """
         fresh = current().attempts > 1
         while (piece := await pieces.get()) is not None:
-            job = current()
-            try:
-                release, pcm, spoken = piece
-                published = await self.streams.publish(
-                    job.id,
-                    token(job),
-                    release.index,
-                    release.total,
-                    pcm,
-                    fresh=fresh,
-                    spoken=spoken,
-                    at=release.at,
-                    partial=not release.final,
-                )
-            except REDIS_ERRORS as exc:
-                log.warning("could not publish audio: %s", exc)
-                continue
+            published = await self._persist(functools.partial(self._append, current, piece, fresh), "publish a job's audio")
+            if published is None:
+                log.warning("  %s: its audio could not be published before shutdown; the job runs again", current().id)
+                break
             fresh = False
             if not published:
-                self.refused(job, "stream")
-                while await pieces.get() is not None:
-                    pass
-                return
+                self.refused(current(), "stream")
+                break
+        while piece is not None:  # what is left is dropped, so the worker never waits on this queue
+            piece = await pieces.get()
+
+    async def _append(self, current: Callable[[], Job], piece: Piece, fresh: bool) -> bool:
+        """One try at appending ``piece``, under the job's claim as it is now (an adopted job goes on under its new one)."""
+        release, pcm, spoken = piece
+        job = current()
+        ongoing = not release.final
+        return await self.streams.publish(
+            job.id, token(job), release.index, release.total, pcm, fresh=fresh, spoken=spoken, at=release.at, partial=ongoing
+        )
 
     # ---- writing outcomes through a Redis outage -------------------------------------------
 
-    async def _persist(self, write: Callable[[], Awaitable[T]]) -> T | None:
+    async def _persist(self, write: Callable[[], Awaitable[T]], what: str = "store a job outcome") -> T | None:
         """Retry a Redis write through an outage, so finished work is not thrown away.
 
         Gives up only when stopping past the grace period; the lease then lapses and the
@@ -284,9 +292,9 @@ class Outcomes:
             return value
 
         try:
-            return await self.outage.persist(attempt, "store a job outcome", give_up=self.past_grace)
+            return await self.outage.persist(attempt, what, give_up=self.past_grace)
         except REDIS_ERRORS as exc:
-            log.error("could not store a job outcome before shutdown: %s", exc)
+            log.error("could not %s before shutdown: %s", what, exc)
             return None
         finally:
             self._store_settled(failing)

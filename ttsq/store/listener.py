@@ -42,7 +42,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -54,6 +54,8 @@ from ttsq.store.replies import text
 __all__ = ["Entry", "JobListener", "ListenerConfig", "ListenerOutage", "Subscription", "Update", "entry_order"]
 
 log = logging.getLogger("ttsq.listener")
+
+T = TypeVar("T")
 
 Entry = tuple[str, dict[str, bytes]]
 """One stream entry: its id and its fields (names decoded, values as Redis keeps them)."""
@@ -209,7 +211,7 @@ class JobListener:
         keys = self.shards.of(job_id)
         stream = keys.stream(job_id)
         if after is None:
-            last: Any = await self.redis.xrevrange(stream, count=1)
+            last: Any = await self.read(lambda: self.redis.xrevrange(stream, count=1))
             backlog: list[Entry] = []
             position = text(last[0][0]) if last else "0"
         else:
@@ -240,7 +242,23 @@ class JobListener:
     async def _range(self, stream: str, after: str, upto: str) -> list[Entry]:
         """Entries with ids in (after, upto]."""
         start = "-" if after == "0" else f"({after}"
-        return _entries(await self.redis.xrange(stream, min=start, max=upto))
+        return _entries(await self.read(lambda: self.redis.xrange(stream, min=start, max=upto)))
+
+    async def read(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A follower's read of its own (a backlog, the job's record, its stored result), ridden through a Redis outage
+        as the listener's own reads are: tried again every ``LISTEN_RETRY_S`` while Redis cannot be reached, and
+        :class:`ListenerOutage` once it has been away ``LISTEN_OUTAGE_S``. So a restart or a failover is a pause to a
+        follower, wherever in its stream it meets it, and never the end of it."""
+        since: float | None = None
+        while True:
+            try:
+                return await call()
+            except STORE_ERRORS as exc:
+                now = self._monotonic()
+                since = now if since is None else since
+                if now - since >= self.config.outage_s:
+                    raise ListenerOutage(f"the job store (Redis) has been unreachable too long to follow the task: {exc}") from exc
+                await self._sleep(self.config.retry_s)
 
     def listening(self) -> int:
         """Subscriptions open now (a gauge)."""

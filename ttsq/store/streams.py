@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Mapping
 from importlib.resources import files
 from typing import Any
 
-from ttsq.domain.audio import decode_to_pcm16
-from ttsq.domain.jobs import Status
+from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16
+from ttsq.domain.jobs import Job, Status
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Shards
 from ttsq.store.listener import Entry, JobListener
@@ -94,22 +94,45 @@ def chunks_done(fields: Mapping[Any, bytes]) -> int:
 
 
 class StreamFailed(Exception):
-    """The job failed while (or before) its audio was being streamed."""
+    """The job failed while (or before) its audio was being streamed, or its audio cannot be delivered whole."""
 
 
-class _Pieces:
-    """A reader's place in a job's pieces: a retried attempt republishes from its first piece, and audio already sent
-    is skipped by its place in the joined audio (``at``, in samples; by chunk index for a piece published without it),
-    an attempt being deterministic (the job carries its seed), so nothing is heard twice."""
+class StreamGap(StreamFailed):
+    """The rest of the job's audio cannot be delivered after what this reader has heard: pieces were missed (while the
+    job store was away) and the stored result is in a lossy format, whose samples are not the ones streamed; or the
+    job store no longer has the job or its result. The reader ends with this error rather than pass on audio with a
+    hole in it, or let a cut-off stream pass for the whole."""
+
+
+EXACT_FORMATS = frozenset({"pcm", "wav"})
+"""Stored formats whose samples are the streamed PCM16 exactly (libsndfile converts the same float samples the pieces
+were written from to PCM_16 the same way, and keeps them as they are): a reader may continue from any sample offset of
+the stored file. Not FLAC: lossless, but libsndfile's float-to-integer conversion for it differs from the raw one by a
+step here and there (``tests/test_delivery.py`` checks both)."""
+
+
+class AudioCursor:
+    """A reader's place in a job's audio: how many samples it has passed on, and never a piece that would leave a hole.
+
+    Every piece says where it starts in the joined audio (``at``, samples). A piece that starts at or before what the
+    reader has passed on (:attr:`delivered`) continues it: what was heard already is cut off (a re-run attempt
+    republishes from its first piece, and an attempt is deterministic: the job carries its seed). A piece that starts
+    beyond it would leave a hole, so it is held back (:attr:`missed`), and so is every later piece of its attempt; what
+    fills the hole is a re-run attempt's pieces (from its first) or, once the job is done, its stored result from this
+    offset (:func:`pcm_pieces`). A piece published without ``at`` (an older worker's) is placed by its chunk index the
+    same way. The end marker ends the reading (markers of attempts starting or waiting carry no audio).
+    """
 
     def __init__(self) -> None:
+        self.delivered = 0
+        """Samples passed on so far: the reader's offset in the joined audio."""
         self.next_index = 0
-        self.next_at = 0
-        self.streamed = False
+        self.missed = False
+        """A piece was held back because it started beyond :attr:`delivered`."""
         self.ended = False
 
     def take(self, entries: list[Entry]) -> list[bytes]:
-        """The new audio in ``entries``, up to the end marker (markers of attempts starting or waiting carry none)."""
+        """The audio in ``entries`` that continues what was passed on, up to the end marker."""
         audio = []
         for _entry_id, fields in entries:
             if "end" in fields:
@@ -117,57 +140,98 @@ class _Pieces:
                 break
             if "pcm" not in fields:
                 continue
-            self.streamed = True
             pcm = fields["pcm"]
             at = int(fields.get("at", b"-1"))
             if at < 0:
                 index = int(fields["index"])
+                if index > self.next_index:
+                    self.missed = True
+                    continue
                 if index < self.next_index:
                     continue
                 self.next_index = index + 1
+            elif at > self.delivered:
+                self.missed = True
+                continue
             else:
-                heard = max(0, self.next_at - at) * _PCM16_BYTES
-                self.next_at = max(self.next_at, at + len(pcm) // _PCM16_BYTES)
-                pcm = pcm[heard:]
+                pcm = pcm[(self.delivered - at) * _PCM16_BYTES :]
             if pcm:
                 audio.append(pcm)
+                self.delivered += len(pcm) // _PCM16_BYTES
         return audio
 
 
 async def pcm_pieces(streams: AudioStreams, listener: JobListener, queue: JobQueue, job_id: str) -> AsyncIterator[bytes]:
     """Yield the job's PCM16 audio piece by piece until it is complete; :class:`StreamFailed` if it fails.
 
+    Whatever is yielded, joined, is a prefix of the job's stored audio (for a done job: all of it), never audio with a
+    hole: a piece the reader missed (:class:`AudioCursor`) is made good from a re-run attempt's pieces or, once the job
+    is done, from its stored result at the reader's offset; where neither can, :class:`StreamGap` ends it. Every route
+    that streams a task's audio reads it here (the realtime session, ``/v1/tts/stream``, the OpenAI route's bodies).
+
     A running job is followed through the process's listener (:mod:`ttsq.store.listener`): no blocking read or
-    connection of its own. A finished job is read once: its stream's pieces, or (a cache hit, one chunk, an
-    expired stream) its stored result.
+    connection of its own. A finished job is read once: its stream's pieces, then what they did not cover (all of it
+    for a cache hit, a job decoded whole, an expired stream) from its stored result. Every read rides a Redis outage
+    out as a pause (:meth:`JobListener.read`): :class:`~ttsq.store.listener.ListenerOutage` only past ``LISTEN_OUTAGE_S``.
     """
-    pieces = _Pieces()
-    job = await queue.get(job_id)
+    cursor = AudioCursor()
+    job = await listener.read(lambda: queue.get(job_id))
     if job is None:
         return
     if job.status.is_final:
-        for piece in pieces.take(await streams.entries(job_id)):
+        for piece in cursor.take(await listener.read(lambda: streams.entries(job_id))):
             yield piece
     else:
         async with listener.follow(job_id) as subscription:
             entries = subscription.backlog
             while True:
-                for piece in pieces.take(entries):
+                for piece in cursor.take(entries):
                     yield piece
-                if pieces.ended:
+                if cursor.ended:
                     break
                 update = await subscription.next()
                 if update.gone:
-                    return
+                    raise StreamGap("the job store (Redis) lost the task while it ran (it restarted without its data)")
                 entries = update.entries
-        job = await queue.get(job_id)
+        job = await listener.read(lambda: queue.get(job_id))
         if job is None:
-            return
+            raise StreamGap("the job store (Redis) lost the task as it ended (it restarted without its data)")
     if job.status is Status.FAILED:
         raise StreamFailed(job.error or "the job failed")
     if job.status is Status.CANCELLED:
         raise StreamFailed("the task was cancelled")
-    if job.status is Status.DONE and not pieces.streamed:
-        audio = await queue.result(job_id)
-        if audio is not None:
-            yield audio if job.params.format == "pcm" else decode_to_pcm16(audio)
+    if job.status is Status.DONE:
+        rest = await _rest_of_result(queue, listener, job, cursor)
+        if rest:
+            yield rest
+
+
+def stored_samples(job: Job) -> int | None:
+    """How many samples a done job's audio has (its recorded duration), or None where a record has none."""
+    return None if job.duration_s is None else round(job.duration_s * SAMPLE_RATE)
+
+
+async def _rest_of_result(queue: JobQueue, listener: JobListener, job: Job, cursor: AudioCursor) -> bytes:
+    """The samples of a done job's audio after the reader's offset, from its stored result: nothing (and no read) when
+    its stream gave it all; the rest, exactly, from a file whose samples are the streamed ones (:data:`EXACT_FORMATS`);
+    the whole file decoded for a reader that has had nothing yet. Anything else cannot continue what was heard without
+    a seam: :class:`StreamGap`."""
+    delivered, total = cursor.delivered, stored_samples(job)
+    # A record without its duration (an older release's): a stream heard with nothing missed was all of it.
+    heard_all = delivered > 0 and not cursor.missed if total is None else delivered >= total
+    if heard_all:
+        return b""
+    audio = await listener.read(lambda: queue.result(job.id))
+    if audio is None:
+        raise StreamGap("the task's audio expired before all of it was streamed (RESULT_TTL_S); submit it again")
+    fmt = job.params.format
+    if fmt in EXACT_FORMATS:
+        pcm = audio if fmt == "pcm" else decode_to_pcm16(audio)
+        return pcm[delivered * _PCM16_BYTES :]
+    if delivered == 0:
+        return decode_to_pcm16(audio)
+    raise StreamGap(
+        f"{delivered / SAMPLE_RATE:.2f} s of audio were streamed, then pieces were missed while the job store was "
+        f"unreachable, and the stored {fmt} file (a lossy format) cannot continue them exactly: fetch the whole result "
+        f"from /v1/tts/result/{job.id} instead"
+    )

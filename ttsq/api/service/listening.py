@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.encoders import StreamFormat, encoded
 from ttsq.domain.jobs import Job, Status
-from ttsq.store.streams import StreamFailed, chunks_done, pcm_pieces
+from ttsq.store.streams import StreamFailed, StreamGap, chunks_done, pcm_pieces
+
+log = logging.getLogger("ttsq.api")
 
 CaptionFormat = Literal["srt", "vtt", "json"]
 CAPTION_CONTENT_TYPES: dict[str, str] = {
@@ -173,11 +176,16 @@ class ListeningService:
         hold(self.stream_slots, caller.subject, request_state)
 
     async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
-        """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: a failure ends it
-        quietly (the status code is sent already; the task's status says why)."""
+        """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: the task's failure ends it
+        quietly (the status code is sent already; the task's status says why). Audio that cannot be delivered whole
+        (:class:`StreamGap`) is raised: the body is then cut off before its end (no last chunk), so that no client takes
+        what it received for the whole file."""
         try:
             async for piece in self.encoded(task_id, fmt, pcm):
                 yield piece
+        except StreamGap as exc:
+            log.warning("task %s: audio stream cut off: %s", task_id, exc)
+            raise
         except StreamFailed:
             return
 
