@@ -99,6 +99,7 @@ clean:
 include deploy/make.mk
 include bench/gpu/gpu.mk
 include tests/chaos/chaos.mk
+include tests/chaos/realtime.mk
 include tests/fuzz/fuzz.mk
 include tests/cluster/cluster.mk
 include loadtest/soak.mk
