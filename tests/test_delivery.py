@@ -14,10 +14,12 @@ import hashlib
 from importlib.resources import files
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from redis.asyncio import Redis
 
+from tests.api.test_query import queued_task
 from tests.conftest import FakeClock, claimed, listening, params, queue_config, settings, task_id
 from tests.redis_server import RedisServer, free_port
 from tests.test_streaming import LONG_TEXT
@@ -209,6 +211,22 @@ async def test_a_finished_job_whose_stream_was_whole_is_not_read_again(make_queu
         reader = Reader(queue, listener, job_id)
         await reader.ended()
     assert reader.error is None and bytes(reader.received) == AUDIO
+
+
+async def test_a_raw_audio_body_that_cannot_be_delivered_whole_is_cut_off_not_ended_as_if_whole(
+    client: httpx.AsyncClient, redis: Redis
+) -> None:
+    """``/v1/tts/stream``: the status code went out with the first audio, so a stream that cannot go on without a hole
+    ends without its body's last chunk (an error to every HTTP client; here the in-process transport raises it)."""
+    task = await queued_task(client, format="mp3")
+    queue = JobQueue(redis, queue_config())
+    streams = streams_of(queue)
+    token = (await claimed(queue)).token
+    assert await streams.publish(task, token, 0, 1, samples(0, 1000), at=0, partial=True)
+    assert await streams.publish(task, token, 0, 1, samples(2000, 3000), at=2000)
+    await complete(queue, task, encode_audio(np.zeros(3000, dtype=np.float32), "mp3"), "mp3")
+    with pytest.raises(StreamGap, match="lossy format"):
+        await client.get(f"/v1/tts/stream/{task}?format=pcm")
 
 
 # ---- the listener's own reads through an outage --------------------------------------------------------------------
