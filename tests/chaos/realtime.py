@@ -11,7 +11,9 @@ A hole is the one violation.
 Scenarios (``--only``, comma-separated keys):
 
 ``redis``      rounds of ``--sessions`` sessions; once all of a round's sessions have audio, Redis is restarted (SIGTERM,
-               down ``--down-s`` seconds, started again on its port with its data): ``--restarts`` rounds.
+               ``--down-s`` seconds between its exit and its start, again on its port with its data): ``--restarts``
+               rounds. Measured: how long Redis was unreachable (its shutdown and start included), and how many claims
+               went stale meanwhile (a lease that lapsed while Redis was away: the job runs again).
 ``kill``       two workers; once a round's sessions have audio, one worker is killed with SIGKILL (its supervisor starts
                it again): the longest pause in each session's audio.
 ``no-worker``  an API whose queue no worker serves: how long a session waits for its error (up to ``--no-worker-wait-s``).
@@ -34,6 +36,7 @@ import json
 import os
 import platform
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -69,6 +72,9 @@ WORDS = (
 )
 
 Verdict = Literal["equal", "error", "hole"]
+
+RE_RUN = re.compile(r"✓ \S+ attempt (?:[2-9]|\d\d+) ")
+"""A worker's line for a job done at its second attempt or later: an earlier attempt's claim went stale."""
 
 
 # ---- one session ----------------------------------------------------------------------------------------------------
@@ -191,6 +197,9 @@ class Sizes:
     """Sentences per session."""
     no_worker_wait_s: float
     """How long a session of the ``no-worker`` scenario is given to end with an error."""
+    workers: int
+    """Workers in the ``redis`` scenario (the ``kill`` scenario has two): with more than one, another worker's sweep
+    may take back a lease that lapsed while Redis was away before its owner renews it (its job then runs again)."""
 
 
 @dataclass
@@ -305,6 +314,11 @@ class RealtimeChaos:
         for run, whole in zip(runs, wholes, strict=True):
             figures.count(run, whole)
 
+    def worker_log_count(self, pattern: re.Pattern[str]) -> int:
+        """How many lines of every worker incarnation's log so far match ``pattern``."""
+        logs = [path for slot in self.workers for path in slot.all_logs() if path.exists()]
+        return sum(len(pattern.findall(path.read_text(errors="replace"))) for path in logs)
+
     def finish(self, figures: Figures) -> Figures:
         figures.wall_s = time.monotonic() - figures.began
         self.say(figures.line())
@@ -324,7 +338,7 @@ def redis_restarts(chaos: RealtimeChaos) -> Figures:
     """Redis restarted (SIGTERM: it writes its append-only file and exits; started again on its port) once per round,
     mid-session: no session may end well with a hole."""
     figures = Figures("R1", "Redis restarted mid-session")
-    chaos.workers_up(1)
+    chaos.workers_up(chaos.sizes.workers)
     downs: list[float] = []
 
     async def restart() -> None:
@@ -339,11 +353,12 @@ def redis_restarts(chaos: RealtimeChaos) -> Figures:
         for number in range(chaos.sizes.restarts):
             runs = await chaos.round(figures, chaos.api.url, restart)
             await chaos.judge_round(figures, runs)
-            chaos.say(f"[realtime-chaos]   round {number + 1}: Redis down {downs[-1]:.2f} s; {dict(figures.verdicts)}")
+            chaos.say(f"[realtime-chaos]   round {number + 1}: Redis unreachable {downs[-1]:.2f} s; {dict(figures.verdicts)}")
 
     asyncio.run(run())
-    figures.measured["Redis down (min / median / max)"] = spread(downs)
+    figures.measured["Redis unreachable (min / median / max)"] = spread(downs)
     figures.measured["sessions still speaking when Redis was back"] = str(figures.mid_way)
+    figures.measured["jobs done at a second attempt or later (a claim gone stale)"] = str(chaos.worker_log_count(RE_RUN))
     return chaos.finish(figures)
 
 
@@ -409,6 +424,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--down-s", default="0.5:3", help="Redis down time range in seconds, MIN:MAX (default 0.5:3)")
     parser.add_argument("--kills", type=int, default=10, help="worker SIGKILLs, one per round (default 10)")
     parser.add_argument("--sentences", type=int, default=4, help="sentences per session (default 4)")
+    parser.add_argument("--workers", type=int, default=1, help="workers in the redis scenario (default 1)")
     parser.add_argument("--no-worker-wait-s", type=float, default=30.0, help="how long a session without a worker waits")
     parser.add_argument(
         "--timings",
@@ -471,7 +487,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    sizes = Sizes(args.sessions, args.restarts, args.down_range, args.kills, args.sentences, args.no_worker_wait_s)
+    sizes = Sizes(args.sessions, args.restarts, args.down_range, args.kills, args.sentences, args.no_worker_wait_s, args.workers)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
     chosen = [key for key in SCENARIOS if not args.only or key in args.only.split(",")]
     root = args.workdir or Path(tempfile.mkdtemp(prefix="ttsq-realtime-chaos-"))

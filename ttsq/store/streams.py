@@ -1,10 +1,13 @@
 """A job's audio as it is produced, for progressive playback: the only code that speaks Redis about streams.
 
-The worker publishes each sentence chunk's joined piece as PCM16 to the job's Redis Stream
-(:class:`AudioStreams`); the script that ends the job, however it ends, ends the stream in the same step. Readers follow that
-stream through the process's one listener (:func:`pcm_pieces`, :mod:`ttsq.store.listener`); a job that has no
-stream (a cache hit, or a stream that expired) is served from its stored result instead, so every finished task
-can be streamed. A stream expires with the job's result (``RESULT_TTL_S``).
+The worker publishes each piece of the joined audio as PCM16 to the job's Redis Stream (:class:`AudioStreams`), with
+its place in it (``at``, samples), every piece and in order (:meth:`ttsq.runtime.outcomes.Outcomes.publish`); the
+script that ends the job, however it ends, ends the stream in the same step. Readers follow that stream through the
+process's one listener (:func:`pcm_pieces`, :mod:`ttsq.store.listener`), each from its own sample offset
+(:class:`AudioCursor`): what a reader passes on is a prefix of the job's stored audio, never audio with a hole; what
+its stream does not give it (a cache hit, a job decoded whole, an expired stream, pieces missed) comes from the stored
+result at that offset, so every finished task can be streamed. A stream expires with the job's result
+(``RESULT_TTL_S``). docs/architecture.md ("Audio delivery") has the whole design.
 
 The pieces are raw PCM16 LE mono 24 kHz; the API encodes them as they come, into whatever format a
 listener asked for (:mod:`ttsq.domain.encoders`).
