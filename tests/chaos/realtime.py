@@ -404,7 +404,7 @@ def no_worker(chaos: RealtimeChaos) -> Figures:
                 figures.count(session, b"")
         unanswered = sum(1 for session in runs if session.error_at is None)
         figures.measured["time from text to error"] = spread(waits)
-        figures.measured[f"no error within {limit_s:.0f} s"] = str(unanswered)
+        figures.measured[f"no error within {limit_s:.0f} s"] = f"{unanswered} of {len(runs)} sessions"
 
     asyncio.run(run())
     return chaos.finish(figures)
