@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.api.realtime import RealtimeConfig
     from ttsq.api.service import DrawConfig, ServiceConfig
     from ttsq.domain.pronunciation import DictionaryLimits
-    from ttsq.inference.chattts import EngineConfig
-    from ttsq.inference.faults import FaultConfig
+    from ttsq.inference.engines.chattts import EngineConfig
+    from ttsq.inference.engines.faults import FaultConfig
     from ttsq.runtime.deliverer import WebhookConfig
     from ttsq.runtime.worker import WorkerConfig
 
@@ -1084,7 +1084,7 @@ class Settings(BaseSettings):
         return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]
 
     def engine_config(self) -> EngineConfig:
-        from ttsq.inference.chattts import EngineConfig
+        from ttsq.inference.engines.chattts import EngineConfig
 
         return self._project(EngineConfig, model_source=self.model_dir())
 
@@ -1101,7 +1101,7 @@ class Settings(BaseSettings):
         )
 
     def fault_config(self) -> FaultConfig:
-        from ttsq.inference.faults import FaultConfig
+        from ttsq.inference.engines.faults import FaultConfig
 
         return FaultConfig(
             mode=self.fault_mode, match=self.fault_match, oom_above_batch=self.fault_oom_above_batch, hang_s=self.fault_hang_s

@@ -50,10 +50,10 @@ def _alloc_conf_variable() -> str:
 def chattts_engine(settings: Settings) -> Engine:
     """The production engine: ChatTTS's model decoded by ttsq (or by ChatTTS itself, ``ENGINE_BACKEND=chattts``),
     wrapped for fault injection only when a test asks."""
-    from ttsq.inference.chattts import ChatTTSEngine
-    from ttsq.inference.checkpoint import build_tiny_checkpoint
-    from ttsq.inference.decoder_engine import DecoderEngine
-    from ttsq.inference.faults import FaultInjectingEngine
+    from ttsq.inference.engines.chattts import ChatTTSEngine
+    from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
+    from ttsq.inference.engines.decoder_engine import DecoderEngine
+    from ttsq.inference.engines.faults import FaultInjectingEngine
 
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)

@@ -11,8 +11,8 @@ from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
 from ttsq.domain.jobs import Job, Status
 from ttsq.inference.base import Batcher, Engine, EngineWrapper, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 
 
 class RecordingEngine(EngineWrapper):

@@ -30,12 +30,12 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.faults import FaultInjectingEngine
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduler import Scheduler
-from ttsq.inference.slot_rows import PREFILL_PADDING, prefill_groups
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.gpt.slots import PREFILL_PADDING, prefill_groups
+from ttsq.inference.sched.scheduler import Scheduler
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
@@ -842,7 +842,7 @@ def test_a_cpu_decoder_asked_for_cuda_graphs_captures_none_and_does_not_log_that
     """CUDA_GRAPHS is on by default; on a CPU there is nothing to capture, and the worker's log said it had."""
     engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=True, batch_invariant=False, first_chunk_slots=1, overlap=False)
     engine.load()
-    caplog.set_level("INFO", logger="ttsq.inference.decoder_engine")
+    caplog.set_level("INFO", logger="ttsq.inference.engines.decoder_engine")
     scheduler = engine._scheduler(2, engine._limits(), oom_recover_s=60, capture=True, reserve=0)
     assert not scheduler.code.cuda_graphs
     assert "CUDA graphs" not in caplog.text

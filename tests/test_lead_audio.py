@@ -1,5 +1,5 @@
 """A row's first audio comes once ``first + lookahead`` states exist, and everything after the first piece is the
-exact streamed decode (:mod:`ttsq.inference.lead_audio`), on the tiny checkpoint's real decoder and Vocos."""
+exact streamed decode (:mod:`ttsq.inference.audio.lead`), on the tiny checkpoint's real decoder and Vocos."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.engine.piecewise import Decode
 from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
-from ttsq.inference.lead_audio import LeadThenExact
-from ttsq.inference.piecewise_audio import Decode
-from ttsq.inference.streaming_audio import streaming_decoder
+from ttsq.inference.audio.lead import LeadThenExact
+from ttsq.inference.audio.streaming import streaming_decoder
 
 PER_TOKEN = 512
 

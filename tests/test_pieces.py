@@ -26,12 +26,12 @@ from tests.test_streaming import collect, streams_of
 from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.audio import decode_to_pcm16, join_chunks
 from ttsq.domain.jobs import Status
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.lead import STREAM_RUN_TOKENS
+from ttsq.inference.audio.pieces import keep_ahead
 from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS
-from ttsq.inference.pieces import keep_ahead
-from ttsq.inference.scheduler import Scheduler
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.scheduler import Scheduler
 from ttsq.runtime.assembly import JobAudio
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Completed
@@ -100,7 +100,7 @@ def test_a_300_token_chunk_is_heard_after_at_most_40_decode_steps_and_its_pieces
     assert DEFAULTS.piece_tokens + DEFAULTS.piece_lookahead <= 40
     made = scheduler(engine)
     made.add("long", request(engine))
-    with caplog.at_level(logging.INFO, logger="ttsq.inference.scheduler"):
+    with caplog.at_level(logging.INFO, logger="ttsq.inference.sched.scheduler"):
         heard = drain(made)
     assert heard.first_piece_step["long"] <= 40
     logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r"first audio after (\d+) decode steps", r.getMessage()))]

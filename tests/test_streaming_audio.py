@@ -1,5 +1,5 @@
 """A row's audio streamed through the decoder and Vocos as its states arrive equals its whole decode
-(:mod:`ttsq.inference.streaming_audio`), on the tiny checkpoint's real decoder and Vocos, whatever sizes the states
+(:mod:`ttsq.inference.audio.streaming`), on the tiny checkpoint's real decoder and Vocos, whatever sizes the states
 come in, with every state decoded once."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.engine.piecewise import Decode, chat_decode, measure_field
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.piecewise_audio import Decode, chat_decode, measure_field
-from ttsq.inference.streaming_audio import StreamingDecoder, add_together, streaming_decoder
+from ttsq.inference.audio.streaming import StreamingDecoder, add_together, streaming_decoder
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 TOLERANCE = 1e-5
 """Float rounding: a convolution or matrix product over another number of frames may sum in another order (the

@@ -26,8 +26,8 @@ import torch
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
 from bench.machine import machine
 from ttsq.inference.base import BatcherStats
-from ttsq.inference.decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
 
 LENGTHS = (120, 40, 250, 90, 180, 60, 220, 140, 70, 200, 110, 160, 50, 240, 100, 130)
 """Tokens per row, in arrival order (mean 135: with :data:`SPACING` the slots are about two-thirds full)."""

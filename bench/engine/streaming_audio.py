@@ -3,13 +3,13 @@
 (issue 31, item 1: "decode CPU time per chunk <= 1.5x the single whole-chunk decode at the default piece size".)
 ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weights, seeded; the tiny checkpoint's
 dimensions and ChatTTS's real ones) and random GPT states of a few lengths are handed over one token at a time, as
-the decoder makes them, to :class:`ttsq.inference.streaming_audio.StreamingDecoder` (each convolution keeps its left
-context) and to :class:`ttsq.inference.piecewise_audio.PieceDecoder` (each piece decodes its window again, at the
+the decoder makes them, to :class:`ttsq.inference.audio.streaming.StreamingDecoder` (each convolution keeps its left
+context) and to :class:`bench.engine.piecewise.PieceDecoder` (each piece decodes its window again, at the
 measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streaming decoders at once
-(:func:`ttsq.inference.streaming_audio.add_together`: one run of the layers for all four rows, as a worker streaming
+(:func:`ttsq.inference.audio.streaming.add_together`: one run of the layers for all four rows, as a worker streaming
 several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
 states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
-the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.lead_audio.LeadThenExact`:
+the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.audio.lead.LeadThenExact`:
 the first ``PIECE_TOKENS`` decoded ahead of the field from the stream's state once ``PIECE_TOKENS + PIECE_LOOKAHEAD``
 states are in, every state streamed exactly in runs of ``STREAM_RUN_TOKENS``),
 its states handed over as the scheduler hands them: the first ``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then
@@ -33,11 +33,11 @@ import numpy.typing as npt
 
 from bench import ROOT
 from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
+from bench.engine.piecewise import AudioField, PieceDecoder, measure_field
 from settings import Settings
-from ttsq.inference.checkpoint import CheckpointSize
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
-from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
-from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
+from ttsq.inference.audio.lead import STREAM_RUN_TOKENS, LeadThenExact
+from ttsq.inference.audio.streaming import DEFAULT_PIECE, StreamingDecoder, add_together
+from ttsq.inference.engines.checkpoint import CheckpointSize
 
 RESULTS = ROOT / "bench" / "results" / "streaming_audio.md"
 SERVING_LENGTHS = [100, 180, 250, 400]

@@ -32,7 +32,7 @@ import numpy as np
 
 from bench import ROOT
 from bench.listening.ttfa import FULL_CHECKPOINT_DIR, Checkpoint, service, wav_samples
-from ttsq.inference.checkpoint import build_random_checkpoint
+from ttsq.inference.engines.checkpoint import build_random_checkpoint
 
 TEXT = (
     "On the long road home that evening, while the rain kept falling on the fields and the old bus rattled over "

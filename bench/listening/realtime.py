@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.checkpoint_list:
         model = args.model or CHECKPOINTS[name]
         if name == "full" and not args.model:
-            from ttsq.inference.checkpoint import build_random_checkpoint
+            from ttsq.inference.engines.checkpoint import build_random_checkpoint
 
             build_random_checkpoint(Path(model), "full")
         levels: dict[str, list[Level]] = {"ttsq": [], "ChatTTS stream": []}

@@ -77,7 +77,7 @@ class SynthesisRequest:
     """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
     first_chunk: int = 0
     """The index of the text's first chunk in a longer text (a realtime session's later sentences): chunk ``i`` draws
-    the random stream of chunk ``first_chunk + i`` (:func:`ttsq.inference.decoder.stream_seed`)."""
+    the random stream of chunk ``first_chunk + i`` (:func:`ttsq.inference.gpt.slot_decoder.stream_seed`)."""
     consistent: bool = False
     """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
     first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""
@@ -217,7 +217,7 @@ class Batcher(Protocol):
     stats: BatcherStats
     keep_ahead: float | None
     """The longest step, as a share of a token's audio, at which a streamed row keeps its listener fed from its first
-    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.pieces.keep_ahead`); None: no bound of its
+    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.audio.pieces.keep_ahead`); None: no bound of its
     own (the worker's ``STREAM_RTF_TARGET`` alone)."""
 
     @property

@@ -46,7 +46,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from ttsq.inference.layers import (
+from ttsq.inference.gpt.layers import (
     Layer,
     Precision,
     activation,
@@ -58,7 +58,7 @@ from ttsq.inference.layers import (
     per_head,
     rms_norm,
 )
-from ttsq.inference.slot_rows import (
+from ttsq.inference.gpt.slots import (
     DecoderShape,
     Finished,
     Prefilled,

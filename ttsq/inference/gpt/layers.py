@@ -1,6 +1,6 @@
 """The GPT's layers as ttsq's decoder multiplies them: fused where that saves a kernel, and on a CPU packed once.
 
-:class:`~ttsq.inference.decoder.SlotDecoder` runs ChatTTS's LLaMA blocks with its own arithmetic; what it multiplies
+:class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder` runs ChatTTS's LLaMA blocks with its own arithmetic; what it multiplies
 is here: each block's weights fused (q/k/v in one matrix, gate/up in one: :func:`fused`, one copy per GPT shared by
 every decoder over it), on a CPU in float32 reordered once into oneDNN's blocked layout (``CPU_PACKED_WEIGHTS``:
 MKL's sgemm re-packs every weight at every call), or at an opt-in ``PRECISION`` in bfloat16 or int8

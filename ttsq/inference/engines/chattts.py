@@ -9,7 +9,7 @@ It wraps one ``ChatTTS.Chat`` and knows nothing of queues or HTTP. Everything th
   a checkpoint's config overrides are applied to a private deep copy.
 * A chunk whose first sampled token is the end token makes ChatTTS return *no audio for the whole
   batch* (and the refine step raise ``StopIteration``), so at least one token is always forced.
-* It silently drops digits, so text is normalized to words first (:mod:`ttsq.inference.normalize`).
+* It silently drops digits, so text is normalized to words first (:mod:`ttsq.inference.engines.normalize`).
 
 torch and ChatTTS are imported lazily so that the worker can configure the CUDA allocator
 before torch loads, and so that importing this module for its types stays cheap.
@@ -45,7 +45,7 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.checkpoint import (
+from ttsq.inference.engines.checkpoint import (
     ASSET_FILES,
     ManifestError,
     apply_config_overrides,
@@ -54,12 +54,12 @@ from ttsq.inference.checkpoint import (
     read_manifest,
     sha256_key,
 )
-from ttsq.inference.normalize import TextNormalizer
+from ttsq.inference.engines.normalize import TextNormalizer
 
 if TYPE_CHECKING:
     import torch
 
-    from ttsq.inference.decoder import Precision
+    from ttsq.inference.gpt.slot_decoder import Precision
 
 __all__ = ["HUB_REPO", "ChatTTSEngine", "EngineConfig"]
 
@@ -94,7 +94,7 @@ class EngineConfig:
     """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
     cpu_packed_weights: bool
     precision: Precision
-    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.decoder.Precision`)."""
+    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.gpt.slot_decoder.Precision`)."""
     """ttsq's decoder on a CPU in float32: the GPT's projections and heads packed once for oneDNN (``CPU_PACKED_WEIGHTS``)."""
     warmup_text: str = "warm up."
 
@@ -470,8 +470,8 @@ class ChatTTSEngine:
 
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
         """ChatTTS's own loop batches only requests that share a speaker and parameters: one
-        compatible group per call (:class:`~ttsq.inference.grouped.GroupedBatcher`)."""
-        from ttsq.inference.grouped import GroupedBatcher
+        compatible group per call (:class:`~ttsq.inference.sched.grouped.GroupedBatcher`)."""
+        from ttsq.inference.sched.grouped import GroupedBatcher
 
         return GroupedBatcher(self, slots, oom_recover_s=oom_recover_s)
 

@@ -14,7 +14,7 @@ prefilled ahead of their admission, and a finished row's audio is decoded while 
 places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
 the same pure function of the row as inline, so a row's result does not change.
 
-With ``pieces`` (:class:`~ttsq.inference.pieces.Piecing`), a code row's audio does not wait for its end: every few
+With ``pieces`` (:class:`~ttsq.inference.audio.pieces.Piecing`), a code row's audio does not wait for its end: every few
 steps its new GPT states go to its own piece decoder (in the audio thread, in order, where there is one) and the
 samples that are ready come out as :class:`PieceReady` events; the row's :class:`ChunkReady` then carries the whole
 chunk, which begins with exactly those pieces. A row that runs again from its prompt (out of memory, a suspect
@@ -45,7 +45,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.text import detect_language
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.pieces import Piecing
 from ttsq.inference.base import (
     BatcherStats,
     BatchEvent,
@@ -57,10 +57,10 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import Finished, Prefilled, SlotDecoder, inference
-from ttsq.inference.pieces import Piecing
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduled import (
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import Finished, Prefilled, SlotDecoder, inference
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.requests import (
     AudioWork,
     DecodeLimits,
     RequestState,

@@ -1,6 +1,6 @@
 """A row's audio decoded as its states arrive, every state through the decoder and Vocos exactly once.
 
-:class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece from a window of states and so decodes the
+:class:`bench.engine.piecewise.PieceDecoder` decodes each piece from a window of states and so decodes the
 left context again for every piece: 2-27x the CPU of one whole decode (``bench/results/lookahead.md``).
 :class:`StreamingDecoder` keeps, instead, each convolution's own left context between calls, which is how a
 streaming convolution works: a layer of kernel ``k`` and dilation ``d`` keeps its last ``d * (k - 1)`` input frames,
@@ -18,10 +18,10 @@ row is one whole decode plus a fixed overhead per call, whatever the piece size.
 The price of exactness is latency: a sample needs every state its receptive field reaches, :attr:`delay` tokens
 after its own (from the layers' shapes: 9 on the tiny checkpoint, 52 on ChatTTS's real one, whose trained
 ConvNeXt blocks use their whole field; random weights with ChatTTS's initial layer scale of 1e-6 only *measure*
-19, :func:`ttsq.inference.piecewise_audio.measure_field`). So ``add`` returns the samples of tokens up to
+19, :func:`bench.engine.piecewise.measure_field`). So ``add`` returns the samples of tokens up to
 ``delay`` before the newest one, and ``finish`` the rest.
 
-Interface, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
+Interface, as :class:`~bench.engine.piecewise.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
 piece=32, lookahead=None)`` (the look-ahead can only be the whole field, :attr:`delay`) for a loaded
 ``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not copied; one decoder per
 row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]`` returns the new samples
@@ -401,7 +401,7 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArr
 def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE, lookahead: int | None = None) -> StreamingDecoder:
     """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared).
 
-    ``lookahead`` (tokens, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder` takes it) may only be the
+    ``lookahead`` (tokens, as :class:`~bench.engine.piecewise.PieceDecoder` takes it) may only be the
     decoder's whole field, :attr:`StreamingDecoder.delay`, or ``None`` for it: samples go out as soon as they are
     exact, and sending them earlier, approximate, is not built."""
     decoder = StreamingDecoder(chat.decoder, chat.vocos, piece=piece)

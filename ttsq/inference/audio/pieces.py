@@ -3,8 +3,8 @@
 Every :attr:`Piecing.tokens` decode steps (the first time after ``tokens + lookahead``) the scheduler hands a code
 row's new GPT states to that row's piece decoder, made by :attr:`Piecing.make`; each call returns the samples that
 are ready, and the row's end returns the rest. The decoder is a factory so that its implementation can change
-without the scheduler: :class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece once with its left
-context recomputed; a stateful streaming decoder (``ttsq.inference.streaming_audio``) fits the same slot.
+without the scheduler: :class:`bench.engine.piecewise.PieceDecoder` decodes each piece once with its left
+context recomputed; a stateful streaming decoder (``ttsq.inference.audio.streaming``) fits the same slot.
 
 :class:`RowAudio` is one *run* of one row: a row put back in the queue (out of memory, a suspect step) runs again
 from its prompt with a new one, and the scheduler skips the samples it already handed on (a row's codes depend only
@@ -20,13 +20,13 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.inference.rows import audible
+from ttsq.inference.chattts_rows import audible
 
 __all__ = ["AudioPieces", "Piecing", "RowAudio", "keep_ahead"]
 
 
 class AudioPieces(Protocol):
-    """One row's audio decoder, fed its states as they come (:class:`~ttsq.inference.piecewise_audio.PieceDecoder`)."""
+    """One row's audio decoder, fed its states as they come (:class:`~bench.engine.piecewise.PieceDecoder`)."""
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Take the row's next states ``[tokens, hidden]``; return the waveform samples now ready (maybe none)."""

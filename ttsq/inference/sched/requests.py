@@ -1,8 +1,8 @@
 """What the scheduler schedules: a request's and a row's state, a row's sampling, and a row's audio.
 
-:class:`~ttsq.inference.scheduler.Scheduler` decides which row takes which slot when; this module holds what it
+:class:`~ttsq.inference.sched.scheduler.Scheduler` decides which row takes which slot when; this module holds what it
 moves around (:class:`RequestState`, :class:`RowState`) and the work on a row's audio (:class:`AudioWork`): decoded
-whole when the row ends, or in pieces while its states are generated (:class:`~ttsq.inference.pieces.Piecing`), in
+whole when the row ends, or in pieces while its states are generated (:class:`~ttsq.inference.audio.pieces.Piecing`), in
 the audio thread beside the decode loop (ranked as the row, in the order asked) or inline, and handed back as
 :class:`PieceReady` events and, at the row's end, to the scheduler, whose bookkeeping of the request it is.
 """
@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.reference_audio import MAX_REFERENCE_S
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.pieces import Piecing, RowAudio
 from ttsq.inference.base import (
     BatchEvent,
     ChunkAudio,
@@ -32,10 +32,10 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import Prefilled, RowParams, stream_seed
-from ttsq.inference.pieces import Piecing, RowAudio
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import Prefilled, RowParams, stream_seed
 from ttsq.inference.playback import Listener
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.sched.background import RankedExecutor
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,7 @@ __all__ = [
     "typed",
 ]
 
-log = logging.getLogger("ttsq.inference.scheduler")  # the scheduler's story, one logger
+log = logging.getLogger("ttsq.inference.sched.scheduler")  # the scheduler's story, one logger
 
 CODE_REPETITION_PENALTY = 1.05
 """ChatTTS's ``InferCodeParams`` default; ttsq has always used it."""

@@ -1,11 +1,11 @@
 """A row's first audio a few dozen decode steps in, and every sample after it exact.
 
-:class:`~ttsq.inference.streaming_audio.StreamingDecoder` decodes each state once and its samples are the whole
+:class:`~ttsq.inference.audio.streaming.StreamingDecoder` decodes each state once and its samples are the whole
 decode's, but a sample can only come once every state its receptive field reaches exists: ``delay`` tokens after its
 own, 52 on ChatTTS's layers (9 on the tiny checkpoint). A first audio 52 steps into a sentence, plus a piece, is
 later than a voice agent wants. So :class:`LeadThenExact` hands out a *lead* as soon as ``first + lookahead`` states
 exist: the streamed decode's exact samples so far, then what the stream would add if the row ended there
-(:meth:`~ttsq.inference.streaming_audio.StreamingDecoder.preview`), which is the whole decode of those states, as if
+(:meth:`~ttsq.inference.audio.streaming.StreamingDecoder.preview`), which is the whole decode of those states, as if
 they were the row, up to the end of the first ``first`` tokens. Below the field (``lookahead < delay``) the lead's
 last samples are an approximation, off where the states' end cuts their field (``bench.engine.lookahead`` measures by
 how much for each look-ahead). The streamed decode takes over where the lead ends: its samples before that are
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.inference.streaming_audio import StreamingDecoder
+from ttsq.inference.audio.streaming import StreamingDecoder
 
 __all__ = ["FADE_SAMPLES", "STREAM_RUN_TOKENS", "LeadThenExact"]
 
@@ -45,7 +45,7 @@ _EMPTY = np.zeros(0, dtype=np.float32)
 class LeadThenExact:
     """One row's audio: a lead of ``first`` tokens soon, then the streamed decode (see the module docstring).
 
-    The same interface as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`: :meth:`add` takes the row's new
+    The same interface as :class:`~bench.engine.piecewise.PieceDecoder`: :meth:`add` takes the row's new
     states and returns the samples that are ready, :meth:`finish` the rest once the row ended.
     """
 

@@ -3,9 +3,9 @@
 ``ENGINE_BACKEND=ttsq``, and the default on a CPU (``auto``; on CUDA ``auto`` keeps the reference
 engine until a GPU run has confirmed this one there).
 
-It is :class:`~ttsq.inference.chattts.ChatTTSEngine` (loading, voices, text normalisation and
+It is :class:`~ttsq.inference.engines.chattts.ChatTTSEngine` (loading, voices, text normalisation and
 splitting, device statistics are shared) with ChatTTS's generation loop replaced by
-:class:`~ttsq.inference.scheduler.Scheduler` over :class:`~ttsq.inference.decoder.SlotDecoder`:
+:class:`~ttsq.inference.sched.scheduler.Scheduler` over :class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder`:
 any mix of voices, parameters and seeds shares a step, each row's audio is what ChatTTS gives that
 row alone, and a slot is refilled as soon as its row ends.
 """
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
 from ttsq.domain.reference_audio import MAX_CHARS_PER_S, reference_positions
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.lead import STREAM_RUN_TOKENS, LeadThenExact
+from ttsq.inference.audio.pieces import AudioPieces, Piecing, keep_ahead
+from ttsq.inference.audio.streaming import streaming_decoder
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
-from ttsq.inference.decoder import DecoderShape, SlotDecoder
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
-from ttsq.inference.pieces import AudioPieces, Piecing, keep_ahead
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduler import DecodeLimits, Scheduler
-from ttsq.inference.streaming_audio import streaming_decoder
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.chattts import ChatTTSEngine, EngineConfig
+from ttsq.inference.gpt.slot_decoder import DecoderShape, SlotDecoder
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.scheduler import DecodeLimits, Scheduler
 
 if TYPE_CHECKING:
     import torch
@@ -125,7 +125,7 @@ class DecoderEngine(ChatTTSEngine):
     def _piecing(self) -> Piecing | None:
         """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded
         ahead of the field once ``tokens + lookahead`` states exist, the rest streamed exactly, each state through
-        the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
+        the layers once (:class:`~ttsq.inference.audio.lead.LeadThenExact`)."""
         if self.pieces is None:
             return None
         tokens, lookahead = self.pieces
