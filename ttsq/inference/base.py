@@ -49,6 +49,7 @@ __all__ = [
     "SynthesisRequest",
     "TransientError",
     "synthesize",
+    "typed",
 ]
 
 
@@ -350,3 +351,19 @@ def synthesize(engine: Engine, req: SynthesisRequest) -> npt.NDArray[np.float32]
     if samples.size == 0:
         raise TransientError("model produced no audio")
     return samples
+
+
+def typed(exc: BaseException) -> BaseException:
+    """An engine failure in the engine contract's types (torch's OOM included), so the worker need not know torch."""
+    if isinstance(exc, InferenceError):
+        return exc
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return OutOfMemory(str(exc))
+    except ImportError:  # pragma: no cover - torch is always there when a decoder runs
+        pass
+    if isinstance(exc, ValueError):
+        return PermanentError(str(exc))
+    return TransientError(f"{type(exc).__name__}: {exc}")
