@@ -34,7 +34,8 @@ lint: install
 
 typecheck: install agent-clients
 	$(VENV)/bin/mypy .
-	cd integrations && ../var/agents-venv/bin/mypy --strict --explicit-package-bases livekit/plugins/ttsq/__init__.py ttsq_pipecat/__init__.py
+	cd integrations && MYPYPATH=livekit-plugins-ttsq:ttsq-pipecat ../var/agents-venv/bin/mypy --strict --explicit-package-bases \
+		livekit-plugins-ttsq/livekit ttsq-pipecat/ttsq_pipecat
 
 ## Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
 ## its order stay in one process, and the second CPU core works while the first waits on a worker process.
