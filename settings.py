@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.api.service import DrawConfig, ServiceConfig
     from ttsq.domain.pronunciation import DictionaryLimits
     from ttsq.inference.engines.chattts import EngineConfig
+    from ttsq.inference.engines.factory import BackendConfig
     from ttsq.inference.engines.faults import FaultConfig
     from ttsq.runtime.deliverer import WebhookConfig
     from ttsq.runtime.worker import WorkerConfig
@@ -1087,6 +1088,13 @@ class Settings(BaseSettings):
         from ttsq.inference.engines.chattts import EngineConfig
 
         return self._project(EngineConfig, model_source=self.model_dir())
+
+    def backend_config(self) -> BackendConfig:
+        """Which engine backend the worker serves with, and how ttsq's decoder runs (``ENGINE_BACKEND`` and its kin)."""
+        from ttsq.inference.engines.factory import BackendConfig
+
+        playback = self.stream_scheduling == "playback"
+        return self._project(BackendConfig, playback_margin_s=self.playback_margin_s if playback else None)
 
     def worker_config(self) -> WorkerConfig:
         from ttsq.runtime.worker import WorkerConfig
