@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bench.engine.piecewise import Decode
 from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
+from ttsq.inference.audio.handoff import Cadence
 from ttsq.inference.audio.lead import LeadThenExact
 from ttsq.inference.audio.streaming import streaming_decoder
 
@@ -20,9 +21,7 @@ PER_TOKEN = 512
 
 
 def lead_decoder(chat: Any, first: int, lookahead: int, fade: int = 256, piece: int = 1) -> LeadThenExact:  # noqa: F811
-    return LeadThenExact(
-        streaming_decoder(chat, piece=piece), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
-    )
+    return LeadThenExact(streaming_decoder(chat, run_tokens=piece), Cadence(first, lookahead), fade=fade)
 
 
 def run(decoder: LeadThenExact, states: npt.NDArray[np.float32], sizes: list[int]) -> tuple[npt.NDArray[np.float32], int | None]:

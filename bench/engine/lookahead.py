@@ -1,4 +1,4 @@
-"""How exact is a row's audio decoded in pieces, for each look-ahead? (issue 31, :mod:`bench.engine.piecewise`)
+"""How exact is a row's audio decoded in pieces, for each look-ahead? (:mod:`bench.engine.piecewise`)
 
 ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weights, seeded: the tiny checkpoint's
 dimensions and ChatTTS's real ones), their receptive field is measured, and random GPT states of a few lengths are

@@ -218,7 +218,7 @@ class Batcher(Protocol):
     stats: BatcherStats
     keep_ahead: float | None
     """The longest step, as a share of a token's audio, at which a streamed row keeps its listener fed from its first
-    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.audio.pieces.keep_ahead`); None: no bound of its
+    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.audio.handoff.keep_ahead`); None: no bound of its
     own (the worker's ``STREAM_RTF_TARGET`` alone)."""
 
     @property

@@ -104,7 +104,7 @@ class ChatTTSRows:
 
     def speaker_prompt(self, wav: npt.NDArray[np.float32], max_seconds: float) -> str:
         """The speaker prompt of a decoded wave as it comes (near-silent samples kept), cut to ``max_seconds``: what
-        :meth:`audio_and_prompt` makes, for a wave decoded in pieces (:mod:`ttsq.inference.audio.pieces`)."""
+        :meth:`audio_and_prompt` makes, for a wave decoded in pieces (:mod:`ttsq.inference.audio.handoff`)."""
         import torch
 
         with torch.inference_mode():

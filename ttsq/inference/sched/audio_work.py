@@ -1,5 +1,5 @@
 """A scheduler's audio work: each row's audio, decoded whole when the row ends or in pieces while its states are
-generated (:class:`~ttsq.inference.audio.pieces.Piecing`), in the audio thread beside the decode loop (ranked as the
+generated (:class:`~ttsq.inference.audio.handoff.HandOff`), in the audio thread beside the decode loop (ranked as the
 row, in the order asked) or inline, and handed back as :class:`PieceReady` events and, at the row's end, to the
 scheduler, whose bookkeeping of the request it is.
 
@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.inference.audio.pieces import Piecing, RowAudio
+from ttsq.inference.audio.handoff import HandOff, RowAudio
 from ttsq.inference.base import BatchEvent, PieceReady, typed
 from ttsq.inference.chattts_rows import ChatTTSRows
 from ttsq.inference.sched.background import RankedExecutor
@@ -56,7 +56,7 @@ class AudioWork:
         rows: ChatTTSRows,
         limits: DecodeLimits,
         pool: RankedExecutor | None,
-        pieces: Piecing | None,
+        pieces: HandOff | None,
         clock: Callable[[], float],
         *,
         alive: Callable[[RequestState], bool],
@@ -97,7 +97,7 @@ class AudioWork:
             if row.audio is None or row.slot is None:
                 continue
             row.tokens += 1
-            due = pieces.first if row.handed == 0 else row.handed + pieces.tokens
+            due = pieces.cadence.first if row.handed == 0 else row.handed + pieces.cadence.piece_tokens
             if row.tokens < due:
                 continue
             assert hiddens is not None

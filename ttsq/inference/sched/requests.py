@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.reference_audio import MAX_REFERENCE_S
-from ttsq.inference.audio.pieces import RowAudio
+from ttsq.inference.audio.handoff import RowAudio
 from ttsq.inference.base import ChunkAudio, SynthesisRequest
 from ttsq.inference.gpt.slot_decoder import Prefilled, RowParams, stream_seed
 from ttsq.inference.playback import Listener

@@ -17,7 +17,7 @@ prefilled ahead of their admission, and a finished row's audio is decoded while 
 places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
 the same pure function of the row as inline, so a row's result does not change.
 
-With ``pieces`` (:class:`~ttsq.inference.audio.pieces.Piecing`), a code row's audio does not wait for its end: every few
+With ``pieces`` (:class:`~ttsq.inference.audio.handoff.HandOff`), a code row's audio does not wait for its end: every few
 steps its new GPT states go to its own piece decoder (in the audio thread, in order, where there is one) and the
 samples that are ready come out as :class:`PieceReady` events; the row's :class:`ChunkReady` then carries the whole
 chunk, which begins with exactly those pieces. A row that runs again from its prompt (out of memory, a suspect
@@ -46,7 +46,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.text import detect_language
-from ttsq.inference.audio.pieces import Piecing
+from ttsq.inference.audio.handoff import HandOff
 from ttsq.inference.base import (
     BatcherStats,
     BatchEvent,
@@ -105,7 +105,7 @@ class Scheduler:
         first_chunk_slots: int = 0,
         head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
-        pieces: Piecing | None = None,
+        pieces: HandOff | None = None,
         clock: Callable[[], float] = time.monotonic,
         playback_margin_s: float | None = None,
         build_text_now: bool = False,
