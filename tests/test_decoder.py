@@ -595,7 +595,7 @@ def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(eng
 def test_a_request_that_fails_while_its_first_chunk_waits_for_its_prefill_leaves_nothing_behind(
     engine64: DecoderEngine,
 ) -> None:
-    """Found 5 (issue 30): its second chunk's prefill failed while its first chunk's was still running, so the first
+    """A regression: its second chunk's prefill failed while its first chunk's was still running, so the first
     chunk was set aside in that admission pass and put back after the request had failed: it then took a slot and
     decoded to its end for audio nobody would receive."""
     from concurrent.futures import Future
@@ -942,7 +942,7 @@ def test_float32_rows_as_served_sample_chattts_float32_codes(tiny_decoder_engine
 
 
 def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives_its_failure(engine64: DecoderEngine) -> None:
-    """Found 4 (issue 30): the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
+    """A regression: the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
     mid-serving, stalling every row, and its build error escaped the inference thread. A worker's batcher builds it
     now, before the worker is ready; a build that fails is logged, refine_text requests fail with its reason, and
     every other request is served."""
@@ -967,7 +967,7 @@ def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives
 def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_ones_for_a_while(
     engine64: DecoderEngine,
 ) -> None:
-    """Found 6 (issue 30): the KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
+    """The KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
     away. Out of memory while admitting a row (its prefill) now leaves the rows in flight decoding, holds the slot limit
     at their number, and puts the row back: every row is admitted once, and the audio is what it is without the fault."""
     reqs = requests(engine64, 4)

@@ -1,4 +1,4 @@
-"""Audio within a chunk, as it is generated (issue 31): the scheduler hands each code row's states to its piece
+"""Audio within a chunk, as it is generated: the scheduler hands each code row's states to its piece
 decoder every few steps and sends the audio that is ready as :class:`PieceReady` events before the chunk ends.
 Real tiny ChatTTS: its GPT, decoder and Vocos."""
 

@@ -4,7 +4,7 @@
 thread, oneDNN-packed float32 weights as served on a CPU) take the same rows on the same schedule: ``2 x slots`` rows,
 row ``i`` arriving at step ``i x SPACING x 8 / slots`` (waiting for a slot if none is free), each running exactly its
 own number of tokens (``LENGTHS`` in turn, 40-250) and leaving: the slots about two-thirds full. One decoder compacts
-before every step, as the scheduler does; the other never does, as before issue 30's compaction. Their steps are
+before every step, as the scheduler does; the other never does, as before compaction was built. Their steps are
 interleaved one by one, so the machine's noise falls on both alike.
 
 Per decoder: the slots its steps computed (the rows advanced plus the free slots inside each step's span), the CPU

@@ -2,7 +2,7 @@
 
     python -m bench.engine.cpu_gemm [--rounds 12] [--name cpu-gemm]
 
-Issue 30 asks a full-size batch-8 step of at most half the plain float32 step, with the same tokens. The step is its
+The target: a full-size batch-8 step of at most half the plain float32 step, with the same tokens. The step is its
 matrix products and little else (``bench.engine.cpu_matmul``: the oneDNN-packed products are ~80% of a batch-8 step),
 so this measures the products alone, on the full-size checkpoint's own fused weights (each layer's q/k/v, output,
 gate/up and down projections, and the four code heads, as ``ttsq.inference.gpt.layers`` multiplies them), at batch 1 and 8,

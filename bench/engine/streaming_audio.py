@@ -1,6 +1,6 @@
 """What does a row's audio cost decoded as its states arrive? The streaming decoder beside the piecewise one.
 
-Issue 31 asked for a chunk's decode CPU within 1.5x of its single whole decode. ChatTTS's decoder and Vocos are built
+The target: a chunk's decode CPU within 1.5x of its single whole decode. ChatTTS's decoder and Vocos are built
 as ``Chat._load`` builds them (random weights, seeded; the tiny checkpoint's dimensions and ChatTTS's real ones) and
 random GPT states of a few lengths are handed over one token at a time, as the decoder makes them, to
 :class:`ttsq.inference.audio.streaming.StreamingDecoder` (each convolution keeps its left context; runs of 4, 8, 16 and

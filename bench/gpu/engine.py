@@ -95,7 +95,8 @@ class Recorder:
 @contextlib.contextmanager
 def _scraping(on: bool) -> Iterator[list[int]]:
     """While the block runs (a CUDA graph capture), another thread calls ``torch.cuda.mem_get_info`` over and over, as a
-    metrics scrape does: the capture must not fail for it (issue 30, Found 4). Yields ``[calls made]``, final on exit."""
+    metrics scrape does: the capture must not fail for it (it once did, in torch's default capture mode). Yields
+    ``[calls made]``, final on exit."""
     calls = [0]
     if not on:
         yield calls

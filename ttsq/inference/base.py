@@ -154,7 +154,7 @@ class ChunkReady:
 
 @dataclass(frozen=True)
 class PieceReady:
-    """The next samples of a chunk still being generated (issue 31: audio within a chunk, as it is generated).
+    """The next samples of a chunk still being generated (audio within a chunk, as it is generated: a *piece*).
 
     A chunk's pieces come in order, each continuing the last; its :class:`ChunkReady` follows with the whole chunk,
     whose samples begin with exactly the pieces' samples joined (the rest is its tail). Only audible samples, as in

@@ -59,15 +59,17 @@ from ttsq.inference.engines.normalize import TextNormalizer
 if TYPE_CHECKING:
     import torch
 
-    from ttsq.inference.gpt.slot_decoder import Precision
+    from ttsq.inference.gpt.layers import Precision
 
-__all__ = ["HUB_REPO", "ChatTTSEngine", "EngineConfig"]
+__all__ = ["HUB_REPO", "WARMUP_TOKENS", "ChatTTSEngine", "EngineConfig"]
 
 log = logging.getLogger(__name__)
 
 HUB_REPO = "2Noise/ChatTTS"
-_WARMUP_MAX_NEW_TOKEN = 64
-"""Warm-up exists to pay one-off costs (numba JIT, CUDA context, kernel selection); length adds nothing."""
+WARMUP_TOKENS = 16
+"""Tokens a warm-up synthesis runs to (both engines; the reference's ``prepare`` too). Warm-up exists to pay one-off
+costs (numba JIT, CUDA context, kernel selection, a compiled model's graphs, which ChatTTS compiles with dynamic
+shapes); length adds nothing."""
 
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -93,9 +95,9 @@ class EngineConfig:
     max_reference_s: float
     """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
     cpu_packed_weights: bool
-    precision: Precision
-    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.gpt.slot_decoder.Precision`)."""
     """ttsq's decoder on a CPU in float32: the GPT's projections and heads packed once for oneDNN (``CPU_PACKED_WEIGHTS``)."""
+    precision: Precision
+    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.gpt.layers.Precision`)."""
     warmup_text: str = "warm up."
 
 
@@ -119,12 +121,12 @@ def _cache_jit_kernels(module: Any) -> None:
     """Keep the numba kernels of ``module`` (ChatTTS's text normalizer) in numba's on-disk cache.
 
     ChatTTS declares them ``@jit(nopython=True)`` without ``cache=True``, so every process compiled them
-    again on its first request (the warm-up): about 1 s of the ~8 s of CPU a worker start costs on a
-    2-core machine (8.3 → 7.4 s, mean of three starts each, 2026-12-01), paid again by every restart and
-    every worker the tests start. ``enable_caching`` is what ``cache=True`` does: the machine code is kept
-    where numba finds a writable place (beside the package, ``NUMBA_CACHE_DIR``, or the user's cache
-    directory) and numba itself discards it when the source, numba or the CPU changes. Where there is no
-    such place (a read-only image) nothing changes: each process compiles them, as before.
+    again on its first request (the warm-up): an eighth of the CPU a worker start costs (BENCHMARKS.md,
+    "Measured once"), paid again by every restart and every worker the tests start. ``enable_caching`` is
+    what ``cache=True`` does: the machine code is kept where numba finds a writable place (beside the
+    package, ``NUMBA_CACHE_DIR``, or the user's cache directory) and numba itself discards it when the
+    source, numba or the CPU changes. Where there is no such place (a read-only image) nothing changes:
+    each process compiles them, as before.
     """
     from numba.core.dispatcher import Dispatcher
 
@@ -302,7 +304,7 @@ class ChatTTSEngine:
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
         chat = self._loaded_chat()
         lang = detect_language(request.text)
-        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, WARMUP_TOKENS))
 
     def speaker_from_seed(self, seed: int) -> str:
         """A reproducible random voice for ``seed``, the same on every device.
@@ -527,7 +529,7 @@ class ChatTTSEngine:
         lang = detect_language(request.text)
         text = self._split(request, lang)[0]
         for size in self._buckets:
-            self._infer(chat, [text] * size, lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+            self._infer(chat, [text] * size, lang, request, min(self.config.max_new_token, WARMUP_TOKENS))
 
     def release_memory(self) -> None:
         """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).

@@ -27,7 +27,7 @@ from ttsq.inference.audio.lead import LeadThenExact
 from ttsq.inference.audio.streaming import streaming_decoder
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts_rows import ChatTTSRows
-from ttsq.inference.engines.chattts import ChatTTSEngine, EngineConfig
+from ttsq.inference.engines.chattts import WARMUP_TOKENS, ChatTTSEngine, EngineConfig
 from ttsq.inference.gpt.slot_decoder import DecoderShape, SlotDecoder
 from ttsq.inference.sched.background import RankedExecutor
 from ttsq.inference.sched.scheduler import DecodeLimits, Scheduler
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 _PROMPT_MARGIN = 16
 """Positions beyond the text itself: ``[Stts][spk_emb][speed_N]…[Ptts]``, and room for tokenizer surprises."""
-_WARMUP_TOKENS = 16
 
 
 def prompt_budget(max_chunk_chars: int, refine_max_new_token: int, max_reference_s: float = 0.0) -> tuple[int, int]:
@@ -263,7 +262,7 @@ class DecoderEngine(ChatTTSEngine):
         if self._normalizer is not None:
             self._normalizer.preload(("zh", "en"))
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
-        limits = self._limits(min(self.config.max_new_token, _WARMUP_TOKENS))
+        limits = self._limits(min(self.config.max_new_token, WARMUP_TOKENS))
         scheduler = self._scheduler(1, limits, oom_recover_s=0.0, capture=False)
         for _ in _drain(scheduler, [request]):
             pass
@@ -279,7 +278,7 @@ class DecoderEngine(ChatTTSEngine):
         requests = [SynthesisRequest(text=text, speaker=speaker, seed=seed) for seed in range(batch)]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        # The path that serves (issue 30, Found 3): with CUDA_GRAPHS, the captured whole-cache step, whose cost grows
+        # The path that serves: with CUDA_GRAPHS, the captured whole-cache step, whose cost grows
         # with the batch, not the eager windowed one. Its capture (memory pools included in the peak) is not timed.
         scheduler = self._scheduler(batch, self._limits(tokens), oom_recover_s=0.0, capture=True)
         torch.cuda.synchronize()

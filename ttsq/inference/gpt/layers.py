@@ -68,9 +68,8 @@ class Layer:
 
 
 _PACK_BATCH_HINT = 8
-"""The batch oneDNN lays packed weights out for. Measured here (full-size projections, one thread):
-packed for 8, batch 1 and 8 both ran fastest (39 and 50 ms for the GPT's matmuls, against 58 and
-54 ms packed for 1, and 57 and 130 ms through MKL on plain weights); packing for 32 was no better at 32."""
+"""The batch oneDNN lays packed weights out for: packed for 8, a decode step's matmuls ran fastest at batch 1 and at 8
+alike, where packing for 1 slowed batch 8 and packing for 32 gained nothing at 32 (BENCHMARKS.md, "Measured once")."""
 
 
 def packs_weights(device: torch.device, dtype: torch.dtype) -> bool:

@@ -256,7 +256,7 @@ class SlotDecoder:
 
     def prefill_many(self, prompts: Sequence[torch.Tensor]) -> list[Prefilled]:
         """Run rows' prompts ((positions, hidden) embeddings) through the GPT, several in one pass: on a GPU, rows
-        admitted together cost one pass's kernel launches instead of one per row (issue 30). Touches no slot: another
+        admitted together cost one pass's kernel launches instead of one per row. Touches no slot: another
         thread may run it while this decoder steps (it reads only the weights).
 
         Prompts are right-padded to the longest of their group, and attention is causal, so no position of a row sees

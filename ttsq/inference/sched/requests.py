@@ -192,7 +192,7 @@ def chunk_audio(row: RowState, samples: npt.NDArray[np.float32]) -> ChunkAudio:
 
 
 def log_first_audio(row: RowState, steps: int) -> None:
-    """Log when a request's first audio comes (issue 31: after how many steps of its first chunk)."""
+    """Log when a request's first audio comes: after how many steps of its first chunk."""
     request = row.request
     if row.index == 0 and not request.first_heard:
         request.first_heard = True
