@@ -27,9 +27,6 @@ __all__ = [
     "TaskFailed",
     "TaskNotFound",
     "VoiceNotFound",
-    "raise_for_status",
-    "response_json",
-    "retry_after_s",
 ]
 
 

@@ -25,11 +25,10 @@ from urllib.parse import quote
 
 import httpx
 
+from ttsq.client import errors
+from ttsq.client.errors import *  # noqa: F403 - the SDK's errors are the client's (__all__ += errors.__all__)
 from ttsq.client.errors import (
-    Conflict,
     ConnectionFailed,
-    InvalidRequest,
-    NotFound,
     NotReady,
     ServiceBusy,
     TaskFailed,
@@ -44,24 +43,8 @@ from ttsq.client.errors import (
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = [
-    "AsyncTTSClient",
-    "Conflict",
-    "ConnectionFailed",
-    "InvalidRequest",
-    "NotFound",
-    "NotReady",
-    "ServiceBusy",
-    "Submitted",
-    "SynthesisOptions",
-    "TTSClient",
-    "TTSError",
-    "TaskFailed",
-    "TaskNotFound",
-    "TaskStatus",
-    "Voice",
-    "VoiceNotFound",
-]
+__all__ = ["AsyncTTSClient", "Submitted", "SynthesisOptions", "TTSClient", "TaskStatus", "Voice"]
+__all__ += errors.__all__
 
 StatusName = Literal["queued", "running", "done", "failed"]
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
