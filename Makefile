@@ -1,4 +1,4 @@
-# ttsq — run it with `make up`, test it with `make test`.
+# ttsq — run it with `make up`, test it with `make test`; `make help` lists every target.
 PYTHON_BASE ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
@@ -6,9 +6,15 @@ MODEL       ?= hub
 WORKERS     ?= 1
 PORT        ?= 8000
 
-.PHONY: up test lint typecheck pytest install agent-clients chromium prometheus debian-redis tiny-checkpoint loadtest bench bench-quick clean
+.DEFAULT_GOAL := help
+.PHONY: help up test unit lint types typecheck pytest install agent-clients chromium prometheus debian-redis tiny-checkpoint loadtest bench bench-quick clean
 
-## Install everything into .venv (once; again when pyproject.toml changes).
+## Every target here and in the included *.mk files, with its ## line.
+help:
+	@awk '/^## /{doc = doc (doc == "" ? "" : " ") substr($$0, 4); next} \
+		/^[a-z][a-z0-9-]*:([^=]|$$)/{split($$0, rule, ":"); printf "  %-18s %s\n", rule[1], (doc == "" ? "(no ## line)" : doc)} \
+		{doc = ""}' $(MAKEFILE_LIST)
+
 # torch and torchaudio must come as a matched pair: ChatTTS imports torchaudio, and 2.9.1 is the
 # newest pair whose torchaudio wheels load on these machines (the CUDA build runs on CPU too).
 $(VENV)/.installed: pyproject.toml
@@ -18,6 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
+## Install everything into .venv (once; again when pyproject.toml changes).
 install: $(VENV)/.installed
 
 ## Run Redis (embedded unless REDIS_URL is set), $(WORKERS) worker(s) and the API on 127.0.0.1:$(PORT).
@@ -27,18 +34,50 @@ up: install
 ## Lint, type-check and run every test (the same command CI runs).
 test: install lint typecheck pytest
 
-## ruff, and the layer rule: pyproject.toml [tool.importlinter] (HTTP and worker on top, the domain at the bottom).
+# The unit tests: in one process, no worker loop and no process started, with at most a real redis-server (the bundled
+# one) and the tiny checkpoint; none needs chromium, prometheus, the TLS redis-server, the agents' venv or the deployment
+# tools. By wing, as they will move to tests/unit/<wing>/ (then this list becomes that folder).
+UNIT_TESTS := \
+	tests/test_text.py tests/test_text_stream.py tests/test_cache_key.py tests/test_audio.py tests/test_reference_audio.py \
+	tests/test_encoders.py tests/test_draw.py tests/test_pronunciation.py tests/test_sampling.py \
+	tests/test_queue.py tests/test_claims.py tests/test_fairness.py tests/test_cache.py tests/test_listener.py \
+	tests/test_shards.py tests/test_replies.py tests/test_heartbeats.py tests/test_clock.py tests/test_deliveries.py \
+	tests/test_upkeep.py tests/test_collector.py tests/test_sdnotify.py tests/test_speakers.py \
+	tests/test_inference_thread.py tests/test_voice_encoder_loop.py tests/test_poison_isolation.py \
+	tests/test_background.py tests/test_playback.py tests/test_streaming_audio.py tests/test_lead_audio.py \
+	tests/test_piecewise_audio.py tests/test_normalize.py tests/test_checkpoint_sizes.py tests/test_reference_voices.py \
+	tests/test_consistent_voice.py \
+	tests/api/test_submit.py tests/api/test_query.py tests/api/test_events.py tests/api/test_voices.py \
+	tests/api/test_cache_api.py tests/api/test_long_poll.py tests/api/test_abandon.py tests/api/test_tenants.py \
+	tests/api/test_stream_slots.py tests/api/test_stream_admission_api.py tests/api/test_openai_errors.py \
+	tests/api/test_voice_tenancy.py tests/api/test_key_policy.py tests/api/test_until_revoked.py \
+	tests/test_architecture.py tests/test_docs.py tests/test_settings.py tests/test_make.py
+
+## The fast loop: lint, types and the unit tests (UNIT_TESTS), with none of the heavy installs (under 3 minutes here).
+unit: install lint types
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile -q $(UNIT_TESTS)
+
+## ruff; the import contracts (pyproject.toml [tool.importlinter]: the layers, and the rooms and wings inside them); no
+## class over 25 methods and no module over 600 lines (scripts/room_sizes.py).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/room_sizes.py
 
-typecheck: install agent-clients
+## mypy, strict, over the project (integrations/ is checked against the frameworks by make typecheck).
+types: install
 	$(VENV)/bin/mypy .
-	cd integrations && ../var/agents-venv/bin/mypy --strict --explicit-package-bases livekit/plugins/ttsq/__init__.py ttsq_pipecat/__init__.py
 
-## Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
-## its order stay in one process, and the second CPU core works while the first waits on a worker process.
+## make types, and ttsq's plugins in integrations/ checked with mypy --strict against the frameworks (var/agents-venv).
+typecheck: types agent-clients
+	cd integrations && MYPYPATH=livekit-plugins-ttsq:ttsq-pipecat ../var/agents-venv/bin/mypy --strict --explicit-package-bases \
+		livekit-plugins-ttsq/livekit ttsq-pipecat/ttsq_pipecat
+
+# Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
+# its order stay in one process, and the second CPU core works while the first waits on a worker process.
 PYTEST_PROCESSES ?= 2
+
+## Every test (what make test runs after lint and types), with everything the tests need installed first.
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
 	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40
 
@@ -59,40 +98,26 @@ prometheus:
 debian-redis:
 	scripts/install_debian_redis.sh
 
-## Benchmark suite, side by side, reported as ratios (~20 min + ~15 min for the decoder; results in bench/results/, see BENCHMARKS.md).
+## Benchmark suite, side by side, reported as ratios (~20 min + ~15 min for the decoder; results in bench/results/, see
+## BENCHMARKS.md); the list is bench/__main__.py's.
 bench: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
-	$(PY) -m bench.service.throughput
-	$(PY) -m bench.engine.decoder
-	$(PY) -m bench.engine.decoder_steps
-	$(PY) -m bench.engine.cpu_matmul
-	$(PY) -m bench.engine.cpu_gemm
-	$(PY) -m bench.engine.streaming_audio
-	$(PY) -m bench.engine.compaction
-	$(PY) -m bench.scale.shards
-	$(PY) -m bench.scale.sentinel
-	$(PY) -m bench.listening.encoders
-	$(PY) -m bench.listening.stream_formats
-	$(PY) -m bench.listening.listeners
-	$(PY) -m bench.listening.realtime
-	GC_FULL_COLLECTION_S=0 $(PY) -m bench.listening.listeners --results bench/results/listeners-cpython-gc.md  # control: CPython's collector
+	$(PY) -m bench
 
-## The same benchmarks as a short smoke run (a few minutes).
+## The same benchmarks as a short smoke run (a few minutes): those with a --quick form.
 bench-quick: install
 	$(VENV)/bin/pip install -q -e '.[dev,bench]'
-	$(PY) -m bench.service.throughput --quick
-	$(PY) -m bench.engine.decoder --quick --checkpoints tiny
-	$(PY) -m bench.scale.shards --quick
-	$(PY) -m bench.scale.sentinel --quick
-	$(PY) -m bench.listening.realtime --quick
+	$(PY) -m bench --quick
 
 ## Load-test a running service (start it first: make up MODEL=tiny). USERS, SPAWN_RATE, DURATION, CLASSES, HOST; reports in var/loadtest/.
 loadtest: install
 	HOST="$${HOST:-http://127.0.0.1:$(PORT)}" loadtest/run.sh
 
+## The tiny random-weight ChatTTS checkpoint the tests use, in var/tiny-checkpoint.
 tiny-checkpoint: install
 	$(PY) scripts/make_tiny_checkpoint.py var/tiny-checkpoint
 
+## Remove var/ and the tools' caches.
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache test-artifacts
 

@@ -46,8 +46,9 @@ if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.api.realtime import RealtimeConfig
     from ttsq.api.service import DrawConfig, ServiceConfig
     from ttsq.domain.pronunciation import DictionaryLimits
-    from ttsq.inference.chattts import EngineConfig
-    from ttsq.inference.faults import FaultConfig
+    from ttsq.inference.engines.chattts import EngineConfig
+    from ttsq.inference.engines.factory import BackendConfig
+    from ttsq.inference.engines.faults import FaultConfig
     from ttsq.runtime.deliverer import WebhookConfig
     from ttsq.runtime.worker import WorkerConfig
 
@@ -1084,9 +1085,16 @@ class Settings(BaseSettings):
         return [entry.strip() for entry in self.webhook_allow.split(",") if entry.strip()]
 
     def engine_config(self) -> EngineConfig:
-        from ttsq.inference.chattts import EngineConfig
+        from ttsq.inference.engines.chattts import EngineConfig
 
         return self._project(EngineConfig, model_source=self.model_dir())
+
+    def backend_config(self) -> BackendConfig:
+        """Which engine backend the worker serves with, and how ttsq's decoder runs (``ENGINE_BACKEND`` and its kin)."""
+        from ttsq.inference.engines.factory import BackendConfig
+
+        playback = self.stream_scheduling == "playback"
+        return self._project(BackendConfig, playback_margin_s=self.playback_margin_s if playback else None)
 
     def worker_config(self) -> WorkerConfig:
         from ttsq.runtime.worker import WorkerConfig
@@ -1101,7 +1109,7 @@ class Settings(BaseSettings):
         )
 
     def fault_config(self) -> FaultConfig:
-        from ttsq.inference.faults import FaultConfig
+        from ttsq.inference.engines.faults import FaultConfig
 
         return FaultConfig(
             mode=self.fault_mode, match=self.fault_match, oom_above_batch=self.fault_oom_above_batch, hang_s=self.fault_hang_s

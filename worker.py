@@ -48,47 +48,16 @@ def _alloc_conf_variable() -> str:
 
 
 def chattts_engine(settings: Settings) -> Engine:
-    """The production engine: ChatTTS's model decoded by ttsq (or by ChatTTS itself, ``ENGINE_BACKEND=chattts``),
-    wrapped for fault injection only when a test asks."""
-    from ttsq.inference.chattts import ChatTTSEngine
-    from ttsq.inference.checkpoint import build_tiny_checkpoint
-    from ttsq.inference.decoder_engine import DecoderEngine
-    from ttsq.inference.faults import FaultInjectingEngine
+    """The production engine (:func:`ttsq.inference.engines.factory.build_engine`: ChatTTS's model decoded by ttsq, or by
+    ChatTTS itself with ``ENGINE_BACKEND=chattts``), wrapped for fault injection only when a test asks; ``MODEL=tiny``
+    builds its checkpoint first."""
+    from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
+    from ttsq.inference.engines.factory import build_engine
 
     if settings.model == "tiny":
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
-    engine: Engine
-    if _engine_backend(settings) == "ttsq":
-        engine = DecoderEngine(
-            settings.engine_config(),
-            cuda_graphs=settings.cuda_graphs,
-            batch_invariant=settings.batch_invariant,
-            first_chunk_slots=settings.first_chunk_slots,
-            overlap=settings.overlap_prefill_and_audio,
-            head_start=None if settings.first_chunk_head_start == "auto" else settings.first_chunk_head_start,
-            playback_margin_s=settings.playback_margin_s if settings.stream_scheduling == "playback" else None,
-            pieces=(settings.piece_tokens, settings.piece_lookahead) if settings.piece_tokens > 0 else None,
-        )
-    else:
-        engine = ChatTTSEngine(settings.engine_config())
-    if settings.fault_mode != "none":
-        log.warning("FAULT INJECTION is on (test setting): mode=%s match=%r", settings.fault_mode, settings.fault_match)
-        engine = FaultInjectingEngine(engine, settings.fault_config())
-    return engine
-
-
-def _engine_backend(settings: Settings) -> str:
-    """``ENGINE_BACKEND=auto``: ttsq's decoder on a CPU, ChatTTS's own loop on CUDA until a GPU run confirms the decoder there."""
-    if settings.engine_backend != "auto":
-        return settings.engine_backend
-    device = settings.device
-    if device is None:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    backend = "chattts" if device.startswith("cuda") else "ttsq"
-    log.info("ENGINE_BACKEND=auto: %s on %s", backend, device)
-    return backend
+    faults = settings.fault_config() if settings.fault_mode != "none" else None
+    return build_engine(settings.engine_config(), settings.backend_config(), faults)
 
 
 async def _main(settings: Settings, make_engine: Callable[[Settings], Engine]) -> bool:

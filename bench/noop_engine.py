@@ -17,7 +17,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
 from ttsq.inference.base import Batcher, ChunkAudio, EngineStats, ModelInfo, SynthesisRequest
-from ttsq.inference.grouped import GroupedBatcher
+from ttsq.inference.sched.grouped import GroupedBatcher
 
 NOOP_LABEL = "no-op engine (benchmark stand-in)"
 

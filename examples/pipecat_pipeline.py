@@ -1,6 +1,6 @@
 """A Pipecat pipeline with ttsq as its TTS, fed an LLM's reply token by token; the audio goes to a WAV file.
 
-    pip install "pipecat-ai>=1.14" ./integrations
+    pip install ./integrations/ttsq-pipecat
     python examples/pipecat_pipeline.py http://127.0.0.1:8000 out.wav
 
 In an agent, ``transport.output()`` takes the place of the file writer, and an LLM service pushes the frames

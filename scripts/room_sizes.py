@@ -1,6 +1,10 @@
-"""How big the rooms of ``ttsq/`` are: every class with more than ``--max-methods`` methods and every module longer than
-``--max-lines`` lines (issue 29's limits: 30 and 800). A class of Redis key names (``ttsq/store/keys.py``) is a
-registry, not a room, and is left out. Prints what exceeds; exits 1 if anything does.
+"""How big the rooms are: no class in ``ttsq/`` or the top-level processes with more than ``--max-methods`` methods
+(25) and no module longer than ``--max-lines`` lines (600). A class at the limit is a sign to split it by concept, not
+to cut a file off: the limits leave room for what a concept gains later. Part of ``make lint``; exits 1 past a limit.
+
+Two kinds of exception, each named below with its reason: registries, which only name things and grow with what they
+name (``Keys``: one method a Redis key; ``settings.py``: one field a setting, and the configs each process reads), and
+rooms known to be too big, to split (each says so; the check fails once one fits, so that its line goes too).
 
     .venv/bin/python scripts/room_sizes.py [--all]
 """
@@ -13,20 +17,34 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REGISTRIES = {("ttsq/store/keys.py", "Keys")}
-"""Classes that only name things (one method a Redis key), allowed past the method limit."""
+
+REGISTRIES = {
+    "ttsq/store/keys.py:Keys": "a Redis key name per method",
+    "settings.py": "the field registry: one field a setting, each with its description, and the config each process reads",
+    "settings.py:Settings": "the field registry's validators and the configs it projects",
+}
+"""What only names things: allowed past the limits."""
+
+TO_SPLIT = {
+    "ttsq/store/queue.py": "to split: the job protocol and its scripts' callers in one module",
+    "ttsq/store/queue.py:JobQueue": "to split: the job protocol beside streams, heartbeats and the shared secret",
+    "ttsq/runtime/worker.py": "to split: the worker loop's module",
+    "ttsq/runtime/worker.py:Worker": "to split: the worker loop, its admission and its chores",
+}
+"""Known to be over a limit and left for their own change: each one is to be split by concept."""
 
 
-def rooms(package: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """Each module's line count, and each class's count of the methods defined in its own body."""
+def rooms() -> tuple[dict[str, int], dict[str, int]]:
+    """Each module's line count, and each class's count of the methods defined in its own body: the package and the
+    process modules at the top (``app.py``, the routers, ``worker.py``, ``settings.py``)."""
     modules: dict[str, int] = {}
     classes: dict[str, int] = {}
-    for path in sorted(package.rglob("*.py")):
+    for path in sorted([*ROOT.glob("*.py"), *(ROOT / "ttsq").rglob("*.py")]):
         name = path.relative_to(ROOT).as_posix()
         text = path.read_text(encoding="utf-8")
         modules[name] = len(text.splitlines())
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ClassDef) and (name, node.name) not in REGISTRIES:
+            if isinstance(node, ast.ClassDef):
                 methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
                 classes[f"{name}:{node.name}"] = len(methods)
     return modules, classes
@@ -34,21 +52,33 @@ def rooms(package: Path) -> tuple[dict[str, int], dict[str, int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-methods", type=int, default=30)
-    parser.add_argument("--max-lines", type=int, default=800)
+    parser.add_argument("--max-methods", type=int, default=25)
+    parser.add_argument("--max-lines", type=int, default=600)
     parser.add_argument("--all", action="store_true", help="list the ten largest of each, not only those over")
     args = parser.parse_args()
-    modules, classes = rooms(ROOT / "ttsq")
-    over = 0
+    modules, classes = rooms()
+    failures: list[str] = []
     limits = (("modules", modules, args.max_lines, "lines"), ("classes", classes, args.max_methods, "methods"))
     for title, sizes, limit, unit in limits:
         ranked = sorted(sizes.items(), key=lambda item: -item[1])
-        shown = ranked[:10] if args.all else [item for item in ranked if item[1] > limit]
-        over += sum(1 for _, size in ranked if size > limit)
-        print(f"{title} over {limit} {unit}:" if not args.all else f"largest {title} (limit {limit} {unit}):")
-        for name, size in shown:
-            print(f"  {size:5d}  {name}{'  OVER' if size > limit else ''}")
-    return 1 if over else 0
+        if args.all:
+            print(f"largest {title} (limit {limit} {unit}):")
+            for name, size in ranked[:10]:
+                print(f"  {size:5d}  {name}{'  OVER' if size > limit else ''}")
+        for name, size in ranked:
+            if size > limit and name not in REGISTRIES and name not in TO_SPLIT:
+                failures.append(f"{name}: {size} {unit}, over {limit}: split it by concept")
+        for name in TO_SPLIT:
+            if name in sizes and sizes[name] <= limit:
+                failures.append(f"{name}: {sizes[name]} {unit}, within {limit} now: take it off TO_SPLIT")
+            elif name in sizes and not args.all:
+                print(f"known, {TO_SPLIT[name]}: {name} ({sizes[name]} {unit})")
+    for name in [*REGISTRIES, *TO_SPLIT]:
+        if name not in modules and name not in classes:
+            failures.append(f"{name}: named as an exception, but there is no such module or class")
+    for failure in failures:
+        print(failure)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from settings import Settings
 from tests.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
-from ttsq.inference.faults import FaultConfig
+from ttsq.inference.engines.faults import FaultConfig
 from ttsq.store.connection import create_redis
 from ttsq.store.listener import JobListener, ListenerConfig
 from ttsq.store.queue import Claim, JobQueue, QueueConfig

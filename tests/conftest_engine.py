@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from settings import Settings
-from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
-from ttsq.inference.checkpoint import build_tiny_checkpoint
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine, EngineConfig
+from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY_CHECKPOINT_DIR = REPO_ROOT / "var" / "tiny-checkpoint"

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.sched.background import RankedExecutor
 
 
 def test_waiting_calls_run_lowest_rank_first_and_ties_in_submission_order() -> None:

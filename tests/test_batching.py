@@ -8,11 +8,11 @@ from redis.asyncio import Redis
 
 from tests.conftest import fault_config, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final
-from ttsq.domain.batching import AdaptiveBatchLimit, group_compatible, halves, slices
-from ttsq.domain.jobs import Job, Status
+from ttsq.domain.batching import AdaptiveBatchLimit
+from ttsq.domain.jobs import Status
 from ttsq.inference.base import Batcher, Engine, EngineWrapper, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 
 
 class RecordingEngine(EngineWrapper):
@@ -28,20 +28,6 @@ class RecordingEngine(EngineWrapper):
         return batcher
 
 
-def job(text: str, **overrides: Any) -> Job:
-    return Job(id=task_id(), params=params(text, **overrides), created_at=0.0, max_attempts=3)
-
-
-def test_jobs_are_grouped_by_speaker_and_sampling_parameters() -> None:
-    a1, a2 = job("one", speaker_seed=1, seed=10), job("two", speaker_seed=1, seed=11)
-    b = job("three", speaker_seed=2, seed=10)
-    fast = job("four", speaker_seed=1, speed=7)
-    hot = job("five", speaker_seed=1, temperature=0.9)
-    chinese = job("你好", speaker_seed=1)
-    groups = group_compatible([a1, b, a2, fast, hot, chinese])
-    assert [[j.id for j in g] for g in groups] == [[a1.id, a2.id], [b.id], [fast.id], [hot.id], [chinese.id]]
-
-
 def test_adaptive_limit_halves_then_recovers() -> None:
     limit = AdaptiveBatchLimit(max_batch=8, recover_after_s=60)
     assert limit.current(now=0) == 8
@@ -50,11 +36,6 @@ def test_adaptive_limit_halves_then_recovers() -> None:
     assert limit.current(now=30) == 2
     assert limit.current(now=62) == 8
     assert limit.shrink(1, now=70) == 1
-
-
-def test_halves_and_slices() -> None:
-    assert halves([1, 2, 3, 4, 5]) == [[1, 2, 3], [4, 5]]
-    assert slices([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
 
 
 async def enqueue_all(redis: Redis, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:

@@ -25,8 +25,8 @@ from ttsq.domain.blends import MAX_BLEND_COMPONENTS, BlendError, BlendPart, blen
 from ttsq.domain.jobs import Status
 from ttsq.domain.voices import Voice
 from ttsq.inference.base import SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 __all__ = ["engine64"]  # the fixture, imported from tests.test_decoder
 

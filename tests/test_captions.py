@@ -22,7 +22,7 @@ from ttsq.domain.captions import srt as to_srt
 from ttsq.domain.captions import vtt as to_vtt
 from ttsq.domain.jobs import Status
 from ttsq.inference.base import ChunkAudio
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.runtime.assembly import JobAudio
 from ttsq.runtime.worker import Worker
 from ttsq.store.cache import CachedAudio, ResultCache

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.checkpoint import (
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.checkpoint import (
     ASSET_FILES,
     CHECKPOINT_SIZES,
     MANIFEST_NAME,

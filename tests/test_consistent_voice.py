@@ -19,11 +19,11 @@ from tests.conftest_engine import TINY_ENGINE_CONFIG
 from tests.test_decoder import engine64, run
 from tests.test_reference_voices import TRANSCRIPT, recording
 from ttsq.inference.base import ChunkReady, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.decoder import RowParams, stream_seed
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.rows import ChatTTSRows, Prompt
-from ttsq.inference.scheduler import Scheduler
+from ttsq.inference.chattts_rows import ChatTTSRows, Prompt
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.gpt.slot_decoder import RowParams, stream_seed
+from ttsq.inference.sched.scheduler import Scheduler
 
 __all__ = ["engine64"]  # the fixture, imported from tests.test_decoder
 

@@ -30,12 +30,12 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.faults import FaultInjectingEngine
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduler import Scheduler
-from ttsq.inference.slot_rows import PREFILL_PADDING, prefill_groups
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, stream_seed
+from ttsq.inference.gpt.slots import PREFILL_PADDING, prefill_groups
+from ttsq.inference.sched.scheduler import Scheduler
 
 MAX_NEW = 24
 TEXTS = ["hello world how are you", "a b c d e f g", "ni hao shi jie", "the quick brown fox", "你好，世界。", "one two"]
@@ -595,7 +595,7 @@ def test_prefill_and_audio_beside_the_loop_give_every_request_the_same_audio(eng
 def test_a_request_that_fails_while_its_first_chunk_waits_for_its_prefill_leaves_nothing_behind(
     engine64: DecoderEngine,
 ) -> None:
-    """Found 5 (issue 30): its second chunk's prefill failed while its first chunk's was still running, so the first
+    """A regression: its second chunk's prefill failed while its first chunk's was still running, so the first
     chunk was set aside in that admission pass and put back after the request had failed: it then took a slot and
     decoded to its end for audio nobody would receive."""
     from concurrent.futures import Future
@@ -842,7 +842,7 @@ def test_a_cpu_decoder_asked_for_cuda_graphs_captures_none_and_does_not_log_that
     """CUDA_GRAPHS is on by default; on a CPU there is nothing to capture, and the worker's log said it had."""
     engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=True, batch_invariant=False, first_chunk_slots=1, overlap=False)
     engine.load()
-    caplog.set_level("INFO", logger="ttsq.inference.decoder_engine")
+    caplog.set_level("INFO", logger="ttsq.inference.engines.decoder_engine")
     scheduler = engine._scheduler(2, engine._limits(), oom_recover_s=60, capture=True, reserve=0)
     assert not scheduler.code.cuda_graphs
     assert "CUDA graphs" not in caplog.text
@@ -942,7 +942,7 @@ def test_float32_rows_as_served_sample_chattts_float32_codes(tiny_decoder_engine
 
 
 def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives_its_failure(engine64: DecoderEngine) -> None:
-    """Found 4 (issue 30): the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
+    """A regression: the refine-text decoder was built (on CUDA, captured) at the first refine_text request,
     mid-serving, stalling every row, and its build error escaped the inference thread. A worker's batcher builds it
     now, before the worker is ready; a build that fails is logged, refine_text requests fail with its reason, and
     every other request is served."""
@@ -967,7 +967,7 @@ def test_a_workers_batcher_builds_the_refine_decoder_before_serving_and_survives
 def test_out_of_memory_admitting_a_row_keeps_the_rows_in_flight_and_refuses_new_ones_for_a_while(
     engine64: DecoderEngine,
 ) -> None:
-    """Found 6 (issue 30): the KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
+    """The KV cache is preallocated, so evicting rows in flight frees nothing and throws their work
     away. Out of memory while admitting a row (its prefill) now leaves the rows in flight decoding, holds the slot limit
     at their number, and puts the row back: every row is admitted once, and the audio is what it is without the fault."""
     reqs = requests(engine64, 4)

@@ -29,15 +29,15 @@ from ttsq.inference.base import (
     TransientError,
     synthesize,
 )
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.checkpoint import (
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.checkpoint import (
     ASSET_FILES,
     MANIFEST_NAME,
     build_tiny_checkpoint,
     compute_sha256_map,
     sha256_key,
 )
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 
 SHORT = "Hello there, good day."
 LONG = "This is the first sentence of the text. Here comes a second one, a bit longer. And a third sentence closes it."

@@ -23,8 +23,8 @@ from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.batching import MemoryHygiene, Probe, bucket_for, bucket_sizes, plan_batch_limit
 from ttsq.domain.jobs import Status
 from ttsq.inference.base import DeviceMemory, Engine, EngineStats, EngineWrapper, ModelLoadError, SynthesisRequest, synthesize
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 
 GIB = 1 << 30
 MIB = 1 << 20

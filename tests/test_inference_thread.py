@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from ttsq.inference.base import SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.runtime.health import HeartbeatRecord
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 

@@ -1,5 +1,5 @@
 """A row's first audio comes once ``first + lookahead`` states exist, and everything after the first piece is the
-exact streamed decode (:mod:`ttsq.inference.lead_audio`), on the tiny checkpoint's real decoder and Vocos."""
+exact streamed decode (:mod:`ttsq.inference.audio.lead`), on the tiny checkpoint's real decoder and Vocos."""
 
 from __future__ import annotations
 
@@ -11,18 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.engine.piecewise import Decode
 from tests.test_streaming_audio import TOLERANCE, chat, hidden, whole  # noqa: F401 - the module fixtures
-from ttsq.inference.lead_audio import LeadThenExact
-from ttsq.inference.piecewise_audio import Decode
-from ttsq.inference.streaming_audio import streaming_decoder
+from ttsq.inference.audio.handoff import Cadence
+from ttsq.inference.audio.lead import LeadThenExact
+from ttsq.inference.audio.streaming import streaming_decoder
 
 PER_TOKEN = 512
 
 
 def lead_decoder(chat: Any, first: int, lookahead: int, fade: int = 256, piece: int = 1) -> LeadThenExact:  # noqa: F811
-    return LeadThenExact(
-        streaming_decoder(chat, piece=piece), first=first, lookahead=lookahead, samples_per_token=PER_TOKEN, fade=fade
-    )
+    return LeadThenExact(streaming_decoder(chat, run_tokens=piece), Cadence(first, lookahead), fade=fade)
 
 
 def run(decoder: LeadThenExact, states: npt.NDArray[np.float32], sizes: list[int]) -> tuple[npt.NDArray[np.float32], int | None]:

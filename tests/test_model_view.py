@@ -164,7 +164,7 @@ def test_the_documented_limits_keep_their_own_keys(model_tokens: Any, first: str
 
 @pytest.fixture(scope="module")
 def text_normalizer() -> Iterator[Any]:
-    from ttsq.inference.normalize import TextNormalizer
+    from ttsq.inference.engines.normalize import TextNormalizer
 
     normalizer = TextNormalizer()
     normalizer.preload(("zh", "en"))

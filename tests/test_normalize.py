@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ttsq.domain.text import CHATTTS_CONTROL_TOKENS
-from ttsq.inference.normalize import NormalizationUnavailableError, TextNormalizer
+from ttsq.inference.engines.normalize import NormalizationUnavailableError, TextNormalizer
 
 ASCII_DIGIT = re.compile(r"[0-9]")
 

@@ -1,4 +1,4 @@
-"""Audio within a chunk, as it is generated (issue 31): the scheduler hands each code row's states to its piece
+"""Audio within a chunk, as it is generated: the scheduler hands each code row's states to its piece
 decoder every few steps and sends the audio that is ready as :class:`PieceReady` events before the chunk ends.
 Real tiny ChatTTS: its GPT, decoder and Vocos."""
 
@@ -26,12 +26,12 @@ from tests.test_streaming import collect, streams_of
 from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, join_chunks
 from ttsq.domain.jobs import Status
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.handoff import Cadence, keep_ahead
+from ttsq.inference.audio.streaming import RUN_TOKENS
 from ttsq.inference.base import ChunkAudio, ChunkReady, OutOfMemory, PieceReady, SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS
-from ttsq.inference.pieces import keep_ahead
-from ttsq.inference.scheduler import Scheduler
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.scheduler import Scheduler
 from ttsq.runtime.assembly import JobAudio
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Completed
@@ -100,14 +100,14 @@ def test_a_300_token_chunk_is_heard_after_at_most_40_decode_steps_and_its_pieces
     assert DEFAULTS.piece_tokens + DEFAULTS.piece_lookahead <= 40
     made = scheduler(engine)
     made.add("long", request(engine))
-    with caplog.at_level(logging.INFO, logger="ttsq.inference.scheduler"):
+    with caplog.at_level(logging.INFO, logger="ttsq.inference.sched.scheduler"):
         heard = drain(made)
     assert heard.first_piece_step["long"] <= 40
     logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r"first audio after (\d+) decode steps", r.getMessage()))]
     assert logged and logged[0] <= 40
     pieces, chunk = heard.pieces["long"], heard.chunks["long"]
-    # The lead, then a piece each time the streamed decode runs its layers (every STREAM_RUN_TOKENS states).
-    assert len(pieces) >= 1 + (FORCED - DEFAULTS.piece_tokens) // STREAM_RUN_TOKENS - 1
+    # The lead, then a piece each time the streamed decode runs its layers (every RUN_TOKENS states).
+    assert len(pieces) >= 1 + (FORCED - DEFAULTS.piece_tokens) // RUN_TOKENS - 1
     joined = np.concatenate(pieces)
     assert joined.size < chunk.size and np.array_equal(chunk[: joined.size], joined)
     whole = scheduler(engine, pieces=False)
@@ -282,7 +282,7 @@ async def test_a_one_sentence_job_streams_its_chunk_in_pieces_and_stores_exactly
     assert job.status is Status.DONE and stored is not None and job.captions is not None
     assert registry.get_sample_value("ttsq_time_to_first_audio_seconds_count") == 1, "time to first audio, observed once"
     published = [fields for _, fields in entries if b"pcm" in fields]
-    assert len(published) >= 1 + (FORCED - DEFAULTS.piece_tokens) // STREAM_RUN_TOKENS - 1, "the chunk came in pieces"
+    assert len(published) >= 1 + (FORCED - DEFAULTS.piece_tokens) // RUN_TOKENS - 1, "the chunk came in pieces"
     assert [fields[b"partial"] for fields in published] == [b"1"] * (len(published) - 1) + [b"0"]
     assert b"".join(pieces) == decode_to_pcm16(stored), "the stored result is exactly the pieces joined"
     first_piece_ms = next(int(entry_id.split(b"-")[0]) for entry_id, fields in entries if b"pcm" in fields)
@@ -407,8 +407,8 @@ class _Scripted:
 def test_keep_ahead_is_the_tightest_ratio_of_audio_handed_on_to_steps_since_the_first(
     tokens_per_call: list[float], bound: float
 ) -> None:
-    assert keep_ahead(lambda: _Scripted(tokens_per_call), 32, 8, hidden=4, samples_per_token=512) == pytest.approx(bound)
+    assert keep_ahead(lambda: _Scripted(tokens_per_call), Cadence(32, 8), hidden=4) == pytest.approx(bound)
 
 
 def test_a_row_that_hands_on_nothing_keeps_ahead_of_no_listener() -> None:
-    assert keep_ahead(lambda: _Scripted([]), 32, 8, hidden=4, samples_per_token=512) == 0.0
+    assert keep_ahead(lambda: _Scripted([]), Cadence(32, 8), hidden=4) == 0.0

@@ -1,5 +1,5 @@
 """A row's audio decoded in pieces as its states arrive equals its whole decode, at the measured look-ahead
-(:mod:`ttsq.inference.piecewise_audio`), on the tiny checkpoint's real decoder and Vocos."""
+(:mod:`bench.engine.piecewise`), on the tiny checkpoint's real decoder and Vocos."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.engine.piecewise import AudioField, Decode, PieceDecoder, chat_decode, measure_field
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.piecewise_audio import AudioField, Decode, PieceDecoder, chat_decode, measure_field
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 
 @pytest.fixture(scope="module")

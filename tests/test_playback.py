@@ -9,8 +9,8 @@ import pytest
 
 from ttsq.inference.base import SynthesisRequest
 from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost, stream_room
-from ttsq.inference.scheduled import RequestState as _Request
-from ttsq.inference.scheduled import RowState as _Row
+from ttsq.inference.sched.requests import RequestState as _Request
+from ttsq.inference.sched.requests import RowState as _Row
 
 
 def test_the_listener_plays_from_its_first_audio_and_reports_each_deliverys_slack() -> None:

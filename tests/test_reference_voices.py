@@ -20,9 +20,9 @@ from tests.conftest_engine import TINY_ENGINE_CONFIG
 from tests.test_decoder import engine64, run
 from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import SynthesisRequest
-from ttsq.inference.decoder import DecoderShape, Finished, RowParams, SlotDecoder
-from ttsq.inference.decoder_engine import DecoderEngine, prompt_budget
-from ttsq.inference.rows import ChatTTSRows, Prompt
+from ttsq.inference.chattts_rows import ChatTTSRows, Prompt
+from ttsq.inference.engines.decoder_engine import DecoderEngine, prompt_budget
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Finished, RowParams, SlotDecoder
 
 MAX_NEW = 20
 __all__ = ["engine64"]  # the fixture, imported from tests.test_decoder

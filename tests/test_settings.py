@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from settings import Settings, unknown_setting_warnings
 from ttsq.api.service import ServiceConfig
-from ttsq.inference.chattts import EngineConfig
-from ttsq.inference.faults import FaultConfig
+from ttsq.inference.engines.chattts import EngineConfig
+from ttsq.inference.engines.faults import FaultConfig
 from ttsq.runtime.deliverer import WebhookConfig
 from ttsq.runtime.worker import WorkerConfig
 from ttsq.store.cache import CacheConfig

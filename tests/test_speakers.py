@@ -12,7 +12,7 @@ from ttsq.api.schemas import SubmitRequest
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.base import PermanentError
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.runtime.speakers import Speakers, recorded_speaker, speaker, synthesis_request
 
 

@@ -11,7 +11,7 @@ from tests.conftest import task_id
 from tests.test_worker import params, running_worker, wait_final
 from tests.test_worker_decoder import StepLog
 from ttsq.domain.jobs import Status
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.runtime.worker import Worker
 
 THREE_CHUNKS = "The first sentence is here. Then a second one comes. And the third ends it."

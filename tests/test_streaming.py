@@ -14,7 +14,7 @@ from tests.test_worker import params, running_worker, wait_final
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, encode_audio
 from ttsq.domain.encoders import open_ended_wav_header
 from ttsq.domain.jobs import Status
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Completed
 from ttsq.store.streams import AudioStreams, StreamFailed, pcm_pieces

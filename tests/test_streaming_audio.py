@@ -1,5 +1,5 @@
 """A row's audio streamed through the decoder and Vocos as its states arrive equals its whole decode
-(:mod:`ttsq.inference.streaming_audio`), on the tiny checkpoint's real decoder and Vocos, whatever sizes the states
+(:mod:`ttsq.inference.audio.streaming`), on the tiny checkpoint's real decoder and Vocos, whatever sizes the states
 come in, with every state decoded once."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.engine.piecewise import Decode, chat_decode, measure_field
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.piecewise_audio import Decode, chat_decode, measure_field
-from ttsq.inference.streaming_audio import StreamingDecoder, add_together, streaming_decoder
+from ttsq.inference.audio.streaming import StreamingDecoder, add_together, streaming_decoder
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 TOLERANCE = 1e-5
 """Float rounding: a convolution or matrix product over another number of frames may sum in another order (the
@@ -66,7 +66,7 @@ def test_the_streamed_audio_joins_into_the_whole_decode(
 ) -> None:
     states = np.random.default_rng(seed).standard_normal((tokens, hidden(chat))).astype(np.float32)
     expected = whole(states)
-    decoder = streaming_decoder(chat, piece=piece)
+    decoder = streaming_decoder(chat, run_tokens=piece)
     joined = stream(decoder, states, feeds)
     assert joined.dtype == np.float32 and joined.size == expected.size
     np.testing.assert_allclose(joined, expected, rtol=0, atol=TOLERANCE)
@@ -87,7 +87,7 @@ def test_rows_run_together_each_join_into_their_own_whole_decode(
 ) -> None:
     rng = np.random.default_rng(seed)
     rows = [rng.standard_normal((length, hidden(chat))).astype(np.float32) for length in lengths]
-    decoders = [streaming_decoder(chat, piece=piece) for _ in rows]
+    decoders = [streaming_decoder(chat, run_tokens=piece) for _ in rows]
     outs: list[list[npt.NDArray[np.float32]]] = [[] for _ in rows]
     at, turn = 0, 0
     while any(not decoder.finished for decoder in decoders):  # each step's states for every row; short rows end
@@ -108,7 +108,7 @@ def test_rows_run_together_each_join_into_their_own_whole_decode(
 
 
 def test_an_empty_row_has_no_audio(chat: Any) -> None:
-    decoder = streaming_decoder(chat, piece=1)
+    decoder = streaming_decoder(chat, run_tokens=1)
     assert decoder.add(np.zeros((0, hidden(chat)), dtype=np.float32)).size == 0
     assert decoder.finish().size == 0
     assert decoder.decoded_tokens == 0
@@ -121,7 +121,7 @@ def test_the_delay_is_the_measured_field(chat: Any, whole: Decode) -> None:
 
 
 def test_a_token_is_heard_once_the_delay_after_it_exists(chat: Any) -> None:
-    decoder = streaming_decoder(chat, piece=1)
+    decoder = streaming_decoder(chat, run_tokens=1)
     per_token = 512  # two mel frames of a 256-sample hop
     states = np.random.default_rng(5).standard_normal((40, hidden(chat))).astype(np.float32)
     out = 0
@@ -134,7 +134,7 @@ def test_a_token_is_heard_once_the_delay_after_it_exists(chat: Any) -> None:
 
 
 def test_states_wait_until_a_piece_is_there(chat: Any, whole: Decode) -> None:
-    decoder = streaming_decoder(chat, piece=16)
+    decoder = streaming_decoder(chat, run_tokens=16)
     states = np.random.default_rng(9).standard_normal((40, hidden(chat))).astype(np.float32)
     assert decoder.add(states[:15]).size == 0 and decoder.calls == 0
     first = decoder.add(states[15:16])
@@ -149,7 +149,7 @@ def test_the_decoder_runs_the_chats_own_modules(chat: Any) -> None:
 
 
 def test_a_finished_row_takes_no_more_states(chat: Any) -> None:
-    decoder = streaming_decoder(chat, piece=1)
+    decoder = streaming_decoder(chat, run_tokens=1)
     decoder.finish()
     with pytest.raises(RuntimeError, match="finished"):
         decoder.add(np.zeros((1, hidden(chat)), dtype=np.float32))
@@ -157,14 +157,7 @@ def test_a_finished_row_takes_no_more_states(chat: Any) -> None:
 
 def test_a_piece_is_at_least_one_token(chat: Any) -> None:
     with pytest.raises(ValueError, match="at least 1 token"):
-        streaming_decoder(chat, piece=0)
-
-
-def test_the_lookahead_is_the_whole_field(chat: Any) -> None:
-    delay = streaming_decoder(chat).delay
-    assert streaming_decoder(chat, lookahead=delay).delay == delay
-    with pytest.raises(ValueError, match=f"whole field, {delay} tokens; got {delay - 1}"):
-        streaming_decoder(chat, lookahead=delay - 1)
+        streaming_decoder(chat, run_tokens=0)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -181,7 +174,7 @@ def test_a_preview_is_the_whole_decode_of_the_states_so_far_and_leaves_the_strea
     """What a lead is made of: the exact samples so far, then what the end would add if the row ended here (all of it,
     or at least the first ``wanted`` tokens' samples); the stream then goes on to the whole decode of every state."""
     states = np.random.default_rng(seed).standard_normal((before + after, hidden(chat))).astype(np.float32)
-    decoder = streaming_decoder(chat, piece=piece)
+    decoder = streaming_decoder(chat, run_tokens=piece)
     out = [decoder.add(states[:before])]
     exact, rest = decoder.preview(wanted)
     out.append(exact)

@@ -20,8 +20,8 @@ from tests.redis_proxy import RedisProxy, redis_proxy
 from tests.redis_server import RedisServer, free_port
 from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.inference.base import Engine
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker, WorkerConfig
 from ttsq.store.connection import create_redis
 from ttsq.store.dead_letters import DeadLetters

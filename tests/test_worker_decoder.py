@@ -14,8 +14,8 @@ from tests.conftest import fault_config, queue_config, task_id
 from tests.test_worker import params, running_worker, wait_final, wait_until
 from ttsq.domain.jobs import Job, Status
 from ttsq.inference.base import Batcher, EngineWrapper, SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 from ttsq.runtime.worker import Worker
 
 

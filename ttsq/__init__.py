@@ -1,7 +1,7 @@
 """ttsq: a production queue and worker pool around the ChatTTS text-to-speech model.
 
 The package is the reusable library, in layers whose imports point one way (checked by
-``make lint``, see ``.importlinter``)::
+``make lint``, see ``pyproject.toml``'s ``[tool.importlinter]``)::
 
     ttsq.api  ttsq.runtime       HTTP use cases and schemas | the worker loop, probes, launching
         ttsq.store  ttsq.inference   Redis (queue, cache, voices, streams) | ChatTTS and its text

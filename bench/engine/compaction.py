@@ -4,7 +4,7 @@
 thread, oneDNN-packed float32 weights as served on a CPU) take the same rows on the same schedule: ``2 x slots`` rows,
 row ``i`` arriving at step ``i x SPACING x 8 / slots`` (waiting for a slot if none is free), each running exactly its
 own number of tokens (``LENGTHS`` in turn, 40-250) and leaving: the slots about two-thirds full. One decoder compacts
-before every step, as the scheduler does; the other never does, as before issue 30's compaction. Their steps are
+before every step, as the scheduler does; the other never does, as before compaction was built. Their steps are
 interleaved one by one, so the machine's noise falls on both alike.
 
 Per decoder: the slots its steps computed (the rows advanced plus the free slots inside each step's span), the CPU
@@ -26,8 +26,8 @@ import torch
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
 from bench.machine import machine
 from ttsq.inference.base import BatcherStats
-from ttsq.inference.decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Prefilled, RowParams, SlotDecoder
 
 LENGTHS = (120, 40, 250, 90, 180, 60, 220, 140, 70, 200, 110, 160, 50, 240, 100, 130)
 """Tokens per row, in arrival order (mean 135: with :data:`SPACING` the slots are about two-thirds full)."""

@@ -21,7 +21,7 @@ from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_set
 from bench.machine import machine
 from bench.stacks import record, utc_now
 from ttsq.inference.base import ChunkReady, SynthesisRequest
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 REQUESTS = 8
 SLOTS = 8

@@ -2,10 +2,10 @@
 
     python -m bench.engine.cpu_gemm [--rounds 12] [--name cpu-gemm]
 
-Issue 30 asks a full-size batch-8 step of at most half the plain float32 step, with the same tokens. The step is its
+The target: a full-size batch-8 step of at most half the plain float32 step, with the same tokens. The step is its
 matrix products and little else (``bench.engine.cpu_matmul``: the oneDNN-packed products are ~80% of a batch-8 step),
 so this measures the products alone, on the full-size checkpoint's own fused weights (each layer's q/k/v, output,
-gate/up and down projections, and the four code heads, as ``ttsq.inference.layers`` multiplies them), at batch 1 and 8,
+gate/up and down projections, and the four code heads, as ``ttsq.inference.gpt.layers`` multiplies them), at batch 1 and 8,
 one thread, through:
 
 - ``F.linear`` on plain weights (MKL's sgemm, which re-packs the weight at every call): the plain path;
@@ -37,8 +37,8 @@ import torch
 from bench.engine.cpu_matmul import full_size_engine, read_bandwidth
 from bench.engine.decoder import RESULTS, commit
 from bench.machine import machine
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.layers import fused, linear
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.gpt.layers import fused, linear
 
 Products = Callable[[], list[torch.Tensor]]
 
@@ -125,9 +125,9 @@ def rest_of_step(engine: DecoderEngine, rows: int, steps: int) -> tuple[float, f
     labelled as such; the rows are ~30 tokens in when timing starts."""
     from unittest import mock
 
-    import ttsq.inference.decoder as decoder_module
+    import ttsq.inference.gpt.slot_decoder as decoder_module
     from bench.engine.cpu_matmul import Bench, params
-    from ttsq.inference.decoder import inference
+    from ttsq.inference.gpt.slot_decoder import inference
 
     bench = Bench(engine, steps + 40)
     timed: list[float] = []

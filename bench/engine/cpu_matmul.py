@@ -30,9 +30,9 @@ import torch
 
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, cpu_settings
 from bench.machine import machine
-from ttsq.inference.decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, inference
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.gpt.slot_decoder import DecoderShape, Finished, Precision, RowParams, SlotDecoder, inference
 
 PATHS: dict[str, tuple[bool, Precision]] = {
     "fp32 plain (MKL)": (False, "fp32"),

@@ -6,7 +6,7 @@ Sections (each compares the two engines in the same process, interleaved where i
 
 1. step      — ms per decode step at batch 1 and 8 on the tiny checkpoint (a tiny step is almost all
                framework overhead, like a launch-bound GPU step): ChatTTS's ``infer_code`` loop vs
-               ttsq's :class:`~ttsq.inference.decoder.SlotDecoder`, prefill included, CPU time and wall time.
+               ttsq's :class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder`, prefill included, CPU time and wall time.
 2. mixed     — closed-loop traffic through each engine's batcher (what the worker drives), 8 slots:
                every request a different voice and seed and 1-20 sentences (mixed), or one voice and
                one set of parameters (same-voice). jobs/s, latency p50/p99, mean occupied slots,
@@ -40,11 +40,11 @@ from bench.stacks import ROOT, utc_now
 from settings import Settings
 from ttsq.domain.sampling import Sampling
 from ttsq.inference.base import Batcher, ChunkReady, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
-from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder, inference
-from ttsq.inference.decoder_engine import DecoderEngine
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.checkpoint import build_random_checkpoint, build_tiny_checkpoint
+from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.gpt.slot_decoder import DecoderShape, RowParams, SlotDecoder, inference
 
 RESULTS = ROOT / "bench" / "results"
 SENTENCES = (

@@ -16,8 +16,8 @@ import torch
 
 from bench.engine.decoder import RESULTS, SENTENCES, checkpoint, commit, engines
 from bench.machine import machine
-from ttsq.inference.decoder import DecoderShape, RowParams, SlotDecoder
-from ttsq.inference.rows import ChatTTSRows
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import DecoderShape, RowParams, SlotDecoder
 
 BATCHES = (1, 8, 16, 32)
 TOKENS = 24

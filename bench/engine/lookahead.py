@@ -1,4 +1,4 @@
-"""How exact is a row's audio decoded in pieces, for each look-ahead? (issue 31, :mod:`ttsq.inference.piecewise_audio`)
+"""How exact is a row's audio decoded in pieces, for each look-ahead? (:mod:`bench.engine.piecewise`)
 
 ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weights, seeded: the tiny checkpoint's
 dimensions and ChatTTS's real ones), their receptive field is measured, and random GPT states of a few lengths are
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bench.engine.piecewise import AudioField, PieceDecoder, measure_field
 from bench.stacks import ROOT
-from ttsq.inference.checkpoint import CheckpointSize, apply_config_overrides, config_overrides
-from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
+from ttsq.inference.engines.checkpoint import CheckpointSize, apply_config_overrides, config_overrides
 
 RESULTS = ROOT / "bench" / "results" / "lookahead.md"
 

@@ -16,7 +16,7 @@ import time
 from settings import Settings
 from ttsq.domain.voices import BUILTIN_VOICES
 from ttsq.inference.base import SynthesisRequest, synthesize
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 
 TEXTS = (
     "你好，欢迎使用这个语音服务。",

@@ -1,19 +1,19 @@
 """What does a row's audio cost decoded as its states arrive? The streaming decoder beside the piecewise one.
 
-(issue 31, item 1: "decode CPU time per chunk <= 1.5x the single whole-chunk decode at the default piece size".)
-ChatTTS's decoder and Vocos are built as ``Chat._load`` builds them (random weights, seeded; the tiny checkpoint's
-dimensions and ChatTTS's real ones) and random GPT states of a few lengths are handed over one token at a time, as
-the decoder makes them, to :class:`ttsq.inference.streaming_audio.StreamingDecoder` (each convolution keeps its left
-context) and to :class:`ttsq.inference.piecewise_audio.PieceDecoder` (each piece decodes its window again, at the
-measured look-ahead), for pieces of 4, 8, 16 and 32 tokens, and to four streaming decoders at once
-(:func:`ttsq.inference.streaming_audio.add_together`: one run of the layers for all four rows, as a worker streaming
-several rows would). Reported per (size, piece): CPU time of each (per row) against one whole decode of the same
-states (the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to
-the whole decode. Then the serving default as a worker runs it (:class:`ttsq.inference.lead_audio.LeadThenExact`:
-the first ``PIECE_TOKENS`` decoded ahead of the field from the stream's state once ``PIECE_TOKENS + PIECE_LOOKAHEAD``
-states are in, every state streamed exactly in runs of ``STREAM_RUN_TOKENS``),
-its states handed over as the scheduler hands them: the first ``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then
-``PIECE_TOKENS`` at a time. Last, what one streamed run costs a state by its size, in the steady state.
+The target: a chunk's decode CPU within 1.5x of its single whole decode. ChatTTS's decoder and Vocos are built
+as ``Chat._load`` builds them (random weights, seeded; the tiny checkpoint's dimensions and ChatTTS's real ones) and
+random GPT states of a few lengths are handed over one token at a time, as the decoder makes them, to
+:class:`ttsq.inference.audio.streaming.StreamingDecoder` (each convolution keeps its left context; runs of 4, 8, 16 and
+32 states here) and to :class:`bench.engine.piecewise.PieceDecoder` (pieces of as many tokens, each decoding its window
+again, at the measured look-ahead), and to four streaming decoders at once
+(:func:`ttsq.inference.audio.streaming.add_together`: one run of the layers for all four rows, as a worker streaming
+several rows would). Reported per (size, run): CPU time of each (per row) against one whole decode of the same states
+(the median over interleaved repetitions; one thread), calls into the layers, and the largest difference to the whole
+decode. Then the serving default as a worker runs it (:class:`ttsq.inference.audio.lead.LeadThenExact`: the first
+``PIECE_TOKENS`` decoded ahead of the field from the stream's state once ``PIECE_TOKENS + PIECE_LOOKAHEAD`` states are
+in, every state streamed exactly in runs of ``RUN_TOKENS``), its states handed over as the scheduler hands them: the
+first ``PIECE_TOKENS + PIECE_LOOKAHEAD`` at once, then ``PIECE_TOKENS`` at a time. Last, what one streamed run costs a
+state by its size, in the steady state.
 
     python -m bench.engine.streaming_audio [--quick]
 """
@@ -33,11 +33,12 @@ import numpy.typing as npt
 
 from bench import ROOT
 from bench.engine.lookahead import decoder_and_vocos, decoder_and_vocos_modules
+from bench.engine.piecewise import AudioField, PieceDecoder, measure_field
 from settings import Settings
-from ttsq.inference.checkpoint import CheckpointSize
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
-from ttsq.inference.piecewise_audio import AudioField, PieceDecoder, measure_field
-from ttsq.inference.streaming_audio import DEFAULT_PIECE, StreamingDecoder, add_together
+from ttsq.inference.audio.handoff import Cadence
+from ttsq.inference.audio.lead import LeadThenExact
+from ttsq.inference.audio.streaming import RUN_TOKENS, StreamingDecoder, add_together
+from ttsq.inference.engines.checkpoint import CheckpointSize
 
 RESULTS = ROOT / "bench" / "results" / "streaming_audio.md"
 SERVING_LENGTHS = [100, 180, 250, 400]
@@ -107,19 +108,19 @@ def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]
     worst: dict[tuple[str, int], float] = {}
     for piece in PIECES:  # a first, untimed round: oneDNN builds a kernel for each new shape, once per process
         for states in rows.values():
-            token_by_token(StreamingDecoder(modules, vocos, piece=piece), states)
+            token_by_token(StreamingDecoder(modules, vocos, run_tokens=piece), states)
             token_by_token(PieceDecoder(decode, field, piece, field.right), states)
     for _ in range(repeats):  # interleaved: every variant once per round, so a busy spell hits them all
         for piece in PIECES:
             for states in rows.values():
                 whole_s, whole = cpu(decode, states)
-                streaming = StreamingDecoder(modules, vocos, piece=piece)
+                streaming = StreamingDecoder(modules, vocos, run_tokens=piece)
                 pieces = PieceDecoder(decode, field, piece, field.right)
                 for name, decoder in (("streaming", streaming), ("piecewise", pieces)):
                     seconds, joined = cpu(token_by_token, decoder, states)
                     ratios.setdefault((name, piece), []).append(seconds / whole_s)
                     worst[name, piece] = max(worst.get((name, piece), 0.0), float(np.abs(joined - whole).max()))
-                together = [StreamingDecoder(modules, vocos, piece=piece) for _ in range(TOGETHER)]
+                together = [StreamingDecoder(modules, vocos, run_tokens=piece) for _ in range(TOGETHER)]
                 seconds, joined_rows = cpu(rows_together, together, states)
                 ratios.setdefault(("together", piece), []).append(seconds / TOGETHER / whole_s)
                 worst["together", piece] = max(
@@ -140,7 +141,7 @@ def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]
     for piece in PIECES:
         per_row = repeats * len(lengths)
         lines.append(
-            f"| {piece}{' (default)' if piece == DEFAULT_PIECE else ''} "
+            f"| {piece} "
             f"| {statistics.median(ratios['streaming', piece]):.2f} | {statistics.median(ratios['together', piece]):.2f} "
             f"| {statistics.median(ratios['piecewise', piece]):.2f} "
             f"| {calls['streaming', piece] / per_row:.1f} | {calls['piecewise', piece] / per_row:.1f} "
@@ -158,13 +159,11 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
     defaults = Settings.model_fields
     piece = int(defaults["piece_tokens"].default)
     lookahead = int(defaults["piece_lookahead"].default)
-    per_token = 2 * int(vocos.head.istft.hop_length)
     rng = np.random.default_rng(11)
     rows = {length: rng.standard_normal((length, hidden)).astype(np.float32) for length in lengths}
 
     def make(ahead: int = lookahead) -> LeadThenExact:
-        stream = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
-        return LeadThenExact(stream, first=piece, lookahead=ahead, samples_per_token=per_token)
+        return LeadThenExact(StreamingDecoder(modules, vocos), Cadence(piece, ahead))
 
     for states in rows.values():  # untimed: oneDNN's kernels for these shapes
         as_scheduled(make(), states, piece, lookahead)
@@ -186,14 +185,14 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             runs[length] = decoder.stream.calls
             # Where the cost goes: the streamed decode alone (fed the same way: no lead, no early run), and the lead:
             # the stream's preview of its first piece once its window is in.
-            alone = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
+            alone = StreamingDecoder(modules, vocos)
             streamed.setdefault(length, []).append(cpu(as_scheduled, alone, states, piece, lookahead)[0] / whole_s)
             # At the full look-ahead (PIECE_LOOKAHEAD at the field: no lead, every sample exact), as served.
             exact = make(alone.delay)
             seconds, joined_exact = cpu(as_scheduled, exact, states, piece, alone.delay)
             full_field.setdefault(length, []).append(seconds / whole_s)
             worst_exact[length] = max(worst_exact.get(length, 0.0), float(np.abs(joined_exact - whole).max()))
-            lead = StreamingDecoder(modules, vocos, piece=STREAM_RUN_TOKENS)
+            lead = StreamingDecoder(modules, vocos)
             lead.add(states[: piece + lookahead])
             lead.run_now()
             window.setdefault(length, []).append(cpu(lead.preview, piece)[0] / whole_s)
@@ -203,7 +202,7 @@ def serving_default(size: CheckpointSize, lengths: list[int], repeats: int) -> l
             worst[length] = (float(np.abs(diff).max()), float(rms_db))
     lines = [
         f"### {size}: the serving default (first piece {piece} tokens after {piece + lookahead}, then streamed in runs "
-        f"of {STREAM_RUN_TOKENS}; a row's last states come with its end)",
+        f"of {RUN_TOKENS}; a row's last states come with its end)",
         "",
         "| chunk (tokens) | CPU / whole decode | the streamed decode alone (no lead, no early run) "
         "| the lead alone (the stream's preview of its first piece) | at the full look-ahead, as served (no lead) "
@@ -239,11 +238,11 @@ def run_sizes(size: CheckpointSize, repeats: int) -> list[str]:
         "|---|---|---|",
     ]
     for run in sizes:
-        decoder = StreamingDecoder(modules, vocos, piece=run)
+        decoder = StreamingDecoder(modules, vocos, run_tokens=run)
         decoder.add(states[:200])  # past the field's start: every run after this makes a run's worth of samples
         times = [cpu(decoder.add, states[200 + k * run : 200 + (k + 1) * run])[0] / run for k in range(repeats)]
         per_state = statistics.median(times)
-        lines.append(f"| {run} | {per_state * 1e3:.2f} | {per_state / whole_s:.2f} |")
+        lines.append(f"| {run}{' (serving)' if run == RUN_TOKENS else ''} | {per_state * 1e3:.2f} | {per_state / whole_s:.2f} |")
         print(lines[-1], flush=True)
     return [*lines, ""]
 

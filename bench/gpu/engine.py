@@ -46,7 +46,7 @@ from settings import Settings
 
 if TYPE_CHECKING:
     from ttsq.inference.base import SynthesisRequest
-    from ttsq.inference.decoder_engine import DecoderEngine
+    from ttsq.inference.engines.decoder_engine import DecoderEngine
 
 VOICE = "zh_female"
 """The end-to-end phase's requests name this built-in voice, so both phases speak with one speaker."""
@@ -95,7 +95,8 @@ class Recorder:
 @contextlib.contextmanager
 def _scraping(on: bool) -> Iterator[list[int]]:
     """While the block runs (a CUDA graph capture), another thread calls ``torch.cuda.mem_get_info`` over and over, as a
-    metrics scrape does: the capture must not fail for it (issue 30, Found 4). Yields ``[calls made]``, final on exit."""
+    metrics scrape does: the capture must not fail for it (it once did, in torch's default capture mode). Yields
+    ``[calls made]``, final on exit."""
     calls = [0]
     if not on:
         yield calls
@@ -129,8 +130,8 @@ class DecoderDriver:
     per step."""
 
     def __init__(self, engine: DecoderEngine, slots: int, sync: Callable[[], None]) -> None:
-        from ttsq.inference.decoder import SlotDecoder
-        from ttsq.inference.scheduler import Scheduler
+        from ttsq.inference.gpt.slot_decoder import SlotDecoder
+        from ttsq.inference.sched.scheduler import Scheduler
 
         self.sync = sync
         self.captures: list[dict[str, Any]] = []
@@ -303,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from ttsq.domain.voices import BUILTIN_VOICES
     from ttsq.inference.base import SynthesisRequest
-    from ttsq.inference.chattts import ChatTTSEngine
-    from ttsq.inference.decoder_engine import DecoderEngine
+    from ttsq.inference.engines.chattts import ChatTTSEngine
+    from ttsq.inference.engines.decoder_engine import DecoderEngine
 
     rec.data["versions"] = {
         "python": platform.python_version(),

@@ -7,7 +7,7 @@
 ChatTTS's stream yields every ``stream_batch`` (24) decode steps but skips the first two yields, re-decodes the whole
 prefix at every yield, and sends at most ``stream_speed`` (12,000) samples per yield; the rest comes at the end.
 
-The model is loaded by ttsq's own loader (:class:`ttsq.inference.chattts.ChatTTSEngine`, ``ENGINE_BACKEND=chattts``
+The model is loaded by ttsq's own loader (:class:`ttsq.inference.engines.chattts.ChatTTSEngine`, ``ENGINE_BACKEND=chattts``
 semantics): the same checkpoint, dtype and device handling, the same speaker for a seed, so the only difference from
 ttsq is how the requests are served. The request names its audio length (``tokens``: ``min_new_token =
 max_new_token``), so both servers speak the same number of seconds for the same text.
@@ -28,7 +28,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from settings import get_settings
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 
 
 class StreamRequest(BaseModel):
@@ -42,7 +42,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Load and warm the model before serving, as ttsq's worker does before it claims."""
     settings = get_settings()
     if settings.model == "tiny":
-        from ttsq.inference.checkpoint import build_tiny_checkpoint
+        from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 
         build_tiny_checkpoint(settings.tiny_checkpoint_dir)
     engine = ChatTTSEngine(settings.engine_config())

@@ -1,6 +1,6 @@
 """A thousand idle listeners on one API process: what they cost Redis, what they do to ``/healthz``, how fast news reaches them.
 
-Issue 21's "one listener per API process": every event stream, audio stream and long-poll of a process waits on one
+"One listener per API process": every event stream, audio stream and long-poll of a process waits on one
 stream listener (``ttsq/store/listener.py``) instead of polling or blocking on Redis each on its own. This run starts,
 on this machine, a redis-server and one real uvicorn API process (no worker: the benchmark plays the worker through the
 queue's own scripts, so nothing else touches Redis), queues ``--tasks`` tasks, and:

@@ -1,6 +1,6 @@
 """Audio within a chunk (``PIECE_TOKENS``) against a chunk's audio at its end (``PIECE_TOKENS=0``), side by side.
 
-Issue 31's criterion: one long sentence (a chunk of at least 250 tokens) on the full-size checkpoint on a CPU, time
+The criterion: one long sentence (a chunk of at least 250 tokens) on the full-size checkpoint on a CPU, time
 to first audio at most 0.25× what it is without pieces, and time to the last byte at most 1.1×. Two services run at
 once, each its own redis-server, ``python worker.py`` and ``uvicorn app:app``, the same checkpoint and settings but
 ``PIECE_TOKENS``: one with the defaults (pieces), one with ``PIECE_TOKENS=0`` (today's whole-chunk decode). Requests
@@ -32,7 +32,7 @@ import numpy as np
 
 from bench import ROOT
 from bench.listening.ttfa import FULL_CHECKPOINT_DIR, Checkpoint, service, wav_samples
-from ttsq.inference.checkpoint import build_random_checkpoint
+from ttsq.inference.engines.checkpoint import build_random_checkpoint
 
 TEXT = (
     "On the long road home that evening, while the rain kept falling on the fields and the old bus rattled over "
@@ -134,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", default="tiny,full", help="comma-separated subset of tiny,full")
     parser.add_argument("--runs", type=int, default=3, help="timed requests per mode and checkpoint")
-    parser.add_argument("--tokens", type=int, default=260, help="tokens of the one chunk (at least 250 for issue 31)")
+    parser.add_argument("--tokens", type=int, default=260, help="tokens of the one chunk (at least 250 for the criterion)")
     args = parser.parse_args()
     checkpoints = {
         "tiny": Checkpoint("tiny-random", "tiny", runs=args.runs, timeout_s=120),

@@ -53,12 +53,12 @@ import httpx
 from bench import ROOT
 from bench.machine import machine
 from bench.stacks import stop_processes
+from ttsq.domain.audio import SAMPLE_RATE, SAMPLES_PER_TOKEN
 from ttsq.domain.text import split_sentences
 from ttsq.runtime.launch import ProcessExited
 
 RESULTS = ROOT / "bench" / "results"
 CHECKPOINTS = {"tiny": "tiny", "full": str(ROOT / "var" / "full-random-checkpoint")}
-SAMPLE_RATE = 24_000
 BYTES_PER_SECOND = 2 * SAMPLE_RATE
 """Raw PCM16 mono at 24 kHz: both servers stream exactly this."""
 MAX_CHUNK_CHARS = 120
@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.checkpoint_list:
         model = args.model or CHECKPOINTS[name]
         if name == "full" and not args.model:
-            from ttsq.inference.checkpoint import build_random_checkpoint
+            from ttsq.inference.engines.checkpoint import build_random_checkpoint
 
             build_random_checkpoint(Path(model), "full")
         levels: dict[str, list[Level]] = {"ttsq": [], "ChatTTS stream": []}
@@ -480,9 +480,9 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, command: str, loa
         "",
         f"Load: N listeners, exponential gaps (mean {args.gap_s:g} s) before each stream, {args.window_s:g} s windows, "
         f"texts of 1–3 sentences (40–250 characters, seeded); {args.tokens} audio tokens per {MAX_CHUNK_CHARS}-character "
-        f"chunk (MIN_NEW_TOKEN = MAX_NEW_TOKEN; {args.tokens * 512 / SAMPLE_RATE:.2f} s of audio), the ChatTTS server "
-        "asked for the same tokens per text; raw PCM16 at 24 kHz; playback simulated from each stream's first byte; "
-        f"a stream fails past {args.timeout_s:g} s.",
+        f"chunk (MIN_NEW_TOKEN = MAX_NEW_TOKEN; {args.tokens * SAMPLES_PER_TOKEN / SAMPLE_RATE:.2f} s of audio), "
+        "the ChatTTS server asked for the same tokens per text; raw PCM16 at 24 kHz; playback simulated from each "
+        f"stream's first byte; a stream fails past {args.timeout_s:g} s.",
         "",
     ]
     for name, levels in report["checkpoints"].items():

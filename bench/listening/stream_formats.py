@@ -30,7 +30,7 @@ from bench.stacks import ROOT, utc_now
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.domain.text import split_sentences
-from ttsq.inference.checkpoint import build_random_checkpoint
+from ttsq.inference.engines.checkpoint import build_random_checkpoint
 
 RESULTS = ROOT / "bench" / "results" / "stream_formats.md"
 FORMATS: tuple[StreamFormat, ...] = ("wav", "pcm", "mp3", "opus", "aac", "flac")

@@ -9,7 +9,7 @@ the first sentence is complete; the question is what it adds on top of that. Per
 * **alone**: the first sentence by itself, ``POST /v1/tts/submit`` then ``GET /v1/tts/stream/{id}?format=pcm``, the
   first audio byte timed from just before the submit (ttsq's own first-audio time for that sentence).
 
-The target (issue 32): ``first - complete <= alone + 0.1 s``. The two modes alternate, every request has its own seed
+The target: ``first - complete <= alone + 0.1 s``. The two modes alternate, every request has its own seed
 and the cache is off (``bench.listening.ttfa``'s deployment: one redis-server, one worker on the tiny checkpoint, one API), so
 drift in machine load hits both alike. Also reported: the session's last audio against the same text submitted whole
 and streamed (the price, if any, of speaking a text as separate chunks).

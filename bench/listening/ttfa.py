@@ -39,7 +39,7 @@ import soundfile as sf
 
 from bench.stacks import ROOT, stop_processes
 from ttsq.domain.text import split_sentences
-from ttsq.inference.checkpoint import build_random_checkpoint
+from ttsq.inference.engines.checkpoint import build_random_checkpoint
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.local_redis import start_redis_server
 

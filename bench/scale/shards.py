@@ -1,4 +1,4 @@
-"""Queue shards on a local Redis Cluster: no-op jobs/s with 1, 2 and 3 shards (issue 19, item 6).
+"""Queue shards on a local Redis Cluster: no-op jobs/s with 1, 2 and 3 shards.
 
     python -m bench.scale.shards [--quick] [--jobs N] [--workers W]
 

@@ -42,7 +42,7 @@ from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import build_params
 from ttsq.domain.text import clean_text, detect_language, fold_width
 from ttsq.domain.voices import builtin
-from ttsq.inference.checkpoint import build_tiny_checkpoint
+from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 
 RESULTS = ROOT / "bench" / "results" / "cache_replay.md"
 

@@ -59,7 +59,7 @@ from bench.service.wrk import WrkResult, ensure_wrk, post_script, run_wrk, wrk_v
 from bench.stacks import ROOT, EngineSpec, Stack, progress, service_env, utc_now
 from settings import Settings
 from ttsq.domain.jobs import TTSParams
-from ttsq.inference.checkpoint import build_random_checkpoint, build_tiny_checkpoint
+from ttsq.inference.engines.checkpoint import build_random_checkpoint, build_tiny_checkpoint
 from ttsq.runtime.launch import api_command, free_port, worker_command
 from ttsq.store.connection import create_redis
 from ttsq.store.keys import Keys

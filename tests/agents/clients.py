@@ -2,7 +2,7 @@
 environment (``scripts/install_agent_clients.sh``: var/agents-venv) by tests/e2e/test_agent_clients.py.
 
     var/agents-venv/bin/python tests/agents/clients.py livekit|pipecat BASE_URL KEY MODEL TEXT...
-    PYTHONPATH=integrations var/agents-venv/bin/python tests/agents/clients.py \
+    PYTHONPATH=integrations/livekit-plugins-ttsq:integrations/ttsq-pipecat var/agents-venv/bin/python tests/agents/clients.py \
         livekit-stream|pipecat-stream BASE_URL KEY VOICE TOKEN...
 
 Prints one JSON line: the audio the client got (PCM16 bytes, sample rate) and when the first audio came relative to

@@ -14,7 +14,7 @@ from tests.api.test_voices import embedding
 from tests.conftest import queue_config
 from tests.test_worker import running_worker
 from ttsq.domain.jobs import TTSParams
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.store.queue import JobQueue
 from ttsq.store.voices import VoiceRegistry
 

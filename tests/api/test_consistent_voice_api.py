@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from tests.conftest import api_client, queue_config
 from tests.test_worker import running_worker
 from ttsq.domain.jobs import Status, TTSParams
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.store.queue import JobQueue
 from ttsq.store.voices import VoiceRegistry
 

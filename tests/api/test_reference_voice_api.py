@@ -21,8 +21,8 @@ from tests.conftest import api_client, queue_config
 from tests.test_reference_audio import long_flac, wav
 from tests.test_worker import running_worker
 from ttsq.domain.reference_audio import decode_reference
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue

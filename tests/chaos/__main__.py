@@ -29,7 +29,7 @@ from pathlib import Path
 from tests.chaos.harness import ROOT
 from tests.chaos.ledger import TABLE_HEADER, Figures
 from tests.chaos.scenarios import BOUNDED, FULL, SCENARIOS, Chaos, can_mount
-from ttsq.inference.checkpoint import build_tiny_checkpoint
+from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 
 METHOD = """\
 Method: real processes (redis-server with its append-only file, `uvicorn app:app`, `python worker.py` with

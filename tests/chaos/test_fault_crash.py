@@ -21,8 +21,8 @@ pytestmark = pytest.mark.chaos
 SCRIPT = """
 from settings import Settings
 from ttsq.inference.base import SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine
-from ttsq.inference.faults import FaultInjectingEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 
 settings = Settings(_env_file=None, model="tiny", normalize_text=False, fault_mode="crash", fault_match="Crashmark")
 engine = FaultInjectingEngine(ChatTTSEngine(settings.engine_config()), settings.fault_config())

@@ -21,6 +21,8 @@ from tests.service import ROOT, Service
 pytestmark = pytest.mark.e2e
 
 AGENTS_PYTHON = ROOT / "var" / "agents-venv" / "bin" / "python"
+PLUGINS = os.pathsep.join(str(ROOT / "integrations" / name) for name in ("livekit-plugins-ttsq", "ttsq-pipecat"))
+"""ttsq's two plugin distributions (integrations/), each its own import root."""
 CLIENTS = Path(__file__).resolve().parent.parent / "agents" / "clients.py"
 PIECES = ["The agent answers in two sentences.", "This is the second one, spoken after it."]
 MP3_FRAME = 1152
@@ -35,7 +37,7 @@ def run_client(framework: str, service: Service, model: str, pieces: list[str] =
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "integrations")},  # ttsq's plugins as they are in the tree
+        env={**os.environ, "PYTHONPATH": PLUGINS},  # ttsq's plugins as they are in the tree
     )
     assert done.returncode == 0, done.stderr[-4000:]
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

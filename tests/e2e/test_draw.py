@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from tests.conftest import queue_config
 from tests.service import Service
 from ttsq.domain.draw import speaker_vector
-from ttsq.inference.decoder_engine import DecoderEngine
+from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.store.queue import JobQueue
 
 

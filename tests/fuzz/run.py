@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
 
-    from ttsq.inference.checkpoint import build_tiny_checkpoint
+    from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 
     checkpoint = build_tiny_checkpoint(ROOT / "var" / "tiny-checkpoint")
     invocation = "python -m tests.fuzz.run " + " ".join(argv if argv is not None else sys.argv[1:])

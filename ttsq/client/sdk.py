@@ -6,16 +6,12 @@ the environment: the caller passes the service's URL.
 >>> with TTSClient("http://127.0.0.1:8000") as tts:
 ...     audio = tts.synthesize("你好", voice="zh_female", format="mp3")
 
-Errors form one hierarchy under :class:`TTSError`: :class:`InvalidRequest` (422),
-:class:`TaskFailed`, :class:`TaskNotFound` / :class:`VoiceNotFound` (404), :class:`NotReady`,
-:class:`Conflict` (409 on voices), :class:`ServiceBusy` (429/503, retried by ``submit``) and
-:class:`ConnectionFailed` (the service could not be reached).
+Errors form one hierarchy under :class:`TTSError` (:mod:`ttsq.client.errors`, re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
 import inspect
 import os
@@ -29,27 +25,26 @@ from urllib.parse import quote
 
 import httpx
 
+from ttsq.client import errors
+from ttsq.client.errors import *  # noqa: F403 - the SDK's errors are the client's (__all__ += errors.__all__)
+from ttsq.client.errors import (
+    ConnectionFailed,
+    NotReady,
+    ServiceBusy,
+    TaskFailed,
+    TaskNotFound,
+    TTSError,
+    VoiceNotFound,
+    raise_for_status,
+    response_json,
+    retry_after_s,
+)
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = [
-    "AsyncTTSClient",
-    "Conflict",
-    "ConnectionFailed",
-    "InvalidRequest",
-    "NotFound",
-    "NotReady",
-    "ServiceBusy",
-    "Submitted",
-    "SynthesisOptions",
-    "TTSClient",
-    "TTSError",
-    "TaskFailed",
-    "TaskNotFound",
-    "TaskStatus",
-    "Voice",
-    "VoiceNotFound",
-]
+__all__ = ["AsyncTTSClient", "Submitted", "SynthesisOptions", "TTSClient", "TaskStatus", "Voice"]
+__all__ += errors.__all__
 
 StatusName = Literal["queued", "running", "done", "failed"]
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "pcm"]
@@ -148,86 +143,6 @@ class Voice:
     """Whose voice it is (``tenant:NAME`` or ``key:ID``); None: global, every tenant's."""
 
 
-# --- errors ------------------------------------------------------------------------------------
-
-
-class TTSError(Exception):
-    """Base of every error this client raises. ``status_code`` is the HTTP status, when there was one."""
-
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
-class InvalidRequest(TTSError):
-    """422: the server refused the input. ``detail`` is its list of ``{loc, msg, ...}`` entries."""
-
-    def __init__(self, detail: list[dict[str, Any]]) -> None:
-        self.detail = detail
-        super().__init__("; ".join(f"{_field_name(item)}: {item.get('msg', 'invalid')}" for item in detail), status_code=422)
-
-    @property
-    def fields(self) -> list[str]:
-        """The names of the refused fields, e.g. ``["speed"]``."""
-        return [_field_name(item) for item in self.detail]
-
-
-class NotFound(TTSError):
-    """404."""
-
-
-class TaskNotFound(NotFound):
-    """The task id is unknown, forged, or its result has expired."""
-
-
-class VoiceNotFound(NotFound):
-    pass
-
-
-class Conflict(TTSError):
-    """409 on voices: the name is taken, or a built-in voice cannot be deleted."""
-
-
-class TaskFailed(TTSError):
-    """The task failed for good; ``error`` is the server's reason."""
-
-    def __init__(self, task_id: str, error: str | None, status: TaskStatus | None = None) -> None:
-        self.task_id = task_id
-        self.error = error
-        self.status = status
-        super().__init__(f"task {task_id} failed: {error or 'no reason given'}")
-
-
-class NotReady(TTSError):
-    """The result was asked for while the task is still queued or running (202)."""
-
-    def __init__(self, task_id: str, retry_after_s: float | None, status: TaskStatus | None) -> None:
-        self.task_id = task_id
-        self.retry_after_s = retry_after_s
-        self.status = status
-        state = status.status if status else "not finished"
-        super().__init__(f"task {task_id} is {state}; its result is not ready yet", status_code=202)
-
-
-class ServiceBusy(TTSError):
-    """429 (queue full) or 503 (the job store is unreachable); safe to retry after ``retry_after_s``."""
-
-    def __init__(self, message: str, *, status_code: int, retry_after_s: float | None) -> None:
-        super().__init__(message, status_code=status_code)
-        self.retry_after_s = retry_after_s
-
-
-class ConnectionFailed(TTSError):
-    """The service could not be reached, or did not answer in time."""
-
-
-def _field_name(item: dict[str, Any]) -> str:
-    loc = [str(part) for part in item.get("loc") or []]
-    if len(loc) > 1 and loc[0] in ("body", "query", "path"):
-        loc = loc[1:]
-    return ".".join(loc) or "request"
-
-
 # --- response parsing, shared by every method ----------------------------------------------------
 
 
@@ -240,48 +155,6 @@ def _parse(cls: type[_D], data: object) -> _D:
         return cls(**{key: value for key, value in data.items() if key in names})
     except TypeError as exc:
         raise TTSError(f"unexpected response for {cls.__name__}: {data!r}") from exc
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _raise_for_status(response: httpx.Response, not_found: type[NotFound] = NotFound) -> None:
-    """Raise the matching :class:`TTSError` for an error response; return on success."""
-    code = response.status_code
-    if code < 400:
-        return
-    body = _json(response)
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if code == 422:
-        if isinstance(detail, list):
-            raise InvalidRequest([item if isinstance(item, dict) else {"msg": str(item)} for item in detail])
-        raise InvalidRequest([{"msg": str(detail or response.text)}])
-    message = detail if isinstance(detail, str) else (response.text.strip() or response.reason_phrase)
-    if code in (429, 503):
-        raise ServiceBusy(message, status_code=code, retry_after_s=_retry_after_s(response))
-    if code == 404:
-        raise not_found(message, status_code=code)
-    if code == 409:
-        raise Conflict(message, status_code=code)
-    raise TTSError(f"HTTP {code}: {message}", status_code=code)
 
 
 def _submit_body(text: str, options: SynthesisOptions) -> dict[str, Any]:
@@ -374,22 +247,22 @@ class AsyncTTSClient:
         while True:
             response = await self._send("POST", "/v1/tts/submit", json=body)
             try:
-                _raise_for_status(response)
+                raise_for_status(response)
             except ServiceBusy as exc:
                 if attempt >= self.retries:
                     raise
                 await asyncio.sleep(_busy_delay_s(exc, attempt, self.max_retry_wait_s))
                 attempt += 1
                 continue
-            return _parse(Submitted, _json(response))
+            return _parse(Submitted, response_json(response))
 
     async def status(self, task_id: str, *, wait_s: float | None = None) -> TaskStatus:
         """The task's status; with ``wait_s``, once it ends or after that many seconds (the server's long-poll,
         capped by its ``MAX_WAIT_S``)."""
         params, timeout = ({}, self._timeout) if not wait_s else ({"wait": wait_s}, self._timeout + wait_s)
         response = await self._send("GET", f"/v1/tts/tasks/{_task_path(task_id)}", params=params, timeout=timeout)
-        _raise_for_status(response, TaskNotFound)
-        return _parse(TaskStatus, _json(response))
+        raise_for_status(response, TaskNotFound)
+        return _parse(TaskStatus, response_json(response))
 
     async def wait(
         self,
@@ -438,12 +311,12 @@ class AsyncTTSClient:
         if response.status_code == 200:
             return response.content
         if response.status_code == 202:
-            body = _json(response)
-            raise NotReady(task_id, _retry_after_s(response), _parse(TaskStatus, body) if isinstance(body, dict) else None)
+            body = response_json(response)
+            raise NotReady(task_id, retry_after_s(response), _parse(TaskStatus, body) if isinstance(body, dict) else None)
         if response.status_code == 409:
-            status = _parse(TaskStatus, _json(response))
+            status = _parse(TaskStatus, response_json(response))
             raise TaskFailed(task_id, status.error, status)
-        _raise_for_status(response, TaskNotFound)
+        raise_for_status(response, TaskNotFound)
         raise TTSError(f"unexpected HTTP {response.status_code} for the result of {task_id}", status_code=response.status_code)
 
     async def synthesize(
@@ -482,10 +355,10 @@ class AsyncTTSClient:
             async with self._http.stream("GET", url, params={"format": format}, timeout=timeout) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    if response.status_code == 409 and isinstance(body := _json(response), dict) and "status" in body:
+                    if response.status_code == 409 and isinstance(body := response_json(response), dict) and "status" in body:
                         status = _parse(TaskStatus, body)
                         raise TaskFailed(task_id, status.error, status)
-                    _raise_for_status(response, TaskNotFound)
+                    raise_for_status(response, TaskNotFound)
                     raise TTSError(f"unexpected HTTP {response.status_code} for the stream of {task_id}")
                 file: IO[bytes] = await asyncio.to_thread(target.open, "wb")
                 try:
@@ -509,8 +382,8 @@ class AsyncTTSClient:
 
     async def voices(self) -> list[Voice]:
         response = await self._send("GET", "/v1/voices")
-        _raise_for_status(response)
-        body = _json(response)
+        raise_for_status(response)
+        body = response_json(response)
         items = body.get("voices") if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise TTSError(f"unexpected response for voices: {body!r}")
@@ -529,13 +402,13 @@ class AsyncTTSClient:
         if embedding is not None:
             body["embedding"] = embedding
         response = await self._send("POST", "/v1/voices", json=body)
-        _raise_for_status(response, VoiceNotFound)
-        return _parse(Voice, _json(response))
+        raise_for_status(response, VoiceNotFound)
+        return _parse(Voice, response_json(response))
 
     async def delete_voice(self, name: str) -> None:
         """:class:`VoiceNotFound` if there is no such voice, :class:`Conflict` for a built-in one."""
         response = await self._send("DELETE", f"/v1/voices/{quote(name, safe='')}")
-        _raise_for_status(response, VoiceNotFound)
+        raise_for_status(response, VoiceNotFound)
 
 
 AsyncMethod = Callable[Concatenate["AsyncTTSClient", _P], Coroutine[Any, Any, _T]]

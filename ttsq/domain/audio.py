@@ -25,6 +25,7 @@ from ttsq.domain.jobs import AudioFormat
 
 __all__ = [
     "CONTENT_TYPES",
+    "SAMPLES_PER_TOKEN",
     "SAMPLE_RATE",
     "AudioFormat",
     "ChunkJoiner",
@@ -36,6 +37,9 @@ __all__ = [
 
 SAMPLE_RATE = 24_000
 """ChatTTS always produces 24 kHz mono float32 audio."""
+SAMPLES_PER_TOKEN = 512
+"""Samples of one audio token: ChatTTS's DVAE makes two mel frames of each, and Vocos hops 256 samples a frame. The
+streaming decoder checks a checkpoint's Vocos against it."""
 
 CONTENT_TYPES: dict[str, str] = {
     "wav": "audio/wav",

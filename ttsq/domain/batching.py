@@ -1,9 +1,9 @@
 """Cross-request micro-batching: which jobs may share one ChatTTS call, and how big a batch may be.
 
-One ChatTTS call takes one speaker embedding and one set of sampling parameters, so only jobs
-that agree on those (and on language and speed) are batched together; a worker that claimed a
-mix processes one batch per group. On CUDA out-of-memory the batch is halved and the worker
-remembers the smaller size for a while (an adaptive limit), rather than failing jobs.
+One ChatTTS call takes one speaker embedding and one set of sampling parameters, so only requests
+that agree on those (and on language and speed) share a call of the reference engine (:func:`batch_key`).
+On CUDA out-of-memory the batch is halved and the engine remembers the smaller size for a while (an
+adaptive limit), rather than failing jobs.
 """
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from ttsq.domain.cache_key import speaker_identity
-from ttsq.domain.jobs import Job
 from ttsq.domain.sampling import Sampling
 from ttsq.domain.text import detect_language
-
-T = TypeVar("T")
 
 
 class Batchable(Protocol):
@@ -39,23 +35,6 @@ def batch_key(item: Batchable, speaker: object) -> tuple[object, ...]:
     sampling parameter is in the key (the whole record), and the language, which ChatTTS takes per call.
     """
     return (speaker, item.sampling, detect_language(item.text))
-
-
-def group_compatible(jobs: Sequence[Job]) -> list[list[Job]]:
-    """Split claimed jobs into batches that can share a call, keeping claim order within each."""
-    groups: dict[tuple[object, ...], list[Job]] = {}
-    for job in jobs:
-        groups.setdefault(batch_key(job.params, speaker_identity(job.params)), []).append(job)
-    return list(groups.values())
-
-
-def halves(items: Sequence[T]) -> list[list[T]]:
-    middle = (len(items) + 1) // 2
-    return [list(items[:middle]), list(items[middle:])]
-
-
-def slices(items: Sequence[T], size: int) -> list[list[T]]:
-    return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
 class AdaptiveBatchLimit:

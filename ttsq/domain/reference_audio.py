@@ -171,6 +171,6 @@ def check_transcript(transcript: str, duration_s: float) -> str:
 
 def reference_positions(max_reference_s: float = MAX_REFERENCE_S) -> int:
     """GPT positions the longest reference takes in a prompt: its DVAE codes plus its transcript (at most one token
-    per character). The decoder keeps room for them (:func:`ttsq.inference.decoder_engine.prompt_budget`)."""
+    per character). The decoder keeps room for them (:func:`ttsq.inference.engines.decoder_engine.prompt_budget`)."""
     codes = math.ceil(max_reference_s * SAMPLE_RATE / DVAE_HOP) + 1
     return codes + math.floor(MAX_CHARS_PER_S * max_reference_s)

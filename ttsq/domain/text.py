@@ -316,9 +316,9 @@ def find_forbidden_tokens(text: str) -> list[str]:
 
 
 DIGIT_SPOKEN_CHARS: dict[str, int] = {"en": 6, "zh": 2}
-"""About how many characters one digit becomes once numbers are read aloud, by the text's language (WeTextProcessing,
-measured 2026-12-04: in English "1,234,567.89" became 90 characters for 9 digits, "2026" 17, a digit read alone 4-5;
-in Chinese 1-2 per digit). A text of 500 digits was 383 s of audio."""
+"""About how many characters one digit becomes once numbers are read aloud, by the text's language: WeTextProcessing
+reads a digit as several words in English and one or two characters in Chinese, so digits are counted as that much of
+the text's length (the measurement: BENCHMARKS.md, "Measured once")."""
 
 
 def spoken_length(text: str) -> tuple[int, int, int]:

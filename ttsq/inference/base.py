@@ -49,6 +49,7 @@ __all__ = [
     "SynthesisRequest",
     "TransientError",
     "synthesize",
+    "typed",
 ]
 
 
@@ -77,7 +78,7 @@ class SynthesisRequest:
     """ChatTTS's ``txt_smp``: what ``speaker_prompt`` says, written before the text."""
     first_chunk: int = 0
     """The index of the text's first chunk in a longer text (a realtime session's later sentences): chunk ``i`` draws
-    the random stream of chunk ``first_chunk + i`` (:func:`ttsq.inference.decoder.stream_seed`)."""
+    the random stream of chunk ``first_chunk + i`` (:func:`ttsq.inference.gpt.slot_decoder.stream_seed`)."""
     consistent: bool = False
     """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
     first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""
@@ -153,7 +154,7 @@ class ChunkReady:
 
 @dataclass(frozen=True)
 class PieceReady:
-    """The next samples of a chunk still being generated (issue 31: audio within a chunk, as it is generated).
+    """The next samples of a chunk still being generated (audio within a chunk, as it is generated: a *piece*).
 
     A chunk's pieces come in order, each continuing the last; its :class:`ChunkReady` follows with the whole chunk,
     whose samples begin with exactly the pieces' samples joined (the rest is its tail). Only audible samples, as in
@@ -217,7 +218,7 @@ class Batcher(Protocol):
     stats: BatcherStats
     keep_ahead: float | None
     """The longest step, as a share of a token's audio, at which a streamed row keeps its listener fed from its first
-    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.pieces.keep_ahead`); None: no bound of its
+    audio on, where the way it pieces audio sets one (:func:`ttsq.inference.audio.handoff.keep_ahead`); None: no bound of its
     own (the worker's ``STREAM_RTF_TARGET`` alone)."""
 
     @property
@@ -350,3 +351,19 @@ def synthesize(engine: Engine, req: SynthesisRequest) -> npt.NDArray[np.float32]
     if samples.size == 0:
         raise TransientError("model produced no audio")
     return samples
+
+
+def typed(exc: BaseException) -> BaseException:
+    """An engine failure in the engine contract's types (torch's OOM included), so the worker need not know torch."""
+    if isinstance(exc, InferenceError):
+        return exc
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return OutOfMemory(str(exc))
+    except ImportError:  # pragma: no cover - torch is always there when a decoder runs
+        pass
+    if isinstance(exc, ValueError):
+        return PermanentError(str(exc))
+    return TransientError(f"{type(exc).__name__}: {exc}")

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from ttsq.domain.audio import SAMPLE_RATE, SAMPLES_PER_TOKEN
+
 __all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost", "stream_room"]
 
-SAMPLE_RATE = 24_000
-SAMPLES_PER_TOKEN = 512
 TOKEN_AUDIO_S = SAMPLES_PER_TOKEN / SAMPLE_RATE
 """Seconds of audio one decode step adds to each row (DVAE + Vocos: 512 samples per audio token at 24 kHz)."""
 MAX_ROWS = 1 << 16

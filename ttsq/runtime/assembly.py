@@ -5,7 +5,7 @@ done, not in order. A job's audio is still its chunks joined in order (:class:`C
 its stream still carries them in order: a finished chunk waits here until every earlier one has
 ended, and then it and every waiting successor are released at once.
 
-A chunk decoded in pieces as it is generated (issue 31, :class:`~ttsq.inference.base.PieceReady`) is released as
+A chunk decoded in pieces as it is generated (:class:`~ttsq.inference.base.PieceReady`) is released as
 its pieces come, once it is the first chunk not yet ended: as much of it as the join can no longer change (the
 joiner's fade-out needs the chunk's end, :meth:`ChunkJoiner.settled`), then the rest when it ends. The releases of
 a job, concatenated, are exactly its joined audio (:meth:`JobAudio.samples`): what is streamed is what is stored.

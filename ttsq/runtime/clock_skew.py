@@ -1,6 +1,6 @@
 """Fault injection for tests: a process whose host clock is off (``FAULT_CLOCK_SKEW_S``; test use only).
 
-Hosts' clocks drift apart; issue 19 found that two API replicas two seconds apart let a 1/s, burst-5
+Hosts' clocks drift apart; two API replicas two seconds apart once let a 1/s, burst-5
 rate limit pass 40 of 40 requests, and that a worker's clock running ahead could judge another's
 live lease lapsed. ttsq now takes every deadline and bucket from Redis's clock
 (:mod:`ttsq.store.clock`), and the end-to-end tests prove it by running processes whose own clock is

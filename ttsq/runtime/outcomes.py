@@ -143,7 +143,7 @@ class Outcomes:
     async def _release(self, job: Job, error: BaseException) -> None:
         """A job whose outcome could not be stored for a reason retrying would not fix (not a Redis outage: those are
         retried until Redis answers) is given back now, as a retryable failure that says why, so it runs again — here
-        or on another worker. It used to stay in hand with its lease renewed forever (issue 28: a job "running" for
+        or on another worker. It used to stay in hand with its lease renewed forever (a job "running" for
         minutes, its worker ready). If even that write fails, the lease is no longer renewed (:meth:`settle`): it
         lapses, and the sweep requeues the job."""
         log.error("  ✗ %s attempt %d: storing its outcome failed; releasing it to run again", job.id, job.attempts, exc_info=error)

@@ -190,10 +190,6 @@ class Keys:
         return f"{self.prefix}owner-jobs:{owner}"
 
     @property
-    def owner_jobs_prefix(self) -> str:
-        return f"{self.prefix}owner-jobs:"
-
-    @property
     def api_keys(self) -> str:
         """Hash of API keys: key id → JSON record with the key's SHA-256, never the key itself."""
         return self.prefix + "api-keys"

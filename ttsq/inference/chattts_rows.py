@@ -1,6 +1,6 @@
 """ChatTTS's own pieces around the decode loop, one row at a time.
 
-ttsq's decoder (:mod:`ttsq.inference.decoder`) replaces only ChatTTS's generation loop. What goes
+ttsq's decoder (:mod:`ttsq.inference.gpt.slot_decoder`) replaces only ChatTTS's generation loop. What goes
 in and what comes out stays ChatTTS's: its tokenizer and prompt decoration, its embeddings and
 speaker encoding, its refine-text token filter, and its decoder + Vocos for the audio. Each call
 here handles one row alone (no padding, no batch-mates), which is what ChatTTS does at batch 1 —
@@ -104,7 +104,7 @@ class ChatTTSRows:
 
     def speaker_prompt(self, wav: npt.NDArray[np.float32], max_seconds: float) -> str:
         """The speaker prompt of a decoded wave as it comes (near-silent samples kept), cut to ``max_seconds``: what
-        :meth:`audio_and_prompt` makes, for a wave decoded in pieces (:mod:`ttsq.inference.pieces`)."""
+        :meth:`audio_and_prompt` makes, for a wave decoded in pieces (:mod:`ttsq.inference.audio.handoff`)."""
         import torch
 
         with torch.inference_mode():

@@ -46,8 +46,9 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from ttsq.inference.layers import (
-    Layer,
+from ttsq.inference.gpt.graphs import StepGraphs, buckets, windows
+from ttsq.inference.gpt.layers import (
+    Blocks,
     Precision,
     activation,
     fused,
@@ -55,10 +56,11 @@ from ttsq.inference.layers import (
     linear,
     onednn,
     packs_weights,
-    per_head,
     rms_norm,
+    rotary_tables,
 )
-from ttsq.inference.slot_rows import (
+from ttsq.inference.gpt.sampling import MIN_TOKENS_TO_KEEP, PENALTY_WINDOW, filtered_by_selection, filtered_by_sort
+from ttsq.inference.gpt.slots import (
     DecoderShape,
     Finished,
     Prefilled,
@@ -79,15 +81,6 @@ __all__ = [
     "prefill_groups",
     "stream_seed",
 ]
-
-MIN_TOKENS_TO_KEEP = 3
-"""ChatTTS builds its top-p and top-k warpers with ``min_tokens_to_keep=3``: a top_k of 1 keeps 3."""
-PENALTY_WINDOW = 16
-"""ChatTTS's repetition penalty counts the last 16 generated tokens."""
-_CUMULATIVE_ERROR_BOUND = 1e-4
-"""How far ChatTTS's float32 top-p sums may be from the exact ones: each of up to 626 sequential
-float32 additions rounds by at most 2^-24 of a sum below 1 (3.7e-5 in all), and the softmax's
-own rounding adds about a millionth. Decisions nearer the threshold than this go to the full sort."""
 
 Mode = Literal["code", "text"]
 
@@ -152,8 +145,7 @@ class SlotDecoder:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.batch_invariant = batch_invariant
         self.static_shapes = static_shapes or self.cuda_graphs or batch_invariant
-        self._graphs: dict[tuple[int, int], Any] = {}
-        self._act = activation(gpt.layers[0].mlp)
+        self._graphs = StepGraphs(self.device)
         all_float32 = dtype == torch.float32 and gpt.norm.weight.dtype == torch.float32
         self._norm = fused_rms_norm if all_float32 else rms_norm
         num_vq = int(embed.num_vq)
@@ -166,6 +158,7 @@ class SlotDecoder:
         """Whether the projections (and, in float32, the heads) are packed: for oneDNN, or for fbgemm (int8)."""
         with torch.no_grad():
             self._layers = [fused(layer, dtype, pack=self.packed_weights, precision=precision) for layer in gpt.layers]
+            self._blocks = Blocks(self.num_heads, self.num_kv_heads, self.head_dim, self._norm, activation(gpt.layers[0].mlp))
             self._final_norm = (gpt.norm.weight.detach(), float(gpt.norm.variance_epsilon))
             if mode == "code":
                 # The heads are weight-normed; ChatTTS evaluates the parametrization once per step
@@ -180,22 +173,7 @@ class SlotDecoder:
                 self._heads = onednn(self._heads)
             self._table = torch.cat(tables, 0).to(head_dtype).contiguous()
             self._offsets = torch.arange(self.streams, device=self.device) * int(tables[0].shape[0])
-            # RoPE for every position at once: the same products and cos/sin as per step (each
-            # angle is one multiplication), so a lookup replaces ten kernels per step.
-            positions = torch.arange(shape.max_len + 1, device=self.device).unsqueeze(0)
-            probe = torch.zeros(1, 1, self.hidden, dtype=dtype, device=self.device)
-            cos, sin = gpt.rotary_emb(probe, positions)
-            # One table per q/k/v head, values' entries the identity (cos 1, sin 0: v * 1 + r * 0 == v
-            # exactly), so one multiply-add rotates queries and keys and leaves values as they are.
-            rotated = self.num_heads + self.num_kv_heads
-            identity = torch.ones_like(cos[0]), torch.zeros_like(sin[0])
-            self._cos = per_head(cos[0], identity[0], rotated, self.num_kv_heads)
-            # rotate_half(x) * sin == roll(x, d/2) * (sign * sin), sign -1 on the first half:
-            # (-a) * b and a * (-b) are the same float, so this stays bit-equal to transformers.
-            half = self.head_dim // 2
-            sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
-            sign[:half] = -1
-            self._sin = per_head(sin[0] * sign, identity[1], rotated, self.num_kv_heads)
+            self._cos, self._sin = rotary_tables(gpt, shape.max_len + 1, self._blocks, dtype, self.device)
         self._allocate()
 
     # ---- buffers ----------------------------------------------------------------------------
@@ -244,7 +222,6 @@ class SlotDecoder:
         self._below_min = [0] * s
         """Host count of the samples each slot still takes with its end token barred (``min_new_token``
         minus tokens sampled): while every row of an eager step is past it, the step skips the mask."""
-        """Host copy of each slot's effective top-k (sizes the CPU's top-k selection)."""
         self._free = list(range(s))
         self._lengths = [0] * s
         """Host copy of ``positions`` (no device read is needed to size the attention window)."""
@@ -279,7 +256,7 @@ class SlotDecoder:
 
     def prefill_many(self, prompts: Sequence[torch.Tensor]) -> list[Prefilled]:
         """Run rows' prompts ((positions, hidden) embeddings) through the GPT, several in one pass: on a GPU, rows
-        admitted together cost one pass's kernel launches instead of one per row (issue 30). Touches no slot: another
+        admitted together cost one pass's kernel launches instead of one per row. Touches no slot: another
         thread may run it while this decoder steps (it reads only the weights).
 
         Prompts are right-padded to the longest of their group, and attention is causal, so no position of a row sees
@@ -305,11 +282,11 @@ class SlotDecoder:
                 cos, sin = self._cos[:longest].transpose(0, 1).unsqueeze(0), self._sin[:longest].transpose(0, 1).unsqueeze(0)
                 kvs = []
                 for layer in self._layers:
-                    q, kv = self._qkv(layer, x, cos, sin)
+                    q, kv = self._blocks.qkv(layer, x, cos, sin)
                     kvs.append(kv)
-                    keys, values = self._expand(kv[:, :kv_heads]), self._expand(kv[:, kv_heads:])
+                    keys, values = self._blocks.expand(kv[:, :kv_heads]), self._blocks.expand(kv[:, kv_heads:])
                     attended = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=layer.scale)
-                    x = self._block_rest(layer, x, attended)
+                    x = self._blocks.rest(layer, x, attended)
                 last = torch.tensor([lengths[index] - 1 for index in group], device=self.device)
                 hidden = self._norm(x[torch.arange(len(group), device=self.device), last], *self._final_norm).to(torch.float32)
                 for row, index in enumerate(group):
@@ -364,34 +341,6 @@ class SlotDecoder:
         noise = torch.empty(self.streams, self.vocab, dtype=torch.float32, device=self.device)
         self.noise[slot] = noise.exponential_(1, generator=generator)
 
-    def _qkv(self, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
-        (rows, heads, positions, dim) and (rows, 2 x kv heads, positions, dim)."""
-
-        rows, length = x.shape[0], x.shape[1]
-        heads = self.num_heads + 2 * self.num_kv_heads
-        qkv = linear(self._norm(x, layer.input_norm, layer.eps), layer.qkv)
-        if length == 1:  # a decode step: moving the length-1 axis is only a view
-            qkv = qkv.view(rows, heads, 1, self.head_dim)
-        else:
-            qkv = qkv.view(rows, length, heads, self.head_dim).transpose(1, 2)
-        qkv = qkv * cos + qkv.roll(self.head_dim // 2, -1) * sin
-        return qkv[:, : self.num_heads], qkv[:, self.num_heads :]
-
-    def _block_rest(self, layer: Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        """Everything after attention: output projection, residual, MLP, residual."""
-
-        rows, length = x.shape[0], x.shape[1]
-        flat = attended.view(rows, 1, -1) if length == 1 else attended.transpose(1, 2).reshape(rows, length, -1)
-        x = x + linear(flat, layer.out)
-        gate, up = linear(self._norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
-        return x + linear(self._act(gate) * up, layer.down)
-
-    def _expand(self, kv: torch.Tensor) -> torch.Tensor:
-        """Repeat grouped key/value heads to the query heads (a no-op for ChatTTS, which has none)."""
-        groups = self.num_heads // self.num_kv_heads
-        return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
-
     # ---- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[Finished]:
@@ -404,7 +353,7 @@ class SlotDecoder:
         with inference():
             if self.cuda_graphs:
                 self.computed, self.attended = self._shape(span)
-                self._graphs[self.computed, self.attended].replay()
+                self._graphs.replay(self.computed, self.attended)
             elif self.static_shapes:
                 self.computed, self.attended = self._shape(span)
                 self._decode(self.computed, self.attended)
@@ -441,14 +390,14 @@ class SlotDecoder:
             cos, sin = self._cos[at : at + 1].unsqueeze(2), self._sin[at : at + 1].unsqueeze(2)
         kv_heads = self.num_kv_heads
         for layer, cache in zip(self._layers, self.kv_cache, strict=True):
-            q, kv = self._qkv(layer, x, cos, sin)
+            q, kv = self._blocks.qkv(layer, x, cos, sin)
             if at is None:
                 cache[rows, :, positions] = kv[:, :, 0]
             else:
                 cache[:n, :, at] = kv[:, :, 0]
-            keys, values = self._expand(cache[:n, :kv_heads, :window]), self._expand(cache[:n, kv_heads:, :window])
+            keys, values = self._blocks.expand(cache[:n, :kv_heads, :window]), self._blocks.expand(cache[:n, kv_heads:, :window])
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scale)
-            x = self._block_rest(layer, x, out)
+            x = self._blocks.rest(layer, x, out)
         hidden = self._norm(x[:, 0], *self._final_norm).float()
         self.positions[:n] += ~self.finished[:n]
         self._sample(slice(0, n), hidden)
@@ -476,7 +425,19 @@ class SlotDecoder:
         alpha = torch.pow(self.penalty[rows], counts)
         logits = torch.where(logits < 0, logits * alpha, logits / alpha)
         by_sort = self.static_shapes or self.device.type != "cpu"
-        removed = self._filtered_by_sort(logits, rows) if by_sort else self._filtered_by_selection(logits, rows)
+        if by_sort:
+            removed = filtered_by_sort(logits, self.top_p_floor[rows], self.kth[rows])
+        else:
+            removed = filtered_by_selection(
+                logits,
+                top_k=max(self._top_k[rows]),
+                top_p_floor=self.top_p_floor[rows],
+                top_p_floor64=self.top_p_floor64[rows],
+                kth=self.kth[rows],
+                within_top_k=self.within_top_k[rows],
+                decided=self.decided[rows],
+                always_kept=self._always_kept,
+            )
         logits = logits.masked_fill(removed, -math.inf)
         generated = self.generated[rows]
         barring = self._below_min[rows]
@@ -497,55 +458,6 @@ class SlotDecoder:
         self.last[rows] = token
         self.finished[rows] = ~keep | (generated >= self.last_index[rows])
         self.generated[rows] += keep
-
-    def _filtered_by_sort(self, logits: torch.Tensor, rows: slice) -> torch.Tensor:
-        """Which tokens top-p then top-k remove, computed exactly as ChatTTS's warpers do (a full sort)."""
-        import torch
-
-        ascending, order = torch.sort(logits, dim=-1)
-        dropped = ascending.softmax(dim=-1).cumsum(dim=-1) <= self.top_p_floor[rows]
-        dropped[..., -MIN_TOKENS_TO_KEEP:] = False
-        # Top-k on what top-p kept: top-p drops a prefix of the ascending order, so the k-th
-        # largest survivor is ascending[vocab - k] unless top-p dropped that one too (then top-k drops nothing).
-        kth = self.kth[rows]
-        floor = torch.where(dropped.gather(-1, kth), -math.inf, ascending.gather(-1, kth))
-        removed: torch.Tensor = dropped.scatter(-1, order, dropped) | (logits < floor)
-        return removed
-
-    def _filtered_by_selection(self, logits: torch.Tensor, rows: slice) -> torch.Tensor:
-        """The same tokens as :meth:`_filtered_by_sort`, from a top-k selection instead of a full sort.
-
-        A full sort of 626 logits costs ~30 us per row and stream on a CPU (4x a top-21 selection,
-        and more than the rest of a tiny model's step). Only the ``k`` best tokens can survive
-        top-k, so only their top-p fate matters: token of rank ``r`` is dropped when the
-        probability of everything ranked below it and itself, ``1 - P(ranks < r)``, is at most
-        ``1 - top_p``. That sum is computed here in float64; ChatTTS's float32 softmax and
-        sequential cumulative sum differ from it by less than :data:`_CUMULATIVE_ERROR_BOUND`, so a
-        decision further than that from the threshold is ChatTTS's decision. Rows with a decision
-        closer than that, or with equal logits at the cut (where the sort's tie order decides), are
-        computed by the full sort instead: the result is always the sort's, bit for bit.
-        """
-        import torch
-
-        keep_most = min(self.vocab, max(self._top_k[rows]) + 1)
-        best, where = torch.topk(logits, keep_most, dim=-1)
-        weights = torch.exp((logits - best[..., :1]).double())
-        ranked = weights.gather(-1, where)
-        total = weights.sum(-1, keepdim=True)
-        # For rank r: 1 - P(ranks < r), the share of the sorted cumulative sum ChatTTS compares.
-        remainder = (total - (ranked.cumsum(-1) - ranked)) / total
-        floor = self.top_p_floor64[rows]
-        kept = ~(remainder <= floor) | self._always_kept[:keep_most]
-        kept &= self.within_top_k[rows, :, :keep_most]
-        removed = torch.ones_like(logits, dtype=torch.bool).scatter_(-1, where, ~kept)
-        close = ((remainder - floor).abs() < _CUMULATIVE_ERROR_BOUND) & self.decided[rows, :, :keep_most]
-        tied = best[..., 1:] == best[..., :-1]
-        if bool(close.any() | tied.any()):  # one host read for both
-            unsure = close.any(dim=-1).any(dim=-1) | tied.any(dim=-1).any(dim=-1)
-            for row in unsure.nonzero().view(-1).tolist():
-                one = slice(rows.start + row, rows.start + row + 1)
-                removed[row : row + 1] = self._filtered_by_sort(logits[row : row + 1], one)
-        return removed
 
     # ---- finishing ----------------------------------------------------------------------------
 
@@ -642,67 +554,24 @@ class SlotDecoder:
     # ---- CUDA graphs -------------------------------------------------------------------------
 
     def buckets(self) -> list[int]:
-        """The spans a step may cover (a graph is captured for each): 1, 2, 4, then every 8 below 256 and every 16
-        beyond (vLLM's capture sizes), and the slot count; only the count when the decoder is batch-invariant. Rows are
-        compacted into the lowest slots (:meth:`compact`), so a step pads its rows by at most 7 (15 past 256):
-        powers of two padded 47% of the row-steps at 64 slots, these 11% (``bench.engine.compaction``)."""
-        slots = self.shape.slots
-        if self.batch_invariant:
-            return [slots]
-        sizes = {1, 2, 4, *range(8, 256, 8), *range(256, slots, 16)}
-        return sorted({size for size in sizes if size < slots} | {slots})
+        """The spans a step may cover (:func:`~ttsq.inference.gpt.graphs.buckets`)."""
+        return buckets(self.shape.slots, batch_invariant=self.batch_invariant)
 
     def windows(self) -> list[int]:
-        """The attention windows a step may read (a graph is captured for each, times each bucket): the
-        cache's first ``w`` positions, ``w`` a power of two from 32 below the cache's length, and the whole
-        cache; only the whole cache when the decoder is batch-invariant (a window that followed the
-        longest batch-mate would change a row's reduction lengths, and so its bits)."""
-        full = self.shape.max_len + 1
-        if self.batch_invariant:
-            return [full]
-        return [*(1 << p for p in range(5, full.bit_length()) if 1 << p < full), full]
+        """The attention windows a step may read (:func:`~ttsq.inference.gpt.graphs.windows`)."""
+        return windows(self.shape.max_len + 1, batch_invariant=self.batch_invariant)
 
     def capture(self) -> None:
         """Capture one decode step per bucket and window (CUDA only). Called once, before serving."""
-        import torch
-
-        if not self.cuda_graphs:
-            return
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.inference_mode(), torch.cuda.stream(stream):
-            snapshot = self._snapshot()
+        if self.cuda_graphs:
             shapes = [(bucket, window) for bucket in self.buckets() for window in self.windows()]
-            for bucket, window in shapes:
-                for _ in range(2):  # warm each shape's kernels (cuBLAS workspaces, autotuning) outside capture
-                    self._decode(bucket, window)
-            self._restore(snapshot)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        # One memory pool for every graph, as vLLM and TGI share theirs: a step's scratch memory is dead when its replay
-        # ends (every output is written into a buffer allocated outside the graphs), and graphs replay one at a time on
-        # one stream, so they may reuse each other's blocks. The largest shapes go first, and the pool is their size.
-        # "thread_local": a CUDA call another thread makes meanwhile (a metrics scrape's torch.cuda.mem_get_info) is its
-        # own business; in the default "global" mode it would make this capture fail (issue 30, Found 4).
-        pool = torch.cuda.graph_pool_handle()
-        for bucket, window in sorted(shapes, reverse=True):
-            graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                self._decode(bucket, window)
-            self._graphs[bucket, window] = graph
+            self._graphs.capture(shapes, self._decode, self._per_slot() + self._per_row())
 
     def _shape(self, span: int) -> tuple[int, int]:
         """The captured shape a step over ``span`` slots runs at: the smallest bucket that holds them, and the
         smallest window that holds their longest row's positions and the one its step writes."""
         longest = max(self._lengths[:span]) + 1
         return next(size for size in self.buckets() if size >= span), next(w for w in self.windows() if w >= longest)
-
-    def _snapshot(self) -> list[torch.Tensor]:
-        """The warm-up steps run for real; what they write to the rows' state is put back (the cache is free slots' garbage)."""
-        return [t.clone() for t in self._per_slot() + self._per_row()]
-
-    def _restore(self, snapshot: list[torch.Tensor]) -> None:
-        for tensor, saved in zip(self._per_slot() + self._per_row(), snapshot, strict=True):
-            tensor.copy_(saved)
 
 
 def _ranks(vocab: int, start: int, stop: int, device: torch.device) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""A row's audio in pieces while its codes are still being generated, each piece decoded once.
+"""A row's audio in pieces from a window of states each: the benchmarks' comparison for the streamed decode
+(``bench.engine.streaming_audio``, ``bench.engine.lookahead``); serving streams with
+:class:`ttsq.inference.audio.lead.LeadThenExact` instead, which decodes every state once.
 
 ChatTTS turns a row's GPT states into audio with a decoder (ConvNeXt blocks over two mel frames per token) and
 Vocos (more ConvNeXt blocks, then an inverse STFT). Every one of their convolutions is centred: a sample depends on
@@ -11,8 +13,8 @@ per row grows linearly with its length (ChatTTS's ``stream=True`` decodes the wh
 
 The field is measured, not assumed (:func:`measure_field`): a state is changed and the samples that move are the
 ones it reaches. With ``lookahead`` below the field's right side the pieces are an approximation, at their right
-edge; ``bench.engine.lookahead`` reports how far from the whole decode each look-ahead is, which is how a default is chosen.
-The scheduler streams a row's audio with it (:mod:`ttsq.inference.pieces`, ``PIECE_TOKENS``).
+edge; ``bench.engine.lookahead`` reports how far from the whole decode each look-ahead is, which is how a default is
+chosen.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ Decode = Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]]
 
 
 def chat_decode(chat: Any) -> Decode:
-    """A loaded ``ChatTTS.Chat``'s audio decode of one row's states, as :class:`ttsq.inference.rows.ChatTTSRows`
+    """A loaded ``ChatTTS.Chat``'s audio decode of one row's states, as :class:`ttsq.inference.chattts_rows.ChatTTSRows`
     decodes a finished row (``Chat._decode_to_wavs``, decoder then Vocos), before near-silent samples are dropped."""
     import torch
 

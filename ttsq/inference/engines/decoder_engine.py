@@ -3,9 +3,9 @@
 ``ENGINE_BACKEND=ttsq``, and the default on a CPU (``auto``; on CUDA ``auto`` keeps the reference
 engine until a GPU run has confirmed this one there).
 
-It is :class:`~ttsq.inference.chattts.ChatTTSEngine` (loading, voices, text normalisation and
+It is :class:`~ttsq.inference.engines.chattts.ChatTTSEngine` (loading, voices, text normalisation and
 splitting, device statistics are shared) with ChatTTS's generation loop replaced by
-:class:`~ttsq.inference.scheduler.Scheduler` over :class:`~ttsq.inference.decoder.SlotDecoder`:
+:class:`~ttsq.inference.sched.scheduler.Scheduler` over :class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder`:
 any mix of voices, parameters and seeds shares a step, each row's audio is what ChatTTS gives that
 row alone, and a slot is refilled as soon as its row ends.
 """
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
 from ttsq.domain.reference_audio import MAX_CHARS_PER_S, reference_positions
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.handoff import AudioPieces, Cadence, HandOff, keep_ahead
+from ttsq.inference.audio.lead import LeadThenExact
+from ttsq.inference.audio.streaming import streaming_decoder
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
-from ttsq.inference.chattts import ChatTTSEngine, EngineConfig
-from ttsq.inference.decoder import DecoderShape, SlotDecoder
-from ttsq.inference.lead_audio import STREAM_RUN_TOKENS, LeadThenExact
-from ttsq.inference.pieces import AudioPieces, Piecing, keep_ahead
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduler import DecodeLimits, Scheduler
-from ttsq.inference.streaming_audio import streaming_decoder
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.engines.chattts import WARMUP_TOKENS, ChatTTSEngine, EngineConfig
+from ttsq.inference.gpt.slot_decoder import DecoderShape, SlotDecoder
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.scheduler import DecodeLimits, Scheduler
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 _PROMPT_MARGIN = 16
 """Positions beyond the text itself: ``[Stts][spk_emb][speed_N]…[Ptts]``, and room for tokenizer surprises."""
-_WARMUP_TOKENS = 16
 
 
 def prompt_budget(max_chunk_chars: int, refine_max_new_token: int, max_reference_s: float = 0.0) -> tuple[int, int]:
@@ -86,9 +85,9 @@ class DecoderEngine(ChatTTSEngine):
         """Prefill and audio decoding in two threads beside the decode loop (on a CPU; on CUDA they stay in
         the loop until a GPU run has measured the overlap with streams of their own)."""
         self.pieces = pieces
-        """Audio within a chunk, as it is generated: (states per piece, look-ahead), ``PIECE_TOKENS`` and
-        ``PIECE_LOOKAHEAD``; None: a chunk's audio is decoded at its end. Only the serving batcher pieces: scripts,
-        tests and warm-up (:meth:`synthesize_batch`) take whole chunks."""
+        """Audio within a chunk, as it is generated: ``(PIECE_TOKENS, PIECE_LOOKAHEAD)``, the hand-off's
+        :class:`~ttsq.inference.audio.handoff.Cadence`; None: a chunk's audio is decoded at its end. Only the serving
+        batcher pieces: scripts, tests and warm-up (:meth:`synthesize_batch`) take whole chunks."""
         self._pools: tuple[RankedExecutor, RankedExecutor] | None = None
         self._rows: ChatTTSRows | None = None
         self._local: Scheduler | None = None
@@ -122,33 +121,32 @@ class DecoderEngine(ChatTTSEngine):
             build_text_now=True,
         )
 
-    def _piecing(self) -> Piecing | None:
-        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first piece decoded
-        ahead of the field once ``tokens + lookahead`` states exist, the rest streamed exactly, each state through
-        the layers once (:class:`~ttsq.inference.lead_audio.LeadThenExact`)."""
+    def _piecing(self) -> HandOff | None:
+        """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first ``PIECE_TOKENS``
+        decoded ahead of the field once ``PIECE_TOKENS + PIECE_LOOKAHEAD`` states exist, the rest streamed exactly,
+        each state through the layers once (:class:`~ttsq.inference.audio.lead.LeadThenExact`)."""
         if self.pieces is None:
             return None
-        tokens, lookahead = self.pieces
+        cadence = Cadence(*self.pieces)
         chat = self._loaded_chat()
-        per_token = 2 * int(chat.vocos.head.istft.hop_length)  # the decoder makes two mel frames of each state
         probe = streaming_decoder(chat)
 
         def make() -> AudioPieces:
-            stream = streaming_decoder(chat, piece=STREAM_RUN_TOKENS)
-            return LeadThenExact(stream, first=tokens, lookahead=lookahead, samples_per_token=per_token)
+            return LeadThenExact(streaming_decoder(chat), cadence)
 
-        ahead = keep_ahead(make, tokens, lookahead, hidden=probe.width, samples_per_token=per_token)
+        ahead = keep_ahead(make, cadence, hidden=probe.width)
+        short = probe.delay - cadence.lookahead
         log.info(
             "audio in pieces: the first %d tokens after %d steps (%s), then every %d, exact (the decoder's field: %d "
             "tokens); a stream keeps ahead of its listener while a step takes at most %.2f of a token's audio",
-            tokens,
-            tokens + lookahead,
-            "exact" if lookahead >= probe.delay else f"approximate in its last {probe.delay - lookahead} tokens' reach",
-            tokens,
+            cadence.piece_tokens,
+            cadence.first,
+            "exact" if short <= 0 else f"approximate in its last {short} tokens' reach",
+            cadence.piece_tokens,
             probe.delay,
             ahead,
         )
-        return Piecing(tokens, lookahead, make, keep_ahead=ahead)
+        return HandOff(cadence, make, keep_ahead=ahead)
 
     @property
     def head_start(self) -> bool:
@@ -189,7 +187,7 @@ class DecoderEngine(ChatTTSEngine):
         capture: bool,
         reserve: int = 0,
         overlap: bool = False,
-        pieces: Piecing | None = None,
+        pieces: HandOff | None = None,
         build_text_now: bool = False,
     ) -> Scheduler:
         rows = self._loaded_rows()
@@ -264,7 +262,7 @@ class DecoderEngine(ChatTTSEngine):
         if self._normalizer is not None:
             self._normalizer.preload(("zh", "en"))
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
-        limits = self._limits(min(self.config.max_new_token, _WARMUP_TOKENS))
+        limits = self._limits(min(self.config.max_new_token, WARMUP_TOKENS))
         scheduler = self._scheduler(1, limits, oom_recover_s=0.0, capture=False)
         for _ in _drain(scheduler, [request]):
             pass
@@ -280,7 +278,7 @@ class DecoderEngine(ChatTTSEngine):
         requests = [SynthesisRequest(text=text, speaker=speaker, seed=seed) for seed in range(batch)]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        # The path that serves (issue 30, Found 3): with CUDA_GRAPHS, the captured whole-cache step, whose cost grows
+        # The path that serves: with CUDA_GRAPHS, the captured whole-cache step, whose cost grows
         # with the batch, not the eager windowed one. Its capture (memory pools included in the peak) is not timed.
         scheduler = self._scheduler(batch, self._limits(tokens), oom_recover_s=0.0, capture=True)
         torch.cuda.synchronize()

@@ -1,23 +1,24 @@
 """A row's first audio a few dozen decode steps in, and every sample after it exact.
 
-:class:`~ttsq.inference.streaming_audio.StreamingDecoder` decodes each state once and its samples are the whole
+:class:`~ttsq.inference.audio.streaming.StreamingDecoder` decodes each state once and its samples are the whole
 decode's, but a sample can only come once every state its receptive field reaches exists: ``delay`` tokens after its
-own, 52 on ChatTTS's layers (9 on the tiny checkpoint). A first audio 52 steps into a sentence, plus a piece, is
-later than a voice agent wants. So :class:`LeadThenExact` hands out a *lead* as soon as ``first + lookahead`` states
-exist: the streamed decode's exact samples so far, then what the stream would add if the row ended there
-(:meth:`~ttsq.inference.streaming_audio.StreamingDecoder.preview`), which is the whole decode of those states, as if
-they were the row, up to the end of the first ``first`` tokens. Below the field (``lookahead < delay``) the lead's
-last samples are an approximation, off where the states' end cuts their field (``bench.engine.lookahead`` measures by
-how much for each look-ahead). The streamed decode takes over where the lead ends: its samples before that are
-dropped, and the lead's last ``fade`` samples are held back and cross-faded into the streamed ones, so that the seam
-has no step. The streamed decode runs its layers every ``STREAM_RUN_TOKENS`` states, except once: as soon as the
-states handed over complete a sample past the seam, so that the exact audio follows the lead as early as the field
-allows.
+own, 52 on ChatTTS's layers (9 on the tiny checkpoint). A first audio 52 steps into a sentence, plus a piece, is later
+than a voice agent wants. So :class:`LeadThenExact` hands out a *lead*, the samples of the first ``piece_tokens``
+tokens, as soon as ``piece_tokens + lookahead`` states exist (the hand-off's
+:class:`~ttsq.inference.audio.handoff.Cadence`): the streamed decode's exact samples so far, then what the stream would
+add if the row ended there (:meth:`~ttsq.inference.audio.streaming.StreamingDecoder.preview`), which is the whole decode
+of those states, as if they were the row, up to the end of the first ``piece_tokens`` tokens. Below the field
+(``lookahead < delay``) the lead's last samples are an approximation, off where the states' end cuts their field
+(``bench.engine.lookahead`` measures by how much for each look-ahead). The streamed decode takes over where the lead
+ends: its samples before that are dropped, and the lead's last ``fade`` samples are held back and cross-faded into the
+streamed ones, so that the seam has no step. The streamed decode runs its layers every ``run_tokens`` states (its
+*runs*), except once: as soon as the states handed over complete a sample past the seam, so that the exact audio follows
+the lead as early as the field allows.
 
 Joined, the output is the lead's samples up to the seam and the streamed decode's after it: the whole decode's within
-float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the
-end of the first piece below it. The extra work is the layers' right field run once more, for the lead, in the same
-pass as the stream's run of the states handed over by then (each layer's exact frames and the lead's past them in one
+float rounding at ``lookahead >= delay`` (then there is no lead: the streamed decode alone), and off only near the end
+of the first piece below it. The extra work is the layers' right field run once more, for the lead, in the same pass as
+the stream's run of the states handed over by then (each layer's exact frames and the lead's past them in one
 convolution), so the lead costs no run of its own.
 """
 
@@ -26,48 +27,34 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.inference.streaming_audio import StreamingDecoder
+from ttsq.domain.audio import SAMPLES_PER_TOKEN
+from ttsq.inference.audio.handoff import Cadence
+from ttsq.inference.audio.streaming import StreamingDecoder
 
-__all__ = ["FADE_SAMPLES", "STREAM_RUN_TOKENS", "LeadThenExact"]
+__all__ = ["FADE_SAMPLES", "LeadThenExact"]
 
 FADE_SAMPLES = 256
 """The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
 streamed samples is not a click, short enough to hold back from the first audio."""
 
-STREAM_RUN_TOKENS = 64
-"""States the streamed decode gathers before it runs its layers (:class:`StreamingDecoder`'s ``piece``). Its samples
-are needed only once the lead's have played, and fewer, larger runs cost less: a 250-token row on the full-size
-dimensions cost 1.1-1.3x one whole decode's CPU at 64 against 1.5-1.6x at 32 (2026-12-04, ``bench.engine.streaming_audio``)."""
-
 _EMPTY = np.zeros(0, dtype=np.float32)
 
 
 class LeadThenExact:
-    """One row's audio: a lead of ``first`` tokens soon, then the streamed decode (see the module docstring).
-
-    The same interface as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`: :meth:`add` takes the row's new
-    states and returns the samples that are ready, :meth:`finish` the rest once the row ended.
+    """One row's audio: a lead of the cadence's ``piece_tokens`` soon, then the streamed decode (see the module
+    docstring). A row's piece decoder (:class:`~ttsq.inference.audio.handoff.AudioPieces`): :meth:`add` takes the row's
+    new states and returns the samples that are ready, :meth:`finish` the rest once the row ended.
     """
 
-    def __init__(
-        self,
-        stream: StreamingDecoder,
-        *,
-        first: int,
-        lookahead: int,
-        samples_per_token: int,
-        fade: int = FADE_SAMPLES,
-    ) -> None:
-        if first < 1 or lookahead < 1:
-            raise ValueError(f"the first piece and its look-ahead are at least 1 token each; got {first}, {lookahead}")
-        if not 0 <= fade <= first * samples_per_token:
+    def __init__(self, stream: StreamingDecoder, cadence: Cadence, *, fade: int = FADE_SAMPLES) -> None:
+        if not 0 <= fade <= cadence.piece_tokens * SAMPLES_PER_TOKEN:
             raise ValueError(f"the cross-fade must fit in the first piece; got {fade} samples")
         self.stream = stream
-        self.first = first
-        self.lookahead = lookahead
-        self.per_token = samples_per_token
+        self.first = cadence.piece_tokens
+        """Tokens the lead covers."""
+        self.lookahead = cadence.lookahead
         self.fade = fade
-        self.lead = lookahead < stream.delay
+        self.lead = cadence.lookahead < stream.delay
         """Whether a lead is decoded at all: at the full field the streamed samples come as soon as it would."""
         self.waiting: list[npt.NDArray[np.float32]] = []
         """Streamed samples not handed out yet: all of them until the lead is decoded."""
@@ -95,7 +82,7 @@ class LeadThenExact:
         if self.seam is not None and self.received + streamed.size < self.seam and self._past_seam_ready():
             # The lead is playing and exact samples past its end already exist in the waiting states: decode them
             # now, not a whole run later, so the gap between the lead and the streamed audio is as short as the
-            # field allows (a run of STREAM_RUN_TOKENS would otherwise come up to that many steps after).
+            # field allows (the next run would otherwise come up to run_tokens steps after).
             streamed = np.concatenate([streamed, self.stream.run_now()])
         if self.seam is None:
             if self.lead and self.stream.states_added >= self.first + self.lookahead:
@@ -135,13 +122,13 @@ class LeadThenExact:
         self.received += streamed.size + ran.size
         exact = np.concatenate([*self.waiting, streamed, ran])
         self.waiting = []
-        seam = self.first * self.per_token
+        seam = self.first * SAMPLES_PER_TOKEN
         if exact.size >= seam:
             self.lead = False
             return exact
         self.lead_states = self.stream.states_added
         self.streamed_at_lead = exact.size
-        self.window_tokens = self.lead_states - exact.size // self.per_token
+        self.window_tokens = self.lead_states - exact.size // SAMPLES_PER_TOKEN
         fade = min(self.fade, seam - exact.size)
         lead = tail[: seam - exact.size]
         self.seam = seam

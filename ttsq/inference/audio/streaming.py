@@ -1,7 +1,7 @@
 """A row's audio decoded as its states arrive, every state through the decoder and Vocos exactly once.
 
-:class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece from a window of states and so decodes the
-left context again for every piece: 2-27x the CPU of one whole decode (``bench/results/lookahead.md``).
+Decoding each piece from a window of states (``bench.engine.piecewise``, kept as the benchmarks' comparison) decodes
+the left context again for every piece, several times the CPU of one whole decode (docs/decoder.md).
 :class:`StreamingDecoder` keeps, instead, each convolution's own left context between calls, which is how a
 streaming convolution works: a layer of kernel ``k`` and dilation ``d`` keeps its last ``d * (k - 1)`` input frames,
 starts from the zeros the model's ``padding`` puts before the row, emits an output only once the inputs to its
@@ -13,25 +13,24 @@ comes, a sample is divided by its window envelope (the sum of the squared window
 frame can reach it, and the first ``n_fft // 2`` samples and, at the end, those past ``n_fft // 2 + hop * (frames
 - 1)`` are trimmed, as ``torch.istft(center=True)`` does. Joined, the output is the whole decode's samples (within
 float rounding: a convolution or matrix product of another length may sum in another order), and the work per
-row is one whole decode plus a fixed overhead per call, whatever the piece size.
+row is one whole decode plus a fixed overhead per run, whatever the run's size.
 
 The price of exactness is latency: a sample needs every state its receptive field reaches, :attr:`delay` tokens
 after its own (from the layers' shapes: 9 on the tiny checkpoint, 52 on ChatTTS's real one, whose trained
 ConvNeXt blocks use their whole field; random weights with ChatTTS's initial layer scale of 1e-6 only *measure*
-19, :func:`ttsq.inference.piecewise_audio.measure_field`). So ``add`` returns the samples of tokens up to
-``delay`` before the newest one, and ``finish`` the rest.
+19, ``bench.engine.piecewise.measure_field``). So ``add`` returns the samples of tokens up to ``delay`` before the
+newest one, and ``finish`` the rest.
 
-Interface, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder`'s: ``decoder = streaming_decoder(chat,
-piece=32, lookahead=None)`` (the look-ahead can only be the whole field, :attr:`delay`) for a loaded
+Interface (:class:`~ttsq.inference.audio.handoff.AudioPieces`): ``decoder = streaming_decoder(chat)`` for a loaded
 ``ChatTTS.Chat`` (its own ``decoder`` and ``vocos`` modules, their weights shared, not copied; one decoder per
 row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidden]`` returns the new samples
-(float32, possibly none), and ``decoder.finish()`` the rest once the row ended.
-``piece`` is how many new states wait before they are run through the layers (fewer, larger calls: less
-overhead; ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the
-decoder, each once) and :attr:`calls` how many times the layers ran. :func:`add_together` is ``add`` for several
-rows of one ``Chat`` at once: their pieces go through each layer in one convolution and one matrix product, so a
-run reads the weights once for all of them (a run's fixed cost is mostly that read: ~150 MB on ChatTTS's real
-dimensions).
+(float32, possibly none), and ``decoder.finish()`` the rest once the row ended. A *run* is the layers going over the
+states waiting: one once ``run_tokens`` (:data:`RUN_TOKENS`) new states wait (fewer, larger runs: less overhead;
+``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the decoder, each once)
+and :attr:`calls` how many runs there were. :func:`add_together` is ``add`` for several rows of one ``Chat`` at once:
+their states go through each layer in one convolution and one matrix product, so a run reads the weights once for all
+of them (a run's fixed cost is mostly that read). Serving calls it one row at a time, through ``add``: several rows
+together is tested and benchmarked (``bench.engine.streaming_audio``), not yet used by the audio thread.
 """
 
 from __future__ import annotations
@@ -46,10 +45,14 @@ import torch
 import torch.nn.functional as functional
 from torch import nn
 
-__all__ = ["DEFAULT_PIECE", "StreamingDecoder", "add_together", "streaming_decoder"]
+from ttsq.domain.audio import SAMPLES_PER_TOKEN
 
-DEFAULT_PIECE = 32
-"""States run through the layers together; chosen in ``bench/results/streaming_audio.md`` (docs/decoder.md)."""
+__all__ = ["RUN_TOKENS", "StreamingDecoder", "add_together", "streaming_decoder"]
+
+RUN_TOKENS = 64
+"""States a row's streamed decode gathers before it runs its layers. Its samples are needed only once a lead's have
+played (:mod:`ttsq.inference.audio.lead`), and fewer, larger runs cost less CPU per state (docs/decoder.md, "Streaming
+audio decode", has the runs' measured cost by size)."""
 
 Pointwise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """What follows a convolution up to the next one, per frame: ``(conv output, residual) -> next input``."""
@@ -207,17 +210,19 @@ class _StreamingISTFT:
 class StreamingDecoder:
     """One row's ``Chat._decode_to_wavs`` (``decoder`` then ``vocos``), streamed: see the module docstring."""
 
-    def __init__(self, decoder: Any, vocos: Any, *, piece: int = DEFAULT_PIECE) -> None:
-        if piece < 1:
-            raise ValueError(f"piece must be at least 1 token; got {piece}")
+    def __init__(self, decoder: Any, vocos: Any, *, run_tokens: int = RUN_TOKENS) -> None:
+        if run_tokens < 1:
+            raise ValueError(f"a run is at least 1 token; got {run_tokens}")
         if getattr(decoder, "vq_layer", None) is not None:
             raise ValueError("the DVAE with a quantizer decodes codes; stream the decoder that decodes GPT states")
-        self.decoder, self.vocos, self.piece = decoder, vocos, piece
+        self.decoder, self.vocos, self.run_tokens = decoder, vocos, run_tokens
         self.parameter: torch.Tensor = next(decoder.parameters())
         head = vocos.head
         istft = head.istft
         if istft.padding != "center":
             raise ValueError(f"Vocos's ISTFT padding is {istft.padding!r}; only ChatTTS's 'center' is streamed")
+        if 2 * int(istft.hop_length) != SAMPLES_PER_TOKEN:
+            raise ValueError(f"Vocos hops {istft.hop_length} samples a frame: {SAMPLES_PER_TOKEN // 2} expected")
         dec, backbone = decoder.decoder, vocos.backbone
         if getattr(backbone, "adanorm", False):
             raise ValueError("Vocos's adaptive layer norm needs a bandwidth id; ChatTTS does not configure it")
@@ -268,7 +273,7 @@ class StreamingDecoder:
         return add_together([self], [states])[0]
 
     def run_now(self) -> npt.NDArray[np.float32]:
-        """Run the states waiting through the layers without waiting for a whole ``piece``: the samples they complete.
+        """Run the states waiting through the layers without waiting for a whole run: the samples they complete.
         For a caller that knows the next samples are due sooner than the usual cadence would bring them."""
         self._check_open()
         if not self.pending:
@@ -364,14 +369,15 @@ class StreamingDecoder:
 
 
 def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
-    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once: the rows whose piece is complete
-    run through the layers together (one convolution and one matrix product per layer for all of them), so the
-    weights are read once per run instead of once per row. Returns each row's new samples, in order."""
+    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once: the rows whose run is due go through
+    the layers together (one convolution and one matrix product per layer for all of them), so the weights are read
+    once per run instead of once per row. Returns each row's new samples, in order. Serving calls it for one row (its
+    ``add``); several rows together are the benchmarks' and the tests' for now."""
     for decoder, new in zip(decoders, states, strict=True):
         decoder._check_open()
         if len(new):
             decoder.pending.append(np.asarray(new, dtype=np.float32))
-    due = [decoder for decoder in decoders if sum(len(part) for part in decoder.pending) >= decoder.piece]
+    due = [decoder for decoder in decoders if sum(len(part) for part in decoder.pending) >= decoder.run_tokens]
     if not due:
         return [np.zeros(0, dtype=np.float32) for _ in decoders]
     out = dict(zip(map(id, due), _run_rows(due, last=False), strict=True))
@@ -398,16 +404,8 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArr
     return [part.float().cpu().numpy().reshape(-1) for part in samples]
 
 
-def streaming_decoder(chat: Any, *, piece: int = DEFAULT_PIECE, lookahead: int | None = None) -> StreamingDecoder:
-    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared).
-
-    ``lookahead`` (tokens, as :class:`~ttsq.inference.piecewise_audio.PieceDecoder` takes it) may only be the
-    decoder's whole field, :attr:`StreamingDecoder.delay`, or ``None`` for it: samples go out as soon as they are
-    exact, and sending them earlier, approximate, is not built."""
-    decoder = StreamingDecoder(chat.decoder, chat.vocos, piece=piece)
-    if lookahead is not None and lookahead != decoder.delay:
-        raise ValueError(
-            f"the streaming decoder's look-ahead is its whole field, {decoder.delay} tokens; got {lookahead} "
-            "(a shorter, approximate one is not built)"
-        )
-    return decoder
+def streaming_decoder(chat: Any, *, run_tokens: int = RUN_TOKENS) -> StreamingDecoder:
+    """A streaming decoder of one row for a loaded ``ChatTTS.Chat``, on its own modules (weights shared). Its samples
+    go out as soon as they are exact, :attr:`StreamingDecoder.delay` tokens after their own (a lead brings the first
+    ones sooner: :class:`~ttsq.inference.audio.lead.LeadThenExact`)."""
+    return StreamingDecoder(chat.decoder, chat.vocos, run_tokens=run_tokens)

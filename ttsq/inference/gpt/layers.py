@@ -1,6 +1,6 @@
 """The GPT's layers as ttsq's decoder multiplies them: fused where that saves a kernel, and on a CPU packed once.
 
-:class:`~ttsq.inference.decoder.SlotDecoder` runs ChatTTS's LLaMA blocks with its own arithmetic; what it multiplies
+:class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder` runs ChatTTS's LLaMA blocks with its own arithmetic; what it multiplies
 is here: each block's weights fused (q/k/v in one matrix, gate/up in one: :func:`fused`, one copy per GPT shared by
 every decoder over it), on a CPU in float32 reordered once into oneDNN's blocked layout (``CPU_PACKED_WEIGHTS``:
 MKL's sgemm re-packs every weight at every call), or at an opt-in ``PRECISION`` in bfloat16 or int8
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "Blocks",
     "Int8",
     "Layer",
     "Precision",
@@ -30,6 +31,7 @@ __all__ = [
     "packs_weights",
     "per_head",
     "rms_norm",
+    "rotary_tables",
 ]
 
 Precision = Literal["fp32", "bf16", "int8"]
@@ -66,9 +68,8 @@ class Layer:
 
 
 _PACK_BATCH_HINT = 8
-"""The batch oneDNN lays packed weights out for. Measured here (full-size projections, one thread):
-packed for 8, batch 1 and 8 both ran fastest (39 and 50 ms for the GPT's matmuls, against 58 and
-54 ms packed for 1, and 57 and 130 ms through MKL on plain weights); packing for 32 was no better at 32."""
+"""The batch oneDNN lays packed weights out for: packed for 8, a decode step's matmuls ran fastest at batch 1 and at 8
+alike, where packing for 1 slowed batch 8 and packing for 32 gained nothing at 32 (BENCHMARKS.md, "Measured once")."""
 
 
 def packs_weights(device: torch.device, dtype: torch.dtype) -> bool:
@@ -192,3 +193,71 @@ def per_head(table: torch.Tensor, identity: torch.Tensor, rotated: int, plain: i
     import torch
 
     return torch.cat([table.unsqueeze(1).expand(-1, rotated, -1), identity.unsqueeze(1).expand(-1, plain, -1)], 1).contiguous()
+
+
+Norm = Callable[["torch.Tensor", "torch.Tensor", float], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A LLaMA block's arithmetic around attention, as the decoder runs it for a prefill and for a step alike: the
+    queries, keys and values (rotated), and everything after attention. ``norm`` is :func:`rms_norm` or
+    :func:`fused_rms_norm`, ``act`` the MLP's activation (:func:`activation`)."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    norm: Norm
+    act: Callable[[torch.Tensor], torch.Tensor]
+
+    def qkv(self, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys/values of ``x`` ((rows, positions, hidden)), queries and keys rotated:
+        (rows, heads, positions, dim) and (rows, 2 x kv heads, positions, dim)."""
+        rows, length = x.shape[0], x.shape[1]
+        heads = self.num_heads + 2 * self.num_kv_heads
+        qkv = linear(self.norm(x, layer.input_norm, layer.eps), layer.qkv)
+        if length == 1:  # a decode step: moving the length-1 axis is only a view
+            qkv = qkv.view(rows, heads, 1, self.head_dim)
+        else:
+            qkv = qkv.view(rows, length, heads, self.head_dim).transpose(1, 2)
+        qkv = qkv * cos + qkv.roll(self.head_dim // 2, -1) * sin
+        return qkv[:, : self.num_heads], qkv[:, self.num_heads :]
+
+    def rest(self, layer: Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Everything after attention: output projection, residual, MLP, residual."""
+        rows, length = x.shape[0], x.shape[1]
+        flat = attended.view(rows, 1, -1) if length == 1 else attended.transpose(1, 2).reshape(rows, length, -1)
+        x = x + linear(flat, layer.out)
+        gate, up = linear(self.norm(x, layer.post_norm, layer.eps), layer.gate_up).chunk(2, dim=-1)
+        return x + linear(self.act(gate) * up, layer.down)
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        """Repeat grouped key/value heads to the query heads (a no-op for ChatTTS, which has none)."""
+        groups = self.num_heads // self.num_kv_heads
+        return kv if groups == 1 else kv.repeat_interleave(groups, dim=1)
+
+
+def rotary_tables(
+    gpt: Any, positions: int, blocks: Blocks, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's cos and sin for every position at once, one table per q/k/v head (:meth:`Blocks.qkv` rotates with them):
+    the same products and cos/sin as per step (each angle is one multiplication), so a lookup replaces ten kernels per
+    step."""
+    import torch
+
+    where = torch.arange(positions, device=device).unsqueeze(0)
+    probe = torch.zeros(1, 1, int(gpt.config.hidden_size), dtype=dtype, device=device)
+    cos, sin = gpt.rotary_emb(probe, where)
+    # Values' entries are the identity (cos 1, sin 0: v * 1 + r * 0 == v exactly), so one multiply-add rotates
+    # queries and keys and leaves values as they are.
+    rotated = blocks.num_heads + blocks.num_kv_heads
+    identity = torch.ones_like(cos[0]), torch.zeros_like(sin[0])
+    # rotate_half(x) * sin == roll(x, d/2) * (sign * sin), sign -1 on the first half:
+    # (-a) * b and a * (-b) are the same float, so this stays bit-equal to transformers.
+    sign = torch.ones(blocks.head_dim, dtype=sin.dtype, device=device)
+    sign[: blocks.head_dim // 2] = -1
+    return (
+        per_head(cos[0], identity[0], rotated, blocks.num_kv_heads),
+        per_head(sin[0] * sign, identity[1], rotated, blocks.num_kv_heads),
+    )
+

@@ -1,6 +1,6 @@
 """What goes into a slot of ttsq's decoder and what comes out: a row's sampling parameters, the decoder's shape, a row
 prefilled and a row finished, the seed of a chunk's random stream, and how prompts are grouped to be prefilled together.
-:mod:`ttsq.inference.decoder` decodes with them (and re-exports them)."""
+:mod:`ttsq.inference.gpt.slot_decoder` decodes with them (and re-exports them)."""
 
 from __future__ import annotations
 

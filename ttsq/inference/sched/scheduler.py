@@ -1,11 +1,14 @@
 """Continuous batching: requests in, chunks of audio out, one decode step at a time.
 
+A step is three named parts: :meth:`Scheduler._schedule` (who takes a free slot), then for each decoder with rows
+:meth:`Scheduler._run_gpt` (every row one token) and :meth:`Scheduler._hand_out` (what ended goes on: a refined text
+to its code row, codes to audio, a row's new states to its pieces).
+
 A request is split into sentence chunks; each chunk is a *row*. Rows wait in one queue and are
 admitted into the decoder's free slots at every step boundary, whatever their voice, parameters
 or request; a row leaves the moment it ends and its slot takes the next waiting row (with none
 waiting, the rows above the free slot move down into it, so a step covers only its rows). Waiting rows
-are served first-chunk-first (a request's first audio should not wait behind another request's
-tenth sentence), then in arrival order. A row asking for ``refine_text`` first runs as a text row
+are served in :mod:`~ttsq.inference.sched.waiting`'s order. A row asking for ``refine_text`` first runs as a text row
 on the same GPT (its own slots), then comes back as an audio row with the refined text.
 
 With ``overlap`` (two single-thread executors, ranked like the waiting rows), the work that is one
@@ -14,7 +17,7 @@ prefilled ahead of their admission, and a finished row's audio is decoded while 
 places prefilled rows into slots, steps, and hands finished rows on. Every one of those pieces is
 the same pure function of the row as inline, so a row's result does not change.
 
-With ``pieces`` (:class:`~ttsq.inference.pieces.Piecing`), a code row's audio does not wait for its end: every few
+With ``pieces`` (:class:`~ttsq.inference.audio.handoff.HandOff`), a code row's audio does not wait for its end: every few
 steps its new GPT states go to its own piece decoder (in the audio thread, in order, where there is one) and the
 samples that are ready come out as :class:`PieceReady` events; the row's :class:`ChunkReady` then carries the whole
 chunk, which begins with exactly those pieces. A row that runs again from its prompt (out of memory, a suspect
@@ -30,14 +33,12 @@ while and puts the most recently admitted rows back in the queue.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +46,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import AdaptiveBatchLimit
 from ttsq.domain.text import detect_language
-from ttsq.inference.background import RankedExecutor
+from ttsq.inference.audio.handoff import HandOff
 from ttsq.inference.base import (
     BatcherStats,
     BatchEvent,
@@ -56,12 +57,15 @@ from ttsq.inference.base import (
     StepHook,
     SynthesisRequest,
     TransientError,
+    typed,
 )
-from ttsq.inference.decoder import Finished, Prefilled, SlotDecoder, inference
-from ttsq.inference.pieces import Piecing
-from ttsq.inference.rows import ChatTTSRows
-from ttsq.inference.scheduled import (
-    AudioWork,
+from ttsq.inference.chattts_rows import ChatTTSRows
+from ttsq.inference.gpt.slot_decoder import Finished, Prefilled, SlotDecoder, inference
+from ttsq.inference.sched.audio_work import AudioWork
+from ttsq.inference.sched.background import RankedExecutor
+from ttsq.inference.sched.decoders import Decoders
+from ttsq.inference.sched.output import StepOutput
+from ttsq.inference.sched.requests import (
     DecodeLimits,
     RequestState,
     RowState,
@@ -69,26 +73,16 @@ from ttsq.inference.scheduled import (
     code_params,
     log_first_audio,
     refine_params,
-    typed,
 )
+from ttsq.inference.sched.waiting import Waiting, WaitingRows
 
 __all__ = ["DecodeLimits", "Scheduler"]
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
 _BACKGROUND_WAIT_S = 0.05
 """The longest a step with nothing to decode waits for a prefill or an audio decode (the inference
 thread then takes new commands again)."""
-
-
-@dataclass(order=True)
-class _Waiting:
-    priority: tuple[float, int, int, int, int]
-    order: int
-    row: RowState = field(compare=False)
 
 
 class Scheduler:
@@ -111,20 +105,16 @@ class Scheduler:
         first_chunk_slots: int = 0,
         head_start: bool = False,
         overlap: tuple[RankedExecutor, RankedExecutor] | None = None,
-        pieces: Piecing | None = None,
+        pieces: HandOff | None = None,
         clock: Callable[[], float] = time.monotonic,
         playback_margin_s: float | None = None,
         build_text_now: bool = False,
     ) -> None:
         self.rows = rows
         self.code = code
-        self._make_text = text
-        self.text: SlotDecoder | None = None
-        """The refine-text decoder: made here with ``build_text_now`` (a worker's batcher: built, and on CUDA captured,
-        before the worker reports ready, not mid-serving where it would stall every row), else at the first row that
-        needs it (scripts and warm-up: its cache is memory spent for nothing otherwise)."""
-        self._text_error: str | None = None
-        """Why the refine-text decoder could not be built: refine_text requests fail with it, the rest are served."""
+        self.decoders = Decoders(code, text)
+        """The code decoder and the refine-text one (built now with ``build_text_now``, else at the first row that
+        needs it: :mod:`ttsq.inference.sched.decoders`)."""
         self.prepare = prepare
         self.limits = limits
         self.clock = clock
@@ -145,12 +135,13 @@ class Scheduler:
         its arrival, a later one when a listener playing the request from its first audio runs out, less this margin
         (:mod:`ttsq.inference.playback`) — re-ranked at every step, as the listeners' buffers change."""
         self._limit = AdaptiveBatchLimit(code.shape.slots, oom_recover_s)
-        self._waiting: list[_Waiting] = []
-        self._active: dict[tuple[str, int], RowState] = {}
+        self._waiting = WaitingRows()
+        self._active: dict[tuple[SlotDecoder, int], RowState] = {}
         """Rows in a slot, by (decoder, slot)."""
         self._requests: dict[str, RequestState] = {}
         self._arrivals = itertools.count()
         self._orders = itertools.count()
+        """The order rows took their slots (out of memory sends the latest back first)."""
         self._exclusive: str | None = None
         self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
         self.audio = AudioWork(
@@ -165,9 +156,14 @@ class Scheduler:
         )
         """Each row's audio, whole at its end or in pieces, in the audio thread beside the loop (``overlap``)."""
         if build_text_now:
-            self._build_text()
+            self.decoders.build_text()
 
     # ---- what the worker sees ----------------------------------------------------------------
+
+    @property
+    def text(self) -> SlotDecoder | None:
+        """The refine-text decoder, once built."""
+        return self.decoders.text
 
     @property
     def slots(self) -> int:
@@ -205,20 +201,27 @@ class Scheduler:
             chunks = [self.rows.normalize(text, lang) for text in self.prepare(request, lang)]
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
-        if request.sampling.refine_text and self.text is None and self._make_text is not None:
-            self._build_text()
+        if request.sampling.refine_text and self.decoders.wants_text():
+            self.decoders.build_text()
         state = RequestState(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
         phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
         for index, chunk in enumerate(chunks):
-            self._queue(RowState(state, index, phase, chunk))
+            row = RowState(state, index, phase, chunk)
+            if not state.wait_for_anchor(row):
+                self._waiting.push(row)
         return []
 
     def cancel(self, key: str) -> None:
-        """Drop a request: its waiting rows and its slots (at once; the slots refill at the next step)."""
-        self._drop(key)
+        """Drop a request: its waiting rows and its slots (at once; the slots refill at the next step), and its audio
+        being decoded."""
+        self._requests.pop(key, None)
+        for row in [row for row in self._active.values() if row.request.key == key]:
+            self._evict(row)
+        self._waiting.drop(key)
+        self.audio.drop(lambda entry: entry.row.request.key == key)
 
     def step(self) -> list[BatchEvent]:
         """Admit waiting rows into free slots, advance every occupied slot one token, report what ended.
@@ -227,70 +230,32 @@ class Scheduler:
         step with nothing to decode waits (briefly) for that background work instead of spinning."""
         events: list[BatchEvent] = []
         with inference():
-            self.audio.collect(events)
-            self._rerank()
-            if self._prefill_pool is None:
-                self._prefill_ahead()  # inline: the rows about to be admitted, together
-            self._admit(events)
-            if self._prefill_pool is not None:
-                self._prefill_ahead()  # in the prefill thread: the next steps' rows
+            self._schedule(events)
             stepped = False
-            for decoder in (self.code, self.text):
-                if decoder is not None and decoder.occupied:
-                    self._advance(decoder, events)
+            for decoder in self.decoders.live():
+                if decoder.occupied:
                     stepped = True
+                    output = self._run_gpt(decoder, events)
+                    if output is not None:
+                        self._hand_out(output, events)
             self.audio.collect(events)
         if not stepped and not events:
-            self._wait_for_background()
+            _wait_for_any([*self.audio.futures(), *self._waiting.prefills()])
         return events
 
-    # ---- admission ---------------------------------------------------------------------------
+    # ---- schedule: who takes a slot ----------------------------------------------------------
 
-    def _queue(self, row: RowState) -> None:
-        """Wait for a slot, or, for a later chunk's code row of an anchored request whose first chunk's audio is not
-        decoded yet, for that audio (its slot goes to other rows meanwhile)."""
-        request = row.request
-        if request.anchored and request.anchor is None and row.phase == "code" and row.index > 0:
-            request.held.append(row)
-            return
-        self._push(row)
-
-    def _rerank(self) -> None:
-        """Playback-aware order only: the waiting rows ranked afresh (their requests' listeners have heard more)."""
+    def _schedule(self, events: list[BatchEvent]) -> None:
+        """Audio decoded meanwhile handed on, the waiting rows ranked (afresh, where the order follows playback),
+        prefilled ahead and admitted into the free slots."""
+        self.audio.collect(events)
         if self.playback_margin_s is not None and self._waiting:
-            self._waiting = [_Waiting(entry.row.priority(), entry.order, entry.row) for entry in self._waiting]
-            heapq.heapify(self._waiting)
-
-    def _push(self, row: RowState) -> None:
-        row.slot = None
-        heapq.heappush(self._waiting, _Waiting(row.priority(), next(self._orders), row))
-
-    def _wait_for_background(self) -> None:
-        """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
-        pending: list[Future[Any]] = list(self.audio.futures())
-        pending += [entry.row.prefill for entry in self._waiting if entry.row.prefill is not None]
-        if pending:
-            wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
-
-    def _build_text(self) -> None:
-        """Make the refine-text decoder once. A failure is logged and kept: refine_text requests then fail with it,
-        every other request is served (it escaped before, from the inference thread, and ended it)."""
-        make, self._make_text = self._make_text, None
-        if make is None:
-            return
-        try:
-            self.text = make()
-        except Exception as exc:  # the code decoder serves on; refine requests get the reason
-            log.exception("the refine-text decoder could not be built; refine_text requests will fail")
-            self._text_error = f"{type(exc).__name__}: {exc}"
-
-    def _decoder(self, row: RowState) -> SlotDecoder:
-        if row.phase == "code":
-            return self.code
-        if self.text is None:
-            reason = f": its decoder could not be built ({self._text_error})" if self._text_error else " with this engine"
-            raise PermanentError(f"refine_text is not available{reason}")
-        return self.text
+            self._waiting.rerank()
+        if self._prefill_pool is None:
+            self._prefill_ahead()  # inline: the rows about to be admitted, together
+        self._admit(events)
+        if self._prefill_pool is not None:
+            self._prefill_ahead()  # in the prefill thread: the next steps' rows
 
     def _admit(self, events: list[BatchEvent]) -> None:
         """Fill free slots in priority order. Later chunks leave :attr:`first_chunk_slots` of the limit
@@ -299,12 +264,12 @@ class Scheduler:
         meanwhile), and while it runs only its own kind joins it."""
         limit = self.slot_limit
         later = max(1, limit - self.first_chunk_slots)
-        decoders = [decoder for decoder in (self.code, self.text) if decoder is not None]
-        held: list[_Waiting] = []
+        decoders = self.decoders.live()
+        held: list[Waiting] = []
         while self._waiting and any(d.free_slots and d.occupied < limit for d in decoders):
             if self._exclusive is not None and not self._active:
                 self._exclusive = None
-            entry = heapq.heappop(self._waiting)
+            entry = self._waiting.pop()
             row = entry.row
             token = row.exclusive
             if self._exclusive is not None and token != self._exclusive:
@@ -313,11 +278,11 @@ class Scheduler:
             if token is not None and self._exclusive is None and self._active:
                 held.append(entry)
                 break
-            decoder = self._decoder_or_fail(row, events)
-            if decoder is None:
+            try:
+                decoder = self.decoders.of(row)
+            except PermanentError as exc:
+                self._fail(row.request.key, exc, events)
                 continue
-            if decoder not in decoders:
-                decoders.append(decoder)
             if not decoder.free_slots or decoder.occupied >= (limit if row.index == 0 else later):
                 held.append(entry)
                 continue
@@ -333,20 +298,10 @@ class Scheduler:
             if self.slot_limit < limit:  # out of memory admitting it: no more rows this pass
                 break
         for entry in held:
-            # Not a row whose request failed in this pass (a later chunk's prefill, say): _drop removed its waiting
-            # rows, but not these, set aside meanwhile; put back, one would decode to its end for nobody.
+            # Not a row whose request failed in this pass (a later chunk's prefill, say): cancelling it removed its
+            # waiting rows, but not these, set aside meanwhile; put back, one would decode to its end for nobody.
             if self._requests.get(entry.row.request.key) is entry.row.request:
-                heapq.heappush(self._waiting, entry)
-
-    def _decoder_or_fail(self, row: RowState, events: list[BatchEvent]) -> SlotDecoder | None:
-        try:
-            return self._decoder(row)
-        except PermanentError as exc:
-            self._fail(row.request.key, exc, events)
-            return None
-
-    def _name(self, decoder: SlotDecoder) -> str:
-        return "code" if decoder is self.code else "text"
+                self._waiting.restore(entry)
 
     def _prefilled(self, decoder: SlotDecoder, rows: list[RowState]) -> list[Prefilled]:
         """Build rows' prompts and run them through the GPT, together (:meth:`SlotDecoder.prefill_many`: inline, or one
@@ -368,22 +323,22 @@ class Scheduler:
         """Prefill the next rows before their admission. In the prefill thread (``overlap``): as many as there are free
         slots, and a few more, each alone, beside the loop. Inline (CUDA, where there is no such thread): the rows about
         to take the free slots, together, so a burst of admissions costs one pass of the GPT per decoder rather than one
-        per row (issue 30). A row whose batch fails (its prompt, memory) is prefilled alone at its admission, where a
-        failure is its own."""
+        per row. A row whose batch fails (its prompt, memory) is prefilled alone at its admission, where a failure is
+        its own."""
         pool = self._prefill_pool
         if not self._waiting:
             return
-        free = sum(decoder.free_slots for decoder in (self.code, self.text) if decoder is not None)
+        free = sum(decoder.free_slots for decoder in self.decoders.live())
         if pool is None:
-            batches: dict[str, tuple[SlotDecoder, list[RowState]]] = {}
-            for entry in heapq.nsmallest(min(free, self.slot_limit), self._waiting):
+            batches: dict[SlotDecoder, list[RowState]] = {}
+            for entry in self._waiting.first(min(free, self.slot_limit)):
                 try:
-                    decoder = self._decoder(entry.row)
+                    decoder = self.decoders.of(entry.row)
                 except PermanentError:
                     continue  # admission fails it, with its reason
                 if entry.row.prefill is None:
-                    batches.setdefault(self._name(decoder), (decoder, []))[1].append(entry.row)
-            for decoder, rows in batches.values():
+                    batches.setdefault(decoder, []).append(entry.row)
+            for decoder, rows in batches.items():
                 if len(rows) < 2:
                     continue  # alone, at its admission, as it always was
                 try:
@@ -397,7 +352,7 @@ class Scheduler:
             return
         wanted = free + max(2, self.slot_limit // 2)
         started = 0
-        for entry in heapq.nsmallest(wanted, self._waiting):
+        for entry in self._waiting.first(wanted):
             row = entry.row
             if row.prefill is not None:
                 started += 1
@@ -405,7 +360,7 @@ class Scheduler:
             if started >= wanted:
                 break
             try:
-                decoder = self._decoder(row)
+                decoder = self.decoders.of(row)
             except PermanentError:
                 continue  # admission fails it, with its reason
             row.prefill = pool.submit(row.priority(), lambda decoder=decoder, row=row: self._prefilled(decoder, [row])[0])
@@ -422,26 +377,28 @@ class Scheduler:
             row.prefill = None
             error = typed(exc)
             if isinstance(error, OutOfMemory) and self._active:
-                self._refuse_new_rows(row)
+                self._out_of_memory(events, admitting=row)
                 return
             self._fail(row.request.key, error, events)
             return
         row.slot = slot
         row.order = next(self._orders)
         self.audio.placed(row)
-        self._active[(self._name(decoder), slot)] = row
+        self._active[decoder, slot] = row
         self.stats.rows_admitted += 1
         if ended is not None:
             self._finish(decoder, ended, events)
 
-    # ---- stepping ----------------------------------------------------------------------------
+    # ---- run the GPT step, hand out what it made -----------------------------------------------
 
-    def _advance(self, decoder: SlotDecoder, events: list[BatchEvent]) -> None:
-        name = self._name(decoder)
-        for source, target in decoder.compact():  # a step covers as many slots as there are rows
-            moved = self._active[name, target] = self._active.pop((name, source))
+    def _run_gpt(self, decoder: SlotDecoder, events: list[BatchEvent]) -> StepOutput | None:
+        """One token for every row of ``decoder``, its rows compacted into its lowest slots first (a step covers as
+        many slots as there are rows). A failed step is settled here (out of memory, a lone row's failure, suspects run
+        again alone) and gives nothing to hand out."""
+        for source, target in decoder.compact():
+            moved = self._active[decoder, target] = self._active.pop((decoder, source))
             moved.slot = target
-        rows = [row for (owner, _slot), row in self._active.items() if owner == name]
+        rows = [row for (owner, _slot), row in self._active.items() if owner is decoder]
         try:
             if self.hook is not None:
                 self.hook([row.request.request for row in rows])
@@ -459,19 +416,25 @@ class Scheduler:
                 for row in rows:
                     self._evict(row)
                     row.suspect = True
-                    self._push(row)
-            return
+                    self._waiting.push(row)
+            return None
         self.stats.steps += 1
         self.stats.row_steps += len(rows)
         self.stats.slot_steps += decoder.computed
-        for ended in finished:
-            self._finish(decoder, ended, events)
-        if decoder is self.code:
-            in_slots = [row for row in rows if row.slot is not None and self._active.get(("code", row.slot)) is row]
+        return StepOutput(decoder, rows, finished)
+
+    def _hand_out(self, output: StepOutput, events: list[BatchEvent]) -> None:
+        """What the step made goes on: each row that ended (:meth:`_finish`), and the code rows still in their slots hand
+        their new state to their pieces."""
+        for ended in output.finished:
+            self._finish(output.decoder, ended, events)
+        if output.decoder is self.code:
+            in_slots = [row for row in output.rows if row.slot is not None and self._active.get((self.code, row.slot)) is row]
             self.audio.hand_on(in_slots, self.code.hiddens, events)
 
     def _finish(self, decoder: SlotDecoder, ended: Finished, events: list[BatchEvent]) -> None:
-        row = self._active.pop((self._name(decoder), ended.slot))
+        """A row ended: a refine row's text goes back to the queue as its code row, a code row's states to its audio."""
+        row = self._active.pop((decoder, ended.slot))
         self.stats.rows_finished += 1
         request = row.request
         if row.phase == "refine":
@@ -482,7 +445,8 @@ class Scheduler:
                 return
             row.phase = "code"
             row.suspect = False
-            self._queue(row)
+            if not request.wait_for_anchor(row):
+                self._waiting.push(row)
             return
         if row.index == 0:
             request.lead_decoded = True
@@ -494,6 +458,8 @@ class Scheduler:
         self.audio.ended(row, ended.hiddens, events)
 
     def _chunk_ready(self, row: RowState, samples: npt.NDArray[np.float32], events: list[BatchEvent], steps: int) -> None:
+        """A row's whole chunk is decoded (its audio work's end): its request's listener hears it, rows held for its
+        anchor queue, and the request is done with its last chunk."""
         request = row.request
         if self._requests.get(request.key) is not request:
             return  # cancelled or failed while its audio was decoded
@@ -502,7 +468,7 @@ class Scheduler:
         if request.anchor is not None and request.held:
             held, request.held = request.held, []
             for later in held:
-                self._push(later)
+                self._waiting.push(later)
         request.done += 1
         fresh = samples.size - sum(piece.size for piece in row.sent)  # what the pieces did not already bring
         request.played(self.clock(), row.index, fresh / SAMPLE_RATE)
@@ -510,25 +476,26 @@ class Scheduler:
         if request.done == request.total:
             del self._requests[request.key]
 
-    def _refuse_new_rows(self, row: RowState) -> None:
-        """Out of memory admitting ``row`` (its prefill, or its place): the rows in flight keep their slots and go on
-        (the KV cache is preallocated, so evicting them would free nothing and throw their work away); no new row is
-        admitted beyond them for ``OOM_RECOVER_S``, and ``row`` waits for a slot again."""
-        self.stats.out_of_memory += 1
-        keep = self._limit.hold(len(self._active), self.clock())
-        log.warning("out of memory admitting a row beside %d others: at most %d slots for a while", len(self._active), keep)
-        self._push(row)
+    # ---- failures ------------------------------------------------------------------------------
 
-    def _out_of_memory(self, events: list[BatchEvent]) -> None:
-        """Out of memory in a step: halve the slots in use for a while; the most recently admitted rows go back to the
-        queue (a step's own memory grows with its rows; the KV cache does not shrink)."""
+    def _out_of_memory(self, events: list[BatchEvent], *, admitting: RowState | None = None) -> None:
+        """Out of memory. Admitting ``admitting`` (its prefill, or its place): the rows in flight keep their slots and go
+        on (the KV cache is preallocated, so evicting them would free nothing and throw their work away); no new row is
+        admitted beyond them for ``OOM_RECOVER_S``, and the row waits for a slot again. In a step: halve the slots in
+        use for a while; the most recently admitted rows go back to the queue (a step's own memory grows with its rows;
+        the KV cache does not shrink)."""
         self.stats.out_of_memory += 1
+        if admitting is not None:
+            keep = self._limit.hold(len(self._active), self.clock())
+            log.warning("out of memory admitting a row beside %d others: at most %d slots for a while", len(self._active), keep)
+            self._waiting.push(admitting)
+            return
         active = sorted(self._active.values(), key=lambda row: row.order)
         keep = self._limit.shrink(max(1, len(active)), self.clock())
         log.warning("out of memory with %d rows: at most %d slots for a while", len(active), keep)
         for row in active[keep:]:
             self._evict(row)
-            self._push(row)
+            self._waiting.push(row)
         if len(active) <= 1:
             for row in active:
                 self._evict(row)
@@ -540,24 +507,19 @@ class Scheduler:
         for key, active in list(self._active.items()):
             if active is row:
                 del self._active[key]
-                decoder = self.code if key[0] == "code" else self.text
-                if decoder is not None:
-                    decoder.release(key[1])
+                decoder, slot = key
+                decoder.release(slot)
         row.slot = None
         self.audio.evicted(row)
 
     def _fail(self, key: str, error: BaseException, events: list[BatchEvent]) -> None:
         if key not in self._requests:
             return
-        self._drop(key)
+        self.cancel(key)
         events.append(RequestFailed(key, error))
 
-    def _drop(self, key: str) -> None:
-        self._requests.pop(key, None)
-        for row in [row for row in self._active.values() if row.request.key == key]:
-            self._evict(row)
-        kept = [entry for entry in self._waiting if entry.row.request.key != key]
-        if len(kept) != len(self._waiting):
-            self._waiting = kept
-            heapq.heapify(self._waiting)
-        self.audio.drop(lambda entry: entry.row.request.key == key)
+
+def _wait_for_any(pending: list[Future[Any]]) -> None:
+    """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
+    if pending:
+        wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)

@@ -9,7 +9,7 @@ It wraps one ``ChatTTS.Chat`` and knows nothing of queues or HTTP. Everything th
   a checkpoint's config overrides are applied to a private deep copy.
 * A chunk whose first sampled token is the end token makes ChatTTS return *no audio for the whole
   batch* (and the refine step raise ``StopIteration``), so at least one token is always forced.
-* It silently drops digits, so text is normalized to words first (:mod:`ttsq.inference.normalize`).
+* It silently drops digits, so text is normalized to words first (:mod:`ttsq.inference.engines.normalize`).
 
 torch and ChatTTS are imported lazily so that the worker can configure the CUDA allocator
 before torch loads, and so that importing this module for its types stays cheap.
@@ -45,7 +45,7 @@ from ttsq.inference.base import (
     SynthesisRequest,
     TransientError,
 )
-from ttsq.inference.checkpoint import (
+from ttsq.inference.engines.checkpoint import (
     ASSET_FILES,
     ManifestError,
     apply_config_overrides,
@@ -54,20 +54,22 @@ from ttsq.inference.checkpoint import (
     read_manifest,
     sha256_key,
 )
-from ttsq.inference.normalize import TextNormalizer
+from ttsq.inference.engines.normalize import TextNormalizer
 
 if TYPE_CHECKING:
     import torch
 
-    from ttsq.inference.decoder import Precision
+    from ttsq.inference.gpt.layers import Precision
 
-__all__ = ["HUB_REPO", "ChatTTSEngine", "EngineConfig"]
+__all__ = ["HUB_REPO", "WARMUP_TOKENS", "ChatTTSEngine", "EngineConfig"]
 
 log = logging.getLogger(__name__)
 
 HUB_REPO = "2Noise/ChatTTS"
-_WARMUP_MAX_NEW_TOKEN = 64
-"""Warm-up exists to pay one-off costs (numba JIT, CUDA context, kernel selection); length adds nothing."""
+WARMUP_TOKENS = 16
+"""Tokens a warm-up synthesis runs to (both engines; the reference's ``prepare`` too). Warm-up exists to pay one-off
+costs (numba JIT, CUDA context, kernel selection, a compiled model's graphs, which ChatTTS compiles with dynamic
+shapes); length adds nothing."""
 
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -93,9 +95,9 @@ class EngineConfig:
     max_reference_s: float
     """Longest reference recording whose speaker prompt ttsq's decoder keeps room for (``MAX_REFERENCE_S``)."""
     cpu_packed_weights: bool
-    precision: Precision
-    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.decoder.Precision`)."""
     """ttsq's decoder on a CPU in float32: the GPT's projections and heads packed once for oneDNN (``CPU_PACKED_WEIGHTS``)."""
+    precision: Precision
+    """What ttsq's decoder's GPT matmuls compute in on a CPU (``PRECISION``; :data:`ttsq.inference.gpt.layers.Precision`)."""
     warmup_text: str = "warm up."
 
 
@@ -119,12 +121,12 @@ def _cache_jit_kernels(module: Any) -> None:
     """Keep the numba kernels of ``module`` (ChatTTS's text normalizer) in numba's on-disk cache.
 
     ChatTTS declares them ``@jit(nopython=True)`` without ``cache=True``, so every process compiled them
-    again on its first request (the warm-up): about 1 s of the ~8 s of CPU a worker start costs on a
-    2-core machine (8.3 → 7.4 s, mean of three starts each, 2026-12-01), paid again by every restart and
-    every worker the tests start. ``enable_caching`` is what ``cache=True`` does: the machine code is kept
-    where numba finds a writable place (beside the package, ``NUMBA_CACHE_DIR``, or the user's cache
-    directory) and numba itself discards it when the source, numba or the CPU changes. Where there is no
-    such place (a read-only image) nothing changes: each process compiles them, as before.
+    again on its first request (the warm-up): an eighth of the CPU a worker start costs (BENCHMARKS.md,
+    "Measured once"), paid again by every restart and every worker the tests start. ``enable_caching`` is
+    what ``cache=True`` does: the machine code is kept where numba finds a writable place (beside the
+    package, ``NUMBA_CACHE_DIR``, or the user's cache directory) and numba itself discards it when the
+    source, numba or the CPU changes. Where there is no such place (a read-only image) nothing changes:
+    each process compiles them, as before.
     """
     from numba.core.dispatcher import Dispatcher
 
@@ -302,7 +304,7 @@ class ChatTTSEngine:
         request = SynthesisRequest(text=self.config.warmup_text, speaker=self.speaker_from_seed(0), seed=0)
         chat = self._loaded_chat()
         lang = detect_language(request.text)
-        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+        self._infer(chat, self._split(request, lang), lang, request, min(self.config.max_new_token, WARMUP_TOKENS))
 
     def speaker_from_seed(self, seed: int) -> str:
         """A reproducible random voice for ``seed``, the same on every device.
@@ -470,8 +472,8 @@ class ChatTTSEngine:
 
     def batcher(self, slots: int, *, oom_recover_s: float) -> Batcher:
         """ChatTTS's own loop batches only requests that share a speaker and parameters: one
-        compatible group per call (:class:`~ttsq.inference.grouped.GroupedBatcher`)."""
-        from ttsq.inference.grouped import GroupedBatcher
+        compatible group per call (:class:`~ttsq.inference.sched.grouped.GroupedBatcher`)."""
+        from ttsq.inference.sched.grouped import GroupedBatcher
 
         return GroupedBatcher(self, slots, oom_recover_s=oom_recover_s)
 
@@ -527,7 +529,7 @@ class ChatTTSEngine:
         lang = detect_language(request.text)
         text = self._split(request, lang)[0]
         for size in self._buckets:
-            self._infer(chat, [text] * size, lang, request, min(self.config.max_new_token, _WARMUP_MAX_NEW_TOKEN))
+            self._infer(chat, [text] * size, lang, request, min(self.config.max_new_token, WARMUP_TOKENS))
 
     def release_memory(self) -> None:
         """Return cached CUDA memory to the device after each batch (an OOM leaves large blocks cached).

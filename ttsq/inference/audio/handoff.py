@@ -1,14 +1,15 @@
-"""How the scheduler streams a row's audio while its codes are still being generated (issue 31).
+"""How the scheduler streams a row's audio while its codes are still being generated: the hand-off.
 
-Every :attr:`Piecing.tokens` decode steps (the first time after ``tokens + lookahead``) the scheduler hands a code
-row's new GPT states to that row's piece decoder, made by :attr:`Piecing.make`; each call returns the samples that
-are ready, and the row's end returns the rest. The decoder is a factory so that its implementation can change
-without the scheduler: :class:`ttsq.inference.piecewise_audio.PieceDecoder` decodes each piece once with its left
-context recomputed; a stateful streaming decoder (``ttsq.inference.streaming_audio``) fits the same slot.
+The words, one each: a *hand-off* gives a code row's new GPT states to that row's audio decoder, after
+``piece_tokens + lookahead`` decode steps, then every ``piece_tokens`` (:class:`Cadence`: ``PIECE_TOKENS``,
+``PIECE_LOOKAHEAD``); a *piece* is the samples a hand-off makes ready (maybe none), sent as a ``PieceReady``; the row's
+end brings the rest. The decoder is made by :attr:`HandOff.make`, so that its implementation can change without the
+scheduler: serving's is :class:`~ttsq.inference.audio.lead.LeadThenExact` (a lead of the first ``piece_tokens``,
+then the streamed decode, which gathers states into *runs* of its own).
 
-:class:`RowAudio` is one *run* of one row: a row put back in the queue (out of memory, a suspect step) runs again
-from its prompt with a new one, and the scheduler skips the samples it already handed on (a row's codes depend only
-on its own inputs and seed, so a re-run regenerates them).
+:class:`RowAudio` is one *run* of one row through the scheduler: a row put back in the queue (out of memory, a suspect
+step) runs again from its prompt with a new one, and the scheduler skips the samples it already handed on (a row's
+codes depend only on its own inputs and seed, so a re-run regenerates them).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ttsq.inference.rows import audible
+from ttsq.domain.audio import SAMPLES_PER_TOKEN
+from ttsq.inference.chattts_rows import audible
 
-__all__ = ["AudioPieces", "Piecing", "RowAudio", "keep_ahead"]
+__all__ = ["AudioPieces", "Cadence", "HandOff", "RowAudio", "keep_ahead"]
 
 
 class AudioPieces(Protocol):
-    """One row's audio decoder, fed its states as they come (:class:`~ttsq.inference.piecewise_audio.PieceDecoder`)."""
+    """One row's audio decoder, fed its states as they come (:class:`~ttsq.inference.audio.lead.LeadThenExact`)."""
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Take the row's next states ``[tokens, hidden]``; return the waveform samples now ready (maybe none)."""
@@ -39,50 +41,57 @@ class AudioPieces(Protocol):
 
 
 @dataclass(frozen=True)
-class Piecing:
-    """Audio within a chunk: how often a row's states are handed on, and what decodes them."""
+class Cadence:
+    """When a code row's states are handed to its audio decoder: the first time after :attr:`first` decode steps, then
+    every ``piece_tokens``."""
 
-    tokens: int
-    """States per piece (``PIECE_TOKENS``)."""
+    piece_tokens: int
+    """States per hand-off, and the tokens a lead covers (``PIECE_TOKENS``)."""
     lookahead: int
-    """States after a piece that its decode waits for (``PIECE_LOOKAHEAD``): the first piece is handed on after
-    ``tokens + lookahead`` steps."""
+    """States after the first ``piece_tokens`` that the first hand-off waits for (``PIECE_LOOKAHEAD``)."""
+
+    def __post_init__(self) -> None:
+        if self.piece_tokens < 1 or self.lookahead < 1:
+            raise ValueError(f"a piece and its look-ahead are at least 1 token each; got {self.piece_tokens}, {self.lookahead}")
+
+    @property
+    def first(self) -> int:
+        """Steps of a row before its first hand-off."""
+        return self.piece_tokens + self.lookahead
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """Audio within a chunk: when a row's states are handed on, and what decodes them."""
+
+    cadence: Cadence
     make: Callable[[], AudioPieces]
-    """A fresh piece decoder for one run of one row."""
+    """A fresh audio decoder for one run of one row."""
     keep_ahead: float | None = None
     """The longest decode step, as a share of a token's audio, at which a row's listener never runs dry from its first
     audio on (:func:`keep_ahead`); None: not measured."""
 
-    def __post_init__(self) -> None:
-        if self.tokens < 1 or self.lookahead < 1:
-            raise ValueError(f"a piece and its look-ahead are at least 1 token each; got {self.tokens}, {self.lookahead}")
 
-    @property
-    def first(self) -> int:
-        """Steps of a row before its first piece is handed on."""
-        return self.tokens + self.lookahead
-
-
-def keep_ahead(make: Callable[[], AudioPieces], tokens: int, lookahead: int, *, hidden: int, samples_per_token: int) -> float:
+def keep_ahead(make: Callable[[], AudioPieces], cadence: Cadence, *, hidden: int) -> float:
     """How fast a row must be generated for its listener never to run dry, as the largest step time that does it, in
     tokens of audio (a step of ``r`` × a token's audio plays ``r`` tokens): the smallest, over every step ``k`` after the
     first audio, of the tokens handed on before ``k`` divided by the steps since the first audio.
 
-    Measured on the piece decoder itself, fed zero states on the scheduler's schedule (``tokens + lookahead`` at first,
-    then ``tokens`` at a time) for eight first pieces' worth of steps, where the bound has long stopped tightening: when
+    Measured on the piece decoder itself, fed zero states on the scheduler's schedule (``cadence.first`` at first,
+    then ``piece_tokens`` at a time) for eight first hand-offs' worth of steps, where the bound has long stopped tightening: when
     each piece's samples come is a matter of shapes (the lead, the streamed decode's field and runs), not of values.
     Exact audio lags its states by the decoder's field, so with ChatTTS's real layers (52 tokens) and the defaults this
     is ~0.41 — stricter than a steady stream's bound (``STREAM_RTF_TARGET``); docs/decoder.md, "Keeping ahead after the
     first piece"."""
     pieces = make()
-    first = tokens + lookahead
+    first, tokens = cadence.first, cadence.piece_tokens
     horizon = 8 * first
     zeros = np.zeros((tokens, hidden), dtype=np.float32)
     handed: list[tuple[int, float]] = []  # (step, tokens of audio handed on by then)
     total = 0
     for step in range(first, horizon + 1, tokens):
         total += pieces.add(np.zeros((first, hidden), dtype=np.float32) if step == first else zeros).size
-        handed.append((step, total / samples_per_token))
+        handed.append((step, total / SAMPLES_PER_TOKEN))
     started = next((step for step, audio in handed if audio > 0), None)
     if started is None:
         return 0.0  # nothing before the row's end: no stream keeps ahead of it
