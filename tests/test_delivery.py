@@ -26,7 +26,7 @@ from tests.test_streaming import LONG_TEXT
 from tests.test_worker import proxied, running_worker, wait_final
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, encode_audio
 from ttsq.domain.jobs import Status
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.store.connection import create_redis
 from ttsq.store.listener import Entry, JobListener, ListenerConfig, ListenerOutage
 from ttsq.store.queue import JobQueue

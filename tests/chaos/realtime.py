@@ -56,7 +56,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.chaos.harness import ENGINE_ENV, ROOT, TIMING_ENV, Deployment, WorkerSlot
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.inference.checkpoint import build_tiny_checkpoint
+from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 
 ROUND_TIMEOUT_S = 600.0
 """Longest wait for one session, or a round's first audio: only a hang reaches it."""
