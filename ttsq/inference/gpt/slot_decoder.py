@@ -261,9 +261,10 @@ class SlotDecoder:
 
         Prompts are right-padded to the longest of their group, and attention is causal, so no position of a row sees
         the padding after it: each row's keys, values and last state are its own to within rounding (a padded batch's
-        matrix products may round in another order than one row's; tested in float64 to a few ulps), as a step's rows are. Groups keep their padded positions within
-        :data:`PREFILL_PADDING` of their rows' own (a long speaker prompt does not pad thirty short ones). On a
-        batch-invariant decoder every prompt runs alone, so its bits never depend on its company."""
+        matrix products may round in another order than one row's; tested in float64 to a few ulps), as a step's rows
+        are. Groups keep their padded positions within :data:`PREFILL_PADDING` of their rows' own (a long speaker prompt
+        does not pad thirty short ones). On a batch-invariant decoder every prompt runs alone, so its bits never depend
+        on its company."""
         import torch
         import torch.nn.functional as F
 
