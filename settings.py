@@ -744,7 +744,7 @@ class Settings(BaseSettings):
         json_schema_extra=_group("Worker"),
     )
     heartbeat_ttl_s: float = Field(
-        2.0,
+        1.5,
         gt=0,
         description="A worker whose last heartbeat is older is dead: not counted as live, and the next sweep puts the jobs "
         "it claimed back at the front of their queue (a dead worker's jobs run again within `HEARTBEAT_TTL_S` + "
@@ -752,7 +752,7 @@ class Settings(BaseSettings):
         json_schema_extra=_group("Worker"),
     )
     sweep_interval_s: float = Field(
-        1.0,
+        0.5,
         gt=0,
         description="How often the pool sweeps the queue (requeue the jobs of workers whose heartbeat lapsed and lapsed "
         "leases, release retries); one worker sweeps each time.",
