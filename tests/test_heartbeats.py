@@ -96,15 +96,11 @@ async def test_a_worker_whose_heartbeat_stops_has_its_jobs_requeued_after_the_tt
     await beats.write("doomed", {})
     claim = await claimed(queue, "doomed")
     await queue.enqueue(behind, params(), single_flight=False)
-    clock.advance(1.0)
-    await beats.write("sweeper", {})
-    await beats.write("doomed", {})  # its last beat
-    clock.advance(1.0)
-    await beats.write("sweeper", {})
+    await beating(clock, beats, 1.0, "sweeper", "doomed")  # the doomed worker's last beat, at 1.0 s
+    await beating(clock, beats, 1.0, "sweeper")
     await sweep(queue)
     assert await queue.redis.lpos(queue.keys.processing, job_id) is not None, "its last beat is a second old: it is alive"
-    clock.advance(1.1)
-    await beats.write("sweeper", {})
+    await beating(clock, beats, 1.1, "sweeper")
     report = await sweep(queue)
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED, "2.1 s after its last beat; its lease has 27 s left"
@@ -181,6 +177,29 @@ async def test_after_an_outage_no_worker_is_dead_until_the_sweeper_has_beaten_fo
         assert (await sweep(queue)).abandoned == 0
     await beating(clock, beats, TTL_S + 0.1, "sweeper")
     assert (await sweep(queue)).abandoned == 1, "now its silence is its own"
+
+
+async def test_a_blip_shorter_than_the_ttl_declares_nobody_dead(make_queue: Any, clock: FakeClock) -> None:
+    """Redis away for 1.9 s, under the 2 s TTL: the sweeper's gap (2.0 s) is within the TTL, but the other worker, whose
+    beats fall just before the sweeper's, has not beaten for 2.4 s when the sweeper first sweeps after it. The sweeper's
+    run broke off all the same (a gap over half the TTL), so it judges nobody until it has beaten for a TTL again."""
+    queue, beats = liveness(make_queue)
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    await beats.write("other", {})
+    await claimed(queue, "other")
+    await beating(clock, beats, 2.0, "other", "sweeper")  # both beat, the sweeper 0.4 s after the other
+    clock.advance(0.4)
+    await beats.write("sweeper", {})
+    clock.advance(2.0)  # Redis away for 1.9 s of it: neither reaches it
+    await beats.write("sweeper", {})
+    assert (await sweep(queue)).abandoned == 0, "the other's last beat is 2.4 s old, but the sweeper's own 2.0 s gap broke its run"
+    clock.advance(0.1)
+    await beats.write("other", {})
+    await beating(clock, beats, 2.5, "other", "sweeper")
+    assert (await sweep(queue)).abandoned == 0
+    job = await queue.get(job_id)
+    assert job is not None and job.status is Status.RUNNING
 
 
 async def test_a_stopped_worker_s_abandoned_jobs_are_requeued_at_the_next_sweep(make_queue: Any, clock: FakeClock) -> None:

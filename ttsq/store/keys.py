@@ -146,8 +146,8 @@ class Keys:
     @property
     def beats_since(self) -> str:
         """Hash of worker id → when its current unbroken run of heartbeats on this shard began (Redis's clock; a gap
-        longer than the TTL starts a new run). A sweeper judges another worker's heartbeat only once its own run is a
-        TTL long: after an outage every worker's beats are old, and none of them is dead for it."""
+        longer than half the TTL starts a new run). A sweeper judges another worker's heartbeat only once its own run is
+        a TTL long: after an outage every worker's beats are old, and none of them is dead for it."""
         return self.prefix + "beats-since"
 
     @property

@@ -1,7 +1,7 @@
 -- One beat of a worker on one shard, by Redis's clock (clock.lua in front): the time of its beat in the shard's set
 -- of workers (who counts as live: the enqueue script counts them there; the sweep takes back the claims of a worker
--- whose last beat is older than the TTL), the start of its unbroken run of beats (a gap longer than the TTL starts a
--- new run: see sweep_scan.lua), and on the home shard its record, expiring after the TTL.
+-- whose last beat is older than the TTL), the start of its unbroken run of beats (a gap longer than half the TTL starts
+-- a new run: see sweep_scan.lua), and on the home shard its record, expiring after the TTL.
 -- The beat reads and clears the worker's fence: the claims counter the sweep wrote when it took this worker's claims
 -- back (its beats had lapsed), so that a worker declared dead learns it at its next beat and drops the jobs it holds
 -- under claims up to that number. A retiring worker (it stops) is marked lapsed at once instead of removed, so the
@@ -22,7 +22,7 @@ if ARGV[6] == '1' then
   return {tostring(now), fence or ''}
 end
 local last = tonumber(redis.call('ZSCORE', KEYS[1], worker))
-if not last or now - last > ttl or not redis.call('HGET', KEYS[2], worker) then
+if not last or now - last > ttl / 2 or not redis.call('HGET', KEYS[2], worker) then
   redis.call('HSET', KEYS[2], worker, tostring(now))
 end
 redis.call('ZADD', KEYS[1], now, worker)

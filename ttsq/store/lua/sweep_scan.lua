@@ -4,9 +4,12 @@
 -- jobs claimed by workers whose heartbeat has lapsed (each worker's own set of claims: no other job is
 -- read); each with the lane and tenant whose queue it would go back to (fair.lua is put in front; the job
 -- keys are read from the prefix: a misread can only make the sweep skip an id, which sweep.lua checks again).
--- Heartbeats are judged only by a sweeper whose own beats have run unbroken for a TTL up to now: after an
--- outage (Redis restarted, paused, failed over, or this shard's slot moved) every worker's last beat is old,
--- and none of them is dead for that; they have a TTL from the sweeper's return to beat again.
+-- Heartbeats are judged only by a sweeper whose own beats have run unbroken for a TTL up to now (heartbeat.lua
+-- starts a new run after a gap of more than half the TTL): after an outage (Redis restarted, paused, failed over,
+-- or this shard's slot moved) every worker's last beat is old, and none of them is dead for that; they have a TTL
+-- from the sweeper's return to beat again. Half the TTL, not all of it: another worker misses its TTL in an outage
+-- shorter than the TTL by up to one beat interval, which is under half the TTL (settings.py checks it), and that
+-- outage broke the sweeper's run too.
 -- Nothing when another worker holds this interval's sweep lock.
 -- KEYS: lock, leases, processing, delayed, workers, beats_since
 -- ARGV: clock ('' = Redis's TIME; clock.lua in front), limit, promote_limit, job_key_prefix, holder (the sweeping
