@@ -738,7 +738,7 @@ class Settings(BaseSettings):
         8001, ge=0, le=65535, description="The worker's probe server port.", json_schema_extra=_group("Worker")
     )
     heartbeat_interval_s: float = Field(
-        0.5,
+        0.25,
         gt=0,
         description="How often a worker writes its heartbeat (one small script per queue shard, from its event loop).",
         json_schema_extra=_group("Worker"),
