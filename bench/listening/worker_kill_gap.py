@@ -11,8 +11,8 @@ frame that finds a later sentence's task running, the worker holding it (``worke
 killed worker is started again before the next run.
 
 Per run: the time from the kill to the killed task's next claim (the heartbeat TTL and the sweep's share), the longest
-gap between two audio frames the later of which came after the kill (the silence the kill made: what the issue's
-"35–39 s of silence" measured), the longest gap before the kill (the session's own rhythm), the longest playback
+gap between two audio frames the later of which came after the kill (the silence the kill made, which a lease alone
+once stretched to the lease), the longest gap before the kill (the session's own rhythm), the longest playback
 stall (a listener playing from the first byte at real time: how long it waited with nothing to play), whether the
 session's audio equals the same text submitted whole (``POST /v1/tts/submit``, PCM, sample for sample), how the
 killed task's job was requeued (the surviving worker's ``ttsq_sweep_requeued_total``) and its attempts. Chunks
