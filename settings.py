@@ -728,7 +728,8 @@ class Settings(BaseSettings):
     # --- worker ------------------------------------------------------------------------------
     worker_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
-        description="The worker's name in leases, heartbeats and logs.",
+        description="The worker's name in logs and its health record; in the queue (claims, heartbeats) each process "
+        "adds a random suffix (`WORKER_ID~3fa2c1`), so a restarted worker never vouches for its predecessor's jobs.",
         json_schema_extra=_group("Worker", shown="hostname-pid"),
     )
     worker_health_host: str = Field(
@@ -738,15 +739,24 @@ class Settings(BaseSettings):
         8001, ge=0, le=65535, description="The worker's probe server port.", json_schema_extra=_group("Worker")
     )
     heartbeat_interval_s: float = Field(
-        2.0, gt=0, description="How often a worker writes its heartbeat.", json_schema_extra=_group("Worker")
+        0.25,
+        gt=0,
+        description="How often a worker writes its heartbeat (one small script per queue shard, from its event loop).",
+        json_schema_extra=_group("Worker"),
     )
-    heartbeat_ttl_s: int = Field(
-        15, ge=1, description="A worker whose heartbeat is older is not counted as live.", json_schema_extra=_group("Worker")
+    heartbeat_ttl_s: float = Field(
+        1.5,
+        gt=0,
+        description="A worker whose last heartbeat is older is dead: not counted as live, and the next sweep puts the jobs "
+        "it claimed back at the front of their queue (a dead worker's jobs run again within `HEARTBEAT_TTL_S` + "
+        "`SWEEP_INTERVAL_S`, not a lease later).",
+        json_schema_extra=_group("Worker"),
     )
     sweep_interval_s: float = Field(
-        5.0,
+        0.5,
         gt=0,
-        description="How often the pool sweeps the queue (requeue lapsed leases, release retries); one worker sweeps each time.",
+        description="How often the pool sweeps the queue (requeue the jobs of workers whose heartbeat lapsed and lapsed "
+        "leases, release retries); one worker sweeps each time.",
         json_schema_extra=_group("Worker"),
     )
     job_timeout_s: float = Field(
@@ -932,7 +942,13 @@ class Settings(BaseSettings):
         if self.heartbeat_ttl_s <= 2 * self.heartbeat_interval_s:
             raise ValueError(
                 f"HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), "
-                "or a live worker that misses one heartbeat looks dead"
+                "or a live worker that misses one heartbeat looks dead (and the sweep takes its jobs back)"
+            )
+        if self.sweep_interval_s > self.heartbeat_ttl_s:
+            raise ValueError(
+                f"SWEEP_INTERVAL_S ({self.sweep_interval_s}) must not exceed HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}): a dead "
+                "worker's jobs wait up to HEARTBEAT_TTL_S + SWEEP_INTERVAL_S before they run again, so a slower sweep "
+                "would outweigh the heartbeat it acts on"
             )
         if self.submit_wait_replicas and self.redis_url.split("://", 1)[0].endswith("+cluster"):
             raise ValueError(

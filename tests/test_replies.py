@@ -42,7 +42,7 @@ def test_replies_without_values() -> None:
     assert ClaimReply.parse([b"claimed"]) == ClaimReply(repeated=False, started=[])
     assert ClaimReply.parse([b"repeated"]) == ClaimReply(repeated=True, started=[])
     assert SweepReport.parse([b"skipped"]) == SweepReport(swept=False)
-    assert SweepReport.parse([b"swept", 1, 2, 3]) == SweepReport(swept=True, requeued=1, orphans=2, promoted=3)
+    assert SweepReport.parse([b"swept", 1, 2, 3, 4]) == SweepReport(swept=True, requeued=1, orphans=2, promoted=3, abandoned=4)
     assert RequeueReply.parse([b"active", b"queued"]) == RequeueReply(Requeued.ACTIVE, None)
     assert RequeueReply.parse([b"requeued", 4]) == RequeueReply(Requeued.REQUEUED, 4)
     assert LeaseReply.parse([b"finished"]) == LeaseReply(Leased.FINISHED, 0)

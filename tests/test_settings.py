@@ -79,6 +79,7 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
         ({"lease_s": 6.0, "redis_socket_timeout_s": 5.0}, "LEASE_S"),
         ({"webhook_lease_s": 7.0, "redis_socket_timeout_s": 5.0}, "WEBHOOK_LEASE_S"),
         ({"heartbeat_ttl_s": 4, "heartbeat_interval_s": 2.0}, "HEARTBEAT_TTL_S"),
+        ({"heartbeat_ttl_s": 1.5, "sweep_interval_s": 2.0}, "SWEEP_INTERVAL_S"),
         ({"min_new_token": 10, "max_new_token": 5}, "MIN_NEW_TOKEN"),
         ({"fault_mode": "explode"}, "fault_mode"),
         ({"log_level": "chatty"}, "log_level"),

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tests.conftest import FakeClock, queue_config
+from tests.conftest import FakeClock, claimed, params, queue_config, task_id
 from ttsq.domain.batching import MemoryHygiene
 from ttsq.runtime.health import HeartbeatRecord
 from ttsq.runtime.metrics import WorkerMetrics
@@ -215,10 +217,15 @@ async def test_a_chore_that_called_no_redis_never_ends_an_outage() -> None:
 
 
 def worker_chores(
-    queue: JobQueue, running: dict[str, int], idle_s: list[float], released: list[str], hygiene: MemoryHygiene | None = None
+    queue: JobQueue,
+    running: dict[str, int],
+    idle_s: list[float],
+    released: list[str],
+    hygiene: MemoryHygiene | None = None,
+    drop: Callable[[str], None] | None = None,
 ) -> WorkerChores:
-    """The chores over a worker's state as the test holds it: jobs in hand, how long the engine has been idle, and
-    what a memory release did."""
+    """The chores over a worker's state as the test holds it: jobs in hand, how long the engine has been idle, what a
+    memory release did, and (``drop``) what the worker lets go of when its heartbeat finds it was declared dead."""
 
     async def release() -> None:
         released.append("released")
@@ -242,6 +249,7 @@ def worker_chores(
         idle_s=lambda: idle_s[-1],
         release_memory=release,
         cancel=cancel,
+        drop=drop or cancel,
     )
 
 
@@ -271,3 +279,34 @@ async def test_lease_renewal_calls_no_redis_without_jobs_and_the_heartbeat_is_wr
     await chores.beat()
     assert chores.record.last_heartbeat is not None
     assert await chores.heartbeats.live_count() == 1
+
+
+async def test_a_worker_declared_dead_drops_the_jobs_whose_claims_were_taken_back_at_its_next_beat(
+    make_queue: Any, clock: FakeClock
+) -> None:
+    """Its event loop stalled past the heartbeat TTL, the sweep requeued its jobs, and it claimed one of them again
+    before its beat: the beat drops the jobs held under the old claims, and keeps the one claimed since."""
+    queue: JobQueue = make_queue(lease_s=30.0)
+    first, second = task_id(), task_id()
+    await queue.enqueue(first, params(), single_flight=False)
+    await queue.enqueue(second, params(), single_flight=False)
+    running: dict[str, int] = {}
+    dropped: list[str] = []
+    chores = worker_chores(queue, running, [0.0], [], drop=dropped.append)
+    sweeper = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
+    await sweeper.write("sweeper", {})
+    await chores.beat()
+    for claim in (await claimed(queue, "chores"), await claimed(queue, "chores")):
+        running[claim.job.id] = claim.token
+    for _ in range(5):  # 2.5 s of the sweeper's beats, none of the stalled worker's
+        clock.advance(0.5)
+        await sweeper.write("sweeper", {})
+    assert (await queue.sweep(1.0, "sweeper")).abandoned == 2
+    again = await claimed(queue, "chores")
+    running[again.job.id] = again.token
+    await chores.beat()
+    kept = again.job.id
+    assert dropped == [job_id for job_id in (first, second) if job_id != kept]
+    assert chores.metrics.taken_back._value.get() == 1
+    await chores.beat()
+    assert len(dropped) == 1, "the fence is acted on once"

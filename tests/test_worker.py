@@ -27,6 +27,7 @@ from ttsq.store.connection import create_redis
 from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue, QueueConfig
+from ttsq.store.replies import Cancelled
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 60.0) -> None:
@@ -163,7 +164,7 @@ async def test_hung_inference_turns_liveness_503_and_recovers(redis: Redis, tiny
 async def test_heartbeat_is_visible_in_redis(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
     async with running_worker(redis, tiny_engine) as worker:
         await wait_until(lambda: _count_is(worker.heartbeats, 1), 10)
-        record = json.loads(await redis.get(worker.queue.keys.worker(worker.config.worker_id)) or b"{}")
+        record = json.loads(await redis.get(worker.queue.keys.worker(worker.identity)) or b"{}")
         assert record["worker_id"] == worker.config.worker_id and record["model_loaded"]
     assert await worker.heartbeats.live_count() == 0, "a stopped worker removes its heartbeat"
 
@@ -265,3 +266,24 @@ async def test_an_outcome_that_cannot_be_stored_releases_the_job_to_run_again(
     assert job.status is Status.DONE and job.attempts == 2, (job.status, job.attempts, job.error)
     assert "storing its outcome failed; releasing it to run again" in caplog.text
     assert f"{job_id} attempt 1: storing its outcome failed: ValueError: " in caplog.text
+
+
+async def test_a_cancel_reaches_the_engine_at_once_not_at_the_next_lease_renewal(redis: Redis, tiny_engine: ChatTTSEngine) -> None:
+    """``LEASE_S=600``: renewals come every 200 s, so no renewal delivers this cancel. The job hangs in its first step;
+    its cancel reaches the worker through the shard's cancels stream, which hands the job to the engine's cancel and
+    ends it as cancelled while the step still hangs — the rows leave at the step's end, and nothing of the job is done."""
+    engine = FaultInjectingEngine(tiny_engine, fault_config("hang", "HOLD", hang_s=600.0))
+    async with running_worker(redis, engine, queue_config(block_s=0.2, lease_s=600.0)) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params("HOLD this sentence for a while."), single_flight=False)
+        await wait_until(lambda: _true(worker.record.current_job is not None), 60)
+        job = await worker.queue.get(job_id)
+        assert job is not None and job.status is Status.RUNNING
+        assert await worker.queue.cancel(job, None) is Cancelled.CANCELLING
+        assert (await wait_final(worker.queue, job_id)).status is Status.CANCELLED
+        assert worker.metrics.cancels.labels("notice")._value.get() == 1
+        assert worker.metrics.cancels.labels("renewal")._value.get() == 0
+        assert worker.metrics.cancel_latency._sum.get() >= 0 and worker.record.current_job is not None, "the step still hangs"
+        engine.release()
+        await wait_until(lambda: _true(worker.record.current_job is None), 60)
+        assert worker.record.jobs_done == 0

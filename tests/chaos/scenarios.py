@@ -392,7 +392,7 @@ def kill9(chaos: Chaos) -> Figures:
 def _held(chaos: Chaos, client: Client, slot: WorkerSlot) -> int:
     """How many of the client's jobs ``slot``'s current process is running (claimed and leased to it)."""
     records = job_records(chaos.deployment, "ttsq", list(client.acks))
-    return sum(1 for r in records.values() if r is not None and r.get("status") == "running" and r.get("worker") == slot.worker_id)
+    return sum(1 for r in records.values() if r is not None and r.get("status") == "running" and runs_on(r, slot))
 
 
 HOLD_BURST = 10
@@ -910,6 +910,13 @@ def hung_inference(chaos: Chaos) -> Figures:
 
 _REFUSED = re.compile(r"⊘ (\S+) attempt \d+: (\w+) refused, claim \d+ is stale")
 _DROPPED = re.compile(r"⊘ (\S+) had already ended: this attempt's result is dropped")
+_TAKEN_BACK = re.compile(r"⊘ (\S+): dropped, claim \d+ was taken back")
+
+
+def runs_on(record: dict[str, Any], slot: WorkerSlot) -> bool:
+    """Whether a job record names ``slot``'s current process as its worker (``WORKER_ID~suffix``: one identity in the
+    queue per process)."""
+    return str(record.get("worker") or "").split("~", 1)[0] == slot.worker_id
 
 
 def refusals(slot: WorkerSlot) -> Counter[str]:
@@ -931,9 +938,10 @@ def refused_ids(slot: WorkerSlot, kind: str) -> set[str]:
 
 def not_applied_ids(slot: WorkerSlot) -> set[str]:
     """The task ids whose completion by ``slot`` the queue did not apply: refused as stale (the job is another's now),
-    or dropped because the job had ended meanwhile (another worker completed it first)."""
+    dropped because the job had ended meanwhile (another worker completed it first), or dropped unfinished because its
+    heartbeat told it the sweep had taken the claim back."""
     text = "".join(path.read_text(errors="replace") for path in slot.all_logs() if path.exists())
-    return refused_ids(slot, "completion") | set(_DROPPED.findall(text))
+    return refused_ids(slot, "completion") | set(_DROPPED.findall(text)) | set(_TAKEN_BACK.findall(text))
 
 
 def late_worker(chaos: Chaos) -> Figures:
@@ -962,7 +970,7 @@ def late_worker(chaos: Chaos) -> Figures:
 
         def held_by(slot: WorkerSlot) -> list[str]:
             records = job_records(chaos.deployment, namespace, ids)
-            return [i for i, r in records.items() if r and r.get("status") == "running" and r.get("worker") == slot.worker_id]
+            return [i for i, r in records.items() if r and r.get("status") == "running" and runs_on(r, slot)]
 
         wait_for(lambda: len(held_by(frozen)) == len(ids), 120, "the first worker to run every job")
         chaos.deployment.kill(frozen, signal.SIGSTOP)

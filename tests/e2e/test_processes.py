@@ -187,3 +187,22 @@ def test_a_named_voice_sounds_the_same_in_every_worker_process(service: Service)
     # libsndfile scales float → PCM16 by one LSB differently for WAV and FLAC
     assert len(audio[0]) == len(audio[1]) > 0
     assert int(np.abs(audio[0].astype(np.int32) - audio[1]).max()) <= 1
+
+
+def test_a_killed_worker_s_job_is_taken_back_by_its_heartbeat_not_its_lease(service: Service) -> None:
+    """``LEASE_S=600``: only the heartbeat can bring the job back in time. The first worker hangs inside inference and
+    is SIGKILLed with a second worker already up; the second's sweep finds the first's heartbeat lapsed and requeues the
+    job, which it then runs."""
+    from tests.api.test_metrics import samples, value
+
+    doomed = service.start_worker("doomed", FAULT_MODE="hang", FAULT_MATCH="SLOW", LEASE_S="600")
+    task_id = service.submit(text="A SLOW job whose worker dies.", seed=4)
+    assert service.wait_status(task_id, {"running"})["status"] == "running"
+    rescuer = service.start_worker("rescuer", LEASE_S="600")
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait()
+    body = service.wait_status(task_id, {"done", "failed"})
+    assert body["status"] == "done" and body["attempts"] == 2, service.logs()
+    scrape = samples(rescuer.get("/metrics").text)
+    assert value(scrape, "ttsq_sweep_requeued_total", reason="heartbeat") == 1
+    assert value(scrape, "ttsq_sweep_requeued_total", reason="lease") == 0

@@ -29,6 +29,9 @@ RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SLACK_BUCKETS = (-5.0, -1.0, -0.25, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds of audio a stream's listener still had when its next piece came; below 0: it ran dry (an underrun)."""
+CANCEL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""A cancel's way to the engine: a few milliseconds through the cancels stream; a lease renewal's third of a lease
+(10 s at the defaults) when the notice was missed."""
 
 
 class _DeviceCollector(Collector):
@@ -155,6 +158,39 @@ class WorkerMetrics:
         )
         for refused in ("renew", "stream", "completion", "failure"):
             self.stale.labels(refused)
+        self.swept = Counter(
+            "ttsq_sweep_requeued",
+            "Jobs this worker's sweeps put back in the queue, by why: heartbeat (their worker's heartbeat had lapsed: it "
+            "died, seconds ago), lease (their lease had lapsed: a worker that beat but stopped renewing), unstarted "
+            "(claimed by an older release and never started).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("heartbeat", "lease", "unstarted"):
+            self.swept.labels(reason)
+        self.taken_back = Counter(
+            "ttsq_claims_taken_back",
+            "Jobs this worker dropped because its heartbeat had lapsed (a stalled event loop, Redis out of reach) and the "
+            "sweep had taken their claims back; they run again elsewhere.",
+            registry=registry,
+        )
+        self.cancels = Counter(
+            "ttsq_cancels_while_running",
+            "Jobs cancelled while this worker ran them whose rows it stopped, by how it learnt of the cancel: notice (the "
+            "shard's cancels stream, at once), renewal (its next lease renewal: the notice was missed), claim (cancelled "
+            "before this claim of it).",
+            ["via"],
+            registry=registry,
+        )
+        for via in ("notice", "renewal", "claim"):
+            self.cancels.labels(via)
+        self.cancel_latency = Histogram(
+            "ttsq_cancel_latency_seconds",
+            "From a caller's cancel of a running job (its entry on the cancels stream, by Redis's clock) to this worker "
+            "handing it to the engine, whose next decode step drops the job's rows.",
+            buckets=CANCEL_BUCKETS,
+            registry=registry,
+        )
         self.batch_limit = Gauge(
             "ttsq_batch_limit", "The largest batch the worker will run now (MAX_BATCH, or less after an OOM).", registry=registry
         )

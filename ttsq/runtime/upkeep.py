@@ -17,6 +17,10 @@ the loop (heartbeats, lease renewals, sweeps). What they do about either is writ
   absorbed by the client, which would leave the task running forever; cancellation is the fallback.
 * :class:`WorkerChores` — the worker's own chores (heartbeat, idle memory release, lease renewal, sweep) and what
   it does on every pass (its liveness tick, systemd's watchdog), over the loop's state that the worker hands it.
+  The heartbeat runs in an upkeep task of its own: it is what keeps the worker's claims its own (a beat older than
+  ``HEARTBEAT_TTL_S`` and the sweep takes them back), so no slower chore may hold it up.
+* :class:`CancelFollower` — the worker's blocking read of every shard's cancels stream, so a job cancelled while it
+  runs leaves the engine at its next decode step instead of at the next lease renewal.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import AskError
 
+from ttsq.store.clock import RedisClock
 from ttsq.store.connection import STORE_ERRORS
 
 if TYPE_CHECKING:  # types only: the API process (the deliverer) loads this module without the worker's
@@ -39,7 +45,8 @@ if TYPE_CHECKING:  # types only: the API process (the deliverer) loads this modu
     from ttsq.runtime.metrics import WorkerMetrics
     from ttsq.runtime.sdnotify import SystemdNotifier
     from ttsq.store.heartbeats import Heartbeats
-    from ttsq.store.queue import JobQueue
+    from ttsq.store.keys import Keys
+    from ttsq.store.queue import CancelNotice, JobQueue
 
 T = TypeVar("T")
 
@@ -250,7 +257,9 @@ class WorkerChores:
     jobs in hand (every third of a lease, so one missed renewal never loses a lease) and the queue sweep (which takes
     a lock, so one worker of the pool sweeps per interval); and on every pass, its liveness tick and systemd's
     watchdog. ``running`` and ``in_flight`` are the worker's own maps (read, never changed here); ``cancel`` ends a job
-    that was cancelled while it ran, ``release_memory`` gives the allocator's cache back in the inference thread."""
+    that was cancelled while it ran, ``drop`` lets go of a job whose claim the sweep took back (nothing of it is
+    written: its claim is stale), ``release_memory`` gives the allocator's cache back in the inference thread.
+    ``worker_id`` is the worker's identity in the queue (one per process: :func:`incarnation`)."""
 
     def __init__(
         self,
@@ -270,6 +279,7 @@ class WorkerChores:
         idle_s: Callable[[], float],
         release_memory: Callable[[], Awaitable[object]],
         cancel: Callable[[str], None],
+        drop: Callable[[str], None],
     ) -> None:
         self.queue = queue
         self.heartbeats = heartbeats
@@ -288,6 +298,7 @@ class WorkerChores:
         """Seconds since the engine last stepped."""
         self._release_memory = release_memory
         self._cancel = cancel
+        self._drop = drop
 
     def every_upkeep_pass(self) -> None:
         """Tick the liveness record (a stalled event loop stops ticking, and the probe sees it); ping the watchdog."""
@@ -314,14 +325,38 @@ class WorkerChores:
         return False
 
     async def beat(self) -> None:
-        await self.heartbeats.write(self.worker_id, self.record.as_dict())
-        self.record.last_heartbeat = time.time()
+        """One heartbeat; should it find a fence (the sweep took this worker's claims back while its beats had lapsed:
+        an event loop stalled, Redis out of reach), drop every job held under a claim the fence covers."""
+        beats = await self.heartbeats.write(self.worker_id, self.record.as_dict())
+        if not beats.failures:
+            self.record.last_heartbeat = time.time()
+        self._taken_back(beats.fences)
+        if beats.failures:
+            raise beats.failures[0]
+
+    def _taken_back(self, fences: Mapping[str, int]) -> None:
+        if not fences:
+            return
+        taken = [
+            (job_id, token)
+            for job_id, token in self._running.items()
+            if token <= fences.get(self.queue.shards.of(job_id).prefix, 0)
+        ]
+        self._log.warning(
+            "this worker's heartbeat had lapsed and the sweep declared it dead: %d job(s) in hand were requeued; "
+            "dropping them (their writes would be refused)",
+            len(taken),
+        )
+        for job_id, token in taken:
+            self.metrics.taken_back.inc()
+            self._log.warning("  ⊘ %s: dropped, claim %d was taken back (this worker's heartbeat had lapsed)", job_id, token)
+            self._drop(job_id)
 
     async def renew_leases(self) -> bool:
         """Renew every lease in hand; False when there was none (no Redis call: see :class:`Chore`)."""
         if not self._running:
             return False
-        renewed = await self.queue.renew_leases(dict(self._running))
+        renewed = await self.queue.renew_leases(dict(self._running), self.worker_id)
         for job_id in renewed.lost & self._running.keys():
             self.metrics.stale.labels("renew").inc()
             self._log.warning(
@@ -331,10 +366,115 @@ class WorkerChores:
                 self._running[job_id],
             )
         for job_id in renewed.cancelling & self._in_flight.keys():
-            # Cancelled while it ran: its rows leave the engine now (their slots take other rows at
-            # the next step) and the job ends as cancelled, instead of finishing audio nobody gets.
+            # Cancelled while it ran, and its announcement missed (the cancels stream is the quick way): its rows
+            # leave the engine now and the job ends as cancelled, instead of finishing audio nobody gets.
+            self.metrics.cancels.labels("renewal").inc()
             self._cancel(job_id)
         return True
 
     async def sweep(self) -> None:
-        await self.queue.sweep(self.sweep_interval_s, holder=self.worker_id)
+        report = await self.queue.sweep(self.sweep_interval_s, holder=self.worker_id)
+        self.metrics.swept.labels("heartbeat").inc(report.abandoned)
+        self.metrics.swept.labels("lease").inc(report.requeued)
+        self.metrics.swept.labels("unstarted").inc(report.orphans)
+
+
+def incarnation(worker_id: str) -> str:
+    """A worker process's identity in the queue: its ``WORKER_ID`` and a random suffix. A supervisor restarts a dead
+    worker under the same ``WORKER_ID`` (systemd's unit name, a pod's name), often within a heartbeat TTL; with one
+    identity per process, the new process's heartbeats never vouch for the jobs its predecessor died holding."""
+    return f"{worker_id}~{secrets.token_hex(3)}"
+
+
+CANCEL_RETRY_FIRST_S = 0.2
+"""The first pause of the cancel follower after a failed read of a shard's cancels stream; it doubles up to
+:data:`CANCEL_RETRY_MAX_S`. Cancels announced meanwhile are read when it reads again (from where it was)."""
+CANCEL_RETRY_MAX_S = 2.0
+
+
+class CancelFollower:
+    """A worker's blocking read of every shard's cancels stream (``cancel.lua`` appends to it when a caller cancels a
+    running job), one task per shard: a notice naming this worker, under the claim it holds the job by, hands the job
+    to ``cancel`` (its rows leave the engine at the next decode step) at once. No job record is read for it, and
+    a worker with nothing cancelled waits in one ``XREAD`` per ``block_s``.
+
+    A read that fails is reported under the outage policy and tried again after a short pause, from where it was:
+    nothing announced meanwhile is missed (up to the stream's cap; past it, the next lease renewal still sees the
+    job's cancel mark). Stopping sets a signal and, the read being only a read, cancels the task if it waits."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        outage: RedisOutage,
+        metrics: WorkerMetrics,
+        log: logging.Logger,
+        *,
+        worker_id: str,
+        block_s: float,
+        running: Mapping[str, int],
+        in_flight: Mapping[str, object],
+        cancel: Callable[[str], None],
+    ) -> None:
+        self.queue = queue
+        self.outage = outage
+        self.metrics = metrics
+        self._log = log
+        self.worker_id = worker_id
+        self.block_s = block_s
+        self._running = running
+        self._in_flight = in_flight
+        self._cancel = cancel
+        self._closing = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._closing.clear()
+        self._tasks = [asyncio.create_task(self.follow(keys), name=f"cancels {keys.label or 0}") for keys in self.queue.shards.all]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*(end_loop(task, self._closing, 0) for task in tasks))
+
+    async def follow(self, keys: Keys) -> None:
+        """Follow one shard's cancels stream until :meth:`stop`, from its newest entry when it starts."""
+        after: str | None = None
+        clock = RedisClock(self.queue.redis, None, keys.cancels)  # Redis's own time, as the entries' ids are
+        pause = CANCEL_RETRY_FIRST_S
+        while not self._closing.is_set():
+            try:
+                if after is None:
+                    after = await self.queue.last_cancel(keys)
+                after, notices = await self.queue.cancel_notices(keys, after, self.block_s)
+                handed = self.hand_over(notices)
+                if handed:
+                    now = await clock.now()
+                    for notice in handed:
+                        self.metrics.cancel_latency.observe(max(0.0, now - notice.at))
+            except REDIS_ERRORS as exc:
+                self.outage.lost("follow cancels", exc)
+                await self._pause(pause)
+                pause = min(pause * 2, CANCEL_RETRY_MAX_S)
+                continue
+            except Exception:  # noqa: BLE001 - a bad entry never ends the follower; renewals still see every cancel
+                self._log.exception("reading the cancels of shard %r failed; reading again in %.1fs", keys.label, pause)
+                await self._pause(pause)
+                pause = min(pause * 2, CANCEL_RETRY_MAX_S)
+                continue
+            self.outage.back()
+            pause = CANCEL_RETRY_FIRST_S
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+
+    def hand_over(self, notices: Sequence[CancelNotice]) -> list[CancelNotice]:
+        """Cancel the jobs the notices name that this worker is decoding under the named claim; the notices it acted on."""
+        handed = []
+        for notice in notices:
+            mine = notice.worker == self.worker_id and self._running.get(notice.job_id) == notice.claim
+            if mine and notice.job_id in self._in_flight:
+                self.metrics.cancels.labels("notice").inc()
+                self._log.info("%s cancelled while it ran: its rows leave the engine at the next step", notice.job_id)
+                self._cancel(notice.job_id)
+                handed.append(notice)
+        return handed

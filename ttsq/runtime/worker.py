@@ -9,10 +9,12 @@ Jobs flow rather than batch: the loop claims while the engine's batcher has room
 than it has slots), hands each job to the thread, and the batcher starts its chunks at the next step
 boundary beside whatever else is decoding, of any voice. A job's story is :meth:`Worker._start`
 (cached answer, or into the engine) and :meth:`Worker._finish` (its chunks joined, encoded, stored);
-its first audio is streamed the moment its first chunk ends. Everything periodic — heartbeat, lease
-renewal, the queue sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.upkeep`,
-shared with the webhook deliverer; the worker's chores are its :class:`~ttsq.runtime.upkeep.WorkerChores`). Which
-speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'.
+its first audio is streamed the moment its first chunk ends. Everything periodic — lease renewal, the queue
+sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.upkeep`, shared with the webhook
+deliverer; the worker's chores are its :class:`~ttsq.runtime.upkeep.WorkerChores`), beside the heartbeat's own task
+(a beat older than ``HEARTBEAT_TTL_S`` and the sweep takes the worker's jobs back, so nothing may hold it up) and a
+blocking read of the queue's cancels (:class:`~ttsq.runtime.upkeep.CancelFollower`: a job cancelled while it runs
+leaves the engine at the next step). Which speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'.
 """
 
 from __future__ import annotations
@@ -60,7 +62,16 @@ from ttsq.runtime.outcomes import (
 )
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
-from ttsq.runtime.upkeep import REDIS_ERRORS, Chore, RedisOutage, Upkeep, WorkerChores, describe
+from ttsq.runtime.upkeep import (
+    REDIS_ERRORS,
+    CancelFollower,
+    Chore,
+    RedisOutage,
+    Upkeep,
+    WorkerChores,
+    describe,
+    incarnation,
+)
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
@@ -143,6 +154,9 @@ class Worker:
         self.engine = engine
         self.cache = cache
         self.config = config
+        self.identity = incarnation(config.worker_id)
+        """This process's name in the queue (its claims, heartbeats, sweeps): ``WORKER_ID`` and a random suffix, so a
+        restarted worker under the same ``WORKER_ID`` never vouches for the jobs its predecessor died holding."""
         self.record = HeartbeatRecord(worker_id=config.worker_id)
         self.metrics = WorkerMetrics()
         self._thread = InferenceThread(self._report_from_thread, self.record, config.job_timeout_s)
@@ -198,7 +212,7 @@ class Worker:
             self.record,
             self.metrics,
             log,
-            worker_id=config.worker_id,
+            worker_id=self.identity,
             sweep_interval_s=config.sweep_interval_s,
             stall_after_s=self.stall_after_s,
             systemd=self._systemd,
@@ -208,10 +222,12 @@ class Worker:
             idle_s=lambda: time.monotonic() - self._last_step_at,
             release_memory=lambda: asyncio.wrap_future(self._thread.call(self.engine.release_memory)),
             cancel=self._cancelled_while_running,
+            drop=self._taken_back,
         )
+        self.beats = Upkeep([Chore("heartbeat", config.heartbeat_interval_s, chores.beat)], self.outage, log)
+        """The heartbeat, in a task of its own: what keeps this worker's claims its own (:mod:`ttsq.store.heartbeats`)."""
         self.upkeep = Upkeep(
             [
-                Chore("heartbeat", config.heartbeat_interval_s, chores.beat),
                 Chore("idle memory release", max(1.0, config.release_memory_idle_s / 4), chores.release_when_idle),
                 Chore("lease renewal", queue.config.lease_s / 3, chores.renew_leases),
                 Chore("sweep", config.sweep_interval_s, chores.sweep),
@@ -220,9 +236,21 @@ class Worker:
             log,
             every_pass=chores.every_upkeep_pass,
         )
-        """Every periodic chore, in one task: the heartbeat, idle memory release, lease renewal for the jobs
-        in hand (every third of a lease, so one missed renewal never loses a lease), and the queue sweep
-        (which takes a lock, so one worker of the pool sweeps per interval)."""
+        """Every other periodic chore, in one task: idle memory release, lease renewal for the jobs in hand (every
+        third of a lease, so one missed renewal never loses a lease), and the queue sweep (which takes a lock, so one
+        worker of the pool sweeps per interval)."""
+        self.cancels = CancelFollower(
+            queue,
+            self.outage,
+            self.metrics,
+            log,
+            worker_id=self.identity,
+            block_s=queue.config.block_s,
+            running=self._running,
+            in_flight=self._in_flight,
+            cancel=self._cancelled_while_running,
+        )
+        """The shards' cancels streams, followed: a job cancelled while it runs leaves the engine at the next step."""
         self.voice_encoder = VoiceEncoderLoop(
             VoiceEncodings(queue.redis, queue.keys, queue.config.block_s),
             engine.speaker_from_audio,
@@ -260,7 +288,10 @@ class Worker:
             self.record, self.config.health_host, self.config.health_port, self.stall_after_s, self.metrics.exposition
         )
         serving = asyncio.create_task(server.serve())
+        log.info("worker %s is %s in the queue", self.config.worker_id, self.identity)
+        self.beats.start()
         self.upkeep.start()
+        self.cancels.start()
         try:
             self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
             if self._batcher.keep_ahead is not None:  # its pieces' own bound on a streamed row's start, where tighter
@@ -275,9 +306,11 @@ class Worker:
             self._systemd.notify("STOPPING=1")
             self.record.stopping = True
             await self.voice_encoder.stop()
+            await self.cancels.stop()
             await self.upkeep.stop(self.config.heartbeat_interval_s + 5)
+            await self.beats.stop(self.config.heartbeat_interval_s + 5)
             with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
-                await asyncio.wait_for(self.heartbeats.remove(self.config.worker_id), 2.0)
+                await asyncio.wait_for(self.heartbeats.remove(self.identity), 2.0)
             server.should_exit = True
             await serving
             self._thread.stop()
@@ -398,7 +431,7 @@ class Worker:
         """
         jobs: list[Job] = []
         try:
-            claim = await self.queue.claim(self.config.worker_id)
+            claim = await self.queue.claim(self.identity)
             if claim is None:
                 self.outage.back()
                 self.record.claim_error = None
@@ -408,7 +441,7 @@ class Worker:
                 return jobs
             deadline = time.monotonic() + (self.config.batch_wait_ms / 1000 if not self._in_flight else 0.0)
             while len(jobs) < room and not self._stop.is_set():
-                jobs += self._claimed(await self.queue.claim_more(self.config.worker_id, room - len(jobs)))
+                jobs += self._claimed(await self.queue.claim_more(self.identity, room - len(jobs)))
                 remaining = deadline - time.monotonic()
                 if len(jobs) >= room or remaining <= 0:
                     break
@@ -448,6 +481,11 @@ class Worker:
         jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
         for job, hit in zip(jobs, hits, strict=True):
+            if job.cancel_requested:
+                # Cancelled while an earlier attempt ran (its worker then died): ended now, not synthesised again.
+                self.metrics.cancels.labels("claim").inc()
+                self._spawn(self.outcomes.settle(job, Failure(CancelledWhileRunning("cancelled while it ran")), claimed_at))
+                continue
             if hit is not None:
                 self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
                 continue
@@ -547,6 +585,20 @@ class Worker:
         """Its rows leave the engine now (their slots take other rows at the next step) and the job ends as cancelled."""
         self._thread.cancel(job_id)
         self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
+
+    def _taken_back(self, job_id: str) -> None:
+        """The sweep took this job's claim back while this worker's heartbeat had lapsed (it runs again, perhaps
+        elsewhere): its rows leave the engine, its audio stops, and nothing of it is stored — every write under the
+        old claim would be refused anyway. A job claimed again here meanwhile holds a newer claim and is not dropped."""
+        flight = self._in_flight.pop(job_id, None)
+        if flight is not None:
+            self._thread.cancel(job_id)
+            if flight.pieces is not None and flight.publisher is not None:
+                flight.pieces.put_nowait(None)
+                self._spawn(flight.publisher)
+        self._running.pop(job_id, None)
+        self._alone.discard(job_id)
+        self._room.set()
 
     def _end(self, job_id: str, outcome: Outcome) -> None:
         flight = self._in_flight.pop(job_id)

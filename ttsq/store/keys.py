@@ -139,8 +139,40 @@ class Keys:
 
     @property
     def workers(self) -> str:
-        """Sorted set of worker ids scored by their last heartbeat (Unix seconds)."""
+        """Sorted set of worker ids scored by their last heartbeat (Unix seconds, Redis's clock): who counts as live, and
+        whose claims the sweep takes back once the beat is older than the heartbeat TTL."""
         return self.prefix + "workers"
+
+    @property
+    def beats_since(self) -> str:
+        """Hash of worker id → when its current unbroken run of heartbeats on this shard began (Redis's clock; a gap
+        longer than half the TTL starts a new run). A sweeper judges another worker's heartbeat only once its own run is
+        a TTL long: after an outage every worker's beats are old, and none of them is dead for it."""
+        return self.prefix + "beats-since"
+
+    @property
+    def fences(self) -> str:
+        """Hash of worker id → the claims counter (:attr:`claims`) when the sweep last took that worker's claims back
+        because its heartbeat had lapsed. Its next beat reads and clears it: the worker drops every job it holds under
+        a claim up to that number (their writes would be refused anyway)."""
+        return self.prefix + "fences"
+
+    def worker_jobs(self, worker_id: str) -> str:
+        """Sorted set of the jobs a worker claimed on this shard, scored by their claim's fencing token: what the sweep
+        takes back when the worker's heartbeat lapses, without reading any other job. Added to by each claim, pruned of
+        ended jobs by the worker's lease renewals; expires when neither has touched it for two leases."""
+        return f"{self.prefix}worker-jobs:{worker_id}"
+
+    @property
+    def worker_jobs_prefix(self) -> str:
+        return f"{self.prefix}worker-jobs:"
+
+    @property
+    def cancels(self) -> str:
+        """Redis Stream (capped) with one entry each time a caller cancels a running job (its id, worker and claim):
+        every worker follows it with a blocking read, so the job's worker stops its rows at the next decode step instead
+        of at its next lease renewal (the job's ``cancel_requested`` stays the record; renewals still see it)."""
+        return self.prefix + "cancels"
 
     @property
     def stats(self) -> str:

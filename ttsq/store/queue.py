@@ -13,10 +13,20 @@ Design (the "reliable queue" pattern):
   script keeps its answer under the caller's request id, so a retry whose first answer was lost gets
   the same jobs, never more; when the queue is empty, the worker waits with a ``BLMOVE`` of the queue
   onto itself, which moves nothing and is harmless to retry.
-* **sweep** (one worker per interval, under a short lock): a job whose lease deadline has passed
-  belonged to a dead worker and goes back to the front of the queue; so does an id that was
-  claimed but never started; retries whose backoff is over are released. Attempts are counted at
-  claim time, so a job that kills its worker every time is dead-lettered after ``max_attempts``.
+* **liveness** apart from the lease: every worker beats on every shard every ``HEARTBEAT_INTERVAL_S``
+  (:mod:`ttsq.store.heartbeats`), and each claim also enters the job in the worker's own set of claims
+  on its shard. A worker whose last beat is older than ``HEARTBEAT_TTL_S`` is dead: the next sweep takes
+  back the jobs in its set, seconds after its death rather than a lease after, and fences it (its next
+  beat, should it come back, tells it to drop them). A worker busy with a long decode step still beats
+  from its event loop and keeps its jobs; the lease is the backstop for one that beats but stopped renewing.
+* **sweep** (one worker per interval, under a short lock): a job whose worker's heartbeat has lapsed, or
+  whose lease deadline has passed, belonged to a dead worker and goes back to the front of the queue, to
+  run alone; so does an id that was claimed but never started; retries whose backoff is over are
+  released. Attempts are counted at claim time, so a job that kills its worker every time is
+  dead-lettered after ``max_attempts``.
+* **cancel** of a running job marks it and announces it on the shard's cancels stream, which every worker
+  follows with a blocking read (:meth:`JobQueue.cancel_notices`): its worker stops the job's rows at the next
+  decode step; the mark stays the record, and lease renewals still report it.
 * **complete / fail** write the result and the final status with an expiry; a queued or running
   job has no expiry and never vanishes while it waits. Failed jobs keep their final record in a
   capped dead-letter list. Retryable failures retry after ``retry_base_s ** attempt`` seconds.
@@ -85,6 +95,9 @@ _SWEEP_LIMIT = 1000
 """Most lapsed leases (and unleased ids) one sweep looks at (the rest wait one interval)."""
 _CLAIM_RACES = 5
 """Peeks a claim makes while other workers keep taking the ids it peeked, before it waits for work instead."""
+_CANCELS_KEPT = 1000
+"""About how many entries each shard's cancels stream keeps: a worker that falls further behind (it could not reach
+Redis meanwhile) learns of the older cancels at its next lease renewal instead."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,8 @@ class QueueConfig:
     max_queue_depth: int
     block_s: float
     retry_base_s: float
-    heartbeat_ttl_s: int
+    heartbeat_ttl_s: float
+    """``HEARTBEAT_TTL_S``: a worker whose last beat is older is not live, and the sweep takes its claims back."""
     dead_letter_max: int
     shards: int
     """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
@@ -147,6 +161,17 @@ class EnqueueResult:
     @property
     def joined(self) -> bool:
         return self.outcome is Enqueued.JOINED
+
+
+@dataclass(frozen=True)
+class CancelNotice:
+    """One entry of a shard's cancels stream: a caller cancelled ``job_id`` while it ran under ``worker``'s claim."""
+
+    job_id: str
+    worker: str
+    claim: int
+    at: float
+    """When it was cancelled: Unix seconds by the shard's Redis clock (the entry's id)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +273,8 @@ class JobQueue:
         """Per worker, the request id of a claim that raised before its answer came: the worker's next claim asks again."""
         self._turn = 0
         """Which shard a claim looks at first (every shard in turn, so each gets its share of the workers)."""
+        self._seen: dict[tuple[str, str], int] = {}
+        """Per worker and shard, the newest claim token answered to it: renewals prune its set of claims up to it."""
 
     def _share(self, cap: int) -> int:
         """A shard's share of a cap over the whole queue."""
@@ -546,7 +573,7 @@ class JobQueue:
                 return []
             request = request or uuid.uuid4().hex
             keys = [keys_of.queue, keys_of.processing, keys_of.leases, keys_of.dead, keys_of.claims]
-            keys += [keys_of.claim_record(worker_id), keys_of.deliveries, *fair_keys, keys_of.moves]
+            keys += [keys_of.claim_record(worker_id), keys_of.deliveries, *fair_keys, keys_of.moves, keys_of.worker_jobs(worker_id)]
             for job_id, owner, lane, tenant in zip(peeked.ids, peeked.owners, peeked.lanes, peeked.tenants, strict=True):
                 keys += [keys_of.job(job_id), keys_of.owner_jobs(owner or "-"), keys_of.tenant_queue(lane, tenant)]
                 keys += [keys_of.stream(job_id)]
@@ -567,37 +594,44 @@ class JobQueue:
             elif repeating and reply.started:
                 log.info("a claim whose answer was lost had not reached Redis; claimed %d job(s) afresh", len(reply.started))
             if reply.repeated or reply.started or not peeked.ids:
-                return await self._claimed(keys_of, reply)
+                return await self._claimed(keys_of, worker_id, reply)
             request, repeating = None, False  # another worker took the peeked ids first: peek again
         return []
 
-    async def _claimed(self, keys: Keys, reply: ClaimReply) -> list[Claim]:
+    async def _claimed(self, keys: Keys, worker_id: str, reply: ClaimReply) -> list[Claim]:
         claims = [Claim(job=started.job, started=started.started) for started in reply.started]
+        seen = (worker_id, keys.prefix)
         for claim in claims:
+            if claim.started is Started.RUN:
+                self._seen[seen] = max(self._seen.get(seen, 0), claim.token)
             if claim.started is Started.DEAD:
                 log.warning("job %s dead-lettered at claim: %s", claim.job.id, claim.job.error)
                 if claim.job.params.cache_key is not None:
                     await self._clear_inflight(keys=[keys.inflight(claim.job.params.cache_key)], args=[claim.job.id])
         return claims
 
-    async def renew_leases(self, held: Mapping[str, int]) -> Renewed:
+    async def renew_leases(self, held: Mapping[str, int], worker_id: str | None = None) -> Renewed:
         """Move the lease deadline of every job in ``held`` (job id → its claim's fencing token) forward;
         which are no longer held (the token is stale), and which were cancelled while running (their work
-        may stop: :meth:`fail` ends them as cancelled). One script per shard."""
+        may stop: :meth:`fail` ends them as cancelled). One script per shard. Named, ``worker_id``'s own set of
+        claims on each shard is pruned of the jobs it no longer holds (claims answered to it since stay)."""
         by_shard: dict[str, dict[str, int]] = {}
         for job_id, token in held.items():
             by_shard.setdefault(self.shards.of(job_id).label, {})[job_id] = token
-        replies = await asyncio.gather(*(self._renew_on(self.shards.of(next(iter(jobs))), jobs) for jobs in by_shard.values()))
+        replies = await asyncio.gather(
+            *(self._renew_on(self.shards.of(next(iter(jobs))), jobs, worker_id) for jobs in by_shard.values())
+        )
         return Renewed(
             frozenset(job_id for reply in replies for job_id in reply.lost),
             frozenset(job_id for reply in replies for job_id in reply.cancelling),
         )
 
-    async def _renew_on(self, keys: Keys, held: Mapping[str, int]) -> Renewed:
+    async def _renew_on(self, keys: Keys, held: Mapping[str, int], worker_id: str | None) -> Renewed:
         pairs = [value for job_id, token in held.items() for value in (job_id, token)]
+        seen = self._seen.get((worker_id, keys.prefix), 0) if worker_id is not None else 0
         reply = await self._renew(
-            keys=[keys.leases, *(keys.job(job_id) for job_id in held)],
-            args=[self.clock.arg(), self.config.lease_s, *pairs],
+            keys=[keys.leases, keys.worker_jobs(worker_id or "-"), *(keys.job(job_id) for job_id in held)],
+            args=[self.clock.arg(), self.config.lease_s, worker_id or "", seen, *pairs],
         )
         return Renewed.parse(reply)
 
@@ -685,21 +719,52 @@ class JobQueue:
             keys_of.ring(job.priority),
             keys_of.credit(job.priority),
             keys_of.moves,
+            keys_of.cancels,
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
-        return Cancelled.parse(await self._cancel(keys=keys, args=[*args, "1" if sole else "0"]))
+        return Cancelled.parse(await self._cancel(keys=keys, args=[*args, "1" if sole else "0", _CANCELS_KEPT]))
+
+    async def last_cancel(self, keys: Keys) -> str:
+        """The id of the newest entry of a shard's cancels stream ('0-0' when it has none): where a worker that starts
+        following it begins (a cancel older than its start names no job it holds)."""
+        newest = await self.redis.xrevrange(keys.cancels, count=1)
+        return text(newest[0][0]) if newest else "0-0"
+
+    async def cancel_notices(self, keys: Keys, after: str, block_s: float) -> tuple[str, list[CancelNotice]]:
+        """The cancels of running jobs announced on a shard after entry ``after``, waiting up to ``block_s`` for one
+        (``block_s`` < the socket timeout); and the id to read after next time."""
+        reply: Any = await self.redis.xread({keys.cancels: after}, count=100, block=max(1, int(block_s * 1000)))
+        notices: list[CancelNotice] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                after = text(entry_id)
+                values = {text(name): text(value) for name, value in fields.items()}
+                claim = values.get("claim", "")
+                notices.append(
+                    CancelNotice(
+                        job_id=values.get("job", ""),
+                        worker=values.get("worker", ""),
+                        claim=int(claim) if claim.isdigit() else 0,
+                        at=int(after.split("-", 1)[0]) / 1000,
+                    )
+                )
+        return after, notices
 
     async def sweep(self, interval_s: float, holder: str) -> SweepReport:
-        """Requeue lapsed leases and never-started claims, release due retries, on every shard — each unless
-        another worker already swept it within ``interval_s`` (its lock lasts one interval). Swept when any
-        shard was; the counts are summed."""
+        """Requeue the jobs of workers whose heartbeat has lapsed, lapsed leases and never-started claims, release due
+        retries, on every shard — each unless another worker already swept it within ``interval_s`` (its lock lasts one
+        interval). ``holder`` is the sweeping worker: it judges the others' heartbeats only once its own have run
+        unbroken for a TTL. Swept when any shard was; the counts are summed."""
         reports = await asyncio.gather(*(self._sweep_shard(keys, interval_s, holder) for keys in self.shards.all))
         report = SweepReport(
             swept=any(report.swept for report in reports),
             requeued=sum(report.requeued for report in reports),
             orphans=sum(report.orphans for report in reports),
             promoted=sum(report.promoted for report in reports),
+            abandoned=sum(report.abandoned for report in reports),
         )
+        if report.abandoned:
+            log.warning("sweep requeued %d job(s) whose worker's heartbeat stopped (to run alone)", report.abandoned)
         if report.requeued or report.orphans:
             log.warning(
                 "sweep requeued %d job(s) whose worker stopped renewing its lease and %d claimed but never started",
@@ -713,15 +778,19 @@ class JobQueue:
     async def _sweep_shard(self, keys_of: Keys, interval_s: float, holder: str) -> SweepReport:
         """Two steps: ``sweep_scan.lua`` names the ids to look at, then ``sweep.lua`` acts on them with their job
         keys declared (a Redis Cluster moving the slot then refuses it rather than let it misread a job)."""
-        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.delayed]
-        scan_args: list[Any] = [self.clock.arg(), _SWEEP_LIMIT, _PROMOTE_LIMIT, keys_of.job_prefix]
+        scanned = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.delayed, keys_of.workers, keys_of.beats_since]
+        scan_args: list[Any] = [self.clock.arg(), _SWEEP_LIMIT, _PROMOTE_LIMIT, keys_of.job_prefix, holder]
+        scan_args += [self.config.heartbeat_ttl_s, keys_of.worker_jobs_prefix]
         scan = SweepScan.parse(await self._sweep_scan(keys=scanned, args=scan_args))
         if scan is None:
             return SweepReport(swept=False)
-        ids = [*scan.lapsed, *scan.unleased, *scan.due]
+        ids = [*scan.lapsed, *scan.unleased, *scan.due, *scan.abandoned]
         keys = [keys_of.sweep_lock, keys_of.leases, keys_of.processing, keys_of.queue, keys_of.delayed, *self._lanes(keys_of)]
+        keys += [keys_of.workers, keys_of.claims, keys_of.fences]
         for job_id, (lane, tenant) in zip(ids, scan.places, strict=True):
             keys += [keys_of.job(job_id), keys_of.tenant_queue(lane, tenant)]
+        keys += [keys_of.worker_jobs(worker) for worker in scan.owners]
         args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, keys_of.fair_prefix, holder]
-        args += [len(scan.lapsed), len(scan.unleased), *ids]
+        args += [len(scan.lapsed), len(scan.unleased), len(scan.due), len(scan.abandoned), self.config.heartbeat_ttl_s]
+        args += [*ids, *scan.owners]
         return SweepReport.parse(await self._sweep(keys=keys, args=args))

@@ -273,8 +273,8 @@ class RequeueReply:
 
 @dataclass(frozen=True)
 class SweepScan:
-    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased, due, places}``: the ids a sweep looks at, and where each
-    would go back in line."""
+    """``sweep_scan.lua``'s ``{'scan', lapsed, unleased, due, places, abandoned, owners}``: the ids a sweep looks at,
+    and where each would go back in line."""
 
     lapsed: list[str]
     """Leases whose deadline has passed."""
@@ -283,7 +283,11 @@ class SweepScan:
     due: list[str]
     """Retries whose backoff is over."""
     places: list[tuple[Priority, str]]
-    """The lane and tenant of each id above, in that order (lapsed, unleased, due)."""
+    """The lane and tenant of each id above and of :attr:`abandoned`, in that order (lapsed, unleased, due, abandoned)."""
+    abandoned: list[str]
+    """Ids claimed by workers whose heartbeat has lapsed (from each one's own set of claims)."""
+    owners: list[str]
+    """The worker of each id of :attr:`abandoned`."""
 
     @classmethod
     def parse(cls, raw: Any) -> SweepScan | None:
@@ -291,10 +295,17 @@ class SweepScan:
         name, values = _outcome(raw)
         if name == "skipped":
             return None
-        lapsed, unleased, due, places = values
+        lapsed, unleased, due, places, abandoned, owners = values
         flat = [text(value) for value in places]
         lanes: list[Priority] = ["batch" if lane == "batch" else "interactive" for lane in flat[0::2]]
-        return cls(listed_ids(lapsed), listed_ids(unleased), listed_ids(due), list(zip(lanes, flat[1::2], strict=True)))
+        return cls(
+            listed_ids(lapsed),
+            listed_ids(unleased),
+            listed_ids(due),
+            list(zip(lanes, flat[1::2], strict=True)),
+            listed_ids(abandoned),
+            listed_ids(owners),
+        )
 
 
 class Swept(Outcome):
@@ -305,7 +316,7 @@ class Swept(Outcome):
 
 @dataclass(frozen=True)
 class SweepReport:
-    """``sweep.lua``: ``{'skipped'}`` | ``{'swept', requeued, orphans, promoted}``."""
+    """``sweep.lua``: ``{'skipped'}`` | ``{'swept', requeued, orphans, promoted, abandoned}``."""
 
     swept: bool
     """False when another worker holds this interval's sweep lock."""
@@ -315,14 +326,32 @@ class SweepReport:
     """Ids claimed but never started."""
     promoted: int = 0
     """Retries whose backoff was over."""
+    abandoned: int = 0
+    """Running jobs whose worker's heartbeat had lapsed (taken back seconds after its death, not a lease after)."""
 
     @classmethod
     def parse(cls, raw: Any) -> SweepReport:
         name, values = _outcome(raw)
         if Swept(name) is Swept.SKIPPED:
             return cls(swept=False)
-        requeued, orphans, promoted = values
-        return cls(swept=True, requeued=int(requeued), orphans=int(orphans), promoted=int(promoted))
+        requeued, orphans, promoted, abandoned = values
+        return cls(swept=True, requeued=int(requeued), orphans=int(orphans), promoted=int(promoted), abandoned=int(abandoned))
+
+
+@dataclass(frozen=True)
+class Beat:
+    """``heartbeat.lua``: ``{now, fence}`` on one shard."""
+
+    at: float
+    """The time of the beat, by the shard's Redis clock."""
+    fence: int | None
+    """Set when the sweep had taken this worker's claims back since its last beat (its beats had lapsed): every claim
+    it holds on the shard with a token up to this number is no longer its own."""
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any]) -> Beat:
+        at, fence = (text(value) for value in raw)
+        return cls(float(at), int(fence) if fence else None)
 
 
 # ---- the webhook delivery queue ----------------------------------------------------------------

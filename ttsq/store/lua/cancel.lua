@@ -3,12 +3,17 @@
 -- to which the API shows the task as cancelled. Otherwise a job still
 -- waiting leaves the queue at once and is cancelled; a running one is marked, and the completing
 -- script cancels it when its batch ends (its audio is dropped). Cancelling again changes nothing.
+-- A running job's mark is also announced on the shard's cancels stream (its id, worker and claim), which every
+-- worker follows with a blocking read: its worker drops the job's rows at the next decode step instead of
+-- at its next lease renewal (which still sees the mark, should the announcement be missed).
 -- A waiting job leaves its tenant's queue (fair.lua, put in front): the tally drops it, and a tenant left
 -- with nothing waiting leaves its lane's ring.
 -- KEYS: job, queue (the tally), processing, delayed, inflight, stream, owner_jobs (of the job's owner), deliveries,
---       its tenant's queue, its lane's ring, its lane's credit, the shard's moves (a stream: jobs left the queue)
+--       its tenant's queue, its lane's ring, its lane's credit, the shard's moves (a stream: jobs left the queue),
+--       the shard's cancels (a stream: running jobs cancelled)
 -- ARGV: id, reader (not read: a detached reader stays one), clock ('' = Redis's TIME), ttl_s, prefix, holder (the caller's owner name),
---       sole ('1': cancel only a job nobody joined — its submitter went away — else change nothing and reply 'kept')
+--       sole ('1': cancel only a job nobody joined — its submitter went away — else change nothing and reply 'kept'),
+--       cancels_kept (the cancels stream's approximate length cap)
 -- Reply: {'detached'} | {'cancelled'} | {'cancelling'} | {'final', status} | {'gone'} | {'kept'}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {'gone'} end
@@ -37,6 +42,8 @@ if job.status == 'running' then
   if job.cancel_requested ~= true then
     job.cancel_requested = true
     redis.call('SET', KEYS[1], cjson.encode(job))
+    local worker = type(job.worker) == 'string' and job.worker or ''
+    redis.call('XADD', KEYS[13], 'MAXLEN', '~', ARGV[8], '*', 'job', ARGV[1], 'worker', worker, 'claim', tostring(job.claim))
   end
   return {'cancelling'}
 end

@@ -16,9 +16,11 @@
 -- answers the same jobs again instead of claiming more; they stay the worker's, nothing is stranded.
 -- Each job started gets a 'status running' entry on its audio stream, and a claim that took jobs out of the queue
 -- adds one entry to the shard's moves stream: what the API's listener follows instead of reading jobs again.
+-- Each job started joins the worker's own set of claims (scored by its token), kept for two leases past the last
+-- claim or renewal: what the sweep takes back, without reading any other job, once the worker's heartbeat lapses.
 -- KEYS: queue (the tally), processing, leases, dead, claims, record, deliveries, interactive ring, batch ring,
---       interactive credit, batch credit, weights, streak, moves, then per expected id: job, owner_jobs, tenant queue,
---       stream
+--       interactive credit, batch credit, weights, streak, moves, the worker's claims (worker_jobs),
+--       then per expected id: job, owner_jobs, tenant queue, stream
 -- ARGV: worker, request_id, clock ('' = Redis's TIME), lease_s, ttl_s, dead_max, prefix, record_ttl_ms,
 --       first ('1' | '0'), burst, then the expected ids in claim order
 -- Reply: {'claimed' | 'repeated', {started, job_json}, ...} with started 'run' (leased to this worker)
@@ -57,6 +59,8 @@ local function start(id, job, job_key, owner_key, stream_key)
   local out = cjson.encode(job)
   redis.call('SET', job_key, out)
   redis.call('ZADD', KEYS[3], deadline(now + tonumber(ARGV[4])), id)
+  redis.call('ZADD', KEYS[15], job.claim, id)
+  redis.call('PEXPIRE', KEYS[15], math.ceil(2000 * tonumber(ARGV[4])))
   redis.call('XADD', stream_key, '*', 'status', 'running', 'attempt', job.attempts)
   redis.call('EXPIRE', stream_key, ARGV[5])
   return {'run', out}
@@ -68,7 +72,7 @@ local claims = {}
 local moved = 0
 for i = 11, #ARGV do
   local id = ARGV[i]
-  local base = 14 + 4 * (i - 11)
+  local base = 15 + 4 * (i - 11)
   local job_key, owner_key, queue_key, stream_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4]
   local batch_waiting = redis.call('LLEN', rings.batch) > 0
   local streak = tonumber(redis.call('GET', KEYS[13]) or '0')

@@ -8,19 +8,34 @@
 --  2. requeue ids in the processing list that have no lease (left by an older release, whose claim
 --     moved an id and started it in two steps), on the second sighting at least orphan_grace_s
 --     apart, so a start a moment away is never raced;
---  3. release retries whose backoff is over (to the back of their tenant's queue).
+--  3. release retries whose backoff is over (to the back of their tenant's queue);
+--  4. requeue, at the front and to run alone as in 1 (a worker that stopped beating died as often as not of
+--     the job it ran), every job still running under a claim of a worker whose heartbeat has lapsed (its last
+--     beat older than heartbeat_ttl_s: seconds after its death, not a lease after), drop ids that are no longer
+--     that worker's from its set of claims, and fence the worker: the claims counter goes under its name in
+--     fences, so its next beat, should it come back, tells it every claim up to that number was taken back.
 -- A tenant whose queue was empty joins its lane's ring at the far end (fair_push).
--- KEYS: lock, leases, processing, queue (the tally), delayed, interactive ring, batch ring,
---       then per id in ARGV (same order): its job key, its tenant's queue
+-- KEYS: lock, leases, processing, queue (the tally), delayed, interactive ring, batch ring, workers, claims, fences,
+--       then per id in ARGV (same order): its job key, its tenant's queue; then per id of 4: its worker's claims
 -- ARGV: clock ('' = Redis's TIME; clock.lua in front), lock_ms, orphan_grace_s, fair_prefix, holder,
---       lapsed_count, unleased_count, the lapsed ids, the unleased ids, then the due retries' ids
--- Reply: {'skipped'} (another worker swept this interval) | {'swept', requeued, orphans, promoted}
+--       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s,
+--       the lapsed ids, the unleased ids, the due retries' ids, the ids of 4, then the worker of each id of 4
+-- Reply: {'skipped'} (another worker swept this interval) | {'swept', requeued, orphans, promoted, abandoned}
 if not redis.call('SET', KEYS[1], ARGV[5], 'NX', 'PX', ARGV[2]) then
   return {'skipped'}
 end
 local now = clock(ARGV[1])
-local lapsed_count, unleased_count = tonumber(ARGV[6]), tonumber(ARGV[7])
+local counts = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+local ttl = tonumber(ARGV[10])
+local FIRST_ID, FIRST_PER_ID = 11, 11  -- ARGV index of the first id; KEYS index of the first id's job key
+local total = counts[1] + counts[2] + counts[3] + counts[4]
 local rings = {interactive = KEYS[6], batch = KEYS[7]}
+
+-- The n-th id (1-based, over all four groups) and its declared keys.
+local function entry(n)
+  local raw = redis.call('GET', KEYS[FIRST_PER_ID + 2 * (n - 1)])
+  return ARGV[FIRST_ID + n - 1], KEYS[FIRST_PER_ID + 2 * (n - 1)], KEYS[FIRST_PER_ID + 2 * (n - 1) + 1], raw and cjson.decode(raw)
+end
 
 -- The declared tenant queue, when it is the one this job belongs in (else nil: the id is left alone).
 local function home_of(job, queue_key)
@@ -40,28 +55,32 @@ local function back_to_queue(id, job_key, job, queue_key)
   return 0
 end
 
-local requeued = 0
-local orphans = 0
-local first_due = 8 + lapsed_count + unleased_count
-for i = 8, first_due - 1 do
-  local id, job_key, queue_key = ARGV[i], KEYS[6 + 2 * (i - 7)], KEYS[7 + 2 * (i - 7)]
-  local raw = redis.call('GET', job_key)
-  local job = raw and cjson.decode(raw)
+local requeued, orphans, promoted, abandoned = 0, 0, 0, 0
+local n = 0
+
+for _ = 1, counts[1] do
+  n = n + 1
+  local id, job_key, queue_key, job = entry(n)
   local home = home_of(job, queue_key)
-  if i - 7 <= lapsed_count then
-    local score = redis.call('ZSCORE', KEYS[2], id)
-    local misplaced = job and job.status == 'running' and not home  -- declared elsewhere: left for the next sweep
-    if score and tonumber(score) <= now and not misplaced then
-      redis.call('ZREM', KEYS[2], id)
-      if job and job.status == 'running' then
-        job.error = 'worker lost during attempt ' .. job.attempts .. ' (lease expired)'
-        job.isolate = true
-        requeued = requeued + back_to_queue(id, job_key, job, home)
-      else
-        redis.call('LREM', KEYS[3], 0, id)
-      end
+  local score = redis.call('ZSCORE', KEYS[2], id)
+  local misplaced = job and job.status == 'running' and not home  -- declared elsewhere: left for the next sweep
+  if score and tonumber(score) <= now and not misplaced then
+    redis.call('ZREM', KEYS[2], id)
+    if job and job.status == 'running' then
+      job.error = 'worker lost during attempt ' .. job.attempts .. ' (lease expired)'
+      job.isolate = true
+      requeued = requeued + back_to_queue(id, job_key, job, home)
+    else
+      redis.call('LREM', KEYS[3], 0, id)
     end
-  elseif not redis.call('ZSCORE', KEYS[2], id) and redis.call('LPOS', KEYS[3], id) then
+  end
+end
+
+for _ = 1, counts[2] do
+  n = n + 1
+  local id, job_key, queue_key, job = entry(n)
+  local home = home_of(job, queue_key)
+  if not redis.call('ZSCORE', KEYS[2], id) and redis.call('LPOS', KEYS[3], id) then
     if not job or job.status == 'done' or job.status == 'failed' or job.status == 'cancelled' then
       redis.call('LREM', KEYS[3], 0, id)
     elseif type(job.orphan_seen_at) ~= 'number' then
@@ -73,13 +92,11 @@ for i = 8, first_due - 1 do
   end
 end
 
-local promoted = 0
-for i = first_due, #ARGV do
-  local id, job_key, queue_key = ARGV[i], KEYS[6 + 2 * (i - 7)], KEYS[7 + 2 * (i - 7)]
-  local score = redis.call('ZSCORE', KEYS[5], id)
-  local raw = redis.call('GET', job_key)
-  local job = raw and cjson.decode(raw)
+for _ = 1, counts[3] do
+  n = n + 1
+  local id, _, queue_key, job = entry(n)
   local home = home_of(job, queue_key)
+  local score = redis.call('ZSCORE', KEYS[5], id)
   if score and tonumber(score) <= now and (home or not job) then
     redis.call('ZREM', KEYS[5], id)
     if job and job.status == 'queued' then
@@ -88,4 +105,30 @@ for i = first_due, #ARGV do
     end
   end
 end
-return {'swept', requeued, orphans, promoted}
+
+local fenced = {}
+for k = 1, counts[4] do
+  n = n + 1
+  local id, job_key, queue_key, job = entry(n)
+  local worker = ARGV[FIRST_ID + total + k - 1]
+  local claims_key = KEYS[FIRST_PER_ID + 2 * total + k - 1]
+  local last = tonumber(redis.call('ZSCORE', KEYS[8], worker))
+  local token = redis.call('ZSCORE', claims_key, id)
+  if token and (not last or last < now - ttl) then  -- still lapsed: it did not beat since the scan
+    local held = job and job.status == 'running' and job.worker == worker and tostring(job.claim) == token
+    local home = home_of(job, queue_key)
+    if not held then
+      redis.call('ZREM', claims_key, id)  -- ended, requeued by its lease, or claimed since: no longer this worker's
+    elseif home then
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('ZREM', claims_key, id)
+      job.error = 'worker lost during attempt ' .. job.attempts .. ' (its heartbeat stopped)'
+      job.isolate = true
+      abandoned = abandoned + back_to_queue(id, job_key, job, home)
+      fenced[worker] = true
+    end
+  end
+end
+local counter = redis.call('GET', KEYS[9]) or '0'
+for worker in pairs(fenced) do redis.call('HSET', KEYS[10], worker, counter) end
+return {'swept', requeued, orphans, promoted, abandoned}
