@@ -1,10 +1,11 @@
-"""Poison isolation: a job whose worker was lost mid-attempt runs alone until it succeeds, so a text
-that crashes its process dead-letters itself and never its batch-mates (real redis-server, injected clock)."""
+"""Poison isolation: a job whose worker was lost mid-attempt runs its last attempt alone, so a text that crashes its
+process dead-letters itself and never its batch-mates (real redis-server, injected clock)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import FakeClock, params, task_id
@@ -24,43 +25,48 @@ async def lapse(queue: JobQueue, redis: Redis, clock: FakeClock) -> int:
     return (await queue.sweep(SWEEP, "sweeper")).requeued
 
 
+@pytest.mark.parametrize("max_attempts", [2, 3, 4])
 async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itself(
-    make_queue: Any, redis: Redis, clock: FakeClock
+    make_queue: Any, redis: Redis, clock: FakeClock, max_attempts: int
 ) -> None:
-    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=3)
+    """A job that kills every worker it runs on, in a batch of eight: its batch-mates come back at the front and run
+    again together while they have attempts to spare (a re-run that ran alone would wait behind every row in flight),
+    and alone on their last attempt, so the poison job never costs one of them its last attempt: all seven finish, and
+    only the poison job is dead-lettered."""
+    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=max_attempts)
     ids = [task_id() for _ in range(8)]
     poison = ids[3]
     for job_id in ids:
         await queue.enqueue(job_id, params(f"sentence {job_id}"), single_flight=False)
 
-    first = await queue.claim("w1", block_s=0.1)
-    assert first is not None
-    batch = [first.job.id] + [claim.job.id for claim in await queue.claim_more("w1", 7)]
-    assert sorted(batch) == sorted(ids), "a fresh batch of eight is claimed together"
-    assert await lapse(queue, redis, clock) == 8, "the process died with the whole batch"
-
-    crashes = 1
+    crashes = 0
     while True:
         claim = await queue.claim(f"w{crashes + 1}", block_s=0.1)
         if claim is None:
             break
-        assert claim.job.isolate, "every job that was in the lost batch comes back marked"
-        assert await queue.claim_more("w", 7) == [], "a marked job runs alone: nothing joins its batch"
         if not claim.runnable:
             continue  # dead-lettered at claim: no attempts left
-        if claim.job.id == poison:  # it kills this worker too
+        last_attempt = claim.job.attempts == max_attempts
+        assert claim.job.isolate == (claim.job.attempts > 1 and last_attempt), (
+            f"attempt {claim.job.attempts} of {max_attempts}: alone only where it is the job's last"
+        )
+        batch = [claim] if claim.job.isolate else [claim, *await queue.claim_more("w", 7)]
+        if claim.job.isolate:
+            assert await queue.claim_more("w", 7) == [], "a marked job runs alone: nothing joins its batch"
+        if poison in {c.job.id for c in batch}:  # it kills this worker, and every job in hand with it
             crashes += 1
             await lapse(queue, redis, clock)
-        else:
-            done = await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
-            assert str(done) == "done"
+            continue
+        for c in batch:
+            assert str(await queue.complete(c.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
 
     finals = {job_id: await queue.get(job_id) for job_id in ids}
     assert all(job is not None for job in finals.values())
     assert {job_id for job_id, job in finals.items() if job and job.status is Status.FAILED} == {poison}
-    assert all(job.attempts == 2 for job_id, job in finals.items() if job and job_id != poison), (
-        "each innocent job lost one attempt to the first crash, then ran alone and succeeded"
+    assert all(job.status is Status.DONE for job_id, job in finals.items() if job and job_id != poison), (
+        "every innocent job finishes, on its last attempt at the latest"
     )
+    assert crashes == max_attempts, "the poison job used up its own attempts"
     dead = await DeadLetters(queue).newest()
     assert [job.id for job in dead] == [poison], "the dead-letter list holds only the poison job"
     assert dead[0].error is not None and "lease expired" in dead[0].error
@@ -69,11 +75,11 @@ async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itsel
 async def test_a_fresh_batch_stops_at_a_marked_job_and_exceptions_mark_nothing(
     make_queue: Any, redis: Redis, clock: FakeClock
 ) -> None:
-    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=5)
+    queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=2)  # a job lost once has its last attempt left
     lost, failing, fresh = task_id(), task_id(), task_id()
     await queue.enqueue(lost, params("lost"), single_flight=False)
     assert await queue.claim("gone", block_s=0.1) is not None
-    await lapse(queue, redis, clock)  # lost is back at the front, marked
+    await lapse(queue, redis, clock)  # lost is back at the front, marked: its next attempt is its last
     await queue.enqueue(failing, params("failing"), single_flight=False)
     await queue.enqueue(fresh, params("fresh"), single_flight=False)
 

@@ -4,12 +4,13 @@
 -- again here (fair.lua is put in front; an id whose job no longer names the declared queue is left for
 -- the next sweep):
 --  1. requeue, at the front of its tenant's queue, every running job whose lease deadline has passed (its
---     worker is gone), marked to run alone until it succeeds (it may be what killed the worker: see claim.lua);
+--     worker is gone), marked to run alone when its next attempt is its last (it may be what killed the worker:
+--     see lost_worker below and claim.lua);
 --  2. requeue ids in the processing list that have no lease (left by an older release, whose claim
 --     moved an id and started it in two steps), on the second sighting at least orphan_grace_s
 --     apart, so a start a moment away is never raced;
 --  3. release retries whose backoff is over (to the back of their tenant's queue);
---  4. requeue, at the front and to run alone as in 1 (a worker that stopped beating died as often as not of
+--  4. requeue, at the front and marked as in 1 (a worker that stopped beating died as often as not of
 --     the job it ran), every job still running under a claim of a worker whose heartbeat has lapsed (its last
 --     beat older than heartbeat_ttl_s: seconds after its death, not a lease after), drop ids that are no longer
 --     that worker's from its set of claims, and fence the worker: the claims counter goes under its name in
@@ -18,7 +19,7 @@
 -- KEYS: lock, leases, processing, queue (the tally), delayed, interactive ring, batch ring, workers, claims, fences,
 --       then per id in ARGV (same order): its job key, its tenant's queue; then per id of 4: its worker's claims
 -- ARGV: clock ('' = Redis's TIME; clock.lua in front), lock_ms, orphan_grace_s, fair_prefix, holder,
---       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s,
+--       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s, max_attempts,
 --       the lapsed ids, the unleased ids, the due retries' ids, the ids of 4, then the worker of each id of 4
 -- Reply: {'skipped'} (another worker swept this interval) | {'swept', requeued, orphans, promoted, abandoned}
 if not redis.call('SET', KEYS[1], ARGV[5], 'NX', 'PX', ARGV[2]) then
@@ -27,7 +28,8 @@ end
 local now = clock(ARGV[1])
 local counts = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local ttl = tonumber(ARGV[10])
-local FIRST_ID, FIRST_PER_ID = 11, 11  -- ARGV index of the first id; KEYS index of the first id's job key
+local max_attempts = tonumber(ARGV[11])
+local FIRST_ID, FIRST_PER_ID = 12, 11  -- ARGV index of the first id; KEYS index of the first id's job key
 local total = counts[1] + counts[2] + counts[3] + counts[4]
 local rings = {interactive = KEYS[6], batch = KEYS[7]}
 
@@ -41,6 +43,15 @@ end
 local function home_of(job, queue_key)
   if job and queue_key == fair_queue_key(ARGV[4], lane_of(job), tenant_of(job)) then return queue_key end
   return nil
+end
+
+-- A job whose worker was lost goes back at the front of its queue. It runs alone (isolate) only when its next
+-- attempt is its last: a worker dies of its job as often as of anything else, and a job that keeps killing workers
+-- must not take an innocent batch-mate's last attempt with it; but isolating at the first loss would make the re-run
+-- wait behind every row the next worker has in flight, which is what a listener hears as a gap.
+local function lost_worker(job, why)
+  job.error = 'worker lost during attempt ' .. job.attempts .. ' (' .. why .. ')'
+  job.isolate = max_attempts - (tonumber(job.attempts) or 0) <= 1
 end
 
 local function back_to_queue(id, job_key, job, queue_key)
@@ -67,8 +78,7 @@ for _ = 1, counts[1] do
   if score and tonumber(score) <= now and not misplaced then
     redis.call('ZREM', KEYS[2], id)
     if job and job.status == 'running' then
-      job.error = 'worker lost during attempt ' .. job.attempts .. ' (lease expired)'
-      job.isolate = true
+      lost_worker(job, 'lease expired')
       requeued = requeued + back_to_queue(id, job_key, job, home)
     else
       redis.call('LREM', KEYS[3], 0, id)
@@ -122,8 +132,7 @@ for k = 1, counts[4] do
     elseif home then
       redis.call('ZREM', KEYS[2], id)
       redis.call('ZREM', claims_key, id)
-      job.error = 'worker lost during attempt ' .. job.attempts .. ' (its heartbeat stopped)'
-      job.isolate = true
+      lost_worker(job, 'its heartbeat stopped')
       abandoned = abandoned + back_to_queue(id, job_key, job, home)
       fenced[worker] = true
     end
