@@ -806,9 +806,9 @@ def poison_crash(chaos: Chaos) -> Figures:
 
     Eight compatible jobs (one voice) are queued before the worker starts, so its first claim takes all
     eight as one batch, and the crash takes all eight down. A supervisor restarts the worker each time.
-    Jobs that come back from a lapsed lease must run alone until they succeed once, so the seven
-    innocent jobs end done (with the audio they have when run alone) and only the poison job is
-    dead-lettered, after MAX_ATTEMPTS, with its reason.
+    Jobs that come back from a dead worker must run their last attempt alone, so the seven innocent jobs
+    end done (with the audio they have when run alone, or in company before that) and only the poison job
+    is dead-lettered, after MAX_ATTEMPTS, with its reason.
     """
     figures = Figures("S5b", "job that crashes its worker, in a batch of 8")
     namespace = "crash"
@@ -857,7 +857,7 @@ def poison_crash(chaos: Chaos) -> Figures:
             figures.violations.append("the restarted worker did not keep serving")
         figures.faults = f"FAULT_MODE=crash on 1 of 8 batched jobs, MAX_ATTEMPTS={attempts}; {crashes} crashes, each restarted"
         figures.notes.append(f"reason: {result['outcomes'][poison.task_id].error}")
-        figures.notes.append("needs poison isolation (lapsed-lease jobs run alone)")
+        figures.notes.append("needs poison isolation (a lost worker's jobs run their last attempt alone)")
     finally:
         chaos.deployment.retire(slot)
     return chaos.finish(figures)
