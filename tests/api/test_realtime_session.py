@@ -257,6 +257,8 @@ async def test_a_revoked_key_ends_a_session_after_its_close_and_nothing_more_is_
         await ws.send(json.dumps({"type": "text", "text": "One sentence here. Another one there. A third at last."}))
         await ws.send(json.dumps({"type": "close"}))
         first = await next_event(ws, "segment.queued")
+        await ws.send(json.dumps({"type": "keepalive"}))
+        assert (await next_event(ws, "error"))["code"] == "closing", "the session has taken its close"
         await store.revoke(record.id)
         _, events, code = await drain(ws)
     assert code == 4401 and events[-1]["code"] == "unauthorized", events

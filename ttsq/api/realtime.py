@@ -406,7 +406,7 @@ class _Session:
         """A timeout's ending, which says what of the text was never spoken (``unspoken``), so nothing is dropped
         without a word: the chunks not yet sent and the text not yet cut into one."""
         left = [segment.text for segment in self.segments if not segment.sent] + list(self.waiting)
-        unspoken = " ".join([*left, self.text.pending.strip()]).strip()
+        unspoken = " ".join([*left, self.text.pending.strip() if self.text.has_speech else ""]).strip()
         if not unspoken:
             return SessionEnded("timeout", why)
         return SessionEnded("timeout", f"{why}; {len(unspoken)} characters were not spoken (unspoken)", unspoken=unspoken)
