@@ -1,30 +1,29 @@
 """``/v1/tts/realtime``: a WebSocket on which text goes in as it is written and audio comes out as it is made.
 
 The protocol and its rules are :mod:`ttsq.api.realtime` (and docs/realtime.md); this router only hands the socket
-over, with the service, the authenticator and the session limits the app was built with. Authentication happens
-inside the session (a key in the handshake's headers or in ``session.start``), so a refusal is an ``error`` event and
-a close code the client can read, not a failed handshake it cannot.
+over, with the service, the authenticator and the session limits the app was built with (``deps.py``, as every
+router gets its own). A key in the handshake's headers is checked before the WebSocket is accepted: a refused one gets
+the HTTP answer (401 or 403, ``{"detail": ...}``) instead of a session. A key in ``session.start`` (for clients that
+cannot set headers) is checked when it comes: a refusal is then an ``error`` event and close code 4401/4403.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Annotated
 
-from fastapi import APIRouter, WebSocket
+from fastapi import APIRouter, Depends, WebSocket
 
-from ttsq.api.auth import Authenticator
+from deps import AuthenticatorDep, RealtimeServiceDep, app_state
 from ttsq.api.realtime import RealtimeConfig, serve_session
-from ttsq.api.service import TTSService
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
 
+RealtimeConfigDep = Annotated[RealtimeConfig, Depends(app_state("realtime_config"))]
+"""The session limits (``REALTIME_*``), built once by the app's lifespan."""
+
 
 @router.websocket("/realtime")
-async def realtime(websocket: WebSocket) -> None:
-    state = websocket.app.state
-    await serve_session(
-        websocket,
-        cast(TTSService, state.service),
-        cast(Authenticator, state.authenticator),
-        cast(RealtimeConfig, state.realtime_config),
-    )
+async def realtime(
+    websocket: WebSocket, service: RealtimeServiceDep, authenticator: AuthenticatorDep, config: RealtimeConfigDep
+) -> None:
+    await serve_session(websocket, service, authenticator, config)

@@ -215,7 +215,8 @@ class Settings(BaseSettings):
         gt=0,
         description="How long Redis may stay unreachable while clients wait on the stream listener: a restart or failover "
         "shorter than this is ridden out (each client resumes where it was, no piece lost or repeated); past it, event "
-        "streams end with an `error` event and audio streams end.",
+        "streams end with an `error` event and audio streams end. A realtime session keeps trying its submits, "
+        "abandons and key rechecks for as long (then code 1013).",
         json_schema_extra=_group("API"),
     )
     max_wait_s: float = Field(
@@ -238,7 +239,25 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="A realtime session (`/v1/tts/realtime`) with no message from its client for this long, and none of "
-        "its audio pending, is closed (code 4408); so is one whose first message does not come within it.",
+        "its audio pending, is closed (code 4408, the text not yet spoken in the error's `unspoken`): the default, and "
+        "the most a session's own `idle_s` may ask for. A client keeps a pause alive with `keepalive` messages.",
+        json_schema_extra=_group("API"),
+    )
+    realtime_start_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="A realtime connection whose `session.start` does not come within this long is closed (code 4408); "
+        "nothing else it sends is read before it.",
+        json_schema_extra=_group("API"),
+    )
+    realtime_inbox_messages: int = Field(
+        32,
+        ge=1,
+        le=10_000,
+        description="Messages a realtime session holds before it has handled them; while that many wait, its socket is "
+        "not read (TCP holds the client back), so a client flooding messages costs at most this many "
+        "`REALTIME_MAX_MESSAGE_BYTES`, whether it reads its answers or not.",
         json_schema_extra=_group("API"),
     )
     realtime_max_s: float = Field(
@@ -325,8 +344,9 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         le=3600,
-        description="How often a stream opened with a key (events, audio, OpenAI speech) asks whether that key is still "
-        "valid: one revoked or expired meanwhile ends the stream within about this long.",
+        description="How often a stream opened with a key (events, audio, OpenAI speech, a realtime session before and "
+        "after its `close`) asks whether that key is still valid: one revoked or expired meanwhile ends the stream "
+        "within about this long.",
         json_schema_extra=_group("Security and fair use"),
     )
     max_body_bytes: int = Field(
@@ -1061,6 +1081,8 @@ class Settings(BaseSettings):
             max_chunk_chars=self.max_chunk_chars,
             max_session_s=self.realtime_max_s,
             key_recheck_s=self.stream_key_recheck_s,
+            outage_s=self.listen_outage_s,
+            retry_after_s=self.retry_after_s,
         )
 
     def draw_config(self) -> DrawConfig:

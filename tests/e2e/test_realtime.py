@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.service import ROOT, Service, wait_for
@@ -121,13 +121,15 @@ def test_bad_messages_each_get_an_error_and_the_session_goes_on(service: Service
         "[" * 5000 + "]" * 5000,
         b"\x00\x01binary",
         '{"type": "flush", "now": true}',
+        '{"type": "text", "text": "Say this.", "text": "Say that."}',  # a duplicate key, refused as on HTTP
+        '{"type": "text", "text": "\\ud800"}',  # a lone surrogate: not text, refused as on HTTP
     ]
     messages = [bad[i % len(bad)] for i in range(1000)]
     for message in messages:
         ws.send(message)
     errors = [json.loads(ws.recv(timeout=60)) for _ in messages]
     assert all(e["type"] == "error" and e["code"] == "invalid_message" and e["message"] for e in errors), errors[:12]
-    ws.send('{"type": "text", "text": "Still speaking \\ud800after all that."}')  # a lone surrogate: dropped, never echoed
+    ws.send('{"type": "text", "text": "Still speaking after all that. "}')
     for piece in ["la", " "] * 40:  # a flood of tiny pieces with no sentence end: cut as the text outgrows a chunk
         ws.send(json.dumps({"type": "text", "text": piece}))
     ws.send(json.dumps({"type": "close"}))
@@ -167,10 +169,9 @@ def test_sessions_that_cannot_start_are_closed_with_a_reason(service: Service) -
             _, events, closed = drain(ws)
         assert closed == code and events[-1]["type"] == "error" and said in events[-1]["message"], (first, closed, events)
 
-    with connect(url, open_timeout=30, additional_headers={"Authorization": f"Bearer {revoked}"}) as ws:
-        ws.send(json.dumps({"type": "session.start"}))  # the key in the handshake's header, as the plugins send it
-        _, events, closed = drain(ws)
-    assert closed == 4401 and events[-1]["code"] == "unauthorized"
+    with pytest.raises(InvalidStatus) as refused:  # the key in the handshake's header, as the plugins send it: checked first
+        connect(url, open_timeout=30, additional_headers={"Authorization": f"Bearer {revoked}"})
+    assert refused.value.response.status_code == 401 and b"not valid" in refused.value.response.body
     valid = service.create_key("speaker", "tts")
     with connect(url, open_timeout=30, additional_headers={"X-API-Key": valid}) as ws:
         start(ws)
@@ -205,3 +206,34 @@ def test_a_dropped_client_cancels_what_it_queued(service: Service) -> None:
 
     wait_for(all_final, 120, "every queued chunk to end")
     assert "cancelled" in {service.status(task)["status"] for task in queued}, "the worker went on with a gone session"
+
+
+def test_a_session_that_cancels_or_hangs_up_leaves_a_job_it_shares_to_the_others(service: Service) -> None:
+    """Three sessions from one address (one caller) with the same voice, seed and sentence share one job (single-flight).
+    Before any worker runs it, the first cancels and the second hangs up: each gives up its own interest only, and the
+    third gets all of its audio once a worker is there."""
+    url = session_url(service.api_url)
+    sentence = "Every session asks for this one."
+    sessions = [connect(url, open_timeout=30).__enter__() for _ in range(3)]  # closed by the server (or dropped)
+    for ws in sessions:
+        start(ws, voice="zh_female", seed=11)
+        ws.send(json.dumps({"type": "text", "text": sentence}))
+        ws.send(json.dumps({"type": "flush"}))
+    queued = []
+    for ws in sessions:
+        event = json.loads(ws.recv(timeout=30))
+        assert event["type"] == "segment.queued", event
+        queued.append(event["task_id"])
+    assert len(set(queued)) == 1, "one job for the three"
+    cancelling, hanging_up, listening = sessions
+    cancelling.send(json.dumps({"type": "cancel"}))
+    _, events, code = drain(cancelling)
+    assert code == 1000 and events[-1]["type"] == "session.done", events
+    hanging_up.socket.close()  # gone without a word
+    wait_for(lambda: service.log("api").count(b"ended: 1 chunks") >= 2, 60, "both sessions to end")
+
+    service.start_worker("realtime-shared")
+    listening.send(json.dumps({"type": "close"}))
+    audio, events, code = drain(listening)
+    assert code == 1000 and [e["type"] for e in events] == ["segment.done", "session.done"], events
+    assert audio == submitted_pcm(service, sentence, voice="zh_female", seed=11)

@@ -11,36 +11,50 @@ same text submitted whole would draw, so the session's audio equals that submit'
 The audio goes back as binary frames of raw PCM16 (24 kHz, mono, little-endian) in text order, each chunk's as its
 worker streams it, and JSON events around it: ``session.started``; ``segment.queued`` (a chunk became a task);
 ``segment.done`` (its audio is all sent, with its exact start and end in the session's audio, counted in samples);
-``session.done``; ``error`` (a ``code`` and a sentence). Messages are JSON text frames:
+``session.done``; ``error`` (a ``code`` and a sentence). Messages are JSON text frames, read as the HTTP routes read
+a body (:func:`ttsq.api.bodies.read_json`: duplicate keys, ``NaN``, lone surrogates are refused):
 
-* ``{"type": "session.start", "voice": ..., "seed": ..., "speed": ..., "api_key": ...}`` first (a key may come in
-  the handshake's ``Authorization``/``X-API-Key`` header instead);
+* ``{"type": "session.start", "voice": ..., "seed": ..., "speed": ..., "idle_s": ..., "api_key": ...}`` first (a
+  key may come in the handshake's ``Authorization``/``X-API-Key`` header instead: then it is checked before the
+  WebSocket is accepted, and a refused one gets the HTTP answer, 401/403, instead of a session);
 * ``{"type": "text", "text": "..."}`` any number of times;
 * ``{"type": "flush"}``: speak what has arrived now, sentence or not;
+* ``{"type": "keepalive"}``: nothing but that the client is there (a pause in the text, such as an agent's tool call);
 * ``{"type": "close"}``: no more text; the rest is spoken, then ``session.done`` and close code 1000;
-* ``{"type": "cancel"}``: stop now; queued chunks are cancelled, then ``session.done`` and 1000.
+* ``{"type": "cancel"}``: stop now; the chunks not yet sent are abandoned, then ``session.done`` and 1000.
 
 A malformed message is answered with an ``error`` event and the session goes on; what ends a session is a close
-code (below) after an ``error`` event saying why. A dropped connection cancels every chunk not yet sent.
+code (below) after an ``error`` event saying why. A dropped connection abandons every chunk not yet sent: as the OpenAI
+route's client that goes away, a session gives up only its own interest in a job (:meth:`TaskService.abandon`), so a
+job another session or request joined (single-flight) goes on for it.
+
+What a client may cost is bounded whatever it sends: a message is at most ``REALTIME_MAX_MESSAGE_BYTES``; a connection
+must send its ``session.start`` within ``REALTIME_START_S``, and nothing else is read before it; a session's messages
+wait in an inbox of ``REALTIME_INBOX_MESSAGES``, and while it is full the socket is not read at all, so TCP holds the
+client back (backpressure) instead of the API holding what it sent. A Redis outage while a session submits, abandons
+or rechecks its key is a pause of up to ``LISTEN_OUTAGE_S`` (a restart, a failover, a Cluster slot move), not an end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from asyncio import FIRST_COMPLETED as FIRST
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
+from redis.backoff import EqualJitterBackoff
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ttsq.api.auth import Authenticator, Principal, Unauthorized, presented_key
+from ttsq.api.bodies import read_json
 from ttsq.api.schemas import REQUEST_MODEL, SubmitRequest
 from ttsq.api.service import InvalidInput, TaskNotFound, TTSService
 from ttsq.api.stream_slots import TooManyStreams
@@ -57,6 +71,7 @@ from ttsq.store.streams import StreamFailed
 __all__ = ["CLOSE_CODES", "RealtimeConfig", "serve_session"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CLOSE_CODES: dict[str, int] = {
     "done": 1000,
@@ -72,9 +87,15 @@ CLOSE_CODES: dict[str, int] = {
 }
 """How a session ends. 1000 is a finished session; 4xxx mirror the HTTP status a request would get."""
 
+REDIS_DOWN = "the job store (Redis) is unreachable; please retry shortly"
 
 GAP = sentence_gap_pcm16()
 """The pause before every chunk but the first (:data:`ttsq.domain.audio.SENTENCE_GAP_MS`)."""
+
+OUTAGE_BACKOFF = EqualJitterBackoff(cap=1.0, base=0.05)
+"""The pauses between a session's tries of a Redis call during an outage: doubling from 50 ms up to 1 s, each drawn
+from its upper half, so the sessions of a process that all met one failover do not all come back in the same
+instant."""
 
 
 @dataclass(frozen=True)
@@ -83,18 +104,30 @@ class RealtimeConfig:
 
     max_chunk_chars: int
     idle_s: float
-    """How long a session may go without a message from the client while none of its audio is pending."""
+    """How long a session may go without a message from the client while none of its audio is pending, unless its
+    ``session.start`` asks for less (``idle_s``): the default and the most a client may ask for."""
+    start_s: float
+    """How long a connection may take to send its ``session.start``; nothing else is read before it."""
     max_session_s: float
     """The longest a session may last, however busy."""
     max_chars: int
     """The most text one session may send."""
     clause_wait_s: float
-    """How long text without a sentence end waits before it is spoken up to its last clause mark."""
+    """How long text without a sentence end (or whose sentence end waits for what follows it) waits before it is
+    spoken up to its last sentence end or clause mark."""
     max_message_bytes: int
     """The largest message; a larger one ends the session with 1009."""
+    inbox_messages: int
+    """The most messages a session holds that it has not handled yet: past it, the socket is not read (TCP holds the
+    client back), so what a client sends costs at most this many messages of memory, read or not."""
     key_recheck_s: float
-    """How often a session opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``): one revoked or
-    expired meanwhile ends the session (4401)."""
+    """How often a session opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``), before and
+    after ``close`` alike: one revoked or expired meanwhile ends the session (4401) and nothing more is queued or sent."""
+    outage_s: float
+    """How long a session keeps trying a Redis call through an outage (``LISTEN_OUTAGE_S``, the stream listener's
+    budget too) before it ends with 1013."""
+    retry_after_s: int
+    """``Retry-After`` of a handshake refused because Redis is unreachable (503)."""
     ahead: int
     """Chunks a session keeps queued beyond the one whose audio is streaming (``REALTIME_AHEAD``): the next is
     queued when a chunk's first audio goes out, so a session's later sentences do not share decode steps with its
@@ -110,6 +143,9 @@ class SessionStart(SamplingFields):
     voice: str | None = Field(None, max_length=512, description="A voice name, OpenAI voice name or blend.")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it picks the speaker.")
     priority: Priority | None = None
+    idle_s: float | None = Field(
+        None, gt=0, description="This session's idle timeout, in seconds: at most the server's (REALTIME_IDLE_S)."
+    )
     api_key: str | None = Field(None, max_length=512, description="The key, where the handshake carried none.")
 
 
@@ -123,15 +159,16 @@ class TextPiece(BaseModel):
 class Control(BaseModel):
     model_config = REQUEST_MODEL
 
-    type: Literal["flush", "close", "cancel"]
+    type: Literal["flush", "close", "cancel", "keepalive"]
 
 
 class SessionEnded(Exception):
-    """Ends the session: an ``error`` event (``code``, ``message``), then the close code of ``code``."""
+    """Ends the session: an ``error`` event (``code``, ``message`` and ``details``), then the close code of ``code``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
+        self.details = details
 
 
 @dataclass
@@ -144,11 +181,9 @@ class _Segment:
     sent: bool = False
 
 
-@dataclass
-class _Inbox:
-    """The client's messages, read by one task of their own (a receive is never cancelled half-way)."""
-
-    messages: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+Inbox = asyncio.Queue[dict[str, Any]]
+"""The client's messages, read from the socket by a task of their own (:func:`_receive_into`), at most
+:attr:`RealtimeConfig.inbox_messages` of them."""
 
 
 def _problem(exc: ValidationError) -> str:
@@ -158,22 +193,36 @@ def _problem(exc: ValidationError) -> str:
 
 
 def _decode(message: dict[str, Any], limit: int) -> dict[str, Any]:
-    """A client frame as a JSON object, or :class:`ValueError` saying what is wrong with it (a frame too large:
-    :class:`SessionEnded`)."""
+    """A client frame as a JSON object, read by the HTTP routes' rules (:func:`ttsq.api.bodies.read_json`), or
+    :class:`ValueError` saying what is wrong with it (a frame too large: :class:`SessionEnded`)."""
     if message.get("bytes") is not None:
         if len(message["bytes"]) > limit:
             raise SessionEnded("message_too_big", f"a message is at most {limit} bytes (REALTIME_MAX_MESSAGE_BYTES)")
         raise ValueError("binary frames are not accepted: send JSON messages as text frames")
-    text = message.get("text") or ""
-    if len(text.encode("utf-8", "surrogatepass")) > limit:
+    raw = (message.get("text") or "").encode("utf-8", "surrogatepass")
+    if len(raw) > limit:
         raise SessionEnded("message_too_big", f"a message is at most {limit} bytes (REALTIME_MAX_MESSAGE_BYTES)")
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON: {str(exc)[:200] if isinstance(exc, ValueError) else 'nested too deeply'}") from None
+        value = read_json(raw)
+    except RequestValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:])
+        problem = str(first["msg"]).replace("the request body", "the message")
+        raise ValueError(f"{where}: {problem}" if where else problem) from None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise ValueError('a message is a JSON object with a "type": session.start, text, flush, close or cancel')
+        raise ValueError('a message is a JSON object with a "type": session.start, text, flush, keepalive, close or cancel')
     return value
+
+
+class _Disconnected(Exception):
+    """The client went away."""
+
+
+def _quiet(task: asyncio.Task[Any]) -> None:
+    """Mark what ``task`` raised as seen: the session surfaces it while it runs (:meth:`_Session._next`), and once the
+    session is over nothing is left to tell (an ERROR "never retrieved" for a client that just left helps no one)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Session:
@@ -196,6 +245,7 @@ class _Session:
         self.start = start
         self.voice = voice
         self.config = config
+        self.idle_s = start.idle_s or config.idle_s
         self.clock = clock
         self.id = uuid.uuid4().hex
         self.text = TextStream(config.max_chunk_chars)
@@ -203,6 +253,8 @@ class _Session:
         self.waiting: deque[str] = deque()
         """Chunks cut and not yet queued (:attr:`RealtimeConfig.ahead`)."""
         self.input_ended = False
+        self.revoked = False
+        """The key was found revoked or expired: nothing more is queued or sent."""
         self.pumping = asyncio.Lock()
         self.to_send: asyncio.Queue[_Segment | None] = asyncio.Queue()
         self.chars = 0
@@ -211,12 +263,31 @@ class _Session:
         self.active = self.began
         """When the client last sent something or was last sent audio: the idle timeout counts from here."""
         self.send_lock = asyncio.Lock()
+        self.guards: set[asyncio.Task[None]] = set()
+        """The tasks beside the reading (the audio sender, the key's watcher): one that fails ends the session."""
+        self.sender: asyncio.Task[None] | None = None
+
+    def _still_allowed(self) -> None:
+        if self.revoked:
+            raise SessionEnded("unauthorized", "the API key was revoked or has expired")
+
+    async def _transmit(self, send: Awaitable[None]) -> None:
+        """One frame out; a client that is gone is :class:`_Disconnected`, whichever way the server says so."""
+        try:
+            await send
+        except (WebSocketDisconnect, OSError):
+            raise _Disconnected from None
+        except RuntimeError:  # Starlette: a send on a socket already closed (WebSocketDisconnected)
+            if self.ws.application_state is WebSocketState.DISCONNECTED:
+                raise _Disconnected from None
+            raise
 
     async def send(self, event: dict[str, Any]) -> None:
+        self._still_allowed()
         async with self.send_lock:
-            await self.ws.send_json(event)
+            await self._transmit(self.ws.send_json(event))
 
-    async def run(self, inbox: _Inbox) -> None:
+    async def run(self, inbox: Inbox) -> None:
         """Serve the session until it is closed, cancelled or timed out (:class:`SessionEnded`)."""
         await self.send(
             {
@@ -225,67 +296,124 @@ class _Session:
                 "encoding": "pcm_s16le",
                 "sample_rate": SAMPLE_RATE,
                 "channels": 1,
+                "idle_s": self.idle_s,
             }
         )
-        sender = asyncio.create_task(self._send_audio())
+        self.sender = self._guard(self._send_audio())
+        if self.still_valid is not None:
+            self._guard(self._watch_key(self.still_valid))
         try:
-            cancelled = await self._read(inbox, sender)
-            await self._finish(inbox, sender, cancelled)
+            cancelled = await self._read(inbox)
+            await self._finish(inbox, cancelled)
         finally:
-            if not sender.done():
-                sender.cancel()
-            await self._cancel_unsent()
+            for task in self.guards:
+                task.cancel()
+            await self._abandon_unsent()
 
-    async def _read(self, inbox: _Inbox, sender: asyncio.Task[None]) -> bool:
+    def _guard(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(_quiet)
+        self.guards.add(task)
+        return task
+
+    async def _next(self, inbox: Inbox, timeout_s: float) -> dict[str, Any] | None:
+        """The client's next message; None when ``timeout_s`` passes first, or the sender ends. What a guard raised (a
+        revoked key, a failed submit, Redis gone for good) is raised here."""
+        getting = asyncio.ensure_future(inbox.get())
+        done, _ = await asyncio.wait({getting, *self.guards}, timeout=max(0.0, timeout_s), return_when=FIRST)
+        if getting in done:
+            return getting.result()
+        getting.cancel()  # a message it was handed meanwhile stays in the inbox
+        for task in done:
+            task.result()
+        return None
+
+    async def _watch_key(self, still_valid: Callable[[], Awaitable[bool]]) -> None:
+        """Ask every ``STREAM_KEY_RECHECK_S`` whether the session's key is still valid, for as long as it lasts (while
+        text comes in and after ``close`` alike); once it is not, nothing more is queued or sent."""
+        while True:
+            await asyncio.sleep(self.config.key_recheck_s)
+            if not await self._ride_out(still_valid, "recheck its key"):
+                self.revoked = True
+                self._still_allowed()
+
+    async def _ride_out(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``call()``, tried again through a Redis outage (a restart, a failover, a Cluster slot move) for up to
+        ``LISTEN_OUTAGE_S`` from its first failure: the session pauses instead of ending; past it, the error is
+        raised (the session ends with 1013)."""
+        failing_since: float | None = None
+        failures = 0
+        while True:
+            try:
+                result = await call()
+            except STORE_ERRORS as exc:
+                now = self.clock()
+                if failing_since is None:
+                    failing_since = now
+                    log.warning(
+                        "realtime session %s could not %s: Redis unavailable (%s); trying again for up to %g s",
+                        self.id,
+                        what,
+                        exc,
+                        self.config.outage_s,
+                    )
+                left = failing_since + self.config.outage_s - now
+                if left <= 0:
+                    raise
+                failures += 1
+                await asyncio.sleep(min(left, OUTAGE_BACKOFF.compute(failures)))
+            else:
+                if failing_since is not None:
+                    log.info("realtime session %s: Redis answers again; it could %s", self.id, what)
+                return result
+
+    async def _read(self, inbox: Inbox) -> bool:
         """Take messages until ``close`` (False) or ``cancel`` (True)."""
         clause_due: float | None = None
-        key_due = self.clock() + self.config.key_recheck_s
         while True:
-            now = self.clock()
-            if self.still_valid is not None and now >= key_due:
-                key_due = now + self.config.key_recheck_s
-                if not await self.still_valid():
-                    raise SessionEnded("unauthorized", "the API key was revoked or has expired")
             deadlines = [self.began + self.config.max_session_s, self._idle_due()]
-            if self.still_valid is not None:
-                deadlines.append(key_due)
             if clause_due is not None:
                 deadlines.append(clause_due)
-            getting = asyncio.ensure_future(inbox.messages.get())
-            done, _ = await asyncio.wait({getting, sender}, timeout=max(0.0, min(deadlines) - now), return_when=FIRST)
-            if sender in done:  # the audio side failed (a refused submit, Redis): raise it here
-                getting.cancel()
-                sender.result()
-                raise RuntimeError("the audio sender ended before the input")
-            if getting not in done:
-                getting.cancel()
+            message = await self._next(inbox, min(deadlines) - self.clock())
+            if message is None:
+                if self.sender is not None and self.sender.done():
+                    raise RuntimeError("the audio sender ended before the input")
                 now = self.clock()
                 if now >= self.began + self.config.max_session_s:
-                    raise SessionEnded("timeout", self._too_long()) from None
+                    raise self._timeout(self._too_long())
                 if clause_due is not None and now >= clause_due:
                     clause_due = None
                     await self._queue(self.text.clauses())
                 elif now >= self._idle_due():
-                    raise SessionEnded(
-                        "timeout", f"no message for {self.config.idle_s:g} s (REALTIME_IDLE_S); send close when the text ends"
-                    ) from None
+                    raise self._timeout(
+                        f"no message for {self.idle_s:g} s (the session's idle_s, at most REALTIME_IDLE_S): send "
+                        "keepalive during a pause in the text, close when it ends"
+                    )
                 continue
-            message = getting.result()
             self.active = self.clock()
             kind = await self._handle(message)
             if kind in ("close", "cancel"):
                 return kind == "cancel"
             if kind == "text":
-                clause_due = self.clock() + self.config.clause_wait_s if self.text.pending.strip() else None
+                clause_due = self.clock() + self.config.clause_wait_s if self.text.has_speech else None
             elif kind == "flush":
                 clause_due = None
 
     def _too_long(self) -> str:
         return f"a session lasts at most {self.config.max_session_s:g} s (REALTIME_MAX_S)"
 
+    def _timeout(self, why: str) -> SessionEnded:
+        """A timeout's ending, which says what of the text was never spoken (``unspoken``), so nothing is dropped
+        without a word: the chunks not yet sent and the text not yet cut into one."""
+        left = [segment.text for segment in self.segments if not segment.sent] + list(self.waiting)
+        unspoken = " ".join([*left, self.text.pending.strip() if self.text.has_speech else ""]).strip()
+        if not unspoken:
+            return SessionEnded("timeout", why)
+        return SessionEnded("timeout", f"{why}; {len(unspoken)} characters were not spoken (unspoken)", unspoken=unspoken)
+
     def _idle_due(self) -> float:
         pending = bool(self.waiting) or any(not segment.sent for segment in self.segments)
-        return float("inf") if pending else self.active + self.config.idle_s
+        return float("inf") if pending else self.active + self.idle_s
 
     async def _handle(self, message: dict[str, Any]) -> str | None:
         """One message; its type, or None for one refused with an ``error`` event."""
@@ -302,14 +430,16 @@ class _Session:
                     )
                 self.chars += len(piece)
                 await self._queue(self.text.feed(piece))
-            elif kind in ("flush", "close", "cancel"):
+            elif kind in ("flush", "close", "cancel", "keepalive"):
                 Control.model_validate(value)
-                if kind in ("flush", "close"):
+                if kind == "flush":
                     await self._queue(self.text.flush())
+                elif kind == "close":
+                    await self._queue(self.text.close())
             elif kind == "session.start":
                 raise ValueError("the session has started already")
             else:
-                raise ValueError(f"unknown message type {kind[:40]!r}: send text, flush, close or cancel")
+                raise ValueError(f"unknown message type {kind[:40]!r}: send text, flush, keepalive, close or cancel")
         except ValidationError as exc:
             await self.send({"type": "error", "code": "invalid_message", "message": _problem(exc)})
             return None
@@ -328,13 +458,16 @@ class _Session:
         input has ended and nothing waits, tell the sender that no more will come."""
         async with self.pumping:
             while self.waiting and sum(not s.started and not s.sent for s in self.segments) < self.config.ahead:
+                self._still_allowed()
                 await self._submit(self.waiting.popleft())
             if self.input_ended and not self.waiting:
                 self.to_send.put_nowait(None)
                 self.input_ended = False  # said once
 
     async def _submit(self, chunk: str) -> None:
-        """Queue ``chunk`` as a task at its place in the session (``first_chunk``)."""
+        """Queue ``chunk`` as a task at its place in the session (``first_chunk``), through a Redis outage of up to
+        ``LISTEN_OUTAGE_S``. A try whose answer was lost may have queued its job already: single-flight joins the
+        next try to it (or, where single-flight is off, that job runs unheard)."""
         index = len(self.segments)
         body = SubmitRequest.model_validate(
             {
@@ -349,7 +482,9 @@ class _Session:
             strict=False,
         )
         try:
-            submitted = await self.service.tasks.submit(body, self.caller, self.voice, first_chunk=index)
+            submitted = await self._ride_out(
+                lambda: self.service.tasks.submit(body, self.caller, self.voice, first_chunk=index), "queue a chunk"
+            )
         except InvalidInput as exc:
             await self.send({"type": "error", "code": "invalid_text", "message": exc.message, "text": chunk[:200]})
             return
@@ -368,12 +503,13 @@ class _Session:
             start = self.samples
             try:
                 async for piece in self.service.listening.pcm(segment.task_id):
+                    self._still_allowed()
                     async with self.send_lock:
                         if start == self.samples and start > 0:  # the pause between sentences, as a joined text has
-                            await self.ws.send_bytes(GAP)
+                            await self._transmit(self.ws.send_bytes(GAP))
                             self.samples += len(GAP) // 2
                             start = self.samples
-                        await self.ws.send_bytes(piece)
+                        await self._transmit(self.ws.send_bytes(piece))
                     self.samples += len(piece) // 2
                     if not segment.started:
                         segment.started = True
@@ -397,30 +533,26 @@ class _Session:
                 }
             )
 
-    async def _finish(self, inbox: _Inbox, sender: asyncio.Task[None], cancelled: bool) -> None:
+    async def _finish(self, inbox: Inbox, cancelled: bool) -> None:
         """After ``close``: the rest of the audio (messages meanwhile are told the session is closing); after
         ``cancel``: nothing more. Then ``session.done``."""
+        assert self.sender is not None
         if cancelled:
             self.waiting.clear()
-            sender.cancel()
-            await self._cancel_unsent()
+            self.sender.cancel()
+            await self._abandon_unsent()
         else:
             self.input_ended = True
             await self._pump()
-            while not sender.done():
-                getting = asyncio.ensure_future(inbox.messages.get())
-                left = max(0.0, self.began + self.config.max_session_s - self.clock())
-                done, _ = await asyncio.wait({sender, getting}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                if getting in done:
-                    message = getting.result()
+            while not self.sender.done():
+                message = await self._next(inbox, self.began + self.config.max_session_s - self.clock())
+                if message is not None:
                     if message.get("type") == "websocket.disconnect":
                         raise _Disconnected
                     await self.send({"type": "error", "code": "closing", "message": "the session is closing: no more messages"})
-                else:
-                    getting.cancel()
-                if not done:
-                    raise SessionEnded("timeout", self._too_long())
-            sender.result()
+                elif not self.sender.done():
+                    raise self._timeout(self._too_long())
+            self.sender.result()
         await self.send(
             {
                 "type": "session.done",
@@ -432,25 +564,28 @@ class _Session:
             }
         )
 
-    async def _cancel_unsent(self) -> None:
-        """Cancel every chunk whose audio was not all sent (a dropped client, a cancel, a timeout): its worker stops."""
-        for segment in self.segments:
-            if not segment.sent:
-                segment.sent = True
-                try:
-                    await self.service.tasks.cancel(segment.task_id, self.caller)
-                except (TaskNotFound, *STORE_ERRORS) as exc:  # best effort: the task still ends, its result unread
-                    log.warning("realtime session %s: could not cancel task %s: %s", self.id, segment.task_id, exc)
+    async def _abandon_unsent(self) -> None:
+        """Give up the session's interest in every chunk whose audio was not all sent (a dropped client, a cancel, a
+        timeout): a job nobody else joined is cancelled and its worker stops; one another session or request joined
+        goes on for it (:meth:`TaskService.abandon`)."""
+        unsent = [segment for segment in self.segments if not segment.sent]
+        for segment in unsent:
+            segment.sent = True
+        await asyncio.gather(*(self._abandon(segment.task_id) for segment in unsent))
+
+    async def _abandon(self, task_id: str) -> None:
+        try:
+            await self._ride_out(lambda: self.service.tasks.abandon(task_id, self.caller), "abandon a chunk")
+        except (TaskNotFound, *STORE_ERRORS) as exc:  # best effort: the task still ends, its result unread
+            log.warning("realtime session %s: could not abandon task %s: %s", self.id, task_id, exc)
 
 
-class _Disconnected(Exception):
-    """The client went away."""
-
-
-async def _receive_into(websocket: WebSocket, inbox: _Inbox) -> None:
+async def _receive_into(websocket: WebSocket, inbox: Inbox) -> None:
+    """The client's messages into ``inbox``; while it is full, nothing is read (the server stops reading the socket,
+    and TCP's flow control holds the client back)."""
     while True:
         message = dict(await websocket.receive())
-        inbox.messages.put_nowait(message)
+        await inbox.put(message)
         if message["type"] == "websocket.disconnect":
             return
 
@@ -462,15 +597,50 @@ async def _voice(service: TTSService, name: str | None, caller: Principal) -> Vo
     return await service.voicing.resolve_voice(OPENAI_VOICES.get(name, name), caller)
 
 
-async def _close(websocket: WebSocket, code: str, message: str | None = None) -> None:
+async def _close(websocket: WebSocket, code: str, message: str | None = None, details: dict[str, Any] | None = None) -> None:
     if websocket.application_state is not WebSocketState.CONNECTED or websocket.client_state is not WebSocketState.CONNECTED:
         return
     try:
         if message is not None:
-            await websocket.send_json({"type": "error", "code": code, "message": message})
+            await websocket.send_json({"type": "error", "code": code, "message": message, **(details or {})})
         await websocket.close(CLOSE_CODES.get(code, 1011), reason=(message or "")[:120])
     except (RuntimeError, OSError, WebSocketDisconnect):  # the client is gone already
         return
+
+
+async def _refuse(websocket: WebSocket, status: int, message: str, retry_after_s: int) -> None:
+    """Refuse the handshake with an HTTP answer (``{"detail": ...}``, as the native routes answer): a client that set
+    headers reads its status; a server without the denial-response extension answers 403."""
+    headers = {401: {"WWW-Authenticate": 'Bearer realm="ttsq"'}, 503: {"Retry-After": str(retry_after_s)}}.get(status)
+    try:
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(JSONResponse({"detail": message}, status_code=status, headers=headers))
+        else:
+            await websocket.close(1008)
+    except (OSError, WebSocketDisconnect, RuntimeError):  # the client is gone already
+        return
+
+
+async def _handshake_caller(websocket: WebSocket, authenticator: Authenticator, retry_after_s: int) -> Principal | bool:
+    """The caller of a key in the handshake's headers, checked before anything else: False when it was refused (and
+    the handshake answered), True when the handshake carried no key (the ``session.start`` may bring one)."""
+    headers = websocket.headers
+    presented = presented_key(headers.get("authorization"), headers.get("x-api-key"))
+    if presented is None:
+        return True
+    try:
+        caller = await authenticator.principal(presented, websocket.client.host if websocket.client else "unknown")
+    except Unauthorized as exc:
+        await _refuse(websocket, 401, str(exc), retry_after_s)
+        return False
+    except STORE_ERRORS as exc:
+        log.warning("realtime handshake: Redis unavailable: %s", exc)
+        await _refuse(websocket, 503, REDIS_DOWN, retry_after_s)
+        return False
+    if not caller.allows("tts"):
+        await _refuse(websocket, 403, "this API key lacks the 'tts' scope needed here", retry_after_s)
+        return False
+    return caller
 
 
 async def serve_session(
@@ -480,17 +650,20 @@ async def serve_session(
     config: RealtimeConfig,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Serve one realtime session on an accepted-to-be ``websocket``, from its first message to its close."""
-    await websocket.accept()
-    inbox = _Inbox()
-    receiver = asyncio.create_task(_receive_into(websocket, inbox))
+    """Serve one realtime session on an accepted-to-be ``websocket``, from its handshake to its close."""
+    handshake = await _handshake_caller(websocket, authenticator, config.retry_after_s)
+    if handshake is False:
+        return
+    inbox: Inbox = asyncio.Queue(maxsize=config.inbox_messages)
+    receiver: asyncio.Task[None] | None = None
     release: Callable[[], None] | None = None
     session: _Session | None = None
     try:
-        try:
-            first = await asyncio.wait_for(inbox.messages.get(), config.idle_s)
+        await websocket.accept()
+        try:  # the first message alone, read here: nothing more is read before the caller is known
+            first = dict(await asyncio.wait_for(websocket.receive(), config.start_s))
         except TimeoutError:
-            raise SessionEnded("timeout", f"no session.start within {config.idle_s:g} s (REALTIME_IDLE_S)") from None
+            raise SessionEnded("timeout", f"no session.start within {config.start_s:g} s (REALTIME_START_S)") from None
         if first["type"] == "websocket.disconnect":
             raise _Disconnected
         try:
@@ -499,14 +672,17 @@ async def serve_session(
             raise SessionEnded("invalid_session", f"the first message must be a valid session.start: {_problem(exc)}") from None
         except ValueError as exc:
             raise SessionEnded("invalid_session", f"the first message must be a session.start: {exc}") from None
-        headers = websocket.headers
-        presented = start.api_key or presented_key(headers.get("authorization"), headers.get("x-api-key"))
-        try:
-            caller = await authenticator.principal(presented, websocket.client.host if websocket.client else "unknown")
-        except Unauthorized as exc:
-            raise SessionEnded("unauthorized", str(exc)) from None
-        if not caller.allows("tts"):
-            raise SessionEnded("forbidden", "this API key lacks the 'tts' scope needed here")
+        if start.idle_s is not None and start.idle_s > config.idle_s:
+            raise SessionEnded("invalid_session", f"idle_s: at most {config.idle_s:g} s here (REALTIME_IDLE_S)")
+        if isinstance(handshake, Principal) and start.api_key is None:
+            caller = handshake
+        else:
+            try:
+                caller = await authenticator.principal(start.api_key, websocket.client.host if websocket.client else "unknown")
+            except Unauthorized as exc:
+                raise SessionEnded("unauthorized", str(exc)) from None
+            if not caller.allows("tts"):
+                raise SessionEnded("forbidden", "this API key lacks the 'tts' scope needed here")
         try:
             release = service.listening.stream_slots.take(caller.subject)
         except TooManyStreams as exc:
@@ -521,20 +697,25 @@ async def serve_session(
         still_valid = (lambda: authenticator.store.still_valid(key)) if key is not None else None
         session = _Session(websocket, service, caller, start, voice, config, clock, still_valid)
         log.info("realtime session %s opened by %s", session.id, caller.subject)
+        receiver = asyncio.create_task(_receive_into(websocket, inbox))
+        receiver.add_done_callback(_quiet)
         await session.run(inbox)
         await _close(websocket, "done")
     except SessionEnded as exc:
-        await _close(websocket, exc.code, str(exc))
-    except _Disconnected:
+        await _close(websocket, exc.code, str(exc), exc.details)
+    except (_Disconnected, WebSocketDisconnect):
+        pass
+    except OSError:  # the client went away before the handshake's answer could be sent
         pass
     except STORE_ERRORS as exc:
         log.warning("realtime session: Redis unavailable: %s", exc)
-        await _close(websocket, "unavailable", "the job store (Redis) is unreachable; please retry shortly")
+        await _close(websocket, "unavailable", REDIS_DOWN)
     except Exception:
         log.exception("realtime session failed")
         await _close(websocket, "internal_error", "internal error")
     finally:
-        receiver.cancel()
+        if receiver is not None:
+            receiver.cancel()
         if release is not None:
             release()
         if session is not None:
