@@ -40,6 +40,7 @@ from starlette.types import Scope as AsgiScope
 from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key, until_revoked
 from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import (
+    ROUTE_KINDS,
     AdminService,
     DictionaryService,
     DrawService,
@@ -98,7 +99,8 @@ class ApiKeyCaller(SecurityBase):
         principal = await self.authenticate(request)
         raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
         if self.stream:
-            _services(request).listening.open_stream(principal, request.state)
+            route = getattr(request.scope.get("route"), "path", "")
+            _services(request).listening.open_stream(principal, request.state, ROUTE_KINDS.get(route, "events"))
         return principal
 
     async def authenticate(self, request: Request) -> Principal:

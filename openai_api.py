@@ -36,6 +36,7 @@ from ttsq.api.service import (
     Download,
     InvalidInput,
     ListeningService,
+    NoWorker,
     Status,
     StreamFailed,
     TaskService,
@@ -121,14 +122,19 @@ _SPEECH_EVENT = {
                 "required": ["type", "error"],
                 "properties": {
                     "type": {"const": "error"},
-                    "error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
+                    "error": {
+                        "type": "object",
+                        "required": ["message"],
+                        "properties": {"message": {"type": "string"}, "code": {"type": "string"}},
+                    },
                 },
             },
             event="error",
         ),
     ]
 }
-"""One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
+"""One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error (``code`` ``no_worker`` when no
+worker is left alive to finish it)."""
 
 
 async def _voice(name: str, voices: VoiceService, caller: Principal) -> Voice:
@@ -190,23 +196,30 @@ async def speech(
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
     # submit joined it meanwhile, or a webhook waits for it: TaskService.abandon); a job it joined is left alone.
     sole = stored is None and not submitted.answer.joined
-    if body.stream_format == "sse":
-        events = _sse(listening, task_id, body.response_format, stored, _usage(body.input))
-        if sole:
-            events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
-        return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
-    if stored is None and body.response_format == "wav":
-        # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
-        # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
-        stored = await _finished(tasks, task_id, caller)
-        if stored.audio is None:
-            return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
-    if stored is not None and stored.audio is not None:
-        return Response(stored.audio, media_type=media_type, headers=headers)
     try:
-        pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
-    except StreamFailed as exc:
-        return openai_error(500, f"synthesis failed: {exc}")
+        if stored is None:
+            await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+        if body.stream_format == "sse":
+            events = _sse(listening, task_id, body.response_format, stored, _usage(body.input))
+            if sole:
+                events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
+            return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
+        if stored is None and body.response_format == "wav":
+            # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
+            # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
+            stored = await _finished(tasks, task_id, caller)
+            if stored.audio is None:
+                return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
+        if stored is not None and stored.audio is not None:
+            return Response(stored.audio, media_type=media_type, headers=headers)
+        try:
+            pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
+        except StreamFailed as exc:
+            return openai_error(500, f"synthesis failed: {exc}")
+    except NoWorker:
+        if sole:  # nobody is left to hear it: a worker that starts later need not make it
+            await tasks.abandon(task_id, caller)
+        raise
     audio = listening.audio(task_id, body.response_format, pcm)
     if sole:
         audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
@@ -252,6 +265,9 @@ async def _sse(
                 yield _delta(piece)
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
+        return
+    except NoWorker as exc:
+        yield _event({"type": "error", "error": {"message": str(exc), "code": NoWorker.code}}, name="error")
         return
     yield _event({"type": "speech.audio.done", "usage": used})
 
