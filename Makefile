@@ -100,5 +100,6 @@ include deploy/make.mk
 include bench/gpu/gpu.mk
 include tests/chaos/chaos.mk
 include tests/fuzz/fuzz.mk
+include tests/hostile/hostile.mk
 include tests/cluster/cluster.mk
 include loadtest/soak.mk

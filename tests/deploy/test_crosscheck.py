@@ -232,3 +232,14 @@ def test_every_shipped_launch_of_the_api_runs_the_launch_command(objects: dict[s
     for overlay in OVERLAYS:
         for container in find(objects[overlay], "Deployment", "ttsq-api").containers():
             assert "command" not in container and "args" not in container, f"{overlay}: the API runs the image's CMD"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_pool_that_scales_to_zero_does_not_refuse_waiters_for_having_no_worker(
+    objects: dict[str, list[Manifest]], overlay: str
+) -> None:
+    """With no worker up until a job brings one (KEDA from zero), ``no_worker`` would refuse the very stream or session
+    whose job was to start it: such an overlay turns the check off (``NO_WORKER_S=0``); the others keep it on."""
+    scales_to_zero = find(objects[overlay], "ScaledObject", "ttsq-worker").doc["spec"]["minReplicaCount"] == 0
+    no_worker_s = float(effective_setting(objects[overlay], "no_worker_s"))
+    assert (no_worker_s == 0) == scales_to_zero, f"{overlay}: NO_WORKER_S={no_worker_s:g}"

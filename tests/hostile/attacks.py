@@ -171,6 +171,9 @@ class Flood:
     sent: int = 0
     outcome: Counter[str] = field(default_factory=Counter)
 
+    def __str__(self) -> str:
+        return f"{self.sent} messages sent; sessions " + ", ".join(f"{what}: {n}" for what, n in sorted(self.outcome.items()))
+
 
 async def flooding_sessions(ws_url: str, key: str, count: int, seconds: float) -> Flood:
     """``count`` realtime sessions with ``key`` (scope ``tts``), each sending the smallest message there is (an empty
@@ -200,6 +203,9 @@ class Idle:
     opened: int = 0
     failed: int = 0
     closed_by_server: int = 0
+
+    def __str__(self) -> str:
+        return f"opened {self.opened}, failed to open {self.failed}, closed by the server {self.closed_by_server}"
 
 
 async def idle_connections(port: int, count: int, hold_s: float, trickle: int = 0) -> Idle:

@@ -173,7 +173,7 @@ class ListeningService:
             pending.add_done_callback(lambda _: self._positions.pop(job_id, None))
         return await asyncio.shield(pending)
 
-    def open_stream(self, caller: Principal, request_state: Any, kind: StreamKind = "events") -> None:
+    def open_stream(self, caller: Principal, request_state: Any, kind: StreamKind = "long_poll") -> None:
         """Take one of this process's stream slots for ``caller`` (kept in ``request_state`` until the response is over),
         or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream holds memory and a subscription to the listener for
         as long as its task lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one
