@@ -175,13 +175,13 @@ class Flood:
         return f"{self.sent} messages sent; sessions " + ", ".join(f"{what}: {n}" for what, n in sorted(self.outcome.items()))
 
 
-async def flooding_sessions(ws_url: str, key: str, count: int, seconds: float) -> Flood:
-    """``count`` realtime sessions with ``key`` (scope ``tts``), each sending the smallest message there is (an empty
+async def flooding_sessions(ws_url: str, keys: list[str], seconds: float) -> Flood:
+    """A realtime session per key in ``keys`` (scope ``tts``), each sending the smallest message there is (an empty
     ``text``: it queues nothing) as fast as the server takes them for ``seconds``, never reading an answer."""
     flood = Flood()
     message = json.dumps({"type": "text", "text": ""})
 
-    async def one() -> None:
+    async def one(key: str) -> None:
         try:
             async with connect(ws_url, additional_headers={"Authorization": f"Bearer {key}"}, compression=None) as ws:
                 await ws.send(json.dumps({"type": "session.start"}))
@@ -190,11 +190,12 @@ async def flooding_sessions(ws_url: str, key: str, count: int, seconds: float) -
                     for _ in range(100):
                         await ws.send(message)
                     flood.sent += 100
+                    await asyncio.sleep(0)  # a send that need not wait never yields: the other sessions get their turn
             flood.outcome["ended by the client"] += 1
         except Exception as exc:  # noqa: BLE001 - what the server did to the session is the outcome
             flood.outcome[f"ended by the server: {type(exc).__name__}: {str(exc)[:80]}"] += 1
 
-    await asyncio.gather(*(one() for _ in range(count)))
+    await asyncio.gather(*(one(key) for key in keys))
     return flood
 
 

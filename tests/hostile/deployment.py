@@ -30,6 +30,8 @@ class Api:
     process: subprocess.Popen[bytes]
     env: dict[str, str]
     log: Path
+    command: list[str]
+    """What was run: ``prlimit`` and the launch command."""
 
     @property
     def ws_url(self) -> str:
@@ -59,7 +61,7 @@ def start_api(redis_url: str, tmp: Path, **settings: str) -> Api:
     process = spawn(command, cwd=ROOT, env=env, log=log)
     url = f"http://127.0.0.1:{port}"
     wait_until_ok(f"{url}/readyz", 60, [process])
-    return Api(url, port, process, env, log)
+    return Api(url, port, process, env, log, command)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

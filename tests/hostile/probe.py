@@ -36,7 +36,6 @@ def main() -> None:
     api = psutil.Process(args.pid)
     with args.out.open("a") as out:
         while not stopping:
-            began = time.time()
             started = time.perf_counter()
             try:
                 status: int | str = httpx.get(f"{args.url}/healthz", timeout=args.timeout_s).status_code
@@ -47,7 +46,8 @@ def main() -> None:
                 memory, files = api.memory_info().rss, api.num_fds()
             except psutil.Error:
                 memory, files = None, None
-            sample = {"t": began, "status": status, "latency_s": round(latency_s, 4), "rss": memory, "fds": files}
+            # "t" is when the probe was answered (and the memory read): a slow probe counts where it ended.
+            sample = {"t": time.time(), "status": status, "latency_s": round(latency_s, 4), "rss": memory, "fds": files}
             out.write(json.dumps(sample) + "\n")
             out.flush()
             time.sleep(max(0.0, args.interval_s - (time.perf_counter() - started)))
