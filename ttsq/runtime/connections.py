@@ -71,7 +71,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._awaiting_headers = False
+        """Between a request's first byte (or the connection's opening) and its last header."""
         self._in_request = False
+        """A request is being answered (or one pipelined after it waits)."""
         self._answered = 0
 
     # ---- the deadline --------------------------------------------------------------------------------------------
@@ -79,21 +82,24 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.pool.open[self] = None
+        self._awaiting_headers = True
         self._arm_header_deadline()
         self._make_room()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._awaiting_headers = True
         self._arm_header_deadline()  # a later request on a kept-alive connection: its own deadline, from its first byte
 
     def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
         self._disarm_header_deadline()
         self._in_request = True
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
         self._answered += 1
-        self._in_request = False
+        self._in_request = bool(self.pipeline)  # a pipelined request starts now
         super().on_response_complete()
 
     def handle_websocket_upgrade(self) -> None:
@@ -115,7 +121,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
-        if not self._in_request:
+        if self._awaiting_headers:  # even behind a request being answered: a pipelined request may not trickle either
             self._close()
 
     # ---- the cap -------------------------------------------------------------------------------------------------
