@@ -82,9 +82,9 @@ def test_one_tenants_keys_hold_at_most_its_share_and_another_tenant_still_opens_
             assert json.loads(theirs.recv(timeout=HANG_GUARD_S))["type"] == "session.started"
             headers = {"Authorization": f"Bearer {other}"}
             task = httpx.post(f"{api}/v1/tts/submit", json={"text": "Theirs.", "seed": 5}, headers=headers, timeout=30)
-            with httpx.stream("GET", f"{api}/v1/tts/events/{task.json()['task_id']}", headers=headers, timeout=30) as events:
-                assert events.status_code == 200
-                assert next(events.iter_lines()).startswith("id: ")
+            with httpx.stream("GET", f"{api}/v1/tts/events/{task.json()['task_id']}", headers=headers, timeout=30) as stream:
+                assert stream.status_code == 200
+                assert next(stream.iter_lines()).startswith("id: ")
     finally:
         for ws in held:
             ws.close()
