@@ -35,7 +35,7 @@ from ttsq.api.service import (
     OPENAI_VOICES,
     Download,
     InvalidInput,
-    ListeningService,
+    KeyRevoked,
     NoWorker,
     Status,
     StreamFailed,
@@ -200,10 +200,11 @@ async def speech(
         if stored is None:
             await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
         if body.stream_format == "sse":
-            events = _sse(listening, task_id, body.response_format, stored, _usage(body.input))
+            pieces = guard(listening.encoded(task_id, body.response_format)) if stored is None else None
+            events = _sse(pieces, stored, _usage(body.input))
             if sole:
                 events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
-            return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         if stored is None and body.response_format == "wav":
             # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
             # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
@@ -252,22 +253,22 @@ def _usage(text: str) -> dict[str, int]:
     return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
 
 
-async def _sse(
-    listening: ListeningService, task_id: str, fmt: OpenAIFormat, stored: Download | None, used: dict[str, int]
-) -> AsyncIterator[str]:
-    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (their
-    bytes joined are one file, as the raw body is), then ``speech.audio.done`` with its ``usage``."""
+async def _sse(pieces: AsyncIterator[bytes] | None, stored: Download | None, used: dict[str, int]) -> AsyncIterator[str]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (``pieces``,
+    their bytes joined are one file, as the raw body is; else the ``stored`` file at once), then ``speech.audio.done``
+    with its ``usage``; an ``error`` event instead if the task fails, no worker is left to finish it, or the key is
+    revoked meanwhile."""
     try:
         if stored is not None and stored.audio is not None:
             yield _delta(stored.audio)
-        else:
-            async for piece in listening.encoded(task_id, fmt):
+        elif pieces is not None:
+            async for piece in pieces:
                 yield _delta(piece)
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
         return
-    except NoWorker as exc:
-        yield _event({"type": "error", "error": {"message": str(exc), "code": NoWorker.code}}, name="error")
+    except (NoWorker, KeyRevoked) as exc:
+        yield _event({"type": "error", "error": {"message": str(exc), "code": exc.code}}, name="error")
         return
     yield _event({"type": "speech.audio.done", "usage": used})
 

@@ -21,6 +21,7 @@ from ttsq.api.service import (
     Cancelled,
     CaptionFormat,
     Job,
+    KeyRevoked,
     NoWorker,
     Status,
     StoreUnavailable,
@@ -214,9 +215,9 @@ async def task_stream(
         200: {
             "description": "`event: status` with a JSON `data` line each time the task changes, until it ends; "
             "`event: timing` as each chunk's audio is published (where its speech lies in the joined audio, and its "
-            "text: a live caption cue); `event: error` if the job store becomes unreachable meanwhile, or no worker is left "
-            "alive to run the task (its `code` is `no_worker`). Every event but "
-            "`error` has an `id:`; a client that reconnects with `Last-Event-ID` resumes right after it.",
+            "text: a live caption cue); `event: error` if the job store becomes unreachable meanwhile, no worker is left "
+            "alive to run the task (its `code` is `no_worker`), or the key is revoked or expires (`unauthorized`). Every "
+            "event but `error` has an `id:`; a client that reconnects with `Last-Event-ID` resumes right after it.",
             "content": {
                 "text/event-stream": {
                     "schema": {
@@ -254,7 +255,7 @@ async def task_events(
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for batch in listening.events(job, caller, last_event_id):
+            async for batch in guard(listening.events(job, caller, last_event_id)):
                 yield "".join(
                     f"id: {event.id}\nevent: {event.kind}\ndata: {_event_json(event.data)}\n\n"
                     for event in batch
@@ -263,8 +264,8 @@ async def task_events(
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}
             yield f"event: error\ndata: {json.dumps(detail)}\n\n"
-        except NoWorker as exc:
+        except (NoWorker, KeyRevoked) as exc:
             log.warning("task %s: event stream ended: %s", task_id, exc)
-            yield f"event: error\ndata: {json.dumps({'detail': str(exc), 'code': NoWorker.code})}\n\n"
+            yield f"event: error\ndata: {json.dumps({'detail': str(exc), 'code': exc.code})}\n\n"
 
-    return StreamingResponse(guard(events()), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 __all__ = [
     "HELD",
     "KINDS",
+    "KeyRevoked",
     "SlotCounts",
     "StreamAborted",
     "StreamKind",
@@ -157,17 +159,45 @@ class StreamAborted(Exception):
     honest end left is to break the connection, so that no client takes what it got for a whole file."""
 
 
+class KeyRevoked(StreamAborted):
+    """The key a stream was opened with was revoked, or expired, while it ran: an event stream says so in an ``error``
+    event (``code`` ``unauthorized``), a raw body is broken off — never an end that looks like the whole audio."""
+
+    code = "unauthorized"
+
+    def __init__(self) -> None:
+        super().__init__("the API key was revoked or has expired")
+
+
+UNFINISHED = "ASGI callable returned without completing response."
+"""What uvicorn logs (as an error) when an app returns with its response unfinished, and closes the connection."""
+
+_broken_off: ContextVar[bool] = ContextVar("ttsq_broken_off", default=False)
+"""Set in the task of a request whose body was broken off on purpose (uvicorn logs :data:`UNFINISHED` in that task)."""
+
+
+class _BrokenOffOnPurpose(logging.Filter):
+    """uvicorn's :data:`UNFINISHED` error for a response :func:`releasing` broke off on purpose: its warning says why."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_broken_off.get() and record.getMessage() == UNFINISHED)
+
+
 def releasing(app: ASGIApp) -> ASGIApp:
     """``app``, giving back every stream slot a request held once its response is over (sent, failed or abandoned),
     and breaking off a body that raised :class:`StreamAborted` (a streamed body starts its response before its first
     piece): the connection closes without the body's end — uvicorn closes it when an app returns with its response
-    unfinished — and one warning says why, not a traceback."""
+    unfinished — and one warning says why, neither a traceback nor uvicorn's error line."""
+    server_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(existing, _BrokenOffOnPurpose) for existing in server_log.filters):
+        server_log.addFilter(_BrokenOffOnPurpose())
 
     async def released_after(scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await app(scope, receive, send)
         except StreamAborted as exc:
             log.warning("%s %s: the response was broken off: %s", scope.get("method", ""), scope.get("path", ""), exc)
+            _broken_off.set(True)
         finally:
             for release in scope.get("state", {}).pop(HELD, []):
                 release()

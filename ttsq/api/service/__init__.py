@@ -30,7 +30,7 @@ from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, Lis
 from ttsq.api.service.tasks import Download, Submitted, TaskService, Webhooks, build_params
 from ttsq.api.service.voices import VoiceService
 from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
-from ttsq.api.stream_slots import ROUTE_KINDS, StreamAborted, StreamSlots
+from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
 from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
@@ -98,7 +98,7 @@ __all__ += [
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
-__all__ += ["ROUTE_KINDS", "NoWorker", "StreamAborted"]
+__all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 
 __all__ += [
     "AdminService",
