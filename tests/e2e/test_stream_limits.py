@@ -1,9 +1,11 @@
-"""Realtime sessions against a real uvicorn API (``api_server.py``, as shipped): a session whose text no worker is
-alive to speak is told ``no_worker`` and closed 1013, not left silent; one tenant's keys together hold at most
-``MAX_STREAMS_PER_TENANT`` sessions and streams (4429 past it) while another tenant still opens both."""
+"""Streams and realtime sessions against a real uvicorn API (``api_server.py``, as shipped): a session whose text no
+worker is alive to speak is told ``no_worker`` and closed 1013, not left silent; an audio stream whose last worker
+goes is broken off; one tenant's keys together hold at most ``MAX_STREAMS_PER_TENANT`` sessions and streams (4429
+past it) while another tenant still opens both."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -13,8 +15,12 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from settings import Settings
 from tests.e2e.test_realtime import drain, session_url, start
 from tests.service import ROOT, Service
+from ttsq.store.connection import RedisClient, create_redis
+from ttsq.store.heartbeats import Heartbeats
+from ttsq.store.queue import JobQueue
 
 pytestmark = pytest.mark.e2e
 
@@ -88,3 +94,37 @@ def test_one_tenants_keys_hold_at_most_its_share_and_another_tenant_still_opens_
     finally:
         for ws in held:
             ws.close()
+
+
+def test_an_audio_stream_whose_last_worker_goes_is_broken_off_not_ended_as_if_whole(service: Service) -> None:
+    """A raw audio body has no way to say "no worker" once it has started but an unfinished end: the connection is
+    closed without the body's last chunk, so no client takes what it got for the whole audio (and the API logs one
+    warning, not an error). The worker here is its heartbeat alone, written and taken away as a worker does."""
+    api = service.start_api("api-worker-gone", NO_WORKER_S="2")
+    task = httpx.post(f"{api}/v1/tts/submit", json={"text": "Nobody finishes this.", "seed": 4}, timeout=30).json()["task_id"]
+    asyncio.run(_beat(service, "w-gone"))
+    with httpx.stream("GET", f"{api}/v1/tts/stream/{task}?format=pcm", timeout=HANG_GUARD_S) as audio:
+        assert audio.status_code == 200
+        asyncio.run(_stop(service, "w-gone"))
+        with pytest.raises(httpx.RemoteProtocolError):
+            audio.read()
+    log = service.log("api-worker-gone").decode()
+    assert "the response was broken off: no worker is running" in log and " ERROR " not in log
+
+
+def _heartbeats(service: Service) -> tuple[RedisClient, Heartbeats]:
+    redis = create_redis(Settings(_env_file=None, redis_url=service.redis.url).redis_config())
+    queue = JobQueue(redis, Settings(_env_file=None).queue_config())
+    return redis, Heartbeats(redis, queue.shards, 15, queue.clock)
+
+
+async def _beat(service: Service, worker: str) -> None:
+    redis, beats = _heartbeats(service)
+    await beats.write(worker, {"worker_id": worker})
+    await redis.aclose()
+
+
+async def _stop(service: Service, worker: str) -> None:
+    redis, beats = _heartbeats(service)
+    await beats.remove(worker)
+    await redis.aclose()
