@@ -85,8 +85,9 @@ STOPSIGNAL SIGTERM
 # Liveness only (the process serves HTTP). /readyz (Redis reachable) is for orchestrators' readiness.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status != 200)"]
-# The command of ttsq.runtime.launch.api_command (tests/deploy checks they stay the same).
-CMD ["python", "-m", "uvicorn", "app:app", "--host", "0.0.0.0", "--port", "8000", "--loop", "uvloop", "--http", "httptools", "--timeout-keep-alive", "75", "--no-access-log"]
+# The command of ttsq.runtime.launch.api_command (tests/deploy checks they stay the same): uvicorn with the server's
+# limits (WebSocket message size, no compression, header and idle timeouts, connection cap) from the settings.
+CMD ["python", "api_server.py", "--host", "0.0.0.0", "--port", "8000"]
 
 # ---- worker ------------------------------------------------------------------------------------------
 FROM runtime-base AS worker

@@ -126,5 +126,6 @@ include bench/gpu/gpu.mk
 include tests/chaos/chaos.mk
 include tests/chaos/realtime.mk
 include tests/fuzz/fuzz.mk
+include tests/hostile/hostile.mk
 include tests/cluster/cluster.mk
 include loadtest/soak.mk

@@ -114,6 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             draws=VoiceDraws(DrawStore(redis, queue.keys, config.result_ttl_s), config.draw_config()),
             listener=listener,
         )
+        service = app.state.service
+        metrics.watch(service.listening.stream_slots, service.tasks.workers)
         app.state.realtime_config = config.realtime_config()
         app.state.stream_key_recheck_s = config.stream_key_recheck_s
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
@@ -177,7 +179,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-TTSQ-Ignored-Fields",
             ],
         )
-    app.add_middleware(releasing)  # a stream's slot is given back once its response is over, whatever happened
+    # a stream's slot is given back once its response is over, whatever happened; a body broken off is broken quietly
+    app.add_middleware(releasing)
     # inside the body limit: it reads only what the limit lets through, and only once the route's caller may send it
     app.add_middleware(strict_json, before_body=authenticate_before_body)
     app.add_middleware(multipart_as_json, paths=["/v1/voices"])  # a form on this route becomes its JSON, checked as JSON

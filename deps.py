@@ -43,9 +43,11 @@ from starlette.types import Scope as AsgiScope
 from ttsq.api.auth import Authenticator, Forbidden, Principal, Scope, presented_key, until_revoked
 from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import (
+    ROUTE_KINDS,
     AdminService,
     DictionaryService,
     DrawService,
+    KeyRevoked,
     ListeningService,
     TaskService,
     TTSService,
@@ -117,7 +119,8 @@ class ApiKeyCaller(SecurityBase):
         principal = await self.authenticate(request)
         raise_refused_body(request)  # only now: a caller without a valid key learns nothing of its body
         if self.stream:
-            _services(request).listening.open_stream(principal, request.state)
+            route = getattr(request.scope.get("route"), "path", "")
+            _services(request).listening.open_stream(principal, request.state, ROUTE_KINDS.get(route, "events"))
         return principal
 
     async def authenticate(self, request: Request) -> Principal:
@@ -177,16 +180,21 @@ StreamGuard = Callable[[AsyncIterator[T]], AsyncIterator[T]]
 
 
 async def stream_guard(request: Request, caller: StreamCaller) -> StreamGuard[Any]:
-    """What a streaming route wraps its body in: for a caller with a key, the stream ends once the key is revoked or
-    expires (asked every ``STREAM_KEY_RECHECK_S``: :func:`ttsq.api.auth.until_revoked`); a keyless caller's is as is."""
+    """What a streaming route wraps its body (or the pieces it formats) in: for a caller with a key, the stream raises
+    :class:`~ttsq.api.stream_slots.KeyRevoked` once the key is revoked or expires (asked every ``STREAM_KEY_RECHECK_S``:
+    :func:`ttsq.api.auth.until_revoked`) — an event stream says so, a raw body is broken off; a keyless caller's is
+    as is."""
     authenticator = cast(Authenticator, request.app.state.authenticator)
     every_s = cast(float, request.app.state.stream_key_recheck_s)
     key = caller.key
 
+    async def still_valid() -> bool:
+        if key is None or not await authenticator.store.still_valid(key):
+            raise KeyRevoked
+        return True
+
     def guard(source: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        if key is None:
-            return source
-        return until_revoked(source, lambda: authenticator.store.still_valid(key), every_s)
+        return source if key is None else until_revoked(source, still_valid, every_s)
 
     return guard
 

@@ -35,7 +35,8 @@ from ttsq.api.service import (
     OPENAI_VOICES,
     Download,
     InvalidInput,
-    ListeningService,
+    KeyRevoked,
+    NoWorker,
     Status,
     StreamFailed,
     TaskService,
@@ -121,14 +122,19 @@ _SPEECH_EVENT = {
                 "required": ["type", "error"],
                 "properties": {
                     "type": {"const": "error"},
-                    "error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}},
+                    "error": {
+                        "type": "object",
+                        "required": ["message"],
+                        "properties": {"message": {"type": "string"}, "code": {"type": "string"}},
+                    },
                 },
             },
             event="error",
         ),
     ]
 }
-"""One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error."""
+"""One event of ``stream_format: "sse"``: audio deltas (base64), then done, or an error (``code`` ``no_worker`` when no
+worker is left alive to finish it)."""
 
 
 async def _voice(name: str, voices: VoiceService, caller: Principal) -> Voice:
@@ -190,23 +196,31 @@ async def speech(
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
     # submit joined it meanwhile, or a webhook waits for it: TaskService.abandon); a job it joined is left alone.
     sole = stored is None and not submitted.answer.joined
-    if body.stream_format == "sse":
-        events = _sse(listening, task_id, body.response_format, stored, _usage(body.input))
-        if sole:
-            events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
-        return StreamingResponse(guard(events), media_type="text/event-stream", headers=headers)
-    if stored is None and body.response_format == "wav":
-        # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
-        # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
-        stored = await _finished(tasks, task_id, caller)
-        if stored.audio is None:
-            return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
-    if stored is not None and stored.audio is not None:
-        return Response(stored.audio, media_type=media_type, headers=headers)
     try:
-        pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
-    except StreamFailed as exc:
-        return openai_error(500, f"synthesis failed: {exc}")
+        if stored is None:
+            await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+        if body.stream_format == "sse":
+            pieces = guard(listening.encoded(task_id, body.response_format)) if stored is None else None
+            events = _sse(pieces, stored, _usage(body.input))
+            if sole:
+                events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        if stored is None and body.response_format == "wav":
+            # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
+            # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
+            stored = await _finished(tasks, task_id, caller)
+            if stored.audio is None:
+                return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
+        if stored is not None and stored.audio is not None:
+            return Response(stored.audio, media_type=media_type, headers=headers)
+        try:
+            pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
+        except StreamFailed as exc:
+            return openai_error(500, f"synthesis failed: {exc}")
+    except NoWorker:
+        if sole:  # nobody is left to hear it: a worker that starts later need not make it
+            await tasks.abandon(task_id, caller)
+        raise
     audio = listening.audio(task_id, body.response_format, pcm)
     if sole:
         audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
@@ -239,19 +253,22 @@ def _usage(text: str) -> dict[str, int]:
     return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
 
 
-async def _sse(
-    listening: ListeningService, task_id: str, fmt: OpenAIFormat, stored: Download | None, used: dict[str, int]
-) -> AsyncIterator[str]:
-    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (their
-    bytes joined are one file, as the raw body is), then ``speech.audio.done`` with its ``usage``."""
+async def _sse(pieces: AsyncIterator[bytes] | None, stored: Download | None, used: dict[str, int]) -> AsyncIterator[str]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (``pieces``,
+    their bytes joined are one file, as the raw body is; else the ``stored`` file at once), then ``speech.audio.done``
+    with its ``usage``; an ``error`` event instead if the task fails, no worker is left to finish it, or the key is
+    revoked meanwhile."""
     try:
         if stored is not None and stored.audio is not None:
             yield _delta(stored.audio)
-        else:
-            async for piece in listening.encoded(task_id, fmt):
+        elif pieces is not None:
+            async for piece in pieces:
                 yield _delta(piece)
     except StreamFailed as exc:
         yield _event({"type": "error", "error": {"message": f"synthesis failed: {exc}"}}, name="error")
+        return
+    except (NoWorker, KeyRevoked) as exc:
+        yield _event({"type": "error", "error": {"message": str(exc), "code": exc.code}}, name="error")
         return
     yield _event({"type": "speech.audio.done", "usage": used})
 

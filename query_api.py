@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller
 from ttsq.api.auth import Principal
-from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, TOO_MANY_STREAMS_RESPONSES
+from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, LONG_POLL_UNAVAILABLE, TOO_MANY_STREAMS_RESPONSES
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, TimingEvent, component_schema, sse_schema
 from ttsq.api.service import (
     CAPTION_CONTENT_TYPES,
@@ -21,6 +21,8 @@ from ttsq.api.service import (
     Cancelled,
     CaptionFormat,
     Job,
+    KeyRevoked,
+    NoWorker,
     Status,
     StoreUnavailable,
     StreamFormat,
@@ -40,7 +42,7 @@ _FAILED = {"model": TaskStatus, "description": "The task failed (`error` says wh
     "/tasks/{task_id}",
     operation_id="task_status",
     response_model=TaskStatus,
-    responses={404: _NOT_FOUND, 503: ERROR_RESPONSES[503], **AUTH_RESPONSES},
+    responses={404: _NOT_FOUND, 503: LONG_POLL_UNAVAILABLE, **AUTH_RESPONSES},
     summary="Status of a task",
 )
 async def task_status(
@@ -66,10 +68,11 @@ WaitQuery = Annotated[
 
 def _waits(job: Job, wait: float | None, listening: ListeningDep, caller: Principal, request: Request) -> bool:
     """Whether this request waits for ``job`` to end; one that does holds a stream slot meanwhile, as a stream does
-    (it blocks on one of the process's Redis connections)."""
+    (it follows the task through the process's listener). The wait itself answers 503 ``no_worker`` when no worker is
+    alive to end the task, and 401 once the caller's key is revoked (:meth:`TaskService.wait_for_end`)."""
     if not wait or job.status.is_final:
         return False
-    listening.open_stream(caller, request.state)
+    listening.open_stream(caller, request.state, "long_poll")
     return True
 
 
@@ -119,7 +122,7 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
         },
         404: _NOT_FOUND,
         409: _FAILED,
-        503: ERROR_RESPONSES[503],
+        503: LONG_POLL_UNAVAILABLE,
         **AUTH_RESPONSES,
     },
     summary="Download the audio of a finished task",
@@ -191,9 +194,12 @@ async def task_stream(
         Query(description="wav (open-ended header), pcm (raw PCM16), mp3, opus (Ogg), aac (ADTS) or flac: any of them streams"),
     ] = "wav",
 ) -> Response:
+    """Refused with 503 ``no_worker`` before it starts when the task has not ended and no worker is alive to make its
+    audio; a stream whose last worker goes away is broken off (no end of file: the audio is incomplete)."""
     job = await tasks.job(task_id, caller)
     if job.status in (Status.FAILED, Status.CANCELLED):
         return JSONResponse(status_code=409, content=(await tasks.status(job)).model_dump(mode="json"))
+    await listening.require_workers(job)
     return StreamingResponse(
         guard(listening.audio(task_id, format)),
         media_type=STREAM_CONTENT_TYPES[format],
@@ -209,8 +215,9 @@ async def task_stream(
         200: {
             "description": "`event: status` with a JSON `data` line each time the task changes, until it ends; "
             "`event: timing` as each chunk's audio is published (where its speech lies in the joined audio, and its "
-            "text: a live caption cue); `event: error` if the job store becomes unreachable meanwhile. Every event but "
-            "`error` has an `id:`; a client that reconnects with `Last-Event-ID` resumes right after it.",
+            "text: a live caption cue); `event: error` if the job store becomes unreachable meanwhile, no worker is left "
+            "alive to run the task (its `code` is `no_worker`), or the key is revoked or expires (`unauthorized`). Every "
+            "event but `error` has an `id:`; a client that reconnects with `Last-Event-ID` resumes right after it.",
             "content": {
                 "text/event-stream": {
                     "schema": {
@@ -240,13 +247,15 @@ async def task_events(
     ] = None,
 ) -> StreamingResponse:
     """The task is looked up before the stream starts, so an unknown id is a plain 404 (not a 200 whose
-    stream then breaks). Once streaming, the status is already sent, so a Redis outage ends the stream
-    with an ``error`` event instead of a broken connection."""
+    stream then breaks), and a task no worker is alive to run is a 503 ``no_worker``. Once streaming, the status is
+    already sent, so a Redis outage, or the last worker going away, ends the stream with an ``error`` event instead of
+    a broken connection or a silence."""
     job = await tasks.job(task_id, caller)
+    await listening.require_workers(job)
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for batch in listening.events(job, caller, last_event_id):
+            async for batch in guard(listening.events(job, caller, last_event_id)):
                 yield "".join(
                     f"id: {event.id}\nevent: {event.kind}\ndata: {_event_json(event.data)}\n\n"
                     for event in batch
@@ -255,5 +264,8 @@ async def task_events(
             log.warning("task %s: event stream ended, Redis unreachable", task_id, exc_info=True)
             detail = {"detail": "the job store (Redis) became unreachable; reconnect shortly"}
             yield f"event: error\ndata: {json.dumps(detail)}\n\n"
+        except (NoWorker, KeyRevoked) as exc:
+            log.warning("task %s: event stream ended: %s", task_id, exc)
+            yield f"event: error\ndata: {json.dumps({'detail': str(exc), 'code': exc.code})}\n\n"
 
-    return StreamingResponse(guard(events()), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -340,13 +340,47 @@ class Settings(BaseSettings):
         description="Of those, how many one key (or anonymous client address) may hold; past it, 429 with Retry-After.",
         json_schema_extra=_group("Security and fair use"),
     )
+    max_streams_per_tenant: int | None = Field(
+        None,
+        ge=1,
+        description="Of those, how many one tenant may hold, over all its keys (a key's tenant: docs/fairness.md; callers "
+        "without a key are one tenant); past it, 429 with Retry-After (4429 on a realtime session); unset = half of "
+        "`MAX_STREAMS` (at least `MAX_STREAMS_PER_KEY`), so one tenant never takes the whole process.",
+        json_schema_extra=_group("Security and fair use", shown="unset"),
+    )
     stream_key_recheck_s: float = Field(
         5.0,
         gt=0,
         le=3600,
-        description="How often a stream opened with a key (events, audio, OpenAI speech, a realtime session before and "
-        "after its `close`) asks whether that key is still valid: one revoked or expired meanwhile ends the stream "
-        "within about this long.",
+        description="How often a stream (events, audio, OpenAI speech), a long-poll (`?wait=`) or a realtime session "
+        "(before and after its `close`) opened with a key asks whether that key is still valid: one revoked or expired "
+        "meanwhile ends it (401, 4401) within about this long.",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    no_worker_s: int = Field(
+        5,
+        ge=0,
+        le=3600,
+        description="A stream, long-poll or realtime session waiting on a job while no worker has written a heartbeat "
+        "for this long is answered `no_worker` (503 with Retry-After before a response starts, an `error` event or an "
+        "aborted body after; close 1013) instead of waiting for nothing. 0 = never: for a pool scaled to zero, whose "
+        "first job waits for a worker to start.",
+        json_schema_extra=_group("API"),
+    )
+    http_header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="How long a connection may take to send a request's headers whole, from its opening (or the "
+        "request's first byte on a kept-alive connection); past it, it is closed. A connection that sends nothing, or "
+        "trickles its headers, holds a file descriptor until then (docs/security.md).",
+        json_schema_extra=_group("Security and fair use"),
+    )
+    max_connections: int | Literal["auto"] = Field(
+        "auto",
+        description="Open connections the API process keeps; a new one past it closes the connection idle longest "
+        "(none of its requests under way: not a stream or a session). `auto` = the process's open-file limit less "
+        "room for its Redis pools and files (docs/security.md).",
         json_schema_extra=_group("Security and fair use"),
     )
     max_body_bytes: int = Field(
@@ -977,6 +1011,17 @@ class Settings(BaseSettings):
             )
         if self.max_streams_per_key > self.max_streams:
             raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")
+        if self.max_streams_per_tenant is not None and self.max_streams_per_tenant > self.max_streams:
+            raise ValueError(
+                f"MAX_STREAMS_PER_TENANT ({self.max_streams_per_tenant}) must not exceed MAX_STREAMS ({self.max_streams})"
+            )
+        if 0 < self.no_worker_s <= 2 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"NO_WORKER_S ({self.no_worker_s}) must exceed 2 x HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}) "
+                "(or be 0, off), or a live worker that misses one heartbeat reads as none"
+            )
+        if isinstance(self.max_connections, int) and self.max_connections < 1:
+            raise ValueError(f"MAX_CONNECTIONS must be auto or at least 1, got {self.max_connections}")
         if self.min_new_token > self.max_new_token:
             raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
         if self.precision != "fp32":
@@ -1069,7 +1114,15 @@ class Settings(BaseSettings):
             ServiceConfig,
             model_identity=self.model_identity(),
             notice=self.model_notice(),
+            max_streams_per_tenant=self.streams_per_tenant(),
         )
+
+    def streams_per_tenant(self) -> int:
+        """``MAX_STREAMS_PER_TENANT``, or when unset half of ``MAX_STREAMS`` — but never below ``MAX_STREAMS_PER_KEY``
+        (a key alone is its own tenant: its share would otherwise shrink)."""
+        if self.max_streams_per_tenant is not None:
+            return self.max_streams_per_tenant
+        return max(self.max_streams // 2, self.max_streams_per_key)
 
     def realtime_config(self) -> RealtimeConfig:
         """The realtime sessions' limits (``REALTIME_*``), with the chunk size the workers cut text at."""

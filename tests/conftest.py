@@ -165,7 +165,14 @@ def make_queue(redis: Redis, clock: FakeClock) -> Any:
 @pytest.fixture
 def make_settings(redis_server: RedisServer, tmp_path: Path) -> Any:
     def build(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"redis_url": redis_server.url, "model": "tiny", "cache_dir": tmp_path / "cache"}
+        # An in-process app runs with no worker, and its tests hold streams and long-polls on queued jobs on purpose: the
+        # no-worker refusal (NO_WORKER_S) is off unless a test sets it (tests/api/test_no_worker.py).
+        values: dict[str, Any] = {
+            "redis_url": redis_server.url,
+            "model": "tiny",
+            "cache_dir": tmp_path / "cache",
+            "no_worker_s": 0,
+        }
         values.update(overrides)
         return settings(**values)
 

@@ -162,6 +162,9 @@ def service(tmp_path: Path, tiny_checkpoint_dir: Path) -> Iterator[Service]:
         BLOCK_S="0.5",
         LISTEN_BLOCK_S="0.5",
         LISTEN_OUTAGE_S="1",
+        # The API starts before any worker, and tests follow queued tasks with none on purpose: the no-worker refusal
+        # is off unless a test's own API sets it (tests/e2e/test_no_worker.py).
+        NO_WORKER_S="0",
         PYTHONUNBUFFERED="1",
     )
     svc = Service(redis=redis, tmp=tmp_path, env=env)

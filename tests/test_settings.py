@@ -89,6 +89,9 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
         ({"precision": "int8", "engine_backend": "chattts"}, "PRECISION=int8"),
         ({"precision": "int8", "batch_invariant": True}, "contradict"),
         ({"precision": "fp16"}, "precision"),
+        ({"no_worker_s": 4, "heartbeat_interval_s": 2.0}, "NO_WORKER_S"),
+        ({"max_streams": 8, "max_streams_per_tenant": 9}, "MAX_STREAMS_PER_TENANT"),
+        ({"max_connections": 0}, "MAX_CONNECTIONS"),
     ],
 )
 def test_inconsistent_settings_are_refused_at_start_up(values: dict[str, Any], words: str) -> None:
@@ -152,3 +155,10 @@ def test_configuration_table_and_env_example_are_generated_from_settings() -> No
         assert f"`{name.upper()}`" in table, name
         assert f"#{name.upper()}=" in (ROOT / ".env.example").read_text(), name
     assert "| `LEASE_S` | `30.0` |" in table
+
+
+def test_a_tenants_share_of_streams_defaults_to_half_the_process_never_below_a_keys() -> None:
+    assert make().streams_per_tenant() == 16
+    assert make(max_streams=6, max_streams_per_key=4).streams_per_tenant() == 4
+    assert make(max_streams_per_tenant=5).streams_per_tenant() == 5
+    assert make(no_worker_s=0).no_worker_s == 0, "0 turns the no-worker refusal off, whatever the heartbeat interval"

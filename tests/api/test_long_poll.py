@@ -20,6 +20,8 @@ from redis.asyncio import Redis
 from tests.api.test_query import queued_task
 from tests.conftest import FakeClock, api_client, claimed, queue_config
 from ttsq.client.sdk import LONG_POLL_S, AsyncTTSClient
+from ttsq.store.api_keys import ApiKeyStore
+from ttsq.store.keys import Keys
 from ttsq.store.queue import JobQueue
 
 HANG_GUARD_S = 60
@@ -165,3 +167,24 @@ async def test_the_client_waits_with_one_long_poll_not_repeated_polls(app: tuple
     assert status.status == "done"
     # The API's clock is frozen: a status request that did not wait would have answered "queued" and been repeated.
     assert [r.url.params["wait"] for r in transport.requests] == [str(LONG_POLL_S)]
+
+
+async def test_a_long_poll_ends_with_401_once_its_key_is_revoked_not_with_the_audio(redis: Redis, make_settings: Any) -> None:
+    """A long-poll rechecks its key every ``STREAM_KEY_RECHECK_S`` (on the wait's own clock, frozen here and moved by the
+    test): revoked meanwhile, the wait ends with 401 — it used to go on, and hand over the audio once the task ended."""
+    async with api_client(make_settings(auth="on", block_s=0.2, stream_key_recheck_s=5)) as (client, app):
+        clock = FakeClock()
+        app.state.service.tasks.monotonic = clock
+        store = ApiKeyStore(redis, Keys("ttsq"))
+        key, record = await store.create("listener", ["tts"])
+        headers = {"Authorization": f"Bearer {key}"}
+        task_id = (await client.post("/v1/tts/submit", json={"text": "hello", "seed": 3}, headers=headers)).json()["task_id"]
+        waiting = asyncio.ensure_future(client.get(f"/v1/tts/result/{task_id}", params={"wait": 30}, headers=headers))
+        await blocked_on_stream(redis)
+        assert await store.revoke(record.id)
+        clock.advance(5)  # the recheck is due; the frozen deadline is not
+        answer = await asyncio.wait_for(waiting, HANG_GUARD_S)
+        assert answer.status_code == 401 and "revoked" in answer.json()["detail"], answer.text
+        await run_and_complete(JobQueue(redis, queue_config()))
+        again = await client.get(f"/v1/tts/result/{task_id}", params={"wait": 30}, headers=headers)
+        assert again.status_code == 401, "and a new request with the revoked key is refused at once, as before"

@@ -67,10 +67,12 @@ TIMING_ENV = {
     "RETRY_BASE_S": "1",
     "BATCH_WAIT_MS": "20",
     "RESULT_TTL_S": "86400",
+    "NO_WORKER_S": "0",
 }
 """Short leases and sweeps, so a lost worker's jobs come back within seconds rather than the production 30; and
 results kept for a day, not the default 10 minutes: a full run's kill scenario alone lasts longer than that, and
-an expired result would read as a lost job."""
+an expired result would read as a lost job. The scenarios stop and kill every worker as a device (S3d holds its jobs
+with SIGSTOP while its listeners subscribe): the no-worker refusal is off here, and tested on its own."""
 
 OPEN_LIMITS_ENV = {
     "RATE_LIMIT_PER_S": "100000",

@@ -14,6 +14,7 @@ import openai._constants
 import pytest
 import yaml
 
+from api_server import server_options
 from settings import Settings
 from tests.deploy.apps import API_PORT, api_app, serves, worker_app
 from tests.deploy.manifests import (
@@ -181,8 +182,7 @@ def test_the_api_holds_idle_connections_longer_than_its_clients_do() -> None:
     """A client that sends on a connection the server closes at that instant loses the request ("Server
     disconnected without sending a response"): it happened to the chaos suite, whose httpx client keeps an idle
     connection exactly as long as uvicorn's default (5 s). The server's keep-alive must outlast the clients'."""
-    command = api_command(API_PORT, host="0.0.0.0")
-    keep_alive_s = float(command[command.index("--timeout-keep-alive") + 1])
+    keep_alive_s = float(server_options(Settings(_env_file=None))["timeout_keep_alive"])
     httpx_expiry = httpx.Limits().keepalive_expiry
     assert httpx_expiry is not None and keep_alive_s > httpx_expiry, "httpx's default idle expiry"
     sdk_expiry = openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry
@@ -219,3 +219,27 @@ def test_compose_and_units_give_the_worker_longer_than_its_drain() -> None:
     assert re.search(r"^KillSignal=SIGTERM$", unit, re.MULTILINE)
     timeout = re.search(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
     assert timeout and int(timeout.group(1)) > grace_s + 15
+
+
+def test_every_shipped_launch_of_the_api_runs_the_launch_command(objects: dict[str, list[Manifest]]) -> None:
+    """The server's limits (WebSocket message size and compression, header and idle timeouts, the connection cap) are
+    set by ``api_server.py`` from the settings (``tests/test_api_server.py``): every launch must run it. The image and the
+    unit run ``api_command`` (above, and ``test_systemd``); compose and the Kubernetes API deployment add no command or
+    arguments of their own, so they run the image's."""
+    assert api_command(API_PORT)[1] == "api_server.py"
+    api = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["api"]
+    assert "command" not in api and "entrypoint" not in api, "compose runs the image's CMD"
+    for overlay in OVERLAYS:
+        for container in find(objects[overlay], "Deployment", "ttsq-api").containers():
+            assert "command" not in container and "args" not in container, f"{overlay}: the API runs the image's CMD"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_pool_that_scales_to_zero_does_not_refuse_waiters_for_having_no_worker(
+    objects: dict[str, list[Manifest]], overlay: str
+) -> None:
+    """With no worker up until a job brings one (KEDA from zero), ``no_worker`` would refuse the very stream or session
+    whose job was to start it: such an overlay turns the check off (``NO_WORKER_S=0``); the others keep it on."""
+    scales_to_zero = find(objects[overlay], "ScaledObject", "ttsq-worker").doc["spec"]["minReplicaCount"] == 0
+    no_worker_s = float(effective_setting(objects[overlay], "no_worker_s"))
+    assert (no_worker_s == 0) == scales_to_zero, f"{overlay}: NO_WORKER_S={no_worker_s:g}"

@@ -67,7 +67,7 @@ def test_make_up_restarts_a_worker_killed_while_loading_or_later_and_the_rest_ke
 
     try:
         wait_for(loading, 300, "the worker to be loading its model while the API is ready")
-        worker, api_process = child(up, "worker.py"), child(up, "uvicorn")
+        worker, api_process = child(up, "worker.py"), child(up, "api_server.py")
         os.kill(worker.pid, signal.SIGKILL)  # what the OOM killer does to a worker loading a model too big for it
         assert "ttsq is up" not in log.read_text(), "the worker was killed before it was ever ready"
         acknowledged = submit("killed while loading")
@@ -84,7 +84,7 @@ def test_make_up_restarts_a_worker_killed_while_loading_or_later_and_the_rest_ke
 
         wait_for(all_done, 180, "the jobs acknowledged while the worker was down")
         assert up.poll() is None, "make up is still running"
-        assert child(up, "uvicorn").pid == api_process.pid, "the API was never restarted"
+        assert child(up, "api_server.py").pid == api_process.pid, "the API was never restarted"
         text = log.read_text()
         assert text.count("restarting worker 0") == 2 and "exited with code -9" in text
     finally:

@@ -130,8 +130,10 @@ def test_an_api_on_a_unix_socket_requires_keys_under_auth_auto(service: Service,
 
 
 def test_a_stream_opened_with_a_key_ends_when_the_key_is_revoked(service: Service) -> None:
-    """An event stream, and a realtime session, opened before their key's revocation: each ends within
-    STREAM_KEY_RECHECK_S of it (they delivered for as long as their task lasted). No worker runs: the task waits."""
+    """An event stream, an audio stream and a realtime session, opened before their key's revocation: each ends within
+    STREAM_KEY_RECHECK_S of it (they delivered for as long as their task lasted), and says so — the event stream with
+    an ``error`` event, the audio stream broken off (a clean end would read as the whole audio), the session with
+    close code 4401. No worker runs: the task waits."""
     api = service.start_api("api-revoke", AUTH="on", STREAM_KEY_RECHECK_S="0.2")
     key = service.create_key("streamer", "tts")
     bearer = {"Authorization": f"Bearer {key}"}
@@ -144,19 +146,27 @@ def test_a_stream_opened_with_a_key_ends_when_the_key_is_revoked(service: Servic
 
     with (
         httpx.stream("GET", f"{api}/v1/tts/events/{task}", headers=bearer, timeout=30) as events,
+        httpx.stream("GET", f"{api}/v1/tts/stream/{task}", headers=bearer, timeout=30) as audio,
         connect(api.replace("http://", "ws://") + "/v1/tts/realtime", additional_headers=bearer) as session,
     ):
         lines = events.iter_lines()
         assert next(lines).startswith("id: ") and "queued" in "".join(itertools.islice(lines, 3))
+        assert audio.status_code == 200
         session.send(json.dumps({"type": "session.start"}))
         assert json.loads(session.recv(timeout=30))["type"] == "session.started"
         revoke()
-        rest = list(lines)  # ends: a read timeout (30 s) would fail the test instead
+        rest = [line for line in lines if line]  # ends: a read timeout (30 s) would fail the test instead
+        assert rest[0] == "event: error" and json.loads(rest[1].removeprefix("data: "))["code"] == "unauthorized", rest
         assert not any("status" in line for line in rest), rest
+        with pytest.raises(httpx.RemoteProtocolError):
+            audio.read()
         closing = [session.recv(timeout=30) for _ in range(1)]
         with pytest.raises(ConnectionClosed):
             session.recv(timeout=30)
         assert session.close_code == 4401 and "revoked" in json.loads(closing[0])["message"]
+    log = service.log("api-revoke").decode()
+    assert "the response was broken off: the API key was revoked" in log
+    assert " ERROR " not in log, "a stream broken off on purpose is a warning, not an error"
 
 
 def _tls_material(directory: Path) -> dict[str, Path]:

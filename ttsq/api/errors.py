@@ -33,7 +33,7 @@ from ttsq.api.auth import Forbidden, Unauthorized
 from ttsq.api.bodies import REFUSAL
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
 from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
-from ttsq.api.service import InvalidInput, TaskNotFound
+from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
@@ -90,18 +90,26 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 TOO_MANY_STREAMS_RESPONSES: dict[int | str, dict[str, Any]] = {
     429: {
         "model": ErrorBody,
-        "description": "This caller holds its share of the process's streams (`MAX_STREAMS_PER_KEY`); retry after "
-        "`Retry-After` seconds, or close one.",
+        "description": "This caller, or its tenant, holds its share of the process's streams (`MAX_STREAMS_PER_KEY`, "
+        "`MAX_STREAMS_PER_TENANT`); retry after `Retry-After` seconds, or close one.",
         "headers": _RETRY_AFTER,
     },
     503: {
         "model": ErrorBody,
-        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
-        "`Retry-After` seconds.",
+        "description": "Redis is unreachable, this process serves its limit of streams (`MAX_STREAMS`), or no worker is "
+        "alive to run the task (`code`: `no_worker`, `NO_WORKER_S`); retry after `Retry-After` seconds.",
         "headers": _RETRY_AFTER,
     },
 }
 """What a route that streams until its task ends answers past the stream limits (:mod:`ttsq.api.stream_slots`)."""
+
+LONG_POLL_UNAVAILABLE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "Redis is unreachable, or (with `wait`) no worker is alive to run the task (`code`: `no_worker`, "
+    "`NO_WORKER_S`); retry after `Retry-After` seconds.",
+    "headers": _RETRY_AFTER,
+}
+"""503 of a route that may wait for its task to end (a long-poll, ``?wait=``)."""
 
 QUEUE_FULL_RESPONSE: dict[str, Any] = {
     "model": ErrorBody,
@@ -137,13 +145,13 @@ OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **OPENAI_ERROR_RESPONSES,
     429: {
         **OPENAI_ERROR_RESPONSES[429],
-        "description": "The queue is full, this key has its cap of queued jobs or of open streams, or it submits too fast; "
-        "retry after `Retry-After` seconds.",
+        "description": "The queue is full, this key has its cap of queued jobs or of open streams (or its tenant of "
+        "streams), or it submits too fast; retry after `Retry-After` seconds.",
     },
     503: {
         **OPENAI_ERROR_RESPONSES[503],
-        "description": "Redis is unreachable, or this process serves its limit of streams (`MAX_STREAMS`); retry after "
-        "`Retry-After` seconds.",
+        "description": "Redis is unreachable, this process serves its limit of streams (`MAX_STREAMS`), or no worker is "
+        "alive to synthesise (`code`: `no_worker`, `NO_WORKER_S`); retry after `Retry-After` seconds.",
     },
     408: {"model": OpenAIErrorBody, "description": "The request body did not arrive whole within `BODY_READ_TIMEOUT_S`."},
     413: {"model": OpenAIErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
@@ -163,19 +171,29 @@ _OPENAI_TYPES = {
 }
 
 
-def openai_error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+def openai_error(
+    status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None, code: str | None = None
+) -> JSONResponse:
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
 def error_response(
-    request: Request, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> JSONResponse:
-    """``{"detail": message}``, or OpenAI's error body on the OpenAI-compatible routes."""
+    """``{"detail": message}`` (with ``code`` when the error has one a client can branch on), or OpenAI's error body on
+    the OpenAI-compatible routes."""
     if request.url.path.startswith(OPENAI_PREFIX):
-        return openai_error(status, message, param, headers)
-    return JSONResponse(status_code=status, content={"detail": message}, headers=headers)
+        return openai_error(status, message, param, headers, code)
+    content = {"detail": message} if code is None else {"detail": message, "code": code}
+    return JSONResponse(status_code=status, content=content, headers=headers)
 
 
 def raise_refused_body(request: Request) -> None:
@@ -324,6 +342,11 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
         rejected(request, "rate_limited" if exc.per_key else "unavailable")
         return error_response(request, 429 if exc.per_key else 503, str(exc), headers=retry)
 
+    async def no_worker(request: Request, exc: Exception) -> Response:
+        """A wait on a job no worker is alive to run (``NO_WORKER_S``): 503, ``code`` ``no_worker``, before any wait."""
+        assert isinstance(exc, NoWorker)
+        return error_response(request, 503, str(exc), headers=retry, code=NoWorker.code)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
 
@@ -379,6 +402,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     app.add_exception_handler(QueueFullError, too_many)
     app.add_exception_handler(RateLimitExceeded, too_many)
     app.add_exception_handler(TooManyStreams, too_many_streams)
+    app.add_exception_handler(NoWorker, no_worker)
     app.add_exception_handler(TaskNotFound, not_found)
     app.add_exception_handler(VoiceError, voice_error)
     app.add_exception_handler(InvalidInput, invalid_input)

@@ -10,15 +10,21 @@ because each scrape would then see one process at random.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ttsq.api.stream_admission import WorkerWatch
+from ttsq.api.stream_slots import StreamSlots
 from ttsq.domain import context
 from ttsq.store.cache import ResultCache
 from ttsq.store.metrics import CacheCollector, QueueGauges
@@ -86,13 +92,19 @@ class ApiMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=self.registry,
         )
+        self.workers_live: Gauge | None = None
+        """``ttsq_api_workers_live``, once :meth:`watch` is given a watch that is on."""
+        self._workers: WorkerWatch | None = None
+        self._slots: StreamSlotsCollector | None = None
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self._duration_children: dict[tuple[str, str], Any] = {}
         self._queue: QueueGauges | None = None
+        self._scrape_timeout_s = 1.0
         self._cache: CacheCollector | None = None
 
     def bind(self, queue: JobQueue, cache: ResultCache, scrape_timeout_s: float) -> None:
         """Export the queue's state (read from Redis at each scrape) and the cache's counters."""
+        self._scrape_timeout_s = scrape_timeout_s
         if self._queue is None:
             self._queue = QueueGauges(self.registry, queue, scrape_timeout_s)
         else:
@@ -105,6 +117,22 @@ class ApiMetrics:
     def follow(self, listening: Callable[[], float]) -> None:
         """Export the listener's open subscriptions, counted at each scrape."""
         self.subscriptions.set_function(listening)
+
+    def watch(self, slots: StreamSlots, workers: WorkerWatch) -> None:
+        """Export the stream slots by state (read at each scrape) and the live workers as the process sees them (read
+        again at each scrape, within its shared refresh)."""
+        if self._slots is not None:
+            self.registry.unregister(self._slots)
+        self._slots = StreamSlotsCollector(slots)
+        self.registry.register(self._slots)
+        self._workers = workers if workers.on else None
+        if self._workers is not None and self.workers_live is None:
+            self.workers_live = Gauge(
+                "ttsq_api_workers_live",
+                "Workers with a heartbeat within NO_WORKER_S, as this API process last read them: at 0 its streams, "
+                "long-polls and realtime sessions are answered no_worker. Absent with NO_WORKER_S=0 (off).",
+                registry=self.registry,
+            )
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count and time one request; the labelled children are kept (route templates are few)."""
@@ -125,7 +153,54 @@ class ApiMetrics:
         """The scrape: the queue read from Redis now (bounded), then every metric in the text format."""
         if self._queue is not None:
             await self._queue.refresh()
+        if self._workers is not None and self.workers_live is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._scrape_timeout_s):
+                    await self._workers.live()
+            if self._workers.last_count is not None:
+                self.workers_live.set(self._workers.last_count)
         return generate_latest(self.registry)
+
+
+TOP_STREAM_TENANTS = 10
+"""Tenants named in ``ttsq_stream_slots_tenant``; the others are summed as ``other``."""
+
+
+class StreamSlotsCollector(Collector):
+    """``ttsq_stream_slots*``: this process's stream slots (:mod:`ttsq.api.stream_slots`) by state, by what holds them,
+    and by tenant — the :data:`TOP_STREAM_TENANTS` holding most by name, the rest as ``other`` (bounded cardinality)."""
+
+    def __init__(self, slots: StreamSlots) -> None:
+        self.slots = slots
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.slots.counts()
+        state = GaugeMetricFamily(
+            "ttsq_stream_slots",
+            "This API process's stream slots (MAX_STREAMS) by state: in_use or free.",
+            labels=["state"],
+        )
+        state.add_metric(["in_use"], counts.in_use)
+        state.add_metric(["free"], max(0, counts.limit - counts.in_use))
+        held = GaugeMetricFamily(
+            "ttsq_stream_slots_held",
+            "Stream slots in use by what holds them: session (realtime), events, audio, speech (OpenAI), long_poll.",
+            labels=["kind"],
+        )
+        for kind, count in counts.by_kind.items():
+            held.add_metric([kind], count)
+        tenants = GaugeMetricFamily(
+            "ttsq_stream_slots_tenant",
+            f"Stream slots in use per tenant (MAX_STREAMS_PER_TENANT): the {TOP_STREAM_TENANTS} tenants holding most by "
+            "name, the rest summed as 'other'.",
+            labels=["tenant"],
+        )
+        ranked = sorted(counts.by_tenant.items(), key=lambda item: (-item[1], item[0]))
+        for tenant, count in ranked[:TOP_STREAM_TENANTS]:
+            tenants.add_metric([tenant], count)
+        if len(ranked) > TOP_STREAM_TENANTS:
+            tenants.add_metric(["other"], sum(count for _, count in ranked[TOP_STREAM_TENANTS:]))
+        yield from (state, held, tenants)
 
 
 class ObservabilityMiddleware:

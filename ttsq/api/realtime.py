@@ -56,7 +56,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ttsq.api.auth import Authenticator, Principal, Unauthorized, presented_key
 from ttsq.api.bodies import read_json
 from ttsq.api.schemas import REQUEST_MODEL, SubmitRequest
-from ttsq.api.service import InvalidInput, TaskNotFound, TTSService
+from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound, TTSService
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain.audio import SAMPLE_RATE, sentence_gap_pcm16
 from ttsq.domain.jobs import MAX_SEED, Priority
@@ -78,6 +78,7 @@ CLOSE_CODES: dict[str, int] = {
     "message_too_big": 1009,
     "internal_error": 1011,
     "unavailable": 1013,  # "try again later": Redis unreachable, or this process serves its limit of streams
+    "no_worker": 1013,  # no worker is alive to speak the session's text (NO_WORKER_S)
     "invalid_session": 4400,
     "unauthorized": 4401,
     "forbidden": 4403,
@@ -684,7 +685,7 @@ async def serve_session(
             if not caller.allows("tts"):
                 raise SessionEnded("forbidden", "this API key lacks the 'tts' scope needed here")
         try:
-            release = service.listening.stream_slots.take(caller.subject)
+            release = service.listening.stream_slots.take(caller.subject, caller.tenant)
         except TooManyStreams as exc:
             raise SessionEnded("too_many_requests" if exc.per_key else "unavailable", str(exc)) from None
         try:
@@ -707,6 +708,8 @@ async def serve_session(
         pass
     except OSError:  # the client went away before the handshake's answer could be sent
         pass
+    except NoWorker as exc:
+        await _close(websocket, NoWorker.code, str(exc))
     except STORE_ERRORS as exc:
         log.warning("realtime session: Redis unavailable: %s", exc)
         await _close(websocket, "unavailable", REDIS_DOWN)

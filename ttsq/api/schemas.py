@@ -148,6 +148,9 @@ class ErrorBody(BaseModel):
     """Every non-422 error: a sentence a person can act on."""
 
     detail: str
+    code: str | None = Field(
+        None, description="Where a client may branch on the error: `no_worker` (no worker is alive to run the task)."
+    )
 
 
 class ValidationErrorBody(BaseModel):

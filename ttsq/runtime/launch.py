@@ -1,8 +1,8 @@
 """Starting ttsq's processes the same way everywhere: ``make up``, the end-to-end tests, the benchmarks.
 
-The API runs under uvicorn with uvloop and httptools; a worker is ``python worker.py``. Both are
-started from the repository root (``cwd``), configured only through their environment, and
-waited for through their HTTP readiness probes.
+The API is ``python api_server.py`` (uvicorn with uvloop and httptools, and the server's limits from the settings); a
+worker is ``python worker.py``. Both are started from the repository root (``cwd``), configured only through their
+environment, and waited for through their HTTP readiness probes.
 """
 
 from __future__ import annotations
@@ -42,28 +42,17 @@ KEEP_ALIVE_S = 75
 connection longer than its clients do: httpx (and the OpenAI SDK on it) drops one after 5 s, aiohttp after 15 s,
 and a client that sends on a connection the server is closing at that instant gets "Server disconnected without
 sending a response" — a request lost in transit, not refused. 75 s is nginx's default, above the 60 s idle
-timeout of the common cloud load balancers, which must also find the backend's connection still open."""
+timeout of the common cloud load balancers, which must also find the backend's connection still open. The API is
+started with it by ``api_server.py``."""
 
 
 def api_command(port: int, *, host: str = "127.0.0.1", app: str = "app:app", access_log: bool = False) -> list[str]:
-    """The uvicorn command line for an ASGI app (ttsq's, or a benchmark's bare stand-in)."""
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--timeout-keep-alive",
-        str(KEEP_ALIVE_S),
-    ]
-    return command if access_log else [*command, "--no-access-log"]
+    """The API process's command line (``api_server.py``: uvicorn with the server limits from the settings), for
+    ttsq's app or a benchmark's bare stand-in."""
+    command = [sys.executable, "api_server.py", "--host", host, "--port", str(port)]
+    if app != "app:app":
+        command += ["--app", app]
+    return [*command, "--access-log"] if access_log else command
 
 
 def worker_command() -> list[str]:

@@ -29,7 +29,8 @@ from ttsq.api.service.draws import DrawConfig, DrawLanguage, DrawnVoice, DrawOut
 from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, ListeningService, ServerEvent
 from ttsq.api.service.tasks import Download, Submitted, TaskService, Webhooks, build_params
 from ttsq.api.service.voices import VoiceService
-from ttsq.api.stream_slots import StreamSlots
+from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
+from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
 from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
@@ -38,6 +39,7 @@ from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, P
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
+from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.cache import ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.listener import JobListener, ListenerConfig
@@ -96,6 +98,7 @@ __all__ += [
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
+__all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 
 __all__ += [
     "AdminService",
@@ -139,6 +142,7 @@ class TTSService:
         self.voicing = VoiceService(voices, VoiceEncodings(queue.redis, queue.keys, config.block_s), config)
         self.dictionary = DictionaryService(self.common, pronunciation)
         heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
+        workers = WorkerWatch(beating_within(heartbeats, config.no_worker_s), config.no_worker_s)
         self.tasks = TaskService(
             self.common,
             queue,
@@ -149,10 +153,13 @@ class TTSService:
             self.listener,
             streams,
             heartbeats,
+            workers,
+            ApiKeyStore(queue.redis, queue.keys).still_valid,
             on_submit=on_submit,
             webhooks=webhooks,
             monotonic=monotonic,
         )
-        self.listening = ListeningService(self.tasks, StreamSlots(config.max_streams, config.max_streams_per_key))
+        slots = StreamSlots(config.max_streams, config.max_streams_per_key, config.max_streams_per_tenant)
+        self.listening = ListeningService(self.tasks, slots)
         self.drawing = DrawService(self.common, self.tasks, voices, draws)
         self.admin = AdminService(self.common, queue, heartbeats, config)

@@ -49,6 +49,8 @@ class ServiceConfig:
     max_streams: int
     """Event and audio streams this process serves at once (:mod:`ttsq.api.stream_slots`)."""
     max_streams_per_key: int
+    max_streams_per_tenant: int
+    """Of those, what one tenant holds over all its keys (``MAX_STREAMS_PER_TENANT``, resolved)."""
     max_wait_s: float
     """The longest long-poll (``MAX_WAIT_S``): a longer ``wait`` is served as this one."""
     block_s: float
@@ -61,6 +63,10 @@ class ServiceConfig:
     """How long a voice made from a recording waits for a worker's encoder (``VOICE_ENCODE_TIMEOUT_S``)."""
     stream_admission: Literal["off", "wait", "refuse"]
     """``refuse``: a submit while no worker has room for another real-time stream is a 429 (:mod:`ttsq.api.stream_admission`)."""
+    no_worker_s: int
+    """A waiter on a job while no worker has beaten for this long is told ``no_worker`` (``NO_WORKER_S``; 0: never)."""
+    stream_key_recheck_s: float
+    """How often a long-poll opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``)."""
 
 
 class InvalidInput(Exception):

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from ttsq.api.auth import Principal
 from ttsq.api.service.common import ends_for_reader
 from ttsq.api.service.tasks import TaskService
-from ttsq.api.stream_slots import StreamSlots, hold
+from ttsq.api.stream_admission import NoWorker
+from ttsq.api.stream_slots import StreamAborted, StreamKind, StreamSlots, hold
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.captions import srt, vtt
 from ttsq.domain.encoders import StreamFormat, encoded
@@ -90,7 +91,12 @@ class ListeningService:
         the route writes them at once. With a thousand clients on one process each write is a system call (about a
         third of the API's time from a piece's publication to its clients' first byte, ``bench.listening.listeners``), and one
         write per client per piece is half the calls of two.
+
+        While the task has not ended, :class:`~ttsq.api.stream_admission.NoWorker` once no worker is alive to end it:
+        asked of the process's shared answer each time the stream has news or has been quiet for its refresh.
         """
+        workers = self.tasks.workers
+        quiet_s = workers.refresh_s if workers.on else None
         after = last_event_id if last_event_id is not None and _ENTRY_ID.fullmatch(last_event_id) else "0"
         cued = -1  # a re-run attempt republishes its cues from the first (an attempt is deterministic): each is sent once
 
@@ -111,7 +117,7 @@ class ListeningService:
             last = await self._status_event(current)
             yield [*batch, ServerEvent(position, "status", last)]
             while not current.status.is_final:
-                update = await subscription.next()
+                update = await subscription.next(quiet_s)
                 if update.gone:
                     return
                 batch = []
@@ -136,6 +142,8 @@ class ListeningService:
                         batch.append(ServerEvent(seen, "status", last))
                 if batch:
                     yield batch
+                if not current.status.is_final:
+                    await workers.require()
             if current.status is Status.DONE and current.captions is not None and await self.streams.progress(job.id) is None:
                 # A job whose stream holds no piece (one chunk, a cache hit, an attempt that could not publish) has its
                 # cues only in its record: those not sent yet are sent from there.
@@ -168,26 +176,35 @@ class ListeningService:
             pending.add_done_callback(lambda _: self._positions.pop(job_id, None))
         return await asyncio.shield(pending)
 
-    def open_stream(self, caller: Principal, request_state: Any) -> None:
+    def open_stream(self, caller: Principal, request_state: Any, kind: StreamKind = "long_poll") -> None:
         """Take one of this process's stream slots for ``caller`` (kept in ``request_state`` until the response is over),
         or raise :class:`ttsq.api.stream_slots.TooManyStreams`: a stream holds memory and a subscription to the listener for
         as long as its task lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one
-        caller."""
-        hold(self.stream_slots, caller.subject, request_state)
+        caller and ``MAX_STREAMS_PER_TENANT`` to one tenant."""
+        hold(self.stream_slots, caller.subject, request_state, caller.tenant, kind)
+
+    async def require_workers(self, job: Job | None = None) -> None:
+        """Before a response that waits on ``job`` (None: one just queued) starts:
+        :class:`~ttsq.api.stream_admission.NoWorker` when the job has not ended and no worker is alive to run it (a 503
+        the client can act on, not a stream of nothing)."""
+        if job is None or not job.status.is_final:
+            await self.tasks.workers.require()
 
     async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
         """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: the task's failure ends it
         quietly (the status code is sent already; the task's status says why). Audio that cannot be delivered whole
-        (:class:`StreamGap`) is raised: the body is then cut off before its end (no last chunk), so that no client takes
-        what it received for the whole file."""
+        (:class:`StreamGap`) and the last worker gone break it off (:class:`~ttsq.api.stream_slots.StreamAborted`: a
+        raw body has no way to say so but an unfinished end, so that no client takes what it received for the whole
+        file)."""
         try:
             async for piece in self.encoded(task_id, fmt, pcm):
                 yield piece
         except StreamGap as exc:
-            log.warning("task %s: audio stream cut off: %s", task_id, exc)
-            raise
+            raise StreamAborted(str(exc)) from None
         except StreamFailed:
             return
+        except NoWorker as exc:
+            raise StreamAborted(str(exc)) from None
 
     def encoded(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
         """The task's audio in ``fmt`` as it is produced: its PCM16 pieces (``pcm``, else :meth:`pcm`) through an
@@ -203,8 +220,9 @@ class ListeningService:
         return _after(first, pieces)
 
     def pcm(self, task_id: str) -> AsyncIterator[bytes]:
-        """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails."""
-        return pcm_pieces(self.streams, self.listener, self.queue, task_id)
+        """The task's PCM16 pieces as they are produced; :class:`StreamFailed` if it fails,
+        :class:`~ttsq.api.stream_admission.NoWorker` once no worker is alive to make the rest."""
+        return self.tasks.workers.watching(pcm_pieces(self.streams, self.listener, self.queue, task_id))
 
 
 async def _after(first: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ttsq.api.auth import Principal
+from ttsq.api.auth import Principal, Unauthorized
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.schemas import SubmitRequest, SubmitResponse, TaskStatus, WebhookStatus
 from ttsq.api.service.common import (
@@ -28,7 +28,7 @@ from ttsq.api.service.common import (
 )
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.voices import VoiceService
-from ttsq.api.stream_admission import refuse_past_stream_capacity
+from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
 from ttsq.api.stream_slots import when_over
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
@@ -36,6 +36,7 @@ from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
+from ttsq.store.api_keys import ApiKey
 from ttsq.store.cache import ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.deliveries import DeliveryQueue, DeliverySummary
@@ -141,6 +142,8 @@ class TaskService:
         listener: JobListener,
         streams: AudioStreams,
         heartbeats: Heartbeats,
+        workers: WorkerWatch,
+        key_still_valid: Callable[[ApiKey], Awaitable[bool]],
         on_submit: Callable[[SubmitOutcome], None] | None = None,
         webhooks: Webhooks | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -161,6 +164,10 @@ class TaskService:
         self.webhooks = webhooks
         self.heartbeats = heartbeats
         """The workers' heartbeats, which say whether one has room for another real-time stream (``refuse``)."""
+        self.workers = workers
+        """Whether any worker is alive (``NO_WORKER_S``): asked by every wait on a job, long-polls and streams alike."""
+        self.key_still_valid = key_still_valid
+        """Whether a key that authenticated a request is still neither revoked nor expired (a long wait asks again)."""
         self._abandoning: set[asyncio.Task[None]] = set()
         """Cancels of abandoned tasks under way (:meth:`cancelled_when_abandoned`), held until they end."""
         self.monotonic = monotonic
@@ -402,7 +409,7 @@ class TaskService:
 
     async def download(self, task_id: str, caller: Principal, wait_s: float = 0.0) -> Download:
         """The audio of a finished task; otherwise its status (pending, failed or cancelled), once it has
-        ended or after ``wait_s`` (:meth:`wait_for_end`)."""
+        ended or after ``wait_s`` (:meth:`wait_for_end`: its refusals too)."""
         job = await self.wait_for_end(await self.job(task_id, caller), caller, wait_s)
         if job.status is Status.DONE:
             audio = await self.queue.result(task_id)
@@ -420,17 +427,34 @@ class TaskService:
         before the job is read again, so an end written between the two is still seen. Cost per waiter: one
         ``XREVRANGE`` and one ``GET`` to start, one ``GET`` when its job ends; nothing while it waits. The deadline is
         kept on :attr:`monotonic`, read at least every ``BLOCK_S``.
+
+        A wait is for a job something will run, by a caller still allowed to see it: with no worker alive it is
+        :class:`~ttsq.api.stream_admission.NoWorker` (before the wait, and as soon as the last worker is gone), and a
+        caller's key is asked again every ``STREAM_KEY_RECHECK_S`` — one revoked or expired meanwhile ends the wait
+        with :class:`~ttsq.api.auth.Unauthorized`, not with the audio it would have waited for.
         """
         deadline = self.monotonic() + min(wait_s, self.config.max_wait_s)
         if job.status.is_final or self.monotonic() >= deadline:
             return job
+        await self.workers.require()
+        key = caller.key
+        recheck_s = self.config.stream_key_recheck_s
+        key_due = self.monotonic() + recheck_s
+        step_s = min(self.config.block_s, self.workers.refresh_s) if self.workers.on else self.config.block_s
         async with self.listener.follow(job.id, None) as subscription:
             current = await self.job(job.id, caller)
             while not current.status.is_final:
-                remaining = deadline - self.monotonic()
+                now = self.monotonic()
+                if key is not None and now >= key_due:
+                    key_due = now + recheck_s
+                    if not await self.key_still_valid(key):
+                        raise Unauthorized("the API key was revoked or has expired")
+                remaining = deadline - now
                 if remaining <= 0:
                     break
-                update = await subscription.next(min(remaining, self.config.block_s))
+                update = await subscription.next(min(remaining, step_s))
                 if update.gone or any(ends_for_reader(fields) for _, fields in update.entries):
                     current = await self.job(job.id, caller)
+                if not current.status.is_final:
+                    await self.workers.require()
         return current
