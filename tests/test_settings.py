@@ -89,7 +89,7 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
         ({"precision": "int8", "engine_backend": "chattts"}, "PRECISION=int8"),
         ({"precision": "int8", "batch_invariant": True}, "contradict"),
         ({"precision": "fp16"}, "precision"),
-        ({"no_worker_s": 4, "heartbeat_interval_s": 2.0}, "NO_WORKER_S"),
+        ({"no_worker_s": 1, "heartbeat_interval_s": 0.5}, "NO_WORKER_S"),
         ({"max_streams": 8, "max_streams_per_tenant": 9}, "MAX_STREAMS_PER_TENANT"),
         ({"max_connections": 0}, "MAX_CONNECTIONS"),
     ],
