@@ -10,7 +10,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ttsq.domain.text import TextStream, split_sentences
+from ttsq.domain.text import split_sentences
+from ttsq.domain.text_stream import TextStream
 
 MAX = 40
 WORDS = st.sampled_from(["Hello", "world", "3.5", "e.g.", "你好", "谢谢", "[uv_break]", "a", "no", "Dr.", "3", "Well", "yes"])

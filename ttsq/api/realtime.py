@@ -2,7 +2,7 @@
 
 A voice agent speaks an LLM's reply while the LLM is still writing it. The client opens a session with its voice,
 seed and sampling options, then sends the text in pieces; each sentence is cut as it completes
-(:class:`ttsq.domain.text.TextStream`) and queued at once as a job of its own, through the same submit as every other
+(:class:`ttsq.domain.text_stream.TextStream`) and queued at once as a job of its own, through the same submit as every other
 request (validation, pronunciation dictionary, rate limit, fair queue, cache, single-flight), so the API still runs
 no inference and a worker that dies mid-sentence costs a retry, never the session. Chunk ``i`` of a session is
 queued with ``first_chunk=i`` (:class:`ttsq.domain.jobs.TTSParams`): it draws the random stream chunk ``i`` of the
@@ -61,7 +61,7 @@ from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain.audio import SAMPLE_RATE, sentence_gap_pcm16
 from ttsq.domain.jobs import MAX_SEED, Priority
 from ttsq.domain.sampling import SamplingFields
-from ttsq.domain.text import TextStream
+from ttsq.domain.text_stream import TextStream
 from ttsq.domain.voices import OPENAI_VOICES, Voice, VoiceError
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import QueueFullError
