@@ -45,22 +45,33 @@ from asyncio import FIRST_COMPLETED as FIRST
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from redis.backoff import EqualJitterBackoff
-from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ttsq.api.auth import Authenticator, Principal, Unauthorized, presented_key
-from ttsq.api.bodies import read_json
-from ttsq.api.schemas import REQUEST_MODEL, SubmitRequest
+from ttsq.api.realtime_protocol import (
+    CLOSE_CODES,
+    REDIS_DOWN,
+    Control,
+    Disconnected,
+    Inbox,
+    RealtimeConfig,
+    SessionEnded,
+    SessionStart,
+    TextPiece,
+    close_with,
+    decode_message,
+    problem,
+    receive_into,
+    refuse,
+)
+from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound, TTSService
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain.audio import SAMPLE_RATE, sentence_gap_pcm16
-from ttsq.domain.jobs import MAX_SEED, Priority
-from ttsq.domain.sampling import SamplingFields
 from ttsq.domain.text_stream import TextStream
 from ttsq.domain.voices import OPENAI_VOICES, Voice, VoiceError
 from ttsq.store.connection import STORE_ERRORS
@@ -68,27 +79,10 @@ from ttsq.store.queue import QueueFullError
 from ttsq.store.rate_limit import RateLimitExceeded
 from ttsq.store.streams import StreamFailed
 
-__all__ = ["CLOSE_CODES", "RealtimeConfig", "serve_session"]
+__all__ = ["CLOSE_CODES", "RealtimeConfig", "serve_session"]  # the protocol's words re-exported for the router and settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-CLOSE_CODES: dict[str, int] = {
-    "done": 1000,
-    "message_too_big": 1009,
-    "internal_error": 1011,
-    "unavailable": 1013,  # "try again later": Redis unreachable, or this process serves its limit of streams
-    "no_worker": 1013,  # no worker is alive to speak the session's text (NO_WORKER_S)
-    "invalid_session": 4400,
-    "unauthorized": 4401,
-    "forbidden": 4403,
-    "timeout": 4408,
-    "too_much_text": 4413,
-    "too_many_requests": 4429,
-}
-"""How a session ends. 1000 is a finished session; 4xxx mirror the HTTP status a request would get."""
-
-REDIS_DOWN = "the job store (Redis) is unreachable; please retry shortly"
 
 GAP = sentence_gap_pcm16()
 """The pause before every chunk but the first (:data:`ttsq.domain.audio.SENTENCE_GAP_MS`)."""
@@ -99,79 +93,6 @@ from its upper half, so the sessions of a process that all met one failover do n
 instant."""
 
 
-@dataclass(frozen=True)
-class RealtimeConfig:
-    """The session limits (``REALTIME_*``) and the chunk size the workers use (``MAX_CHUNK_CHARS``). Built by app.py."""
-
-    max_chunk_chars: int
-    idle_s: float
-    """How long a session may go without a message from the client while none of its audio is pending, unless its
-    ``session.start`` asks for less (``idle_s``): the default and the most a client may ask for."""
-    start_s: float
-    """How long a connection may take to send its ``session.start``; nothing else is read before it."""
-    max_session_s: float
-    """The longest a session may last, however busy."""
-    max_chars: int
-    """The most text one session may send."""
-    clause_wait_s: float
-    """How long text without a sentence end (or whose sentence end waits for what follows it) waits before it is
-    spoken up to its last sentence end or clause mark."""
-    max_message_bytes: int
-    """The largest message; a larger one ends the session with 1009."""
-    inbox_messages: int
-    """The most messages a session holds that it has not handled yet: past it, the socket is not read (TCP holds the
-    client back), so what a client sends costs at most this many messages of memory, read or not."""
-    key_recheck_s: float
-    """How often a session opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``), before and
-    after ``close`` alike: one revoked or expired meanwhile ends the session (4401) and nothing more is queued or sent."""
-    outage_s: float
-    """How long a session keeps trying a Redis call through an outage (``LISTEN_OUTAGE_S``, the stream listener's
-    budget too) before it ends with 1013."""
-    retry_after_s: int
-    """``Retry-After`` of a handshake refused because Redis is unreachable (503)."""
-    ahead: int
-    """Chunks a session keeps queued beyond the one whose audio is streaming (``REALTIME_AHEAD``): the next is
-    queued when a chunk's first audio goes out, so a session's later sentences do not share decode steps with its
-    first one while a listener waits for it (on a CPU each row added to a step slows the step)."""
-
-
-class SessionStart(SamplingFields):
-    """The first message: who calls and how the session speaks (the sampling fields as on ``/v1/tts/submit``)."""
-
-    model_config = REQUEST_MODEL
-
-    type: Literal["session.start"]
-    voice: str | None = Field(None, max_length=512, description="A voice name, OpenAI voice name or blend.")
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed; without a voice it picks the speaker.")
-    priority: Priority | None = None
-    idle_s: float | None = Field(
-        None, gt=0, description="This session's idle timeout, in seconds: at most the server's (REALTIME_IDLE_S)."
-    )
-    api_key: str | None = Field(None, max_length=512, description="The key, where the handshake carried none.")
-
-
-class TextPiece(BaseModel):
-    model_config = REQUEST_MODEL
-
-    type: Literal["text"]
-    text: str
-
-
-class Control(BaseModel):
-    model_config = REQUEST_MODEL
-
-    type: Literal["flush", "close", "cancel", "keepalive"]
-
-
-class SessionEnded(Exception):
-    """Ends the session: an ``error`` event (``code``, ``message`` and ``details``), then the close code of ``code``."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.details = details
-
-
 @dataclass
 class _Segment:
     index: int
@@ -180,43 +101,6 @@ class _Segment:
     started: bool = False
     """Its first audio has gone out."""
     sent: bool = False
-
-
-Inbox = asyncio.Queue[dict[str, Any]]
-"""The client's messages, read from the socket by a task of their own (:func:`_receive_into`), at most
-:attr:`RealtimeConfig.inbox_messages` of them."""
-
-
-def _problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "message"
-    return f"{where}: {first['msg']}"
-
-
-def _decode(message: dict[str, Any], limit: int) -> dict[str, Any]:
-    """A client frame as a JSON object, read by the HTTP routes' rules (:func:`ttsq.api.bodies.read_json`), or
-    :class:`ValueError` saying what is wrong with it (a frame too large: :class:`SessionEnded`)."""
-    if message.get("bytes") is not None:
-        if len(message["bytes"]) > limit:
-            raise SessionEnded("message_too_big", f"a message is at most {limit} bytes (REALTIME_MAX_MESSAGE_BYTES)")
-        raise ValueError("binary frames are not accepted: send JSON messages as text frames")
-    raw = (message.get("text") or "").encode("utf-8", "surrogatepass")
-    if len(raw) > limit:
-        raise SessionEnded("message_too_big", f"a message is at most {limit} bytes (REALTIME_MAX_MESSAGE_BYTES)")
-    try:
-        value = read_json(raw)
-    except RequestValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"][1:])
-        problem = str(first["msg"]).replace("the request body", "the message")
-        raise ValueError(f"{where}: {problem}" if where else problem) from None
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise ValueError('a message is a JSON object with a "type": session.start, text, flush, keepalive, close or cancel')
-    return value
-
-
-class _Disconnected(Exception):
-    """The client went away."""
 
 
 def _quiet(task: asyncio.Task[Any]) -> None:
@@ -273,14 +157,14 @@ class _Session:
             raise SessionEnded("unauthorized", "the API key was revoked or has expired")
 
     async def _transmit(self, send: Awaitable[None]) -> None:
-        """One frame out; a client that is gone is :class:`_Disconnected`, whichever way the server says so."""
+        """One frame out; a client that is gone is :class:`Disconnected`, whichever way the server says so."""
         try:
             await send
         except (WebSocketDisconnect, OSError):
-            raise _Disconnected from None
+            raise Disconnected from None
         except RuntimeError:  # Starlette: a send on a socket already closed (WebSocketDisconnected)
             if self.ws.application_state is WebSocketState.DISCONNECTED:
-                raise _Disconnected from None
+                raise Disconnected from None
             raise
 
     async def send(self, event: dict[str, Any]) -> None:
@@ -419,9 +303,9 @@ class _Session:
     async def _handle(self, message: dict[str, Any]) -> str | None:
         """One message; its type, or None for one refused with an ``error`` event."""
         if message.get("type") == "websocket.disconnect":
-            raise _Disconnected
+            raise Disconnected
         try:
-            value = _decode(message, self.config.max_message_bytes)
+            value = decode_message(message, self.config.max_message_bytes)
             kind = value["type"]
             if kind == "text":
                 piece = TextPiece.model_validate(value).text
@@ -442,7 +326,7 @@ class _Session:
             else:
                 raise ValueError(f"unknown message type {kind[:40]!r}: send text, flush, keepalive, close or cancel")
         except ValidationError as exc:
-            await self.send({"type": "error", "code": "invalid_message", "message": _problem(exc)})
+            await self.send({"type": "error", "code": "invalid_message", "message": problem(exc)})
             return None
         except ValueError as exc:
             await self.send({"type": "error", "code": "invalid_message", "message": str(exc)})
@@ -549,7 +433,7 @@ class _Session:
                 message = await self._next(inbox, self.began + self.config.max_session_s - self.clock())
                 if message is not None:
                     if message.get("type") == "websocket.disconnect":
-                        raise _Disconnected
+                        raise Disconnected
                     await self.send({"type": "error", "code": "closing", "message": "the session is closing: no more messages"})
                 elif not self.sender.done():
                     raise self._timeout(self._too_long())
@@ -581,45 +465,11 @@ class _Session:
             log.warning("realtime session %s: could not abandon task %s: %s", self.id, task_id, exc)
 
 
-async def _receive_into(websocket: WebSocket, inbox: Inbox) -> None:
-    """The client's messages into ``inbox``; while it is full, nothing is read (the server stops reading the socket,
-    and TCP's flow control holds the client back)."""
-    while True:
-        message = dict(await websocket.receive())
-        await inbox.put(message)
-        if message["type"] == "websocket.disconnect":
-            return
-
-
 async def _voice(service: TTSService, name: str | None, caller: Principal) -> Voice | None:
     """The session's voice among those ``caller`` sees (its tenant's and the global ones); OpenAI's names too."""
     if name is None:
         return None
     return await service.voicing.resolve_voice(OPENAI_VOICES.get(name, name), caller)
-
-
-async def _close(websocket: WebSocket, code: str, message: str | None = None, details: dict[str, Any] | None = None) -> None:
-    if websocket.application_state is not WebSocketState.CONNECTED or websocket.client_state is not WebSocketState.CONNECTED:
-        return
-    try:
-        if message is not None:
-            await websocket.send_json({"type": "error", "code": code, "message": message, **(details or {})})
-        await websocket.close(CLOSE_CODES.get(code, 1011), reason=(message or "")[:120])
-    except (RuntimeError, OSError, WebSocketDisconnect):  # the client is gone already
-        return
-
-
-async def _refuse(websocket: WebSocket, status: int, message: str, retry_after_s: int) -> None:
-    """Refuse the handshake with an HTTP answer (``{"detail": ...}``, as the native routes answer): a client that set
-    headers reads its status; a server without the denial-response extension answers 403."""
-    headers = {401: {"WWW-Authenticate": 'Bearer realm="ttsq"'}, 503: {"Retry-After": str(retry_after_s)}}.get(status)
-    try:
-        if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            await websocket.send_denial_response(JSONResponse({"detail": message}, status_code=status, headers=headers))
-        else:
-            await websocket.close(1008)
-    except (OSError, WebSocketDisconnect, RuntimeError):  # the client is gone already
-        return
 
 
 async def _handshake_caller(websocket: WebSocket, authenticator: Authenticator, retry_after_s: int) -> Principal | bool:
@@ -632,14 +482,14 @@ async def _handshake_caller(websocket: WebSocket, authenticator: Authenticator, 
     try:
         caller = await authenticator.principal(presented, websocket.client.host if websocket.client else "unknown")
     except Unauthorized as exc:
-        await _refuse(websocket, 401, str(exc), retry_after_s)
+        await refuse(websocket, 401, str(exc), retry_after_s)
         return False
     except STORE_ERRORS as exc:
         log.warning("realtime handshake: Redis unavailable: %s", exc)
-        await _refuse(websocket, 503, REDIS_DOWN, retry_after_s)
+        await refuse(websocket, 503, REDIS_DOWN, retry_after_s)
         return False
     if not caller.allows("tts"):
-        await _refuse(websocket, 403, "this API key lacks the 'tts' scope needed here", retry_after_s)
+        await refuse(websocket, 403, "this API key lacks the 'tts' scope needed here", retry_after_s)
         return False
     return caller
 
@@ -666,11 +516,11 @@ async def serve_session(
         except TimeoutError:
             raise SessionEnded("timeout", f"no session.start within {config.start_s:g} s (REALTIME_START_S)") from None
         if first["type"] == "websocket.disconnect":
-            raise _Disconnected
+            raise Disconnected
         try:
-            start = SessionStart.model_validate(_decode(first, config.max_message_bytes))
+            start = SessionStart.model_validate(decode_message(first, config.max_message_bytes))
         except ValidationError as exc:
-            raise SessionEnded("invalid_session", f"the first message must be a valid session.start: {_problem(exc)}") from None
+            raise SessionEnded("invalid_session", f"the first message must be a valid session.start: {problem(exc)}") from None
         except ValueError as exc:
             raise SessionEnded("invalid_session", f"the first message must be a session.start: {exc}") from None
         if start.idle_s is not None and start.idle_s > config.idle_s:
@@ -698,24 +548,24 @@ async def serve_session(
         still_valid = (lambda: authenticator.store.still_valid(key)) if key is not None else None
         session = _Session(websocket, service, caller, start, voice, config, clock, still_valid)
         log.info("realtime session %s opened by %s", session.id, caller.subject)
-        receiver = asyncio.create_task(_receive_into(websocket, inbox))
+        receiver = asyncio.create_task(receive_into(websocket, inbox))
         receiver.add_done_callback(_quiet)
         await session.run(inbox)
-        await _close(websocket, "done")
+        await close_with(websocket, "done")
     except SessionEnded as exc:
-        await _close(websocket, exc.code, str(exc), exc.details)
-    except (_Disconnected, WebSocketDisconnect):
+        await close_with(websocket, exc.code, str(exc), exc.details)
+    except (Disconnected, WebSocketDisconnect):
         pass
     except OSError:  # the client went away before the handshake's answer could be sent
         pass
     except NoWorker as exc:
-        await _close(websocket, NoWorker.code, str(exc))
+        await close_with(websocket, NoWorker.code, str(exc))
     except STORE_ERRORS as exc:
         log.warning("realtime session: Redis unavailable: %s", exc)
-        await _close(websocket, "unavailable", REDIS_DOWN)
+        await close_with(websocket, "unavailable", REDIS_DOWN)
     except Exception:
         log.exception("realtime session failed")
-        await _close(websocket, "internal_error", "internal error")
+        await close_with(websocket, "internal_error", "internal error")
     finally:
         if receiver is not None:
             receiver.cancel()
