@@ -792,6 +792,5 @@ class JobQueue:
         keys += [keys_of.worker_jobs(worker) for worker in scan.owners]
         args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, keys_of.fair_prefix, holder]
         args += [len(scan.lapsed), len(scan.unleased), len(scan.due), len(scan.abandoned), self.config.heartbeat_ttl_s]
-        args += [self.config.max_attempts]
         args += [*ids, *scan.owners]
         return SweepReport.parse(await self._sweep(keys=keys, args=args))
