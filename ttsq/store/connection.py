@@ -35,22 +35,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import ReadOnlyError, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 RedisClient = Redis | RedisCluster
@@ -97,8 +99,61 @@ def create_redis(config: RedisConfig) -> RedisClient:
     # A full pool makes a caller wait for a connection (up to the socket timeout) rather than open more: a burst of
     # requests (a thousand listeners opening at once) then borrows the same few connections in turn instead of leaving
     # a thousand open in the pool once it is over.
-    pool = BlockingConnectionPool.from_url(config.url, timeout=config.socket_timeout_s, health_check_interval=30, **common)
+    pool = BlockingConnectionPool.from_url(
+        config.url,
+        timeout=config.socket_timeout_s,
+        health_check_interval=30,
+        connection_class=_PRIMARY_CONNECTIONS.get(scheme, _PrimaryConnection),
+        **common,
+    )
     return Redis.from_pool(pool)
+
+
+_DEMOTED_UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
+"""What a primary turned into a replica answers a command blocked on it (``XREAD``, ``BLMOVE``)."""
+
+
+class _FollowsThePrimary:
+    """A pooled connection to one address (``redis://``, ``rediss://``, ``unix://``) that gives itself up once the server
+    behind it has become a replica: a managed Redis's endpoint moved to the promoted replica, or a primary
+    demoted under its clients.
+
+    redis-py keeps such a connection: ``READONLY`` is an answer, not a connection error, so each write that
+    borrowed it failed (503) for as long as it stayed in the pool — minutes after the failover, whenever a burst
+    reached the connections at the bottom of the pool. Here it is closed and the answer raised as a
+    ``ConnectionError``, which the client's retries (``REDIS_RETRIES``) take: they reconnect, to wherever the address
+    leads now. redis-py's Sentinel connections already do the same (``SentinelManagedConnection``)."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ReadOnlyError as exc:
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise RedisConnectionError(f"the server is a replica now ({exc}); reconnecting") from exc
+        except ResponseError as exc:
+            if not str(exc).startswith(_DEMOTED_UNBLOCKED):
+                raise
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise RedisConnectionError(f"the server is a replica now ({exc}); reconnecting") from exc
+
+
+class _PrimaryConnection(_FollowsThePrimary, Connection):
+    pass
+
+
+class _PrimarySSLConnection(_FollowsThePrimary, SSLConnection):
+    pass
+
+
+class _PrimaryUnixConnection(_FollowsThePrimary, UnixDomainSocketConnection):
+    pass
+
+
+_PRIMARY_CONNECTIONS: dict[str, type[AbstractConnection]] = {
+    "redis": _PrimaryConnection,
+    "rediss": _PrimarySSLConnection,
+    "unix": _PrimaryUnixConnection,
+}
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
@@ -222,6 +277,120 @@ def _sentinel_primary(url: str, *, tls: bool, **common: Any) -> Redis:
     )
     primary: Redis = sentinel.master_for(service)
     return primary
+
+
+SubmitWaitReplicas = int | Literal["auto"]
+"""``SUBMIT_WAIT_REPLICAS``: the replicas a write that acknowledges a task waits for, or ``auto``."""
+
+
+class NotReplicatedError(RedisError):
+    """A write that would acknowledge a task did not reach the replicas it waits for in time, or the primary has lost
+    the replicas it is expected to have. A Redis error, so the API answers it as an outage (503 + Retry-After): nothing
+    was acknowledged (the write may still stand if its primary survives: a client that retries may get a duplicate,
+    never a loss)."""
+
+
+@dataclass(frozen=True)
+class ReplicaCount:
+    """What ``INFO replication`` says of the server a process writes to."""
+
+    role: str
+    """``master``, or ``slave`` when the address now leads to a replica (a demoted primary)."""
+    online: int
+    """Replicas attached and streaming (``state=online``; where the server keeps the count, only those within
+    ``min-replicas-max-lag``)."""
+    guarded: bool
+    """The server itself refuses writes without enough replicas (``min-replicas-to-write`` and ``min-replicas-max-lag``
+    set)."""
+
+
+class Replication:
+    """How many replicas a write that acknowledges a task waits for (``WAIT``), and whether the primary has them now.
+
+    Redis replicates asynchronously: a primary answers a write before its replicas have it, and a failover then
+    promotes a replica without it. During a planned ``SENTINEL FAILOVER`` the old primary even goes on taking writes
+    on its open connections for seconds after its replica was promoted, and discards them when it is demoted. Only a
+    ``WAIT`` on the write's own connection (or the server's ``min-replicas-to-write``) keeps an acknowledgement
+    true: every path that answers 200/202 for a task writes through :meth:`JobQueue._acknowledged
+    <ttsq.store.queue.JobQueue._acknowledged>`, which waits for :meth:`to_wait_for` replicas.
+
+    ``SUBMIT_WAIT_REPLICAS=N`` waits for N. ``auto`` (the default) waits for one wherever the deployment has replicas:
+    once this process has seen its primary with a replica online, or guarded by ``min-replicas-to-write``. That is
+    sticky — a primary that has *lost* its replicas is exactly the one whose writes a failover will discard, so it
+    is refused (503), not taken for a lone Redis. One replica is enough: Sentinel promotes the replica furthest
+    along, which has every write a ``WAIT 1`` confirmed, and waiting for every replica would turn one slow replica
+    into refusals. Until a replica has been seen, the count is looked at again every ``recheck_s`` (one
+    ``INFO replication``), so a lone Redis costs one command per ``recheck_s``, not one per submit.
+
+    On a Redis Cluster ``auto`` waits for nothing: redis-py's cluster client cannot put a ``WAIT`` on the connection
+    a script ran on (settings refuse an explicit number there). A cluster's planned failover (``CLUSTER FAILOVER``)
+    loses nothing anyway, and its masters' ``min-replicas-to-write`` bounds what an unplanned one can
+    (docs/scale-out.md).
+    """
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        wanted: SubmitWaitReplicas,
+        timeout_ms: int,
+        recheck_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.redis = redis
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        self.recheck_s = recheck_s
+        self._monotonic = monotonic
+        self._expected = False
+        """``auto``: a replica has been seen (sticky for the process's life)."""
+        self._next_look = 0.0
+
+    @property
+    def waits(self) -> bool:
+        """Whether a ``WAIT`` can follow a write on its own connection: not through redis-py's cluster client."""
+        return not isinstance(self.redis, RedisCluster)
+
+    async def to_wait_for(self) -> int:
+        """How many replicas the next acknowledging write waits for (0: none)."""
+        if self.wanted != "auto":
+            return self.wanted
+        if not self.waits:
+            return 0
+        if not self._expected and self._monotonic() >= self._next_look:
+            self._next_look = self._monotonic() + self.recheck_s
+            await self.count()
+        return 1 if self._expected else 0
+
+    async def count(self) -> ReplicaCount:
+        """The primary's replicas now (one ``INFO replication``); a replica seen makes them expected (``auto``)."""
+        info: dict[str, Any] = await self.redis.info("replication")
+        online = sum(
+            1
+            for key, value in info.items()
+            if key.startswith("slave") and key[5:].isdigit() and isinstance(value, dict) and value.get("state") == "online"
+        )
+        guarded = "min_slaves_good_slaves" in info
+        if guarded:
+            online = min(online, int(info["min_slaves_good_slaves"]))
+        if online or guarded:
+            self._expected = True
+        return ReplicaCount(str(info.get("role", "master")), online, guarded)
+
+    async def check(self) -> dict[str, Any]:
+        """Readiness: the replicas the primary has online, or :class:`NotReplicatedError` while it has fewer than an
+        acknowledging write waits for (it would refuse every submit), or when the address leads to a replica."""
+        if not self.waits:
+            return {}
+        count = await self.count()
+        if count.role != "master":
+            raise NotReplicatedError(f"the Redis this process writes to is a replica now (role {count.role}): its primary moved")
+        wanted = await self.to_wait_for()
+        if count.online < wanted:
+            raise NotReplicatedError(
+                f"the primary has {count.online} replica(s) online and acknowledged writes wait for {wanted} "
+                "(SUBMIT_WAIT_REPLICAS): it has lost its replicas, and submits are refused until one is back"
+            )
+        return {"replicas": count.online}
 
 
 class EvictionRisk(StrEnum):

@@ -1,4 +1,5 @@
-"""A real Redis Cluster on this machine, for the tests and benchmarks (never a fake one).
+"""A real Redis Cluster, a Sentinel-managed primary, or a primary and its replicas on this machine, for the tests and
+benchmarks (never a fake one).
 
 Every node is a ``redis-server`` started by :mod:`ttsq.store.local_redis` with ``--cluster-enabled
 yes``; the cluster is built the way ``redis-cli --cluster create`` builds one: distinct config epochs,
@@ -230,6 +231,67 @@ def _replica_synced(node: RedisServer) -> bool:
     return isinstance(info, dict) and info.get("master_link_status") == "up"
 
 
+GUARD_ARGS = ("--min-replicas-to-write", "1", "--min-replicas-max-lag", "10")
+"""What the shipped replicated configurations set on every server (``deploy/redis/redis.conf``, the ``redis-ha``
+overlay): a primary with no replica within 10 s of lag refuses writes (``NOREPLICAS``) — so an old primary whose
+replica was promoted takes no write a failover would discard, and a worker on it is not ready."""
+
+
+@dataclass
+class LocalReplicated:
+    """A primary and its replicas with no sentinel: a test fails it over by hand, one step at a time, to hold the
+    moment a failover's clients live through — the replica promoted, the old primary not yet told."""
+
+    primary: RedisServer
+    replicas: list[RedisServer]
+
+    def detach(self, replica: RedisServer) -> None:
+        """The first step of a failover: ``replica`` is a primary now (``REPLICAOF NO ONE``); the old primary, not
+        told yet, goes on taking writes — with no replica to send them to."""
+        _command(replica, "REPLICAOF", "NO", "ONE")
+        wait(lambda: _role(self.primary) == "master" and _connected_replicas(self.primary) == 0, 30, "the replica to detach")
+
+    def demote(self, old: RedisServer, new: RedisServer) -> None:
+        """The last step: ``old`` follows ``new`` (``REPLICAOF``), discarding what only it had, and ``new`` is the
+        primary from now on."""
+        _command(old, "REPLICAOF", "127.0.0.1", new.port)
+        wait(lambda: _replica_synced(old), 30, f"port {old.port} to follow port {new.port}")
+        self.replicas = [server for server in [self.primary, *self.replicas] if server.port != new.port]
+        self.primary = new
+
+    def stop(self) -> None:
+        for server in [self.primary, *self.replicas]:
+            server.stop()
+
+
+def _role(node: RedisServer) -> str:
+    info = _command(node, "INFO", "replication")
+    return str(info.get("role")) if isinstance(info, dict) else "unknown"
+
+
+def _connected_replicas(node: RedisServer) -> int:
+    info = _command(node, "INFO", "replication")
+    return int(info.get("connected_slaves", 0)) if isinstance(info, dict) else 0
+
+
+def start_replicated(workdir: Path, *, replicas: int = 1, binary: str | None = None, guarded: bool = False) -> LocalReplicated:
+    """A primary and ``replicas`` replicas, synced; ``guarded``: with :data:`GUARD_ARGS` on every server."""
+    args = GUARD_ARGS if guarded else ()
+    primary = start_redis_server(workdir / "primary", binary=binary, args=args)
+    servers = [primary]
+    try:
+        for index in range(replicas):
+            replica_args = (*args, "--replicaof", "127.0.0.1", str(primary.port))
+            servers.append(start_redis_server(workdir / f"replica-{index}", binary=primary.binary, args=replica_args))
+        wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
+        wait(lambda: _connected_replicas(primary) == replicas, 30, "the primary to see its replicas")
+        return LocalReplicated(primary, servers[1:])
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+
+
 SENTINEL_SERVICE = "ttsq-primary"
 """The service name the local sentinels monitor (what a ``redis+sentinel://…/<service>`` URL names)."""
 
@@ -305,17 +367,25 @@ class LocalSentinel:
 
 
 def start_redis_sentinel(
-    workdir: Path, *, replicas: int = 1, sentinels: int = 3, binary: str | None = None, down_after_ms: int = 1000
+    workdir: Path,
+    *,
+    replicas: int = 1,
+    sentinels: int = 3,
+    binary: str | None = None,
+    down_after_ms: int = 1000,
+    guarded: bool = True,
 ) -> LocalSentinel:
     """A primary with ``replicas`` replicas, watched by ``sentinels`` sentinels (quorum: a majority), each a real
-    ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are)."""
-    primary = start_redis_server(workdir / "primary", binary=binary)
+    ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are).
+    ``guarded`` (as shipped): every server runs :data:`GUARD_ARGS`, so a primary without a replica refuses writes."""
+    guard = GUARD_ARGS if guarded and replicas else ()
+    primary = start_redis_server(workdir / "primary", binary=binary, args=guard)
     servers = [primary]
     chosen = primary.binary
     started: list[subprocess.Popen[bytes]] = []
     try:
         for index in range(replicas):
-            args = ("--replicaof", "127.0.0.1", str(primary.port))
+            args = (*guard, "--replicaof", "127.0.0.1", str(primary.port))
             servers.append(start_redis_server(workdir / f"replica-{index}", binary=chosen, args=args))
         wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
         ports = []
