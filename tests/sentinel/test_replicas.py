@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from redis.asyncio import Redis
 
 from tests.api.test_cache_api import warm_cache
@@ -159,17 +160,26 @@ async def test_a_pooled_connection_left_on_a_demoted_primary_reconnects(
     replicated: LocalReplicated, pooled: tuple[RedisClient, RedisProxy]
 ) -> None:
     """A managed Redis's endpoint (a proxy here) moves to the promoted replica after a failover; connections opened
-    before still lead to the old primary, a replica now, which answers every write ``READONLY``. redis-py kept such a
-    connection, so each write that borrowed it failed — isolated 503s, minutes later. Now it reconnects, to wherever
-    the endpoint leads, within the same command."""
+    before still lead to the old primary, a replica now, which answers every write ``READONLY`` — and a command
+    blocked on it when it was demoted ``UNBLOCKED``. redis-py kept such a connection, so each write that borrowed it
+    failed (isolated 503s, minutes later), and the blocked read failed. Now each reconnects, to wherever the endpoint
+    leads, within the same command."""
     client, proxy = pooled
     keys = [f"{{ttsq}}:pool-test:{n}" for n in range(8)]
     await asyncio.gather(*(client.blpop([key], timeout=0.2) for key in keys))  # eight connections, all open at once
     old, new = replicated.primary, replicated.replicas[0]
+    blocked: asyncio.Future[Any] = asyncio.ensure_future(client.blpop(["{ttsq}:pool-test:blocked"], timeout=2))
+    await asyncio.to_thread(wait_for, lambda: blocked_clients(old) == 1, 30, "the read to block on the primary")
     replicated.detach(new)
-    replicated.demote(old, new)
     proxy.upstream_port = new.port  # new connections reach the new primary; the pooled ones still the old
+    replicated.demote(old, new)
+    assert await blocked is None, "the blocked read went on on the new primary"  # a7e2e39: ResponseError UNBLOCKED
     outcomes = await asyncio.gather(*(client.blpop([key], timeout=0.2) for key in keys), return_exceptions=True)
     assert [outcome for outcome in outcomes if isinstance(outcome, BaseException)] == []
     written = await asyncio.gather(*(client.set(key, "after") for key in keys), return_exceptions=True)
     assert written == [True] * len(keys)
+
+
+def blocked_clients(server: RedisServer) -> int:
+    with redis.Redis(port=server.port) as direct:
+        return int(direct.info("clients")["blocked_clients"])

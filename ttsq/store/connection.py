@@ -21,6 +21,10 @@ Retries are few and short: the API turns a Redis outage into ``503 Retry-After``
 holding the client while it waits. :data:`STORE_ERRORS` is what an outage raises, the cluster
 client's own exceptions (``RedisClusterException`` is not a ``RedisError``) included.
 
+A failover unblocks the commands blocked on the old primary (``UNBLOCKED … instance state changed``) without running
+them: on one address (:class:`_FollowsThePrimary`) and on a cluster (:meth:`ClusterClient.execute_command`) they are
+sent again, to the primary now, so a blocking read rides through a failover as a pause.
+
 A Redis Cluster being resharded (a slot ``MIGRATING``/``IMPORTING``, its keys ``MIGRATE`` batch by batch, then
 ``SETSLOT … NODE``) is a pause, not an outage: commands meet ``ASK``, ``TRYAGAIN`` and ``MOVED``, which redis-py's
 cluster client follows or retries, and a command it cannot finish in time (``TTL exhausted``) is a ``RedisError``:
@@ -222,13 +226,25 @@ class ClusterClient(RedisCluster):
     rebuild it (they are connection errors, or ask for it themselves).
     """
 
+    _UNBLOCKED_RETRIES = 2
+    """Times a blocking read that a failover unblocked is sent again (each time to the slot's master now)."""
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().execute_command(*args, **kwargs)
-        except (RuntimeError, AttributeError) as exc:
-            if not torn_connection(exc):
-                raise
-            raise _as_outage(exc) from exc
+        """redis-py's, with two outages made what they are: a torn connection (a ``ConnectionError``), and a blocking
+        read (``XREAD``, ``BLMOVE``) whose master failed over under it, which Redis answers ``UNBLOCKED`` without
+        running it — so it is sent again, and ``MOVED`` leads it to the promoted replica: the listener's read goes on
+        where it was instead of surfacing an error."""
+        for attempt in range(self._UNBLOCKED_RETRIES + 1):
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except (RuntimeError, AttributeError) as exc:
+                if not torn_connection(exc):
+                    raise
+                raise _as_outage(exc) from exc
+            except ResponseError as exc:
+                if not str(exc).startswith(_DEMOTED_UNBLOCKED) or attempt == self._UNBLOCKED_RETRIES:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         """redis-py's pipeline (built by redis-py: its constructor's arguments differ between versions), whose
