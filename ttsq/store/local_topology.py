@@ -31,6 +31,10 @@ BUS_OFFSET = 10000
 """A cluster node also listens on its port + 10000 (the cluster bus)."""
 
 
+_FAILOVER_TRIES = 4
+"""``CLUSTER FAILOVER`` requests a planned failover makes before it gives up."""
+
+
 def _cluster_port() -> int:
     """A free port whose bus port (+10000) is a port, and free too."""
     while True:
@@ -97,8 +101,8 @@ class LocalCluster:
         """The nodes that are masters now, with slots or without (as a live node sees the cluster)."""
         return [self.node(port) for port, role in self._roles().items() if role == "master"]
 
-    def _roles(self) -> dict[int, str]:
-        view = _text(_command(self.alive()[0], "CLUSTER", "NODES"))
+    def _roles(self, seen_by: RedisServer | None = None) -> dict[int, str]:
+        view = _text(_command(seen_by or self.alive()[0], "CLUSTER", "NODES"))
         roles = {}
         for line in view.splitlines():
             parts = line.split()
@@ -173,8 +177,21 @@ class LocalCluster:
         """A planned failover (``CLUSTER FAILOVER`` on its replica: the master stops taking writes, the replica
         catches up, then takes over): returns the new master. No acknowledged write is lost."""
         replica = self.replica_of(master)
-        _command(replica, "CLUSTER", "FAILOVER")
-        wait(lambda: self._roles().get(replica.port) == "master", 60, f"replica {replica.port} to take over")
+        for attempt in range(_FAILOVER_TRIES):
+            # A manual failover the master does not answer in time (5 s) is dropped without a word: ask again.
+            _command(replica, "CLUSTER", "FAILOVER")
+            try:
+                wait(lambda: self._roles(replica).get(replica.port) == "master", 7, f"replica {replica.port} to take over")
+                break
+            except TimeoutError:
+                if attempt == _FAILOVER_TRIES - 1:
+                    raise
+
+        def agreed() -> bool:  # every live node's view: a stale one would send a later slot move to the old master
+            views = [self._roles(node) for node in self.alive()]
+            return all(view.get(replica.port) == "master" and view.get(master.port) == "replica" for view in views)
+
+        wait(agreed, 60, f"every node to see replica {replica.port} as the master")
         self.wait_healthy()
         return replica
 
