@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         "auto",
         description="Replicas that must have a task before it is acknowledged — a submit, a cache hit, a single-flight join, a "
         "realtime session's chunk (`WAIT`, up to `SUBMIT_WAIT_TIMEOUT_MS`; not acknowledged in time: 503 + Retry-After). "
-        "`auto`: one wherever the primary has a replica (seen online, or `min-replicas-to-write` set on it), none on a "
+        "`auto`: every replica the primary has been seen with (so while one is away, submits are refused), none on a "
         "lone Redis or a Redis Cluster; 0 = never wait: a primary failed over right after answering may lose the task "
         "(docs/scale-out.md). A number is not taken with a Redis Cluster.",
         json_schema_extra=_group("Queue"),
@@ -157,8 +157,8 @@ class Settings(BaseSettings):
     submit_wait_replicas_check_s: float = Field(
         5.0,
         gt=0,
-        description="With `SUBMIT_WAIT_REPLICAS=auto`: how often each process looks again (`INFO replication`) whether a "
-        "primary it has not yet seen with a replica has one now.",
+        description="With `SUBMIT_WAIT_REPLICAS=auto`: how often each process counts its primary's replicas again "
+        "(`INFO replication`), to wait for one added since.",
         json_schema_extra=_group("Queue"),
     )
     interactive_burst: int = Field(

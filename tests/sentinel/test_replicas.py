@@ -86,15 +86,28 @@ async def test_by_default_a_submit_waits_for_the_replica_its_primary_has(replica
         assert await stored_on(replica, after.json()["task_id"])
 
 
-@pytest.mark.parametrize("wait", [{}, {"submit_wait_replicas": 1}], ids=["auto", "explicit"])
+@pytest.mark.parametrize(
+    ("replicas", "wait"),
+    [(1, {}), (1, {"submit_wait_replicas": 1}), (2, {})],
+    ids=["one-replica-auto", "one-replica-wait-1", "two-replicas-auto"],
+)
 async def test_nothing_acknowledged_in_a_failover_window_is_lost(
-    replicated: LocalReplicated, tmp_path: Path, wait: dict[str, Any]
+    tmp_path: Path, replicas: int, wait: dict[str, Any]
 ) -> None:
-    """The replica is promoted; the old primary, not told yet, still takes writes. A cache hit, a new submit and a
-    join of a job in flight are all refused there (on a7e2e39, by default, the cache hit was answered 200 ``cached``
-    and the submit 202, and both were gone once the old primary followed the new one; with
-    ``SUBMIT_WAIT_REPLICAS=1`` the submit was refused but the cache hit still answered, and lost); ``/readyz`` says the
-    primary has lost its replica. Once the old primary is demoted, every task that was acknowledged is on the new one."""
+    """A replica is promoted; the old primary, not told yet, still takes writes — and with two replicas the other one
+    still follows it and confirms them. A cache hit, a new submit and a join of a job in flight are all refused there
+    (on a7e2e39, by default, the cache hit was answered 200 ``cached`` and the submit 202, and both were gone once the
+    old primary followed the new one; with ``SUBMIT_WAIT_REPLICAS=1`` the submit was refused but the cache hit still
+    answered, and lost; waiting for one replica of two, the remaining one confirmed both); ``/readyz`` says the primary
+    has lost a replica. Once the old primary is demoted, every task that was acknowledged is on the new one."""
+    replicated = start_replicated(tmp_path / "redis", replicas=replicas, binary=server_binary())
+    try:
+        await failover_window(replicated, tmp_path, wait)
+    finally:
+        replicated.stop()
+
+
+async def failover_window(replicated: LocalReplicated, tmp_path: Path, wait: dict[str, Any]) -> None:
     old, new = replicated.primary, replicated.replicas[0]
     async with api_client(api_settings(old, tmp_path, **wait)) as (http, app):
         await warm_cache(app, CACHED, b"ID3-cached-audio")

@@ -330,13 +330,18 @@ class Replication:
     true: every path that answers 200/202 for a task writes through :meth:`JobQueue._acknowledged
     <ttsq.store.queue.JobQueue._acknowledged>`, which waits for :meth:`to_wait_for` replicas.
 
-    ``SUBMIT_WAIT_REPLICAS=N`` waits for N. ``auto`` (the default) waits for one wherever the deployment has replicas:
-    once this process has seen its primary with a replica online, or guarded by ``min-replicas-to-write``. That is
-    sticky — a primary that has *lost* its replicas is exactly the one whose writes a failover will discard, so it
-    is refused (503), not taken for a lone Redis. One replica is enough: Sentinel promotes the replica furthest
-    along, which has every write a ``WAIT 1`` confirmed, and waiting for every replica would turn one slow replica
-    into refusals. Until a replica has been seen, the count is looked at again every ``recheck_s`` (one
-    ``INFO replication``), so a lone Redis costs one command per ``recheck_s``, not one per submit.
+    ``SUBMIT_WAIT_REPLICAS=N`` waits for N. ``auto`` (the default) waits for every replica the primary has been seen
+    with (the most this process has seen online at once; at least one where the server is guarded by
+    ``min-replicas-to-write``), and for none on a lone Redis. Every one, because Sentinel may promote any of them —
+    it picks by priority and by the offsets it last read, seconds old — and with two replicas the one promoted
+    leaves while the other stays attached to the old primary, which then goes on confirming writes (``WAIT 1``,
+    ``min-replicas-to-write 1``) that the failover discards. And sticky: a primary that has *lost* a replica is
+    exactly the one a failover is leaving, so its submits are refused (503) until the replica is back, rather than
+    taken for a smaller deployment. The count is looked at again every ``recheck_s`` (one ``INFO replication``), so
+    a replica added later is waited for too, at one command per ``recheck_s``, not one per submit. The price: while
+    a replica is away (a crash, a restart), submits are refused; a deployment that would rather take them sets a
+    number (``1``), and accepts that a planned failover with several replicas may lose what was acknowledged in its
+    window (docs/scale-out.md).
 
     On a Redis Cluster ``auto`` waits for nothing: redis-py's cluster client cannot put a ``WAIT`` on the connection
     a script ran on (settings refuse an explicit number there). A cluster's planned failover (``CLUSTER FAILOVER``)
@@ -357,8 +362,8 @@ class Replication:
         self.timeout_ms = timeout_ms
         self.recheck_s = recheck_s
         self._monotonic = monotonic
-        self._expected = False
-        """``auto``: a replica has been seen (sticky for the process's life)."""
+        self._most = 0
+        """``auto``: the most replicas seen online at once (sticky for the process's life)."""
         self._next_look = 0.0
 
     @property
@@ -372,13 +377,13 @@ class Replication:
             return self.wanted
         if not self.waits:
             return 0
-        if not self._expected and self._monotonic() >= self._next_look:
+        if self._monotonic() >= self._next_look:
             self._next_look = self._monotonic() + self.recheck_s
             await self.count()
-        return 1 if self._expected else 0
+        return self._most
 
     async def count(self) -> ReplicaCount:
-        """The primary's replicas now (one ``INFO replication``); a replica seen makes them expected (``auto``)."""
+        """The primary's replicas now (one ``INFO replication``); what ``auto`` waits for grows to what is seen."""
         info: dict[str, Any] = await self.redis.info("replication")
         online = sum(
             1
@@ -388,9 +393,10 @@ class Replication:
         guarded = "min_slaves_good_slaves" in info
         if guarded:
             online = min(online, int(info["min_slaves_good_slaves"]))
-        if online or guarded:
-            self._expected = True
-        return ReplicaCount(str(info.get("role", "master")), online, guarded)
+        role = str(info.get("role", "master"))
+        if role == "master":
+            self._most = max(self._most, online, 1 if guarded else 0)
+        return ReplicaCount(role, online, guarded)
 
     async def check(self) -> dict[str, Any]:
         """Readiness: the replicas the primary has online, or :class:`NotReplicatedError` while it has fewer than an
@@ -404,7 +410,7 @@ class Replication:
         if count.online < wanted:
             raise NotReplicatedError(
                 f"the primary has {count.online} replica(s) online and acknowledged writes wait for {wanted} "
-                "(SUBMIT_WAIT_REPLICAS): it has lost its replicas, and submits are refused until one is back"
+                "(SUBMIT_WAIT_REPLICAS): it has lost replicas, and submits are refused until they are back"
             )
         return {"replicas": count.online}
 

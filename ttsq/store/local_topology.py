@@ -264,26 +264,23 @@ class LocalReplicated:
 
     def detach(self, replica: RedisServer) -> None:
         """The first step of a failover: ``replica`` is a primary now (``REPLICAOF NO ONE``); the old primary, not
-        told yet, goes on taking writes — with no replica to send them to."""
+        told yet, goes on taking writes — with the other replicas, if any, still following it."""
+        before = _connected_replicas(self.primary)
         _command(replica, "REPLICAOF", "NO", "ONE")
-        wait(lambda: _role(self.primary) == "master" and _connected_replicas(self.primary) == 0, 30, "the replica to detach")
+        wait(lambda: _connected_replicas(self.primary) == before - 1, 30, "the replica to detach")
 
     def demote(self, old: RedisServer, new: RedisServer) -> None:
-        """The last step: ``old`` follows ``new`` (``REPLICAOF``), discarding what only it had, and ``new`` is the
-        primary from now on."""
-        _command(old, "REPLICAOF", "127.0.0.1", new.port)
-        wait(lambda: _replica_synced(old), 30, f"port {old.port} to follow port {new.port}")
-        self.replicas = [server for server in [self.primary, *self.replicas] if server.port != new.port]
-        self.primary = new
+        """The last step: the old primary and every other replica follow ``new`` (``REPLICAOF``), discarding what
+        only they had, and ``new`` is the primary from now on."""
+        others = [server for server in [self.primary, *self.replicas] if server.port != new.port]
+        for server in [old, *(server for server in others if server.port != old.port)]:
+            _command(server, "REPLICAOF", "127.0.0.1", new.port)
+        wait(lambda: all(_replica_synced(server) for server in others), 30, f"every server to follow port {new.port}")
+        self.primary, self.replicas = new, others
 
     def stop(self) -> None:
         for server in [self.primary, *self.replicas]:
             server.stop()
-
-
-def _role(node: RedisServer) -> str:
-    info = _command(node, "INFO", "replication")
-    return str(info.get("role")) if isinstance(info, dict) else "unknown"
 
 
 def _connected_replicas(node: RedisServer) -> int:

@@ -103,8 +103,8 @@ class QueueConfig:
     shards: int
     """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
     submit_wait_replicas: SubmitWaitReplicas
-    """Replicas a new task must reach before it is acknowledged (``WAIT``); 0 = do not wait; ``auto``: one wherever the
-    primary has replicas (:class:`~ttsq.store.connection.Replication`)."""
+    """Replicas a new task must reach before it is acknowledged (``WAIT``); 0 = do not wait; ``auto``: every replica the
+    primary has been seen with (:class:`~ttsq.store.connection.Replication`)."""
     submit_wait_timeout_ms: int
     submit_wait_replicas_check_s: float
     """``auto``: how often a primary not yet seen with a replica is looked at again (``INFO replication``)."""
