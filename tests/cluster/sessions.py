@@ -36,6 +36,7 @@ class Session:
     """``complete``, ``error`` (it ended early, saying why), ``hung`` (no end by its deadline) or ``broken`` (the
     connection failed without a close code)."""
     started_at: float = 0.0
+    first_audio_at: float | None = None
     ended_at: float = 0.0
 
     @property
@@ -49,11 +50,12 @@ class Session:
 
 
 def session_text(rng: random.Random, sentences: int = 4) -> str:
-    """Sentences over half of the runs' ``MAX_CHUNK_CHARS`` (40) each, so a whole-text submit cuts where a session does."""
+    """Sentences of 21–35 characters: over half of the runs' ``MAX_CHUNK_CHARS`` (40) and within it, so a whole-text
+    submit cuts where a session does (at every sentence)."""
     out = []
     for _ in range(sentences):
-        words = rng.sample(WORDS, 5)
-        out.append(f"{words[0].capitalize()} {' '.join(words[1:])} spoken here.")
+        words = rng.sample(WORDS, 3)
+        out.append(f"{words[0].capitalize()} {words[1]} {words[2]} is here.")
     return " ".join(out)
 
 
@@ -64,11 +66,14 @@ def run_session(api_url: str, session: Session, word_pause_s: float = 0.05) -> S
     audio = bytearray()
     try:
         with connect(api_url.replace("http://", "ws://") + "/v1/tts/realtime", open_timeout=30) as ws:
-            ws.send(json.dumps({"type": "session.start", "voice": session.voice, "seed": session.seed}))
-            for word in session.text.split(" "):
-                ws.send(json.dumps({"type": "text", "text": word + " "}))
-                time.sleep(word_pause_s)
-            ws.send(json.dumps({"type": "close"}))
+            try:
+                ws.send(json.dumps({"type": "session.start", "voice": session.voice, "seed": session.seed}))
+                for word in session.text.split(" "):
+                    ws.send(json.dumps({"type": "text", "text": word + " "}))
+                    time.sleep(word_pause_s)
+                ws.send(json.dumps({"type": "close"}))
+            except ConnectionClosed:
+                pass  # the server ended it while the text went out: what it said before closing is read below
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -79,19 +84,21 @@ def run_session(api_url: str, session: Session, word_pause_s: float = 0.05) -> S
                 except TimeoutError:
                     session.outcome = "hung"
                     break
+                except ConnectionClosed:
+                    break
                 if isinstance(message, bytes):
+                    if not audio:
+                        session.first_audio_at = time.time()
                     audio += message
                 else:
                     session.events.append(json.loads(message))
-    except ConnectionClosed:
-        pass
+            session.close_code = ws.close_code
     except (WebSocketException, OSError) as exc:
         session.outcome = "broken"
         session.events.append({"type": "error", "code": "client", "message": f"{type(exc).__name__}: {exc}"})
     session.ended_at = time.time()
     session.audio = bytes(audio)
     if session.outcome == "not run":
-        session.close_code = ws.close_code
         done = any(event.get("type") == "session.done" for event in session.events)
         session.outcome = "complete" if session.close_code == 1000 and done and session.error is None else "error"
     return session

@@ -41,6 +41,13 @@ from tests.service import wait_for
 from ttsq.inference.checkpoint import build_tiny_checkpoint
 from ttsq.store.local_topology import start_redis_sentinel
 
+METHOD = (
+    "a primary, replicas and three sentinels guarded as shipped (min-replicas-to-write 1, min-replicas-max-lag 10); "
+    "an API and tiny-model workers on redis+sentinel://, SUBMIT_WAIT_REPLICAS at its default (auto), the chaos suite's "
+    "short leases; submits retried after Retry-After, one in five an acknowledged request again (cache hit or join); "
+    "realtime sessions back to back; SENTINEL FAILOVER once the sentinels agree on the last one."
+)
+
 API_ENV = {"MAX_CHUNK_CHARS": "40"}
 """Where the workers cut text (ENGINE_ENV), so the API's sessions cut it the same way."""
 
@@ -99,7 +106,8 @@ class SessionLoops:
             session = Session(session_text(rng), rng.randrange(1, 2**31 - 1))
             with self._lock:
                 self.sessions.append(session)
-            run_session(api, session)
+            if run_session(api, session).outcome != "complete":
+                self._stop.wait(1.0)  # as an agent would, before it opens the next
 
     def stop(self) -> None:
         self._stop.set()
@@ -158,7 +166,7 @@ def main(argv: list[str]) -> int:
     report = [
         f"# Sentinel failovers under load — {started:%Y-%m-%d %H:%M %Z}",
         "",
-        f"Command: `{command}` (seed {seed}), on this machine (2 cores shared). {__doc__.split(chr(10) + chr(10))[1]}",
+        f"Command: `{command}` (seed {seed}), on this machine (2 cores shared): {METHOD}",
         "",
         f"- failovers: {len(failovers)} (" + "; ".join(line.split(": ", 1)[1] for line in failovers) + ")",
         f"- acknowledged: {acknowledged} ({dict(kinds)}); refused: 503 × {client.refused(503)}, 429 × {client.refused(429)}",
@@ -168,6 +176,13 @@ def main(argv: list[str]) -> int:
         f"- sessions: {len(sessions)}: {dict(ended)}; **hung: {ended.get('hung', 0)}**",
     ]
     report += [f"  - ended with `{error}`: {count}" for error, count in errors.most_common()]
+    for task_id in lost:
+        ack = client.acks[task_id]
+        report.append(f"  - lost {task_id}: answered {ack.code} at {datetime.datetime.fromtimestamp(ack.at):%H:%M:%S.%f}")
+    for session in sessions:
+        if session.outcome == "hung":
+            report.append(f"  - hung: started {datetime.datetime.fromtimestamp(session.started_at):%H:%M:%S}, {session.line()}")
+    report.append(f"- failover times: {', '.join(line.split(' in ')[0].split(': ')[1] for line in failovers)}; logs in {root}")
     text = "\n".join(report) + "\n"
     print(text)
     if not args.no_write:
