@@ -101,4 +101,5 @@ include bench/gpu/gpu.mk
 include tests/chaos/chaos.mk
 include tests/fuzz/fuzz.mk
 include tests/cluster/cluster.mk
+include tests/sentinel/failover.mk
 include loadtest/soak.mk

@@ -52,6 +52,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pause-s", type=float, default=0.1, help="pause between MIGRATE batches: a slot half-moved longer")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--label", default="", help="what this run is (e.g. the commit), for the report's title")
     parser.add_argument("--markdown", type=Path, default=ROOT / "bench" / "results" / "failover-chaos.md")
     parser.add_argument("--no-write", action="store_true")
     return parser.parse_args(argv)
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
         len(session.audio) / 2 for session in sessions if session.outcome == "error"
     ]
     report = [
-        f"# Redis Cluster slot moves under live sessions — {started:%Y-%m-%d %H:%M %Z}",
+        f"# Redis Cluster slot moves under live sessions — {started:%Y-%m-%d %H:%M %Z}{' — ' + args.label if args.label else ''}",
         "",
         f"Command: `{command}` (seed {seed}), on this machine (2 cores shared): {METHOD}",
         "",

@@ -1,7 +1,7 @@
 """``python -m tests.sentinel.failover_chaos`` (``make failover-chaos-sentinel``): planned Sentinel failovers under load.
 
 A primary, two replicas and three sentinels (``ttsq.store.local_topology``, guarded as shipped: ``min-replicas-to-write
-1``, ``min-replicas-max-lag 10``), an API and model workers (``MODEL=tiny``, ``BATCH_INVARIANT``) on
+1``, ``min-replicas-max-lag 10``; ``--guard 0`` for none), an API and model workers (``MODEL=tiny``, ``BATCH_INVARIANT``) on
 ``redis+sentinel://``, every setting the failover touches at its default (``SUBMIT_WAIT_REPLICAS=auto``,
 ``SUBMIT_WAIT_TIMEOUT_MS``, ``REDIS_RETRIES``; leases and sweeps at the chaos suite's short timings). Meanwhile:
 
@@ -9,7 +9,7 @@ A primary, two replicas and three sentinels (``ttsq.store.local_topology``, guar
   single-flight join); a refused submit (503, 429) is sent again after its ``Retry-After``, as docs/api.md tells
   clients;
 * realtime sessions, back to back, ``--sessions`` at a time, text sent word by word;
-* ``SENTINEL FAILOVER`` ``--failovers`` times, each once the sentinels agree on the last.
+* ``SENTINEL FAILOVER`` ``--failovers`` times, each once every replica is back on the last one's new primary.
 
 Judged at the end: every acknowledged task (200/202) read through the API until it is final — **lost** is one the
 API answers 404 (target 0), **not final** one still queued or running after the settle time; and every session —
@@ -42,10 +42,10 @@ from ttsq.inference.checkpoint import build_tiny_checkpoint
 from ttsq.store.local_topology import start_redis_sentinel
 
 METHOD = (
-    "a primary, replicas and three sentinels guarded as shipped (min-replicas-to-write 1, min-replicas-max-lag 10); "
+    "a primary, replicas and three sentinels (min-replicas-to-write as --guard says, min-replicas-max-lag 10); "
     "an API and tiny-model workers on redis+sentinel://, SUBMIT_WAIT_REPLICAS at its default (auto), the chaos suite's "
     "short leases; submits retried after Retry-After, one in five an acknowledged request again (cache hit or join); "
-    "realtime sessions back to back; SENTINEL FAILOVER once the sentinels agree on the last one."
+    "realtime sessions back to back; SENTINEL FAILOVER, the next once every replica is back on the new primary."
 )
 
 API_ENV = {"MAX_CHUNK_CHARS": "40"}
@@ -60,9 +60,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pause-s", type=float, default=0.5)
     parser.add_argument("--between-s", type=float, default=6.0, help="seconds between one failover's end and the next")
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--guard", type=int, default=1, help="min-replicas-to-write on every server (0: none; shipped: 1)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--settle-s", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--label", default="", help="what this run is (e.g. the commit), for the report's title")
     parser.add_argument("--markdown", type=Path, default=ROOT / "bench" / "results" / "failover-chaos.md")
     parser.add_argument("--no-write", action="store_true")
     return parser.parse_args(argv)
@@ -124,7 +126,9 @@ def main(argv: list[str]) -> int:
     print(f"{command}  (seed {seed})", flush=True)
     checkpoint = build_tiny_checkpoint(ROOT / "var" / "tiny-checkpoint")
     root = Path(tempfile.mkdtemp(prefix="failover-chaos-"))
-    sentinel = start_redis_sentinel(root / "redis", replicas=args.replicas, sentinels=3, binary=server_binary())
+    sentinel = start_redis_sentinel(
+        root / "redis", replicas=args.replicas, sentinels=3, binary=server_binary(), guarded=args.guard > 0, guard=args.guard
+    )
     processes = Processes(root, sentinel.url(), env=API_ENV)
     failovers: list[str] = []
     loops: SessionLoops | None = None
@@ -144,7 +148,12 @@ def main(argv: list[str]) -> int:
                 old = sentinel.primary_port()
                 began = time.monotonic()
                 promoted = sentinel.failover(timeout_s=120)
-                line = f"failover {n + 1}: {old} -> {promoted.port} in {time.monotonic() - began:.1f} s"
+                agreed = time.monotonic() - began
+                sentinel.wait_whole(120)  # the old primary rejoined: the next failover is a planned one again
+                line = (
+                    f"failover {n + 1}: {old} -> {promoted.port}, sentinels agreed in {agreed:.1f} s, "
+                    f"every replica back in {time.monotonic() - began:.1f} s"
+                )
                 failovers.append(line)
                 print(line, flush=True)
             time.sleep(args.between_s)
@@ -164,11 +173,12 @@ def main(argv: list[str]) -> int:
     errors = Counter(session.error for session in sessions if session.outcome == "error")
     lost = [task_id for task_id, outcome in outcomes.items() if outcome.status == "lost"]
     report = [
-        f"# Sentinel failovers under load — {started:%Y-%m-%d %H:%M %Z}",
+        f"# Sentinel failovers under load — {started:%Y-%m-%d %H:%M %Z}{' — ' + args.label if args.label else ''}",
         "",
         f"Command: `{command}` (seed {seed}), on this machine (2 cores shared): {METHOD}",
         "",
-        f"- failovers: {len(failovers)} (" + "; ".join(line.split(": ", 1)[1] for line in failovers) + ")",
+        f"- failovers: {len(failovers)}",
+        *(f"  - {line}" for line in failovers),
         f"- acknowledged: {acknowledged} ({dict(kinds)}); refused: 503 × {client.refused(503)}, 429 × {client.refused(429)}",
         f"- outcomes: {dict(statuses)}; **lost: {len(lost)}**" + (f" ({', '.join(lost[:10])})" if lost else ""),
         f"- client problems (5xx other than 503, no Retry-After, hangs): {len(client.problems)}"
@@ -182,7 +192,7 @@ def main(argv: list[str]) -> int:
     for session in sessions:
         if session.outcome == "hung":
             report.append(f"  - hung: started {datetime.datetime.fromtimestamp(session.started_at):%H:%M:%S}, {session.line()}")
-    report.append(f"- failover times: {', '.join(line.split(' in ')[0].split(': ')[1] for line in failovers)}; logs in {root}")
+    report.append(f"- logs in {root}")
     text = "\n".join(report) + "\n"
     print(text)
     if not args.no_write:

@@ -308,10 +308,12 @@ class NotReplicatedError(RedisError):
 
 @dataclass(frozen=True)
 class ReplicaCount:
-    """What ``INFO replication`` says of the server a process writes to."""
+    """What ``INFO replication`` says of the server a connection writes to."""
 
     role: str
     """``master``, or ``slave`` when the address now leads to a replica (a demoted primary)."""
+    replid: str
+    """The primary's replication id: a promoted replica takes a new one, so it names one primary's reign."""
     online: int
     """Replicas attached and streaming (``state=online``; where the server keeps the count, only those within
     ``min-replicas-max-lag``)."""
@@ -319,29 +321,48 @@ class ReplicaCount:
     """The server itself refuses writes without enough replicas (``min-replicas-to-write`` and ``min-replicas-max-lag``
     set)."""
 
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> ReplicaCount:
+        online = sum(
+            1
+            for key, value in info.items()
+            if key.startswith("slave") and key[5:].isdigit() and isinstance(value, dict) and value.get("state") == "online"
+        )
+        guarded = "min_slaves_good_slaves" in info
+        if guarded:
+            online = min(online, int(info["min_slaves_good_slaves"]))
+        return cls(str(info.get("role", "master")), str(info.get("master_replid", "")), online, guarded)
+
 
 class Replication:
     """How many replicas a write that acknowledges a task waits for (``WAIT``), and whether the primary has them now.
 
     Redis replicates asynchronously: a primary answers a write before its replicas have it, and a failover then
     promotes a replica without it. During a planned ``SENTINEL FAILOVER`` the old primary even goes on taking writes
-    on its open connections for seconds after its replica was promoted, and discards them when it is demoted. Only a
-    ``WAIT`` on the write's own connection (or the server's ``min-replicas-to-write``) keeps an acknowledgement
-    true: every path that answers 200/202 for a task writes through :meth:`JobQueue._acknowledged
-    <ttsq.store.queue.JobQueue._acknowledged>`, which waits for :meth:`to_wait_for` replicas.
+    on its open connections for seconds after its replica was promoted — and with two replicas, the one not promoted
+    goes on following it and confirming them — then discards them when it is demoted. Only a ``WAIT`` on the write's
+    own connection (or the server's ``min-replicas-to-write``) keeps an acknowledgement true: every path that answers
+    200/202 for a task writes through :meth:`JobQueue._acknowledged <ttsq.store.queue.JobQueue._acknowledged>`, which
+    asks :meth:`plan` how many replicas to wait for and :meth:`required` whether enough did.
 
-    ``SUBMIT_WAIT_REPLICAS=N`` waits for N. ``auto`` (the default) waits for every replica the primary has been seen
-    with (the most this process has seen online at once; at least one where the server is guarded by
-    ``min-replicas-to-write``), and for none on a lone Redis. Every one, because Sentinel may promote any of them —
-    it picks by priority and by the offsets it last read, seconds old — and with two replicas the one promoted
-    leaves while the other stays attached to the old primary, which then goes on confirming writes (``WAIT 1``,
-    ``min-replicas-to-write 1``) that the failover discards. And sticky: a primary that has *lost* a replica is
-    exactly the one a failover is leaving, so its submits are refused (503) until the replica is back, rather than
-    taken for a smaller deployment. The count is looked at again every ``recheck_s`` (one ``INFO replication``), so
-    a replica added later is waited for too, at one command per ``recheck_s``, not one per submit. The price: while
-    a replica is away (a crash, a restart), submits are refused; a deployment that would rather take them sets a
-    number (``1``), and accepts that a planned failover with several replicas may lose what was acknowledged in its
-    window (docs/scale-out.md).
+    ``SUBMIT_WAIT_REPLICAS=N`` waits for N. ``auto`` (the default) waits, on each primary, for every replica that
+    primary has been seen with (the most seen online at once; at least one where the server is guarded by
+    ``min-replicas-to-write``), and for none on a lone Redis:
+
+    * *every* replica, because Sentinel may promote any of them (it ranks them by priority and by offsets it read
+      seconds ago), so a task is safe only once all have it;
+    * *seen with*, sticky: a primary that has lost a replica is exactly the one a failover is leaving, so its
+      acknowledgements are refused (503) until the replica is back, instead of being confirmed by the replicas left;
+    * *on each primary*: ``INFO replication`` rides in the same pipeline, on the same connection, as the write and
+      its ``WAIT`` — no round trip of its own — and names the primary (its replication id, which a promoted replica
+      renews). A promoted replica is a new primary, judged by the replicas it has; so after a failover submits go on
+      as soon as the new primary has its replicas, not once the old primary is back. And a connection still on the
+      old primary in the failover's window is judged by the old primary's count, whatever other connections see.
+
+    A lone Redis writes without a ``WAIT`` and is looked at again every ``recheck_s`` (one ``INFO``), so it pays one
+    command per ``recheck_s``. The price of *sticky*: while a replica is away (a crash, a restart) its primary's
+    submits are refused; a deployment that would rather take them sets a number (``1``), and accepts that a planned
+    failover with several replicas may lose what was acknowledged in its window (docs/scale-out.md).
 
     On a Redis Cluster ``auto`` waits for nothing: redis-py's cluster client cannot put a ``WAIT`` on the connection
     a script ran on (settings refuse an explicit number there). A cluster's planned failover (``CLUSTER FAILOVER``)
@@ -362,8 +383,10 @@ class Replication:
         self.timeout_ms = timeout_ms
         self.recheck_s = recheck_s
         self._monotonic = monotonic
-        self._most = 0
-        """``auto``: the most replicas seen online at once (sticky for the process's life)."""
+        self._most: dict[str, int] = {}
+        """``auto``: per primary (replication id), the most replicas seen online at once."""
+        self._latest = ""
+        """The primary seen last."""
         self._next_look = 0.0
 
     @property
@@ -371,32 +394,39 @@ class Replication:
         """Whether a ``WAIT`` can follow a write on its own connection: not through redis-py's cluster client."""
         return not isinstance(self.redis, RedisCluster)
 
-    async def to_wait_for(self) -> int:
-        """How many replicas the next acknowledging write waits for (0: none)."""
+    @property
+    def automatic(self) -> bool:
+        return self.wanted == "auto" and self.waits
+
+    async def plan(self) -> int:
+        """How many replicas the next acknowledging write waits for (0: no ``WAIT``; with ``auto``, its pipeline then
+        reads no ``INFO`` either)."""
         if self.wanted != "auto":
             return self.wanted
         if not self.waits:
             return 0
-        if self._monotonic() >= self._next_look:
+        if not any(self._most.values()):
+            if self._monotonic() < self._next_look:
+                return 0
             self._next_look = self._monotonic() + self.recheck_s
             await self.count()
-        return self._most
+        return self._most.get(self._latest, 0) or max(self._most.values(), default=0)
+
+    def required(self, count: ReplicaCount) -> int:
+        """``auto``: the replicas a write on the primary ``count`` describes (read on the write's own connection, just
+        after its ``WAIT``) must have reached to be acknowledged; what is seen is remembered."""
+        if count.role != "master":
+            return 1 << 30  # the address leads to a replica now: nothing written there stands
+        most = max(self._most.get(count.replid, 0), count.online, 1 if count.guarded else 0)
+        self._most[count.replid] = most
+        self._latest = count.replid
+        return most
 
     async def count(self) -> ReplicaCount:
-        """The primary's replicas now (one ``INFO replication``); what ``auto`` waits for grows to what is seen."""
-        info: dict[str, Any] = await self.redis.info("replication")
-        online = sum(
-            1
-            for key, value in info.items()
-            if key.startswith("slave") and key[5:].isdigit() and isinstance(value, dict) and value.get("state") == "online"
-        )
-        guarded = "min_slaves_good_slaves" in info
-        if guarded:
-            online = min(online, int(info["min_slaves_good_slaves"]))
-        role = str(info.get("role", "master"))
-        if role == "master":
-            self._most = max(self._most, online, 1 if guarded else 0)
-        return ReplicaCount(role, online, guarded)
+        """The primary's replicas now (one ``INFO replication``), remembered as :meth:`required` does."""
+        count = ReplicaCount.of(await self.redis.info("replication"))
+        self.required(count)
+        return count
 
     async def check(self) -> dict[str, Any]:
         """Readiness: the replicas the primary has online, or :class:`NotReplicatedError` while it has fewer than an
@@ -406,7 +436,7 @@ class Replication:
         count = await self.count()
         if count.role != "master":
             raise NotReplicatedError(f"the Redis this process writes to is a replica now (role {count.role}): its primary moved")
-        wanted = await self.to_wait_for()
+        wanted = self.wanted if self.wanted != "auto" else self._most.get(count.replid, 0)
         if count.online < wanted:
             raise NotReplicatedError(
                 f"the primary has {count.online} replica(s) online and acknowledged writes wait for {wanted} "

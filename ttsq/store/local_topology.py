@@ -248,10 +248,12 @@ def _replica_synced(node: RedisServer) -> bool:
     return isinstance(info, dict) and info.get("master_link_status") == "up"
 
 
-GUARD_ARGS = ("--min-replicas-to-write", "1", "--min-replicas-max-lag", "10")
-"""What the shipped replicated configurations set on every server (``deploy/redis/redis.conf``, the ``redis-ha``
-overlay): a primary with no replica within 10 s of lag refuses writes (``NOREPLICAS``) — so an old primary whose
-replica was promoted takes no write a failover would discard, and a worker on it is not ready."""
+def guard_args(replicas: int) -> tuple[str, ...]:
+    """What the shipped replicated configurations set on every server (``deploy/redis/redis.conf``, the ``redis-ha``
+    overlay): a primary with fewer than ``replicas`` replicas within 10 s of lag refuses writes (``NOREPLICAS``) — so
+    an old primary whose replica was promoted takes no write a failover would discard, and a worker on it is not
+    ready."""
+    return ("--min-replicas-to-write", str(replicas), "--min-replicas-max-lag", "10") if replicas else ()
 
 
 @dataclass
@@ -283,14 +285,22 @@ class LocalReplicated:
             server.stop()
 
 
+def _online_replicas(node: RedisServer) -> int:
+    info = _command(node, "INFO", "replication")
+    if not isinstance(info, dict):
+        return 0
+    replicas = (value for key, value in info.items() if key.startswith("slave") and isinstance(value, dict))
+    return sum(1 for replica in replicas if replica.get("state") == "online")
+
+
 def _connected_replicas(node: RedisServer) -> int:
     info = _command(node, "INFO", "replication")
     return int(info.get("connected_slaves", 0)) if isinstance(info, dict) else 0
 
 
 def start_replicated(workdir: Path, *, replicas: int = 1, binary: str | None = None, guarded: bool = False) -> LocalReplicated:
-    """A primary and ``replicas`` replicas, synced; ``guarded``: with :data:`GUARD_ARGS` on every server."""
-    args = GUARD_ARGS if guarded else ()
+    """A primary and ``replicas`` replicas, synced; ``guarded``: with :func:`guard_args` (every replica) on every server."""
+    args = guard_args(replicas) if guarded else ()
     primary = start_redis_server(workdir / "primary", binary=binary, args=args)
     servers = [primary]
     try:
@@ -359,6 +369,10 @@ class LocalSentinel:
         wait(lambda: self.primary_port() != old and self._agreed_on(self.primary_port()), timeout_s, "the failover")
         return self.primary()
 
+    def wait_whole(self, timeout_s: float = 60) -> None:
+        """Until the primary has every other server as a replica, online (the old primary rejoined after a failover)."""
+        wait(lambda: _online_replicas(self.node(self.primary_port())) == len(self.servers) - 1, timeout_s, "every replica")
+
     def kill_primary(self, timeout_s: float = 60) -> RedisServer:
         """SIGKILL the primary (an unplanned failure); the sentinels promote a replica. Returns the new primary; the
         killed server is restarted (empty: no persistence) and the sentinels make it a replica of the new one."""
@@ -388,18 +402,20 @@ def start_redis_sentinel(
     binary: str | None = None,
     down_after_ms: int = 1000,
     guarded: bool = True,
+    guard: int = 1,
 ) -> LocalSentinel:
     """A primary with ``replicas`` replicas, watched by ``sentinels`` sentinels (quorum: a majority), each a real
     ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are).
-    ``guarded`` (as shipped): every server runs :data:`GUARD_ARGS`, so a primary without a replica refuses writes."""
-    guard = GUARD_ARGS if guarded and replicas else ()
-    primary = start_redis_server(workdir / "primary", binary=binary, args=guard)
+    ``guarded`` (as shipped): every server runs :func:`guard_args` for ``guard`` replicas (the shipped 1), so a primary
+    without one refuses writes."""
+    guard_flags = guard_args(min(guard, replicas)) if guarded else ()
+    primary = start_redis_server(workdir / "primary", binary=binary, args=guard_flags)
     servers = [primary]
     chosen = primary.binary
     started: list[subprocess.Popen[bytes]] = []
     try:
         for index in range(replicas):
-            args = (*guard, "--replicaof", "127.0.0.1", str(primary.port))
+            args = (*guard_flags, "--replicaof", "127.0.0.1", str(primary.port))
             servers.append(start_redis_server(workdir / f"replica-{index}", binary=chosen, args=args))
         wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
         ports = []

@@ -54,7 +54,14 @@ from redis.commands.core import AsyncScript
 from ttsq.domain.captions import Cue
 from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
-from ttsq.store.connection import STORE_ERRORS, NotReplicatedError, RedisClient, Replication, SubmitWaitReplicas
+from ttsq.store.connection import (
+    STORE_ERRORS,
+    NotReplicatedError,
+    RedisClient,
+    ReplicaCount,
+    Replication,
+    SubmitWaitReplicas,
+)
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys, Shards
 from ttsq.store.queue_stats import DEFAULT_JOB_S, QueueStats, estimate_s
@@ -417,7 +424,8 @@ class JobQueue:
     async def _acknowledged(self, script: AsyncScript, keys: list[str], args: list[Any], task_id: str) -> Any:
         """Run a script whose answer acknowledges a task (``enqueue.lua``: a new job, or a join of one in flight;
         ``record_done.lua``: a cache hit), followed by ``WAIT`` on the same connection when
-        :meth:`Replication.to_wait_for <ttsq.store.connection.Replication.to_wait_for>` says so.
+        :meth:`Replication.plan <ttsq.store.connection.Replication.plan>` says so (and, with ``auto``, by ``INFO
+        replication``, which names the primary the write went to and what it must have reached).
 
         Redis replicates asynchronously: a primary that is failed over just after answering takes with it what its
         replicas had not received, the acknowledged task included — and during a planned ``SENTINEL FAILOVER`` the
@@ -427,16 +435,20 @@ class JobQueue:
         acknowledged unless it is on ``n`` replicas. The write stands on the primary all the same: if that primary
         survives the job runs, and a client that submits again may have it run twice — never lost once acknowledged,
         at the price of a possible duplicate."""
-        wanted = await self.replication.to_wait_for()
+        replication = self.replication
+        wanted = await replication.plan()
         if wanted <= 0:
             return await script(keys=keys, args=args)
         async with self.redis.pipeline(transaction=False) as pipe:
             await script(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]  # queues EVALSHA on the pipeline
             pipe.wait(wanted, self.config.submit_wait_timeout_ms)
-            reply, reached = await pipe.execute()
-        if int(reached) < wanted:
+            if replication.automatic:
+                pipe.info("replication")  # this connection's primary: what it must have reached (Replication.required)
+            reply, reached, *info = await pipe.execute()
+        required = replication.required(ReplicaCount.of(info[0])) if info else wanted
+        if int(reached) < required:
             raise NotReplicatedError(
-                f"task {task_id} reached {int(reached)} of {wanted} replica(s) "
+                f"task {task_id} reached {int(reached)} of {required} replica(s) "
                 f"within SUBMIT_WAIT_TIMEOUT_MS={self.config.submit_wait_timeout_ms}: not acknowledged"
             )
         return reply
