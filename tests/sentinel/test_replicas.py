@@ -28,7 +28,7 @@ from tests.redis_server import server_binary
 from tests.service import wait_for
 from ttsq.store.connection import RedisClient, RedisConfig, create_redis
 from ttsq.store.local_redis import RedisServer
-from ttsq.store.local_topology import LocalReplicated, start_replicated
+from ttsq.store.local_topology import LocalReplicated, start_redis_sentinel, start_replicated
 from ttsq.store.queue import JobQueue
 
 pytestmark = pytest.mark.e2e
@@ -196,3 +196,42 @@ async def test_a_pooled_connection_left_on_a_demoted_primary_reconnects(
 def blocked_clients(server: RedisServer) -> int:
     with redis.Redis(port=server.port) as direct:
         return int(direct.info("clients")["blocked_clients"])
+
+
+async def test_pooled_connections_leave_an_old_primary_that_lost_its_replicas_for_the_new_one(tmp_path: Path) -> None:
+    """``SENTINEL FAILOVER`` with two replicas, guarded as shipped (``min-replicas-to-write 1``): once the sentinels have
+    moved both replicas to the promoted one, the old primary — not demoted yet, for up to ten seconds — refuses every
+    write (``NOREPLICAS``) while the new primary takes them. Connections opened before the failover lead to the old
+    one; on a7e2e39 each write on them failed until the demotion — and so did each new connection: redis-py asked the
+    sentinels ``SENTINEL MASTERS``, which names the old primary until the failover has ended. Now each gives itself
+    up and reconnects to the primary the sentinels name (``GET-MASTER-ADDR-BY-NAME``)."""
+    local = start_redis_sentinel(tmp_path / "sentinel", replicas=2, sentinels=3, binary=server_binary())
+    client = create_redis(settings(redis_url=local.url()).redis_config())
+    try:
+        keys = [f"{{ttsq}}:failover-test:{n}" for n in range(8)]
+        await asyncio.gather(*(client.blpop([key], timeout=0.2) for key in keys))  # eight connections to the primary
+        old = local.primary()
+        with redis.Redis(port=local.sentinel_ports[0]) as sentinel:
+            sentinel.execute_command("SENTINEL", "FAILOVER", local.service)
+
+        def refusing_old_taking_new() -> bool:
+            new = local.primary_port()
+            return new != old.port and refuses_writes(old) and not refuses_writes(local.node(new))
+
+        await asyncio.to_thread(wait_for, refusing_old_taking_new, 60, "the old primary to refuse writes, the new to take them")
+        written = await asyncio.gather(*(client.set(key, "after") for key in keys), return_exceptions=True)
+        still_refusing = await asyncio.to_thread(refuses_writes, old)
+    finally:
+        await client.aclose()
+        local.stop()
+    assert still_refusing, "the old primary was demoted meanwhile: the test saw nothing (run it again)"
+    assert written == [True] * len(keys), [str(outcome) for outcome in written]
+
+
+def refuses_writes(server: RedisServer) -> bool:
+    with redis.Redis(port=server.port) as direct:
+        try:
+            direct.set("{ttsq}:failover-test:probe", "1")
+        except redis.ResponseError as exc:
+            return "NOREPLICAS" in str(exc) or "READONLY" in str(exc)
+    return False

@@ -53,7 +53,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisClusterException, RedisError, ResponseError
@@ -116,29 +116,40 @@ def create_redis(config: RedisConfig) -> RedisClient:
 _DEMOTED_UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
 """What a primary turned into a replica answers a command blocked on it (``XREAD``, ``BLMOVE``)."""
 
+_LEFT_BEHIND = ("READONLY You can't write against a read only replica", "NOREPLICAS", _DEMOTED_UNBLOCKED)
+"""Answers that say the server behind a connection is no primary that takes writes now — a replica, a primary demoted
+under its clients, or one whose replicas have left it (``min-replicas-to-write``), as the old primary's are the
+moment its replica is promoted. Inside a script the answer comes wrapped (``Error running script …: -READONLY …``),
+so it is looked for anywhere in the message."""
+
+
+def left_behind(exc: ResponseError) -> bool:
+    """Whether ``exc`` is one of the :data:`_LEFT_BEHIND` answers."""
+    return isinstance(exc, ReadOnlyError) or any(marker in str(exc) for marker in _LEFT_BEHIND)
+
 
 class _FollowsThePrimary:
-    """A pooled connection to one address (``redis://``, ``rediss://``, ``unix://``) that gives itself up once the server
-    behind it has become a replica: a managed Redis's endpoint moved to the promoted replica, or a primary
-    demoted under its clients.
+    """A pooled connection that gives itself up once the server behind it cannot take writes as a primary any more:
+    it became a replica (a managed Redis's endpoint moved to the promoted replica, a primary demoted under its
+    clients), or it has lost the replicas ``min-replicas-to-write`` asks for — as the old primary has the moment a
+    failover promotes its replica, seconds before the sentinels demote it.
 
-    redis-py keeps such a connection: ``READONLY`` is an answer, not a connection error, so each write that
-    borrowed it failed (503) for as long as it stayed in the pool — minutes after the failover, whenever a burst
-    reached the connections at the bottom of the pool. Here it is closed and the answer raised as a
-    ``ConnectionError``, which the client's retries (``REDIS_RETRIES``) take: they reconnect, to wherever the address
-    leads now. redis-py's Sentinel connections already do the same (``SentinelManagedConnection``)."""
+    redis-py keeps such a connection: ``READONLY`` and ``NOREPLICAS`` are answers, not connection errors (and inside a
+    script not even a ``ReadOnlyError``), so each write that borrowed it failed (503) for as long as it stayed in the
+    pool: every write of a failover's ten seconds on the connections already open, where the new primary took them
+    after one; and minutes later, whenever a burst reached the connections at the bottom of the pool. Here it is
+    closed and the answer raised as a ``ConnectionError``, which the client's retries (``REDIS_RETRIES``) take: they
+    reconnect — to wherever the address leads now, or, behind Sentinel, to the primary the sentinels name now. The
+    command had no effect (the server refused it), so sending it again is safe."""
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except ReadOnlyError as exc:
-            await self.disconnect()  # type: ignore[attr-defined]
-            raise RedisConnectionError(f"the server is a replica now ({exc}); reconnecting") from exc
         except ResponseError as exc:
-            if not str(exc).startswith(_DEMOTED_UNBLOCKED):
+            if not left_behind(exc):
                 raise
             await self.disconnect()  # type: ignore[attr-defined]
-            raise RedisConnectionError(f"the server is a replica now ({exc}); reconnecting") from exc
+            raise RedisConnectionError(f"the server takes no writes as a primary now ({exc}); reconnecting") from exc
 
 
 class _PrimaryConnection(_FollowsThePrimary, Connection):
@@ -158,6 +169,39 @@ _PRIMARY_CONNECTIONS: dict[str, type[AbstractConnection]] = {
     "rediss": _PrimarySSLConnection,
     "unix": _PrimaryUnixConnection,
 }
+
+
+class _AsksTheSentinels(_FollowsThePrimary):
+    """A Sentinel-managed connection that asks the sentinels where the primary is whenever it connects again.
+
+    redis-py's asks only when the pool hands it out (``connect``): a command's own retries reconnect through
+    ``connect_check_health``, to the address the connection had — the old primary, after a failover (redis-py issue
+    3874) — so a stale connection failed its command with every retry, one isolated 503 per connection left in the
+    pool, until the pool dropped it. Here every reconnection goes where the sentinels say."""
+
+    _resolved = False
+    """Set while redis-py's own ``connect_to`` connects to the address it just asked for (no need to ask again)."""
+
+    async def connect_to(self, address: tuple[str, int]) -> None:
+        self._resolved = True
+        try:
+            await super().connect_to(address)  # type: ignore[misc]
+        finally:
+            self._resolved = False
+
+    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        pool = self.connection_pool  # type: ignore[attr-defined]
+        if not self.is_connected and not self._resolved and pool.is_master:  # type: ignore[attr-defined]
+            self.host, self.port = await pool.get_master_address()
+        await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)  # type: ignore[misc]
+
+
+class _SentinelPrimaryConnection(_AsksTheSentinels, SentinelManagedConnection):
+    pass
+
+
+class _SentinelPrimarySSLConnection(_AsksTheSentinels, SentinelManagedSSLConnection):
+    pass
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
@@ -242,7 +286,7 @@ class ClusterClient(RedisCluster):
                     raise
                 raise _as_outage(exc) from exc
             except ResponseError as exc:
-                if not str(exc).startswith(_DEMOTED_UNBLOCKED) or attempt == self._UNBLOCKED_RETRIES:
+                if _DEMOTED_UNBLOCKED not in str(exc) or attempt == self._UNBLOCKED_RETRIES:
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -281,6 +325,31 @@ def sentinel_service(url: str) -> tuple[str, int]:
     return service, int(db or 0)
 
 
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel client, asking where the primary is as the Sentinel client guidelines say:
+    ``SENTINEL GET-MASTER-ADDR-BY-NAME``.
+
+    redis-py reads ``SENTINEL MASTERS`` instead, which goes on naming the old primary until the failover has ended
+    (every replica moved): seconds after ``GET-MASTER-ADDR-BY-NAME`` names the promoted replica. Meanwhile every new
+    connection went to the old primary, which refuses writes once its replicas have left it (``NOREPLICAS``) — the
+    whole window of a planned failover was refusals where the new primary already took writes."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        errors = []
+        for index, sentinel in enumerate(self.sentinels):
+            try:
+                address = await sentinel.sentinel_get_master_addr_by_name(service_name)
+            except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+                errors.append(f"{sentinel}: {exc!r}")
+                continue
+            if address:
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]  # ask this one first next time
+                host, port = address
+                return (host.decode() if isinstance(host, bytes) else str(host)), int(port)
+        why = f": {', '.join(errors)}" if errors else ""
+        raise MasterNotFoundError(f"no sentinel names a primary for {service_name!r}{why}")
+
+
 def _sentinel_primary(url: str, *, tls: bool, **common: Any) -> Redis:
     """A client of the primary the sentinels name now. Each new connection asks them again (redis-py's
     ``SentinelConnectionPool``), so a failover costs the commands in flight on the old primary (connection errors:
@@ -288,10 +357,11 @@ def _sentinel_primary(url: str, *, tls: bool, **common: Any) -> Redis:
     sentinels, username, password = cluster_nodes(url)
     service, db = sentinel_service(url)
     timeouts = {"socket_timeout": common["socket_timeout"], "socket_connect_timeout": common["socket_connect_timeout"]}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # redis-py < 8.2 left its __init__ unannotated
+    sentinel = _Sentinels(  # type: ignore[no-untyped-call,unused-ignore]  # redis-py < 8.2 left its __init__ unannotated
         sentinels, sentinel_kwargs=timeouts, username=username, password=password, db=db, ssl=tls, **common
     )
-    primary: Redis = sentinel.master_for(service)
+    connection = _SentinelPrimarySSLConnection if tls else _SentinelPrimaryConnection
+    primary: Redis = sentinel.master_for(service, connection_class=connection)
     return primary
 
 
