@@ -95,8 +95,8 @@ def main(argv: list[str]) -> int:
             for thread in threads:
                 thread.join(SESSION_DEADLINE_S + 60)
             ended = Counter(session.outcome for session in batch)
-            print(f"round {round_ + 1}: {len(slots) * args.moves} slot moves; {mid} of {len(batch)} sessions live through "
-                  f"all of them; {dict(ended)}", flush=True)  # fmt: skip
+            print(f"round {round_ + 1}: {len(slots) * args.moves} slot moves after every session's first audio; {mid} of "
+                  f"{len(batch)} sessions still live after the last; {dict(ended)}", flush=True)  # fmt: skip
         for session in sessions:
             if session.outcome != "complete":
                 continue

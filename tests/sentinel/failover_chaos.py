@@ -42,7 +42,7 @@ from ttsq.inference.checkpoint import build_tiny_checkpoint
 from ttsq.store.local_topology import start_redis_sentinel
 
 METHOD = (
-    "a primary, replicas and three sentinels (min-replicas-to-write as --guard says, min-replicas-max-lag 10); "
+    "a primary, {replicas} replicas and three sentinels (min-replicas-to-write {guard}, min-replicas-max-lag 10); "
     "an API and tiny-model workers on redis+sentinel://, SUBMIT_WAIT_REPLICAS at its default (auto), the chaos suite's "
     "short leases; submits retried after Retry-After, one in five an acknowledged request again (cache hit or join); "
     "realtime sessions back to back; SENTINEL FAILOVER, the next once every replica is back on the new primary."
@@ -175,7 +175,8 @@ def main(argv: list[str]) -> int:
     report = [
         f"# Sentinel failovers under load — {started:%Y-%m-%d %H:%M %Z}{' — ' + args.label if args.label else ''}",
         "",
-        f"Command: `{command}` (seed {seed}), on this machine (2 cores shared): {METHOD}",
+        f"Command: `{command}` (seed {seed}), on this machine (2 cores shared): "
+        + METHOD.format(replicas=args.replicas, guard=args.guard or "off"),
         "",
         f"- failovers: {len(failovers)}",
         *(f"  - {line}" for line in failovers),
@@ -183,12 +184,15 @@ def main(argv: list[str]) -> int:
         f"- outcomes: {dict(statuses)}; **lost: {len(lost)}**" + (f" ({', '.join(lost[:10])})" if lost else ""),
         f"- client problems (5xx other than 503, no Retry-After, hangs): {len(client.problems)}"
         + (f" — {client.problems[:5]}" if client.problems else ""),
-        f"- sessions: {len(sessions)}: {dict(ended)}; **hung: {ended.get('hung', 0)}**",
+        f"- sessions (back to back; one that ended early is followed by the next a second later): {len(sessions)}: "
+        f"{dict(ended)}; **hung: {ended.get('hung', 0)}**",
     ]
     report += [f"  - ended with `{error}`: {count}" for error, count in errors.most_common()]
-    for task_id in lost:
+    for task_id in lost[:10]:
         ack = client.acks[task_id]
         report.append(f"  - lost {task_id}: answered {ack.code} at {datetime.datetime.fromtimestamp(ack.at):%H:%M:%S.%f}")
+    if len(lost) > 10:
+        report.append(f"  - and {len(lost) - 10} more lost")
     for session in sessions:
         if session.outcome == "hung":
             report.append(f"  - hung: started {datetime.datetime.fromtimestamp(session.started_at):%H:%M:%S}, {session.line()}")
