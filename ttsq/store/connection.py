@@ -512,7 +512,7 @@ class Replication:
                 f"the primary has {count.online} replica(s) online and acknowledged writes wait for {wanted} "
                 "(SUBMIT_WAIT_REPLICAS): it has lost replicas, and submits are refused until they are back"
             )
-        return {"replicas": count.online}
+        return {"replicas": count.online} if count.online or wanted else {}
 
 
 class EvictionRisk(StrEnum):
