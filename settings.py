@@ -142,8 +142,8 @@ class Settings(BaseSettings):
         "auto",
         description="Replicas that must have a task before it is acknowledged — a submit, a cache hit, a single-flight join, a "
         "realtime session's chunk (`WAIT`, up to `SUBMIT_WAIT_TIMEOUT_MS`; not acknowledged in time: 503 + Retry-After). "
-        "`auto`: every replica the primary has been seen with (so while one is away, submits are refused), none on a "
-        "lone Redis or a Redis Cluster; 0 = never wait: a primary failed over right after answering may lose the task "
+        "`auto`: every replica the primary has been seen with (so while one is away, its submits are refused), none on "
+        "a lone Redis or a Redis Cluster; 0 = never wait: a primary failed over right after answering may lose the task "
         "(docs/scale-out.md). A number is not taken with a Redis Cluster.",
         json_schema_extra=_group("Queue"),
     )
@@ -157,8 +157,8 @@ class Settings(BaseSettings):
     submit_wait_replicas_check_s: float = Field(
         5.0,
         gt=0,
-        description="With `SUBMIT_WAIT_REPLICAS=auto`: how often each process counts its primary's replicas again "
-        "(`INFO replication`), to wait for one added since.",
+        description="With `SUBMIT_WAIT_REPLICAS=auto`, while no replica has been seen (a lone Redis): how often each "
+        "process looks again (`INFO replication`) whether its primary has one now.",
         json_schema_extra=_group("Queue"),
     )
     interactive_burst: int = Field(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -20,13 +21,13 @@ from ttsq.store.connection import RedisConfig, create_redis
 from ttsq.store.queue import JobQueue
 
 
-async def test_a_warm_worker_whose_first_claim_has_not_reached_redis_is_not_ready() -> None:
+async def test_a_warm_worker_that_has_not_reached_redis_is_not_ready() -> None:
     record = HeartbeatRecord(worker_id="w", model_loaded=True, ready=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=health_app(record, 10.0)), base_url="http://w") as http:
         before = await http.get("/readyz")
         assert before.status_code == 503, before.text
-        assert "no claim has reached Redis yet" in before.json()["claiming"]
-        record.claim_error = None  # the first claim came back (a job, or an empty queue)
+        assert "has reached Redis yet" in before.json()["claiming"]
+        record.last_heartbeat = time.time()  # its first heartbeat was written
         assert (await http.get("/readyz")).status_code == 200
 
 
@@ -56,8 +57,8 @@ async def test_a_worker_started_while_redis_does_not_answer_is_not_ready_once_it
     tiny_engine: ChatTTSEngine,
 ) -> None:
     """The real worker loop and probe server, the tiny engine, and a Redis address that takes connections but never
-    answers (so its first claim hangs for the socket timeout instead of failing at once): once the model is loaded
-    and warm, ``/readyz`` is still 503, saying no claim has reached Redis."""
+    answers (so its heartbeat and its first claim hang for the socket timeout instead of failing at once): once the
+    model is loaded and warm, ``/readyz`` is still 503, saying nothing has reached Redis."""
     port = free_port()
     async with silent_server() as (redis_port, _held):
         redis = create_redis(RedisConfig(f"redis://127.0.0.1:{redis_port}/0", 30.0, 2.0, 8, 0))
@@ -68,7 +69,7 @@ async def test_a_worker_started_while_redis_does_not_answer_is_not_ready_once_it
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 ready = await http.get("/readyz")
             assert ready.status_code == 503, ready.text
-            assert "no claim has reached Redis yet" in ready.json()["claiming"]
+            assert "has reached Redis yet" in ready.json()["claiming"]
         finally:
             worker.request_stop()
     with contextlib.suppress(Exception):  # its claim fails now that the address is gone; the worker stops

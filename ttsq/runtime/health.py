@@ -8,8 +8,8 @@ different failures apart: a *stalled loop* stops answering at all (the probe tim
 is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
 
 ``/readyz`` answers 200 while the worker can take jobs: its model is loaded and warmed, it is not
-stopping, its last claim reached the queue (so not before its first has), and no finished job's outcome is
-failing to be stored. A
+stopping, it has reached Redis (its first heartbeat was written: not before), its last claim reached the queue, and
+no finished job's outcome is failing to be stored. A
 worker whose claims fail — Redis away, or a Redis that answers every command with an error (``MOVED``
 from a cluster node a plain client was pointed at, ``CLUSTERDOWN``, ``NOAUTH``) — or whose results
 cannot be written (it retries them) is not ready, so an orchestrator never counts a pod that makes no
@@ -60,9 +60,8 @@ class HeartbeatRecord:
     ready: bool = False
     stopping: bool = False
     redis_ok: bool = True
-    claim_error: str | None = "no claim has reached Redis yet"
-    """Why the last claim failed (None: it reached the queue): readiness fails meanwhile — and until the first claim
-    has reached Redis, so that a worker started while Redis is away never says it is ready before it has tried."""
+    claim_error: str | None = None
+    """Why the last claim failed (None: it reached the queue, or none was tried yet): readiness fails meanwhile."""
     store_error: str | None = None
     """Why storing a finished job's outcome is failing (None: no store is failing now): the worker retries it, and
     readiness fails meanwhile — its finished work is stuck in its hands, whatever its claims do."""
@@ -83,10 +82,17 @@ class HeartbeatRecord:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def reached_redis(self) -> bool:
+        """Whether anything this worker sent has reached Redis yet: its first heartbeat (written before the model loads,
+        so it has long answered by the time a worker that can reach Redis is warm)."""
+        return self.last_heartbeat is not None
+
     def serving(self) -> bool:
-        """What ``/readyz`` answers: loaded and warmed (:attr:`ready`), not stopping, its last claim reached Redis (and
-        one has), and no outcome failing to be stored."""
-        return self.ready and not self.stopping and self.claim_error is None and self.store_error is None
+        """What ``/readyz`` answers: loaded and warmed (:attr:`ready`), not stopping, Redis reached (so a worker started
+        while Redis is away never says it is ready before it has tried), its last claim reached the queue, and no
+        outcome failing to be stored."""
+        return self.ready and not self.stopping and self.reached_redis and self.claim_error is None and self.store_error is None
 
     def liveness(self, stall_after_s: float, now: float | None = None) -> tuple[bool, str]:
         """(alive, reason). Not alive when the loop stopped ticking or the job is past its deadline."""
@@ -113,7 +119,8 @@ def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[
         return JSONResponse(body, status_code=200 if alive else 503)
 
     async def readyz(_: Request) -> JSONResponse:
-        claiming = record.claim_error is None
+        claiming = record.claim_error is None and record.reached_redis
+        why_not = record.claim_error or "no command of this worker has reached Redis yet"
         storing = record.store_error is None
         ready = record.serving()
         body: dict[str, Any] = {
@@ -121,7 +128,7 @@ def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[
             "model_loaded": record.model_loaded,
             "model": record.model,
             "speaks_noise": record.speaks_noise,
-            "claiming": "ok" if claiming else f"cannot claim jobs: {record.claim_error}",
+            "claiming": "ok" if claiming else f"cannot claim jobs: {why_not}",
             "storing": "ok" if storing else f"cannot store job outcomes: {record.store_error}",
         }
         if record.speaks_noise:

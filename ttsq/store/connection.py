@@ -175,8 +175,8 @@ class _AsksTheSentinels(_FollowsThePrimary):
     """A Sentinel-managed connection that asks the sentinels where the primary is whenever it connects again.
 
     redis-py's asks only when the pool hands it out (``connect``): a command's own retries reconnect through
-    ``connect_check_health``, to the address the connection had — the old primary, after a failover (redis-py issue
-    3874) — so a stale connection failed its command with every retry, one isolated 503 per connection left in the
+    ``connect_check_health``, to the address the connection had — the old primary, after a failover (a known redis-py
+    bug) — so a stale connection failed its command with every retry, one isolated 503 per connection left in the
     pool, until the pool dropped it. Here every reconnection goes where the sentinels say."""
 
     _resolved = False
@@ -342,7 +342,7 @@ class _Sentinels(Sentinel):
             except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
                 errors.append(f"{sentinel}: {exc!r}")
                 continue
-            if address:
+            if address and not isinstance(address, bool):  # typed with the True of its ``return_responses`` form
                 self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]  # ask this one first next time
                 host, port = address
                 return (host.decode() if isinstance(host, bytes) else str(host)), int(port)
