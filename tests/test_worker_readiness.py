@@ -14,7 +14,7 @@ import httpx
 from tests.conftest import queue_config
 from tests.redis_server import free_port
 from tests.test_worker import wait_until, worker_config
-from ttsq.inference.chattts import ChatTTSEngine
+from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.runtime.health import HeartbeatRecord, health_app
 from ttsq.runtime.worker import Worker
 from ttsq.store.connection import RedisConfig, create_redis

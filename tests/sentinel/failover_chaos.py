@@ -38,7 +38,7 @@ from tests.cluster.deployment import Processes
 from tests.cluster.sessions import SESSION_DEADLINE_S, Session, run_session, session_text
 from tests.redis_server import server_binary
 from tests.service import wait_for
-from ttsq.inference.checkpoint import build_tiny_checkpoint
+from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 from ttsq.store.local_topology import start_redis_sentinel
 
 METHOD = (
