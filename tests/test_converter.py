@@ -7,8 +7,8 @@ import io
 import struct
 import wave
 from collections.abc import AsyncIterator
-from itertools import pairwise
 from fractions import Fraction
+from itertools import pairwise
 
 import av
 import numpy as np
