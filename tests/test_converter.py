@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import resample_poly
 
+from ttsq.domain.audio import decode_to_pcm16, encode_audio, stored_as
 from ttsq.domain.converter import (
     RESAMPLE_CUTOFF,
     RESAMPLE_FILTER_SIZE,
@@ -30,7 +31,8 @@ from ttsq.domain.converter import (
     wav_header,
 )
 from ttsq.domain.encoders import decode_pcm16
-from ttsq.domain.output_formats import COMMON_RATES, OPUS_RATES, PCM_ENCODINGS, OutputFormat
+from ttsq.domain.jobs import AudioFormat
+from ttsq.domain.output_formats import COMMON_RATES, OPUS_RATES, PCM_ENCODINGS, OutputFormat, parse_ttsq, stored_format
 
 NATIVE = 24_000
 EVERY_FORMAT: list[OutputFormat] = [
@@ -340,3 +342,35 @@ async def test_an_error_from_the_pieces_reaches_the_listener_after_what_was_read
         async for chunk in converted(source(), OutputFormat("pcm_mulaw", 8_000, wav=True)):
             got.append(chunk)
     assert len(got) == 2 and got[0].startswith(b"RIFF") and 7_000 < len(got[1]) <= 8_000, "all but the filter's tail"
+
+
+@pytest.mark.parametrize("stored", ["wav", "pcm", "mp3", "opus", "aac", "flac"])
+def test_a_stored_result_is_sent_as_it_is_only_in_its_own_format(stored: AudioFormat) -> None:
+    """The stored file of a job (24 kHz, its own format) is the answer to exactly that format; any other format or
+    rate is made from its samples, never the stored bytes relabelled."""
+    pcm = speechlike(12_000, seed=9).tobytes()
+    file = pcm if stored == "pcm" else encode_audio(np.frombuffer(pcm, "<i2") / 32768, stored)
+    assert stored_as(file, stored, parse_ttsq(stored)) is file
+    assert stored_format(parse_ttsq(stored)) == stored
+    samples = pcm if stored in ("pcm", "wav", "flac") else decode_to_pcm16(file)
+    for other in (parse_ttsq(stored, 16_000), parse_ttsq("mulaw"), OutputFormat("mp3", 24_000, bit_rate=64_000)):
+        assert stored_format(other) is None or stored_format(other) != stored
+        made, expected = stored_as(file, stored, other), convert_whole(samples, other)
+        if other.encoding == "opus":  # each Ogg stream draws its own serial number: the audio is what must agree
+            assert np.array_equal(decoded(other, made), decoded(other, expected))
+        else:
+            assert made == expected
+
+
+def test_close_never_touches_the_encoder_while_a_feed_is_running() -> None:
+    """A server feeds in a worker thread and closes from the event loop when the client leaves: a close that comes
+    while a feed runs leaves libav alone (the encoder is freed with the converter) instead of freeing it under the
+    feed; the feed's stream goes on to a valid end."""
+    fmt = OutputFormat("mp3", 44_100)
+    data = speechlike(24_000).tobytes()
+    conv = converter(fmt)
+    first = conv.feed(data)
+    with conv._busy:  # a feed in flight in another thread
+        conv.close()
+    rest = conv.feed(data) + conv.end()
+    assert first + rest == streamed(fmt, data * 2, [len(data)])

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 from collections.abc import AsyncIterable, AsyncIterator
 from fractions import Fraction
 from typing import Protocol
@@ -232,6 +233,9 @@ class StreamConverter:
         """A trailing byte of a piece that split a sample, kept for the next piece."""
         self._started = False
         self._ended = False
+        self._busy = threading.Lock()
+        """Held by :meth:`feed` and :meth:`end`, which a server runs in a worker thread: :meth:`close`, called when the
+        stream is abandoned (possibly while such a call is still running), never touches libav at the same time."""
 
     @property
     def encodes(self) -> bool:
@@ -248,6 +252,10 @@ class StreamConverter:
     def feed(self, pcm16_24k: bytes) -> bytes:
         """Convert one piece of PCM16 LE mono at 24 kHz (any length); return what became final (after the header, when
         :meth:`start` was not called)."""
+        with self._busy:
+            return self._feed(pcm16_24k)
+
+    def _feed(self, pcm16_24k: bytes) -> bytes:
         if self._ended:
             raise ValueError("this stream has ended: a converter is for one stream")
         head = self.start()
@@ -263,6 +271,10 @@ class StreamConverter:
 
     def end(self) -> bytes:
         """Flush the resampler and the codec; return the rest of the stream. Calling it again returns b""."""
+        with self._busy:
+            return self._end()
+
+    def _end(self) -> bytes:
         if self._ended:
             return b""
         head = self.start()
@@ -271,10 +283,17 @@ class StreamConverter:
         return head + b"".join(tail) + self._writer.end()
 
     def close(self) -> None:
-        """Free the encoder of a stream that ends early (a no-op after :meth:`end`)."""
-        if not self._ended:
-            self._ended = True
-            self._writer.end()
+        """Free the encoder of a stream that ends early (a no-op after :meth:`end`). While a :meth:`feed` or :meth:`end`
+        is still running in another thread it does nothing, and never waits: the encoder is then freed with the
+        converter."""
+        if not self._busy.acquire(blocking=False):
+            return
+        try:
+            if not self._ended:
+                self._ended = True
+                self._writer.end()
+        finally:
+            self._busy.release()
 
 
 def converter(fmt: OutputFormat) -> StreamConverter:

@@ -41,11 +41,13 @@ __all__ = [
     "TTSQ_NAMES",
     "Encoding",
     "OutputFormat",
+    "TtsqName",
     "UnsupportedFormat",
     "parse_cartesia",
     "parse_elevenlabs",
     "parse_google",
     "parse_ttsq",
+    "stored_format",
 ]
 
 NATIVE_RATE = 24_000
@@ -189,7 +191,8 @@ def _say(allowed: tuple[int, ...]) -> str:
 
 # --- ttsq's own names (and OpenAI's, which are a subset) -----------------------------------------------------------
 
-TTSQ_NAMES: dict[str, tuple[Encoding, bool, int]] = {
+TtsqName = Literal["wav", "pcm", "mp3", "opus", "aac", "flac", "mulaw", "alaw"]
+TTSQ_NAMES: dict[TtsqName, tuple[Encoding, bool, int]] = {
     "wav": ("pcm_s16le", True, NATIVE_RATE),
     "pcm": ("pcm_s16le", False, NATIVE_RATE),
     "mp3": ("mp3", False, NATIVE_RATE),
@@ -205,11 +208,22 @@ TTSQ_NAMES: dict[str, tuple[Encoding, bool, int]] = {
 
 def parse_ttsq(name: str, sample_rate: int | None = None) -> OutputFormat:
     """ttsq's ``format`` (OpenAI's ``response_format``: the same names) with its optional ``sample_rate``."""
-    known = TTSQ_NAMES.get(name)
+    known = TTSQ_NAMES.get(name)  # type: ignore[call-overload]  # any string may be asked for; unknown ones are refused
     if known is None:
         raise UnsupportedFormat(f"unknown format {name!r}; use one of {', '.join(TTSQ_NAMES)}")
     encoding, wav, default_rate = known
     return OutputFormat(encoding, default_rate if sample_rate is None else sample_rate, wav)
+
+
+def stored_format(fmt: OutputFormat) -> TtsqName | None:
+    """The job format (:data:`ttsq.domain.jobs.AudioFormat`) whose stored result *is* ``fmt``, byte for byte what a
+    listener asking for ``fmt`` may be sent: 24 kHz WAV, PCM, mp3, opus, AAC or FLAC at the encoder's default bit rate.
+    None for every other format: a stored result is never handed out as one of them, it is converted
+    (:func:`ttsq.domain.audio.stored_as`)."""
+    if fmt.sample_rate != NATIVE_RATE or fmt.bit_rate is not None:
+        return None
+    stored: tuple[TtsqName, ...] = ("wav", "pcm", "mp3", "opus", "aac", "flac")
+    return next((name for name in stored if TTSQ_NAMES[name][:2] == (fmt.encoding, fmt.wav)), None)
 
 
 # --- ElevenLabs ----------------------------------------------------------------------------------------------------
