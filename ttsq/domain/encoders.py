@@ -30,10 +30,8 @@ Pieces need not be frame-aligned: a codec keeps the samples of an incomplete fra
 
 from __future__ import annotations
 
-import asyncio
 import io
 import struct
-from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Protocol, cast
@@ -48,7 +46,6 @@ __all__ = [
     "StreamFormat",
     "decode_pcm16",
     "encode_whole",
-    "encoded",
     "open_ended_wav_header",
     "stream_encoder",
 ]
@@ -287,28 +284,3 @@ def decode_pcm16(audio: bytes, sample_rate: int) -> bytes:
     for converted in resampler.resample(None):
         out += converted.to_ndarray().tobytes()
     return bytes(out)
-
-
-async def encoded(pieces: AsyncIterable[bytes], fmt: StreamFormat, sample_rate: int) -> AsyncIterator[bytes]:
-    """``pieces`` (PCM16) encoded as they come: the header at once, then each piece's ready bytes, then the rest.
-
-    Codec work runs in a worker thread (a sentence costs milliseconds of CPU: BENCHMARKS.md), so many streams
-    do not stall the event loop; the pass-through formats stay on it. An error from ``pieces`` propagates after
-    what was ready is sent; the encoder is closed either way.
-    """
-    encoder = stream_encoder(fmt, sample_rate)
-    offload = isinstance(encoder, _LibavEncoder)
-    header = encoder.start()
-    try:
-        if header:
-            yield header
-        async for pcm in pieces:
-            ready = await asyncio.to_thread(encoder.feed, pcm) if offload else encoder.feed(pcm)
-            if ready:
-                yield ready
-        rest = await asyncio.to_thread(encoder.finish) if offload else encoder.finish()
-        if rest:
-            yield rest
-    finally:
-        if offload:
-            encoder.finish()  # frees libav's context when the stream ends early; a no-op after a normal end
