@@ -5,6 +5,7 @@ line's audio bit-equal when one line's speaker changes (ttsq's decoder, batch-in
 
 from __future__ import annotations
 
+import asyncio
 import html
 import io
 from collections.abc import Iterator
@@ -18,9 +19,9 @@ import webvtt
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from tests.conftest import task_id
+from tests.conftest import fault_config, queue_config, task_id
 from tests.conftest_engine import TINY_ENGINE_CONFIG
-from tests.test_worker import running_worker, wait_final
+from tests.test_worker import running_worker, wait_final, wait_until
 from ttsq.domain.audio import SAMPLE_RATE, ChunkJoiner
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import segment_captions
@@ -32,6 +33,7 @@ from ttsq.domain.segments import Mark, Segment, gain_factor, part_seed, parts
 from ttsq.inference.base import ChunkAudio
 from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.engines.faults import FaultInjectingEngine
 from ttsq.runtime.assembly import JobAudio, PartLayout, marks_of, part_key, parts_of_key
 from ttsq.runtime.speakers import Speakers, part_request, synthesis_request
 
@@ -313,3 +315,39 @@ async def test_a_worker_speaks_a_job_of_segments_with_pauses_gains_and_marks(red
     assert samples.size == bob[-1].end + 2_400 and not samples[-2_400:].any(), "the trailing break is exact silence"
     marks = {mark.name: mark.sample for cue in cues for mark in cue.marks or ()}
     assert marks == {"start": 0, "after": samples.size}
+
+
+async def test_a_failing_line_fails_its_dialogue_and_takes_every_other_line_out_of_the_engine(
+    redis: Redis, invariant_engine: DecoderEngine
+) -> None:
+    long = " ".join(["This line goes on for a good many sentences, one after another."] * 6)
+    engine = FaultInjectingEngine(invariant_engine, fault_config("raise", "BOOM"))
+    async with running_worker(redis, engine, queue_config(block_s=0.2, max_attempts=1)) as worker:
+        job_id = task_id()
+        failing = dialogue(("A", 1, long), ("B", 2, "BOOM it fails."), ("A", 1, long))
+        await worker.queue.enqueue(job_id, failing, single_flight=False)
+        job = await wait_final(worker.queue, job_id)
+        assert job.status is Status.FAILED and "injected fault" in (job.error or ""), job.error
+        assert worker._batcher is not None
+        left = await asyncio.wrap_future(worker._thread.call(worker._batcher.requests))
+        assert [key for key in left if key.startswith(job_id)] == [], "the other lines left the engine with it"
+
+
+async def test_a_dialogue_cancelled_while_it_runs_leaves_the_engine_whole(redis: Redis, invariant_engine: DecoderEngine) -> None:
+    long = " ".join(["This line goes on for a good many sentences, one after another."] * 6)
+    async with running_worker(redis, invariant_engine) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, dialogue(("A", 1, long), ("B", 2, long)), single_flight=False)
+
+        async def running() -> bool:
+            return job_id in worker._in_flight
+
+        await wait_until(running)
+        job = await worker.queue.get(job_id)
+        assert job is not None
+        await worker.queue.cancel(job, None, "test")
+        final = await wait_final(worker.queue, job_id)
+        assert final.status is Status.CANCELLED
+        assert worker._batcher is not None
+        left = await asyncio.wrap_future(worker._thread.call(worker._batcher.requests))
+        assert [key for key in left if key.startswith(job_id)] == []

@@ -10,13 +10,16 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 import webvtt
 
 from tests.service import ROOT, Service
@@ -33,7 +36,7 @@ LINES = [
 
 
 def dialogue(service: Service, **body: Any) -> tuple[str, np.ndarray, list[dict[str, Any]]]:
-    """A dialogue queued, run to its end: its task id, its samples (PCM16) and its cues."""
+    """A dialogue queued, run to its end: its task id, its samples (PCM16, a WAV's decoded) and its cues."""
     answer = httpx.post(f"{service.api_url}/v1/tts/dialogue", json={"format": "pcm", **body}, timeout=30)
     assert answer.status_code in (200, 202), answer.text
     task_id = answer.json()["task_id"]
@@ -41,7 +44,10 @@ def dialogue(service: Service, **body: Any) -> tuple[str, np.ndarray, list[dict[
     assert service.status(task_id)["status"] == "done", service.status(task_id)
     result = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}", timeout=30)
     cues = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}", params={"format": "json"}, timeout=30).json()
-    return task_id, np.frombuffer(result.content, dtype="<i2"), cues
+    if body.get("format", "pcm") == "pcm":
+        return task_id, np.frombuffer(result.content, dtype="<i2"), cues
+    samples, _ = sf.read(io.BytesIO(result.content), dtype="int16")
+    return task_id, np.asarray(samples), cues
 
 
 def line(samples: np.ndarray, cues: list[dict[str, Any]], segment: int) -> np.ndarray:
@@ -74,6 +80,42 @@ def test_changing_one_lines_speaker_leaves_every_other_line_bit_equal_and_the_ta
     with httpx.stream("GET", f"{service.api_url}/v1/tts/events/{first_id}", timeout=60) as events:
         timings = [json.loads(data) for data in _event_data(events.iter_lines(), "timing")]
     assert [timing["index"] for timing in timings] == list(range(len(first_cues)))
+
+
+def test_a_dialogue_whose_worker_is_killed_mid_way_streams_and_stores_what_a_clean_run_makes(service: Service) -> None:
+    """SIGKILL of the worker once the dialogue's first audio is streamed: another worker runs it again, the reader that
+    was listening gets every sample once (the stored result), and that result is a clean run's, bit for bit."""
+    slow = {"BATCH_INVARIANT": "true", "MAX_NEW_TOKEN": "384", "MIN_NEW_TOKEN": "384"}
+    doomed = service.start_worker("doomed", **slow)
+    body = {"lines": LINES, "voices": {"Alice": "zh_female", "Bob": "zh_male"}, "format": "pcm", "seed": 5}
+    task_id = httpx.post(f"{service.api_url}/v1/tts/dialogue", json=body, timeout=30).json()["task_id"]
+    heard, errors, first = bytearray(), [], threading.Event()
+
+    def listen() -> None:
+        try:
+            with httpx.stream("GET", f"{service.api_url}/v1/tts/stream/{task_id}?format=pcm", timeout=180) as response:
+                for chunk in response.iter_bytes():
+                    heard.extend(chunk)
+                    first.set()
+        except httpx.HTTPError as exc:
+            errors.append(exc)
+        first.set()
+
+    reader = threading.Thread(target=listen)
+    reader.start()
+    assert first.wait(180) and not errors, errors
+    assert service.status(task_id)["status"] == "running", "the kill must come while the dialogue's audio is being made"
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait()
+    service.start_worker("rescuer", **slow)
+    reader.join(300)
+    assert not reader.is_alive() and not errors, errors
+    status = service.wait_status(task_id, {"done", "failed"})
+    assert status["status"] == "done" and status["attempts"] == 2, service.logs()
+    stored = httpx.get(f"{service.api_url}/v1/tts/result/{task_id}", timeout=30).content
+    assert bytes(heard) == stored, f"streamed {len(heard)} bytes of {len(stored)}"
+    _, clean, _ = dialogue(service, **{**body, "format": "wav"})  # another format: another task, synthesised afresh
+    assert clean.size and np.array_equal(np.frombuffer(stored, dtype="<i2"), clean), "the kill cost nothing"
 
 
 def _event_data(lines: Any, kind: str) -> list[str]:
