@@ -10,12 +10,13 @@ the ``elevenlabs`` SDK's ``text_to_dialogue.convert`` and ``.stream`` work with 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from deps import DialogueDep, Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller
+from ttsq.api.auth import Principal
 from ttsq.api.errors import (
     AUTH_RESPONSES,
     BODY_TIMEOUT_RESPONSE,
@@ -27,17 +28,22 @@ from ttsq.api.errors import (
 )
 from ttsq.api.schemas import SubmitResponse, task_links
 from ttsq.api.service import (
-    CONTENT_TYPES,
-    ELEVENLABS_DEFAULT_FORMAT,
+    ELEVENLABS_DEFAULT,
     MAX_SEED,
     DialogueLine,
     DialogueRequest,
+    Download,
     ElevenLabsDialogueRequest,
     InvalidInput,
+    ListeningService,
     NoWorker,
+    OutputFormat,
     Status,
     StreamFailed,
-    elevenlabs_format,
+    TaskService,
+    UnsupportedFormat,
+    parse_elevenlabs,
+    stored_format,
 )
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
@@ -77,19 +83,19 @@ async def dialogue(body: DialogueRequest, dialogues: DialogueDep, caller: TTSCal
     return Response(submitted.answer.model_dump_json(), status_code=code, media_type="application/json", headers=headers)
 
 
-OutputFormat = Annotated[
+OutputFormatQuery = Annotated[
     str | None,
     Query(
         max_length=40,
         pattern=r"^[a-z0-9_]+$",
-        description="ElevenLabs' name of the audio's format: `mp3_*` (ttsq's mp3, 24 kHz mono) or `pcm_24000` (raw PCM16 "
-        f"LE at 24 kHz). Default: `{ELEVENLABS_DEFAULT_FORMAT}`, as ElevenLabs'.",
+        description="ElevenLabs' name of the audio's format (`pcm_16000`, `ulaw_8000`, `mp3_44100_128`, `opus_48000_64`, "
+        f"`wav_24000`, …: docs/api.md#output-formats). Default: `{ELEVENLABS_DEFAULT}`, as ElevenLabs'.",
     ),
 ]
 _AUDIO_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio, streamed as it is synthesised.",
-        "content": {CONTENT_TYPES["mp3"]: {}, CONTENT_TYPES["pcm"]: {}},
+        "content": {"audio/mpeg": {}, "audio/pcm": {}, "audio/basic": {}, "audio/wav": {}, "audio/ogg; codecs=opus": {}},
         "headers": {
             **RATE_LIMIT_HEADERS,
             "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
@@ -114,7 +120,7 @@ async def text_to_dialogue(
     caller: StreamCaller,
     guard: Guarded,
     request: Request,
-    output_format: OutputFormat = None,
+    output_format: OutputFormatQuery = None,
 ) -> Response:
     return await _speak(body, output_format, dialogues, tasks, listening, caller, guard, request)
 
@@ -133,7 +139,7 @@ async def text_to_dialogue_stream(
     caller: StreamCaller,
     guard: Guarded,
     request: Request,
-    output_format: OutputFormat = None,
+    output_format: OutputFormatQuery = None,
 ) -> Response:
     return await _speak(body, output_format, dialogues, tasks, listening, caller, guard, request)
 
@@ -149,22 +155,21 @@ async def _speak(
     request: Request,
 ) -> Response:
     """Queue the inputs as a dialogue (each voice its own speaker) and answer with its audio as it is made: the stored
-    file at once for a cache hit; a failure before the first audio is a 500; this request is the task's only listener,
+    file at once for a cache hit (converted where it is not the format asked for); a WAV once the task is done (its
+    header states its sizes); a failure before the first audio is a 500; this request is the task's only listener,
     so the task is cancelled when its client goes away (unless someone else wants it: ``TaskService.abandon``)."""
-    fmt = elevenlabs_format(output_format)
-    if fmt is None:
-        raise InvalidInput(
-            "output_format",
-            f"{output_format!r} is not served here yet: use an mp3 format (mp3_44100_128, ...) or pcm_24000",
-            output_format,
-        )
+    try:
+        fmt = parse_elevenlabs(output_format)
+    except UnsupportedFormat as exc:
+        raise InvalidInput("output_format", str(exc), output_format) from None
     # Each voice is its own speaker. Built without validating again: the service checks every line as it checks any
-    # dialogue's, naming `inputs.N.text`, and a voice it cannot resolve as `voices.<voice_id>`.
+    # dialogue's, naming `inputs.N.text`, and a voice it cannot resolve as `voices.<voice_id>`. The task stores the
+    # answer itself when it is at 24 kHz, else the PCM it is made from (as the OpenAI route does).
     native = DialogueRequest.model_construct(
         lines=[DialogueLine.model_construct(speaker=line.voice_id, text=line.text) for line in body.inputs],
         voices={line.voice_id: line.voice_id for line in body.inputs},
         seed=None if body.seed is None else body.seed % (MAX_SEED + 1),
-        format=fmt,
+        format=cast(Any, stored_format(fmt) or "pcm"),  # a stored format's name: one a job may have
     )
     submitted = await dialogues.submit(native, caller, field="inputs")
     task_id = submitted.answer.task_id
@@ -174,14 +179,17 @@ async def _speak(
     ]
     if ignored:
         headers["X-TTSQ-Ignored-Fields"] = _field_names(ignored)
-    media_type = CONTENT_TYPES[fmt]
-    if submitted.answer.status is Status.DONE:
-        stored = await tasks.download(task_id, caller)
-        if stored.audio is not None:
-            return Response(stored.audio, media_type=media_type, headers=headers)
-    sole = not submitted.answer.joined
+    stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
+    sole = stored is None and not submitted.answer.joined
     try:
-        await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+        if stored is None:
+            await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+        if stored is None and fmt.wav:
+            stored = await _finished(tasks, task_id, caller)
+        if stored is not None:
+            if stored.audio is None:
+                return JSONResponse(status_code=500, content={"detail": f"synthesis failed: {stored.job.error or 'no audio'}"})
+            return Response(await _answer(listening, stored, fmt), media_type=fmt.content_type, headers=headers)
         try:
             pcm = await listening.started(task_id)
         except StreamFailed as exc:
@@ -193,7 +201,21 @@ async def _speak(
     audio = listening.audio(task_id, fmt, pcm)
     if sole:
         audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
-    return StreamingResponse(guard(audio), media_type=media_type, headers=headers)
+    return StreamingResponse(guard(audio), media_type=fmt.content_type, headers=headers)
+
+
+async def _answer(listening: ListeningService, stored: Download, fmt: OutputFormat) -> bytes:
+    """A finished task's stored file as ``fmt`` (itself, or converted from it)."""
+    assert stored.audio is not None
+    return await listening.stored(stored.job, stored.audio, fmt)
+
+
+async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
+    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
+    while True:
+        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
+        if download.audio is not None or download.job.status.is_final:
+            return download
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

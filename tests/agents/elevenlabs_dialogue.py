@@ -4,10 +4,10 @@ virtual environment (var/agents-venv) by tests/e2e/test_dialogue.py.
     var/agents-venv/bin/python tests/agents/elevenlabs_dialogue.py BASE_URL KEY OUT_DIR VOICE:TEXT...
 
 Calls ``text_to_dialogue.convert`` with ``output_format="pcm_24000"`` (written to OUT_DIR/convert.pcm), ``.stream``
-with the same (OUT_DIR/stream.pcm) and ``convert`` with no format (ElevenLabs' default, mp3: OUT_DIR/default.mp3),
-each with ``seed=7``; prints one JSON line with each call's byte count or error. ``ElevenLabs(base_url=...)`` joins
-``/v1/...`` itself, so the base URL has no ``/v1``. This file imports only the SDK (never the ttsq package): it
-stands for an application's process.
+with the same (OUT_DIR/stream.pcm), ``convert`` with no format (ElevenLabs' default, mp3: OUT_DIR/default.mp3) and
+``convert`` with ``ulaw_8000`` (OUT_DIR/ulaw.raw), each with ``seed=7``; prints one JSON line with each call's byte
+count or error. ``ElevenLabs(base_url=...)`` joins ``/v1/...`` itself, so the base URL has no ``/v1``. This file
+imports only the SDK (never the ttsq package): it stands for an application's process.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main(base_url: str, key: str, out: Path, pairs: list[str]) -> int:
         "convert": ("convert.pcm", lambda: client.text_to_dialogue.convert(inputs=inputs, output_format="pcm_24000", seed=7)),
         "stream": ("stream.pcm", lambda: client.text_to_dialogue.stream(inputs=inputs, output_format="pcm_24000", seed=7)),
         "default": ("default.mp3", lambda: client.text_to_dialogue.convert(inputs=inputs, seed=7)),
+        "ulaw": ("ulaw.raw", lambda: client.text_to_dialogue.convert(inputs=inputs, output_format="ulaw_8000", seed=7)),
     }
     found: dict[str, Any] = {}
     for name, (file, call) in calls.items():

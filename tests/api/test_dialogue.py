@@ -159,16 +159,19 @@ async def test_the_pronunciation_dictionary_rewrites_each_line(client: httpx.Asy
     assert [s.text for s in job.params.segments or []] == ["I like sequel.", "sequel is fine."]
 
 
-async def test_the_elevenlabs_routes_take_xi_api_key_and_refuse_what_they_cannot_make(redis: Redis, make_settings: Any) -> None:
+async def test_the_elevenlabs_routes_take_xi_api_key_and_refuse_a_format_they_cannot_make(redis: Redis, make_settings: Any) -> None:
     body = {"inputs": [{"text": "Hi.", "voice_id": "zh_female"}], "model_id": "eleven_v3"}
     async with api_client(make_settings(auth="on")) as (client, _):
         key = await new_key(redis, "tts")
         for route in ("/v1/text-to-dialogue", "/v1/text-to-dialogue/stream"):
             assert (await client.post(route, json=body)).status_code == 401
             assert (await client.post(route, json=body, headers={"xi-api-key": "sk-wrong"})).status_code == 401
-            answer = await client.post(route, json=body, params={"output_format": "ulaw_8000"}, headers={"xi-api-key": key})
+            answer = await client.post(route, json=body, params={"output_format": "flac_44100"}, headers={"xi-api-key": key})
             field, said = refusal(answer)
-            assert field == "output_format" and "mp3" in said and "pcm_24000" in said
+            assert field == "output_format" and "unknown output_format 'flac_44100'" in said and "ulaw_8000" in said
+            answer = await client.post(route, json=body, params={"output_format": "opus_44100_64"}, headers={"xi-api-key": key})
+            field, said = refusal(answer)
+            assert field == "output_format" and "opus_44100_64" in said
             unknown = {"inputs": [{"text": "Hi.", "voice_id": "nobody"}]}
             field, said = refusal(await client.post(route, json=unknown, headers={"xi-api-key": key}))
             assert field == "voices.nobody" and said.startswith("unknown voice 'nobody'")

@@ -153,3 +153,5 @@ def test_the_elevenlabs_sdk_speaks_a_dialogue_with_only_its_base_url_changed(ser
     assert cues[0]["speaker"] == "zh_female" and cues[-1]["speaker"] == "zh_male"
     mp3 = (tmp_path / "default.mp3").read_bytes()
     assert mp3[:3] == b"ID3" or (mp3[0] == 0xFF and mp3[1] & 0xE0 == 0xE0), "ElevenLabs' default format is mp3"
+    ulaw = (tmp_path / "ulaw.raw").read_bytes()
+    assert abs(len(ulaw) - samples.size / 3) <= 2, "µ-law at 8 kHz: a byte per sample, a third of 24 kHz's samples"

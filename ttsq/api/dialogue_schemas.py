@@ -8,7 +8,7 @@ description) is a line's override too without another edit here.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.fields import FieldInfo
@@ -19,13 +19,11 @@ from ttsq.domain.sampling import SAMPLING_FIELDS, SamplingFields
 
 __all__ = [
     "DEFAULT_GAP_MS",
-    "ELEVENLABS_DEFAULT_FORMAT",
     "DialogueLine",
     "DialogueRequest",
     "ElevenLabsDialogueInput",
     "ElevenLabsDialogueRequest",
     "SamplingOverrides",
-    "elevenlabs_format",
     "overrides",
 ]
 
@@ -124,20 +122,6 @@ class DialogueRequest(SamplingFields):
 
 
 # ---- ElevenLabs' text-to-dialogue ----------------------------------------------------------------------------------
-
-ELEVENLABS_DEFAULT_FORMAT = "mp3_44100_128"
-"""What ElevenLabs answers when a request names no ``output_format`` (the SDK then sends none)."""
-
-
-def elevenlabs_format(name: str | None) -> Literal["mp3", "pcm"] | None:
-    """The format ttsq makes for an ElevenLabs ``output_format`` (None: one it cannot make yet). ElevenLabs' mp3
-    names are answered with ttsq's mp3 (24 kHz mono, whatever rate and bit rate the name says), ``pcm_24000`` with raw
-    PCM16; the other rates and encodings come with a converter of their own."""
-    name = name or ELEVENLABS_DEFAULT_FORMAT
-    if name.startswith("mp3_"):
-        return "mp3"
-    return "pcm" if name == "pcm_24000" else None
-
 
 class ElevenLabsDialogueInput(BaseModel):
     """One of ElevenLabs' dialogue inputs: a text and the voice that says it."""

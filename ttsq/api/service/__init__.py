@@ -22,13 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ttsq.api.dialogue_schemas import (
-    ELEVENLABS_DEFAULT_FORMAT,
-    DialogueLine,
-    DialogueRequest,
-    ElevenLabsDialogueRequest,
-    elevenlabs_format,
-)
+from ttsq.api.dialogue_schemas import DialogueLine, DialogueRequest, ElevenLabsDialogueRequest
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.service.admin import AdminService
 from ttsq.api.service.common import Common, InvalidInput, ServiceConfig, StoreUnavailable, TaskNotFound, readable, viewed_owner
@@ -42,8 +36,17 @@ from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
 from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
-from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
 from ttsq.domain.jobs import MAX_SEED, Job, Status
+from ttsq.domain.output_formats import (
+    ELEVENLABS_DEFAULT,
+    TTSQ_NAMES,
+    OutputFormat,
+    TtsqName,
+    UnsupportedFormat,
+    parse_elevenlabs,
+    parse_ttsq,
+    stored_format,
+)
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
@@ -88,7 +91,6 @@ __all__ += [
     "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
     "SCOPE_PATTERN",
-    "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
     "CaptionFormat",
@@ -102,14 +104,14 @@ __all__ += [
     "Status",
     "StoreUnavailable",
     "StreamFailed",
-    "StreamFormat",
     "Voice",
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
+__all__ += ["TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
-__all__ += ["ELEVENLABS_DEFAULT_FORMAT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
-__all__ += ["elevenlabs_format"]
+__all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
+__all__ += ["parse_elevenlabs"]
 
 __all__ += [
     "AdminService",
