@@ -179,3 +179,13 @@ async def test_the_elevenlabs_routes_take_xi_api_key_and_refuse_a_format_they_ca
             field, said = refusal(await client.post(route, json=empty, headers={"xi-api-key": key}))
             assert field == "inputs.0.text" and "text is empty" in said
             assert (await client.post(route, json={"inputs": []}, headers={"xi-api-key": key})).status_code == 422
+
+
+async def test_a_dialogue_of_as_many_lines_as_the_default_limit_fits_a_body_as_lines_and_as_a_script(
+    client: httpx.AsyncClient, redis: Redis
+) -> None:
+    lines = [{"speaker": "Alice" if number % 2 else "Bob", "text": f"Line {chr(65 + number % 26)}."} for number in range(200)]
+    job = await job_of(redis, await client.post(ROUTE, json={"lines": lines, "voices": VOICES}))
+    assert len(job.params.segments or []) == 200
+    script = "\n".join(f"{line['speaker']}: {line['text']}" for line in lines)
+    assert (await client.post(ROUTE, json={"script": script, "voices": VOICES, "seed": 1})).status_code == 202

@@ -20,6 +20,7 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.dialogue import ScriptError, read_script
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, TTSParams
+from ttsq.domain.sampling import Sampling
 from ttsq.domain.segments import Segment
 from ttsq.domain.text import TextError, spoken_length, validate_text
 from ttsq.domain.voices import Voice
@@ -62,7 +63,8 @@ class DialogueService:
         segments = []
         for number, ((speaker, _, own), text) in enumerate(zip(lines, cleaned, strict=True)):
             voice = voices[speaker]
-            sampling = body.sampling.model_copy(update=own) if own else None
+            # Validated as one record again: whatever ties the sampling fields together holds for a line's own mix too.
+            sampling = Sampling.model_validate({**dict(body.sampling), **own}) if own else None
             segments.append(
                 Segment.model_construct(
                     text=text,
