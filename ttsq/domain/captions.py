@@ -15,6 +15,7 @@ ride the cue they fall in (or the nearest before), each with its exact sample of
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 
@@ -121,13 +122,16 @@ def segment_captions(
     before them (the first cue, for marks before any speech). ``plain``: a text of its own, not segments (its cues
     name no segment)."""
     spans: list[tuple[int, int] | None] = [None] * len(timings)
-    for segment, source in enumerate(sources):
-        mine = [number for number, timing in enumerate(timings) if timing[3] == segment]
-        for number, span in zip(mine, source_spans(source, [timings[number][2] for number in mine]), strict=True):
+    by_segment: dict[int, list[int]] = {}
+    for number, timing in enumerate(timings):
+        by_segment.setdefault(timing[3], []).append(number)
+    for segment, mine in by_segment.items():
+        for number, span in zip(mine, source_spans(sources[segment], [timings[number][2] for number in mine]), strict=True):
             spans[number] = span
+    starts = [timing[0] for timing in timings]  # in order: the joined audio's
     placed: dict[int, list[CueMark]] = {}
     for name, sample in marks:
-        at = max((number for number, timing in enumerate(timings) if timing[0] <= sample), default=0)
+        at = max(bisect.bisect_right(starts, sample) - 1, 0)
         placed.setdefault(at, []).append(CueMark(name=name, sample=sample))
     return [
         Cue(

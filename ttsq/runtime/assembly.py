@@ -94,6 +94,8 @@ class JobAudio:
     """Some of its audio was released before its chunk ended."""
     _totals: dict[int, int] = field(default_factory=dict)
     """Chunks of each part, as its first event said (0 for a silent part)."""
+    _known: int = 0
+    """The chunks of the parts in :attr:`_totals`, together."""
     _pending: dict[tuple[int, int], ChunkAudio] = field(default_factory=dict)
     _partial: dict[tuple[int, int], npt.NDArray[np.float32]] = field(default_factory=dict)
     """Each running chunk's pieces so far, joined (gain applied)."""
@@ -122,6 +124,7 @@ class JobAudio:
         if not self.parts:
             raise ValueError("a job's audio has at least one part")
         self._totals = {number: 0 for number, layout in enumerate(self.parts) if layout.silent}
+        self._known = 0
         self._lead = self._pass_silence(0)
 
     @property
@@ -207,7 +210,10 @@ class JobAudio:
         """``chunk`` with its part's gain; its part's chunk count recorded (and checked against earlier ones)."""
         if not 0 <= part < len(self.parts) or self.parts[part].silent:
             raise ValueError(f"part {part} of this job has no chunks")
-        known = self._totals.setdefault(part, chunk.total)
+        known = self._totals.get(part)
+        if known is None:
+            known = self._totals[part] = chunk.total
+            self._known += chunk.total
         if chunk.total != known:
             raise ValueError(f"chunk {chunk.index} of part {part} says {chunk.total} chunks, earlier ones said {known}")
         gain = self.parts[part].gain
@@ -234,7 +240,8 @@ class JobAudio:
         return Release(self._joined, self._known_total(), samples, at=self._start + self._sent, final=final)
 
     def _known_total(self) -> int:
-        return sum(self._totals.get(number, 1) for number in range(len(self.parts)))
+        """Chunks known, and one for each part not begun (kept as a sum, not counted again: a document has thousands)."""
+        return self._known + len(self.parts) - len(self._totals)
 
     @property
     def complete(self) -> bool:
