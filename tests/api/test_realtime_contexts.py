@@ -306,3 +306,36 @@ async def test_a_session_closed_with_contexts_open_speaks_each_to_its_end(redis:
         audio, events, code = await drain(ws)
     assert code == 1000 and audio == pcm(7)
     assert [e["type"] for e in events] == ["segment.done", "context.done", "session.done"], events
+
+
+async def test_a_flush_with_a_mark_is_acknowledged_once_all_it_cut_is_spoken(redis: Redis, make_settings: Any) -> None:
+    """``flush.done`` comes after the last ``segment.done`` of what the flush cut, not at its first audio; a flush with
+    nothing to speak is acknowledged at once."""
+    worker = Worker(redis)
+    async with served(make_settings()) as (url, _app), connect(url, open_timeout=GUARD_S) as ws:
+        await started(ws, seed=8)
+        await send(ws, "flush", mark="nothing")
+        assert await event(ws) == {"type": "flush.done", "mark": "nothing"}
+        await send(ws, "context.start", context_id="c")
+        assert (await event(ws))["type"] == "context.started"
+        await send(ws, "text", context_id="c", text="The first part is here. The second part follows it.")
+        await send(ws, "flush", context_id="c", mark="both")
+        await send(ws, "keepalive", mark="x")
+        assert (await event(ws))["type"] == "segment.queued"
+        assert (await event(ws))["code"] == "invalid_message", "only a flush takes a mark"
+        await worker.claim(1)
+        first = next(iter(worker.held))
+        await worker.speak(first, pcm(1))
+        order = []
+        while "segment.done 1" not in order:
+            message = await asyncio.wait_for(ws.recv(), GUARD_S)
+            said = {"type": "audio"} if isinstance(message, bytes) else json.loads(message)
+            order.append(f"{said['type']} {said.get('index', '')}".strip())
+            if said["type"] == "segment.queued":
+                await worker.claim(1)
+                await worker.speak(said["task_id"], pcm(2))
+        assert await event(ws) == {"type": "flush.done", "context_id": "c", "mark": "both"}
+        await send(ws, "cancel")
+        _, events, code = await drain(ws)
+    assert order[:3] == ["audio", "segment.queued 1", "segment.done 0"] and "flush.done" not in " ".join(order), order
+    assert code == 1000 and [e["type"] for e in events] == ["context.done", "session.done"], events

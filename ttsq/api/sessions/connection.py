@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.websockets import WebSocket
 
 from ttsq.api.auth import Principal
-from ttsq.api.service import TTSService
+from ttsq.api.service import InvalidInput, TTSService
 from ttsq.api.sessions.context import Context
 from ttsq.api.sessions.events import (
     ConnectionDone,
@@ -36,11 +36,13 @@ from ttsq.api.sessions.events import (
     ContextStarted,
     Event,
     Failure,
+    Flushed,
     Opened,
     RealtimeConfig,
 )
 from ttsq.api.sessions.outage import ride_out
 from ttsq.api.sessions.wire import ConnectionEnded, Disconnected, Inbox, receive_into, transmit
+from ttsq.domain.voices import OPENAI_VOICES, Voice, VoiceError
 
 if TYPE_CHECKING:
     from ttsq.api.sessions.engine import Adapter
@@ -54,11 +56,79 @@ MAX_ID_SHOWN = 64
 """How much of a context id an error quotes."""
 
 
+async def resolve_voice(service: TTSService, name: str | None, caller: Principal) -> Voice | None:
+    """The voice ``name`` among those ``caller`` sees (its tenant's and the global ones; OpenAI's names and blends
+    too); :class:`ValueError` saying why not."""
+    if name is None:
+        return None
+    try:
+        return await service.voicing.resolve_voice(OPENAI_VOICES.get(name, name), caller)
+    except InvalidInput as exc:
+        raise ValueError(f"{exc.field}: {exc.message}") from None
+    except VoiceError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def quiet(task: asyncio.Task[Any]) -> None:
-    """Mark what ``task`` raised as seen: the connection surfaces it while it runs (:meth:`Connection._next`), and once
+    """Mark what ``task`` raised as seen: the connection surfaces it while it runs (:meth:`Guards.next`), and once
     it is over nothing is left to tell (an ERROR "never retrieved" for a client that just left helps no one)."""
     if not task.cancelled():
         task.exception()
+
+
+def timed_out(contexts: Mapping[ContextId, Context], why: str) -> ConnectionEnded:
+    """A timeout's ending, which says what of the text was never spoken, so nothing is dropped without a word: the
+    default context's (``unspoken``) and each named context's (``unspoken_contexts``)."""
+    default = contexts.get(None)
+    unspoken = default.unspoken() if default is not None else ""
+    named = {key: text for key, context in contexts.items() if key is not None and (text := context.unspoken())}
+    total = len(unspoken) + sum(len(text) for text in named.values())
+    if not total:
+        return ConnectionEnded("timeout", why)
+    details: dict[str, Any] = {"unspoken": unspoken} if unspoken else {}
+    if named:
+        details["unspoken_contexts"] = named
+    return ConnectionEnded("timeout", f"{why}; {total} characters were not spoken (unspoken)", **details)
+
+
+class Guards:
+    """The tasks a connection runs beside its message loop (each context's audio sender, the key's watcher), and the
+    loop's wait on them: what one raises ends the connection; one that ends well (a context over) is let go of."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def start(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(quiet)
+        self.tasks.add(task)
+        return task
+
+    async def next(self, inbox: Inbox, timeout_s: float) -> Mapping[str, Any] | None:
+        """The client's next message; None when ``timeout_s`` passes first, or a guard ends (a context is over). What
+        a guard raised (a revoked key, a failed submit, Redis gone for good) is raised here."""
+        self.reap()
+        getting = asyncio.ensure_future(inbox.get())
+        done, _ = await asyncio.wait({getting, *self.tasks}, timeout=max(0.0, timeout_s), return_when=FIRST)
+        if getting in done:
+            return getting.result()
+        getting.cancel()  # a message it was handed meanwhile stays in the inbox
+        self.reap()
+        return None
+
+    def reap(self) -> None:
+        """Let go of the guards that have ended (a context over, a cancelled context's sender); raise what one raised."""
+        for task in [task for task in self.tasks if task.done()]:
+            self.tasks.discard(task)
+            if not task.cancelled():
+                task.result()
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
 
 
 class Connection:
@@ -98,8 +168,7 @@ class Connection:
         """The open ones in the order they were opened (an ordered connection's turns)."""
         self.inbox: Inbox = asyncio.Queue(maxsize=config.inbox_messages)
         self.receiver: asyncio.Task[None] | None = None
-        self.guards: set[asyncio.Task[None]] = set()
-        """The tasks beside the reading (each context's sender, the key's watcher): one that fails ends the connection."""
+        self.guards = Guards()
         self.closing = False
         self.cancelled = False
         self.revoked = False
@@ -147,7 +216,7 @@ class Connection:
                 "too_much_text", f"a session may send at most {self.config.max_chars} characters (REALTIME_MAX_CHARS)"
             )
         context = await self._open(context_id, create=bool(text))
-        if context is None:
+        if context is None or not text:
             return
         if context.closed:
             await self.refuse("context_closed", "this context is closed: no more text", context_id)
@@ -155,10 +224,14 @@ class Connection:
         self.chars += len(text)
         await context.feed(text)
 
-    async def flush(self, context_id: ContextId) -> None:
-        """Speak what a context has received now, sentence or not."""
-        if (context := await self._open(context_id)) is not None and not context.closed:
-            await context.flush()
+    async def flush(self, context_id: ContextId, mark: object = None) -> None:
+        """Speak what a context has received now, sentence or not; with a ``mark`` (any value but None),
+        :class:`~.events.Flushed` once every chunk cut so far is resolved."""
+        context = await self._open(context_id)
+        if context is not None:
+            await context.flush(mark)
+        elif context_id is None and mark is not None:  # a default context with nothing received: nothing to wait for
+            await self.emit(Flushed(None, mark))
 
     async def close_context(self, context_id: ContextId) -> None:
         """No more text for a context: the rest is spoken, then :class:`ContextDone`."""
@@ -186,6 +259,10 @@ class Connection:
         self.closing = self.cancelled = True
         for context in list(self.contexts.values()):
             await context.cancel()
+
+    async def voice(self, name: str | None) -> Voice | None:
+        """The voice ``name`` among those the caller sees (a context's own); :class:`ValueError` saying why not."""
+        return await resolve_voice(self.service, name, self.caller)
 
     async def refuse(self, code: str, message: str, context_id: ContextId = None, **details: Any) -> None:
         """A message (or a context) refused: a :class:`Failure`, and the connection goes on."""
@@ -226,10 +303,7 @@ class Connection:
         return await ride_out(call, what, self.id, self.config.outage_s, self.clock)
 
     def guard(self, work: Awaitable[None]) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(work)
-        task.add_done_callback(quiet)
-        self.guards.add(task)
-        return task
+        return self.guards.start(work)
 
     def context_over(self, context: Context) -> None:
         """``context`` is over: it leaves the connection (its id may be opened again), and on an ordered connection the
@@ -255,7 +329,7 @@ class Connection:
             if self.still_valid is not None:
                 self.guard(self._watch_key(self.still_valid))
             while not (self.closing and not self.contexts):
-                message = await self._next(self._deadline() - self.clock())
+                message = await self.guards.next(self.inbox, self._deadline() - self.clock())
                 if message is None:
                     await self._timers()
                     continue
@@ -269,8 +343,7 @@ class Connection:
             await self.emit(ConnectionDone(self.id, self.cancelled, self.segments, self.samples, self.chars))
         finally:
             self.receiver.cancel()
-            for task in self.guards:
-                task.cancel()
+            self.guards.cancel()
             await asyncio.gather(*(context.abandon_unsent() for context in self.contexts.values()))
 
     @property
@@ -278,25 +351,6 @@ class Connection:
         """The tasks it holds (for the engine's counts): its reader while it reads, and its guards, ended ones not yet
         let go of included."""
         return len(self.guards) + (self.receiver is not None and not self.receiver.done())
-
-    async def _next(self, timeout_s: float) -> Mapping[str, Any] | None:
-        """The client's next message; None when ``timeout_s`` passes first, or a guard ends (a context is over). What
-        a guard raised (a revoked key, a failed submit, Redis gone for good) is raised here."""
-        self._reap()
-        getting = asyncio.ensure_future(self.inbox.get())
-        done, _ = await asyncio.wait({getting, *self.guards}, timeout=max(0.0, timeout_s), return_when=FIRST)
-        if getting in done:
-            return getting.result()
-        getting.cancel()  # a message it was handed meanwhile stays in the inbox
-        self._reap()
-        return None
-
-    def _reap(self) -> None:
-        """Let go of the guards that have ended (a context over, a cancelled context's sender); raise what one raised."""
-        for task in [task for task in self.guards if task.done()]:
-            self.guards.discard(task)
-            if not task.cancelled():
-                task.result()
 
     def _deadline(self) -> float:
         deadlines = [self.began + self.config.max_session_s, self._idle_due()]
@@ -312,29 +366,16 @@ class Connection:
         """What is due now: the connection's end (``REALTIME_MAX_S``), a context's clause wait, the inactivity timeout."""
         now = self.clock()
         if now >= self.began + self.config.max_session_s:
-            raise self._timeout(f"a session lasts at most {self.config.max_session_s:g} s (REALTIME_MAX_S)")
+            raise timed_out(self.contexts, f"a session lasts at most {self.config.max_session_s:g} s (REALTIME_MAX_S)")
         due = [context for context in self.contexts.values() if context.clause_due is not None and now >= context.clause_due]
         for context in due:
             await context.clauses()
         if not due and now >= self._idle_due():
-            raise self._timeout(
+            raise timed_out(
+                self.contexts,
                 f"no message for {self.idle_s:g} s (the session's idle_s, at most REALTIME_IDLE_S): send keepalive "
                 "during a pause in the text, close when it ends"
             )
-
-    def _timeout(self, why: str) -> ConnectionEnded:
-        """A timeout's ending, which says what of the text was never spoken, so nothing is dropped without a word: the
-        default context's (``unspoken``) and each named context's (``unspoken_contexts``)."""
-        default = self.contexts.get(None)
-        unspoken = default.unspoken() if default is not None else ""
-        named = {key: text for key, context in self.contexts.items() if key is not None and (text := context.unspoken())}
-        total = len(unspoken) + sum(len(text) for text in named.values())
-        if not total:
-            return ConnectionEnded("timeout", why)
-        details: dict[str, Any] = {"unspoken": unspoken} if unspoken else {}
-        if named:
-            details["unspoken_contexts"] = named
-        return ConnectionEnded("timeout", f"{why}; {total} characters were not spoken (unspoken)", **details)
 
     async def _watch_key(self, still_valid: Callable[[], Awaitable[bool]]) -> None:
         """Ask every ``STREAM_KEY_RECHECK_S`` whether the key is still valid, for as long as the connection lasts

@@ -37,6 +37,7 @@ from ttsq.api.sessions.events import (
     ContextOptions,
     Event,
     Failure,
+    Flushed,
     RealtimeConfig,
     SegmentDone,
     SegmentQueued,
@@ -83,6 +84,9 @@ class Host(Protocol):
 @dataclass
 class Segment:
     index: int
+    """Its place among the context's queued chunks (its ``first_chunk``)."""
+    number: int
+    """Its place among the chunks cut (refused ones included)."""
     text: str
     task_id: str
     started: bool = False
@@ -99,8 +103,8 @@ class Context:
         self.options = options
         self.text = TextStream(host.config.max_chunk_chars)
         self.segments: list[Segment] = []
-        self.waiting: deque[str] = deque()
-        """Chunks cut and not yet queued (:attr:`RealtimeConfig.ahead`)."""
+        self.waiting: deque[tuple[int, str]] = deque()
+        """Chunks cut and not yet queued (:attr:`RealtimeConfig.ahead`), with their numbers."""
         self.closed = False
         """No more text comes (its client closed it): the rest is spoken, then it is over."""
         self.over = False
@@ -108,6 +112,14 @@ class Context:
         self.chars = 0
         self.samples = 0
         """Audio sent so far, in samples at 24 kHz (the pauses between chunks included)."""
+        self.cut = 0
+        """Chunks cut so far: the next one's number."""
+        self.resolved = 0
+        """How many of its first chunks are done with: each one's audio all sent, or it was refused, or it failed."""
+        self._resolved_later: set[int] = set()
+        """Chunks done with while one before them is not yet (a chunk refused while the one before it still speaks)."""
+        self._marks: list[tuple[int, object]] = []
+        """Flushes waiting to be acknowledged: how many chunks had been cut by then, and the client's mark."""
         self.clause_due: float | None = None
         """When text without a sentence end is spoken up to its last clause mark (``REALTIME_CLAUSE_WAIT_S``)."""
         self.turn = asyncio.Event()
@@ -124,7 +136,7 @@ class Context:
 
     def unspoken(self) -> str:
         """What of its text was never spoken: the chunks not yet sent and the text not yet cut into one."""
-        left = [segment.text for segment in self.segments if not segment.sent] + list(self.waiting)
+        left = [segment.text for segment in self.segments if not segment.sent] + [text for _, text in self.waiting]
         return " ".join([*left, self.text.pending.strip() if self.text.has_speech else ""]).strip()
 
     async def feed(self, piece: str) -> None:
@@ -132,10 +144,14 @@ class Context:
         await self._queue(self.text.feed(piece))
         self.clause_due = self.host.clock() + self.host.config.clause_wait_s if self.text.has_speech else None
 
-    async def flush(self) -> None:
-        """Speak what has arrived now, sentence or not."""
+    async def flush(self, mark: object = None) -> None:
+        """Speak what has arrived now, sentence or not; with a ``mark``, :class:`Flushed` once all of it is resolved."""
         self.clause_due = None
-        await self._queue(self.text.flush())
+        chunks = [] if self.closed else self.text.flush()
+        if mark is not None:
+            self._marks.append((self.cut + len(chunks), mark))
+        await self._queue(chunks)
+        await self._acknowledge()
 
     async def clauses(self) -> None:
         """The clause wait ran out: speak up to the last sentence end or clause mark."""
@@ -166,8 +182,24 @@ class Context:
 
     async def _queue(self, chunks: list[str]) -> None:
         """Take newly cut chunks; queue what :attr:`RealtimeConfig.ahead` allows now."""
-        self.waiting.extend(chunks)
+        for chunk in chunks:
+            self.waiting.append((self.cut, chunk))
+            self.cut += 1
         await self._pump()
+
+    async def _acknowledge(self) -> None:
+        """Say :class:`Flushed` for each mark whose chunks are all resolved."""
+        while self._marks and self._marks[0][0] <= self.resolved:
+            _, mark = self._marks.pop(0)
+            await self.host.emit(Flushed(self.id, mark))
+
+    async def _resolve(self, number: int) -> None:
+        """Chunk ``number`` is done with: acknowledge the flushes it completes."""
+        self._resolved_later.add(number)
+        while self.resolved in self._resolved_later:
+            self._resolved_later.remove(self.resolved)
+            self.resolved += 1
+        await self._acknowledge()
 
     async def _pump(self) -> None:
         """Queue waiting chunks, in order, while fewer than ``ahead`` queued ones have no audio out yet; once the
@@ -177,12 +209,12 @@ class Context:
                 if self.over:
                     return
                 self.host.check_allowed()
-                await self._submit(self.waiting.popleft())
+                await self._submit(*self.waiting.popleft())
             if self.closed and not self.waiting and not self._end_told:
                 self._to_send.put_nowait(None)
                 self._end_told = True
 
-    async def _submit(self, chunk: str) -> None:
+    async def _submit(self, number: int, chunk: str) -> None:
         """Queue ``chunk`` as a task at its place in the context (``first_chunk``), through a Redis outage of up to
         ``LISTEN_OUTAGE_S``. A try whose answer was lost may have queued its job already: single-flight joins the
         next try to it (or, where single-flight is off, that job runs unheard)."""
@@ -207,12 +239,13 @@ class Context:
             )
         except InvalidInput as exc:
             await self.host.emit(Failure(self.id, "invalid_text", exc.message, details={"text": chunk[:200]}))
+            await self._resolve(number)
             return
         except RateLimitExceeded as exc:
             raise ConnectionEnded("too_many_requests", f"{exc} (each chunk is one submit)") from None
         except QueueFullError as exc:
             raise ConnectionEnded("too_many_requests", str(exc)) from None
-        segment = Segment(index, chunk, submitted.answer.task_id)
+        segment = Segment(index, number, chunk, submitted.answer.task_id)
         self.segments.append(segment)
         await self.host.emit(SegmentQueued(self.id, index, chunk, segment.task_id))
         self._to_send.put_nowait(segment)
@@ -244,6 +277,7 @@ class Context:
                 segment.sent = True
                 await self._pump()
                 await self.host.emit(Failure(self.id, "synthesis_failed", str(exc), index=segment.index))
+                await self._resolve(segment.number)
                 continue
             finally:
                 await _close(pieces)  # its subscription to the listener goes now, not when it is collected
@@ -251,6 +285,7 @@ class Context:
             await self._pump()  # a chunk that had no audio to start with
             self.host.touch()
             await self.host.emit(SegmentDone(self.id, segment.index, segment.text, segment.task_id, start, self.samples))
+            await self._resolve(segment.number)
         if tail := self.converter.end():
             await self.host.emit(Audio(self.id, tail, self.samples))
         self.over = True

@@ -52,13 +52,13 @@ from typing import Any, NoReturn, Protocol
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ttsq.api.auth import Authenticator, Principal, Unauthorized, presented_key
-from ttsq.api.service import InvalidInput, NoWorker, TTSService
-from ttsq.api.sessions.connection import Connection
+from ttsq.api.service import NoWorker, TTSService
+from ttsq.api.sessions.connection import Connection, resolve_voice
 from ttsq.api.sessions.events import Ended, Event, RealtimeConfig
 from ttsq.api.sessions.wire import REDIS_DOWN, ConnectionEnded, Disconnected, Frame, close, refuse
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.domain.voices import OPENAI_VOICES, Voice, VoiceError
+from ttsq.domain.voices import Voice
 from ttsq.store.connection import STORE_ERRORS
 
 __all__ = ["Adapter", "HandshakeRefused", "LiveCounts", "Opening", "Sessions"]
@@ -149,15 +149,9 @@ class Opening:
 
     async def voice(self, name: str | None, caller: Principal) -> Voice | None:
         """The voice ``name`` among those ``caller`` sees (its tenant's and the global ones; OpenAI's names and blends
-        too); :class:`ValueError` saying why not."""
-        if name is None:
-            return None
-        try:
-            return await self.sessions.service.voicing.resolve_voice(OPENAI_VOICES.get(name, name), caller)
-        except InvalidInput as exc:
-            raise ValueError(f"{exc.field}: {exc.message}") from None
-        except VoiceError as exc:
-            raise ValueError(str(exc)) from None
+        too); :class:`ValueError` saying why not. Before the connection (a voice in the URL, refused with a status);
+        a context's own voice later: :meth:`.connection.Connection.voice`."""
+        return await resolve_voice(self.sessions.service, name, caller)
 
     def connect(self, caller: Principal, adapter: Adapter, *, idle_s: float | None = None, ordered: bool = False) -> Connection:
         """The connection, once it holds one of the process's stream slots (``MAX_STREAMS``, per key, per tenant:

@@ -28,6 +28,7 @@ __all__ = [
     "Ended",
     "Event",
     "Failure",
+    "Flushed",
     "Opened",
     "RealtimeConfig",
     "SegmentDone",
@@ -147,6 +148,16 @@ class SegmentDone:
 
 
 @dataclass(frozen=True)
+class Flushed:
+    """Every chunk a context had cut when its client flushed with ``mark`` is resolved: its audio sent (or the chunk
+    refused, or failed, each with its :class:`Failure`). For protocols that acknowledge a flush (Cartesia's
+    ``flush_done``)."""
+
+    context_id: ContextId
+    mark: object
+
+
+@dataclass(frozen=True)
 class ContextDone:
     """A context is over: all its audio sent (``cancelled`` False), or cancelled. Its id may be opened again."""
 
@@ -199,5 +210,5 @@ class Ended:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-Event = Opened | ContextStarted | SegmentQueued | Audio | SegmentDone | ContextDone | Failure | ConnectionDone | Ended
+Event = Opened | ContextStarted | SegmentQueued | Audio | SegmentDone | Flushed | ContextDone | Failure | ConnectionDone | Ended
 """Everything a connection says, in the order it happens (a context's events in its own order)."""

@@ -9,7 +9,8 @@ the HTTP routes read a body (duplicate keys, ``NaN``, lone surrogates are refuse
   "api_key": ...}`` first (a key may come in the handshake's ``Authorization``/``X-API-Key`` header instead: then it is
   checked before the WebSocket is accepted, and a refused one gets the HTTP answer, 401/403, instead of a session);
 * ``{"type": "text", "text": "..."}`` any number of times;
-* ``{"type": "flush"}``: speak what has arrived now, sentence or not;
+* ``{"type": "flush"}``: speak what has arrived now, sentence or not (with a ``"mark"``: ``flush.done`` with that mark
+  once every chunk cut so far is spoken, refused or failed);
 * ``{"type": "keepalive"}``: nothing but that the client is there (a pause in the text, such as an agent's tool call);
 * ``{"type": "close"}``: no more text; the rest is spoken, then ``session.done`` and close code 1000;
 * ``{"type": "cancel"}``: stop now; the chunks not yet sent are abandoned, then ``session.done`` and 1000;
@@ -20,7 +21,7 @@ the HTTP routes read a body (duplicate keys, ``NaN``, lone surrogates are refuse
 
 Events: ``session.started``; ``context.started`` and ``context.done`` (named contexts); ``segment.queued`` (a chunk
 became a task); ``segment.done`` (its audio is all sent, with its exact start and end in its context's audio);
-``session.done``; ``error`` (a ``code`` and a sentence); each with the ``context_id`` of a named context. Audio is
+``flush.done``; ``session.done``; ``error`` (a ``code`` and a sentence); each with the ``context_id`` of a named context. Audio is
 binary frames of raw PCM16 (24 kHz, mono, little-endian) — one context's at a time, in the order the contexts were
 opened, since a binary frame cannot say whose it is — or, with ``"audio_transport": "json"``, ``audio`` events with
 the audio in base64 (each with its ``context_id``, every context's as it comes), for clients that read only text frames.
@@ -48,6 +49,7 @@ from ttsq.api.sessions.events import (
     Ended,
     Event,
     Failure,
+    Flushed,
     Opened,
     RealtimeConfig,
     SegmentDone,
@@ -124,6 +126,9 @@ class Control(BaseModel):
 
     type: Literal["flush", "close", "cancel", "keepalive"]
     context_id: str | None = ContextIdField
+    mark: str | None = Field(
+        None, min_length=1, max_length=128, description="A flush's name: `flush.done` says it once all it cut is spoken."
+    )
 
 
 def decode(message: Mapping[str, Any], limit: int) -> dict[str, Any]:
@@ -145,7 +150,6 @@ class TtsqProtocol:
     def __init__(self, config: RealtimeConfig) -> None:
         self.config = config
         self.start: SessionStart | None = None
-        self.opening: Opening | None = None
         self.output = PCM16
         """The session's output format (every context's)."""
 
@@ -169,7 +173,6 @@ class TtsqProtocol:
         except ValueError as exc:
             raise ConnectionEnded("invalid_session", str(exc)) from None
         connection.defaults = ContextOptions(voice, start.seed, start.priority, start.sampling)
-        self.opening = opening
         return connection
 
     async def handle(self, connection: Connection, message: Mapping[str, Any]) -> None:
@@ -195,8 +198,10 @@ class TtsqProtocol:
     @staticmethod
     async def _control(connection: Connection, control: Control) -> None:
         named = control.context_id
+        if control.mark is not None and control.type != "flush":
+            raise ValueError("mark: only a flush takes one")
         if control.type == "flush":
-            await connection.flush(named)
+            await connection.flush(named, control.mark)
         elif control.type == "keepalive":
             connection.keep_alive()
         elif named is not None:
@@ -206,12 +211,12 @@ class TtsqProtocol:
 
     async def _start_context(self, connection: Connection, start: ContextStart) -> None:
         """A named context with its own options: those it leaves out are the session's."""
-        assert self.start is not None and self.opening is not None and connection.defaults is not None
+        assert self.start is not None and connection.defaults is not None
         given = start.model_fields_set
         voice = connection.defaults.voice
         if "voice" in given:
             try:
-                voice = await self.opening.voice(start.voice, connection.caller)
+                voice = await connection.voice(start.voice)
             except ValueError as exc:
                 await connection.refuse("invalid_context", str(exc), start.context_id)
                 return
@@ -234,6 +239,8 @@ class TtsqProtocol:
         if isinstance(event, Failure):
             index = {} if event.index is None else {"index": event.index}
             return [_json({"type": "error", **named, "code": event.code, **index, "message": event.message, **event.details})]
+        if isinstance(event, Flushed):
+            return [_json({"type": "flush.done", **named, "mark": event.mark})]
         if isinstance(event, ContextStarted | ContextDone) and event.context_id is None:
             return []  # the default context is the session itself
         if isinstance(event, ContextStarted):
