@@ -238,9 +238,10 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         le=3600,
-        description="A realtime session (`/v1/tts/realtime`) with no message from its client for this long, and none of "
-        "its audio pending, is closed (code 4408, the text not yet spoken in the error's `unspoken`): the default, and "
-        "the most a session's own `idle_s` may ask for. A client keeps a pause alive with `keepalive` messages.",
+        description="A realtime connection (`/v1/tts/realtime`, whatever its contexts) with no message from its client "
+        "for this long, and none of its audio pending, is closed (code 4408, the text not yet spoken in the error's "
+        "`unspoken`): the default, and the most a client's own inactivity timeout (`idle_s`) may ask for. A client "
+        "keeps a pause alive with `keepalive` messages.",
         json_schema_extra=_group("API"),
     )
     realtime_start_s: float = Field(
