@@ -15,12 +15,15 @@ import base64
 import json
 from typing import Any
 
+import numpy as np
 from redis.asyncio import Redis
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.api.test_realtime_session import GUARD_S, drain, next_event, served, started
 from tests.conftest import claimed, queue_config
 from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.converter import convert_whole
+from ttsq.domain.output_formats import OutputFormat
 from ttsq.store.queue import Claim, JobQueue
 from ttsq.store.streams import AudioStreams
 
@@ -339,3 +342,54 @@ async def test_a_flush_with_a_mark_is_acknowledged_once_all_it_cut_is_spoken(red
         _, events, code = await drain(ws)
     assert order[:3] == ["audio", "segment.queued 1", "segment.done 0"] and "flush.done" not in " ".join(order), order
     assert code == 1000 and [e["type"] for e in events] == ["context.done", "session.done"], events
+
+
+async def test_a_sessions_output_format_is_each_contexts_one_stream(redis: Redis, make_settings: Any) -> None:
+    """``output_format``/``sample_rate``: every context's audio is one stream in that format, through a converter of its
+    own (µ-law at 8 kHz in binary frames; mp3 as JSON events, each context's with its own header), equal to the same
+    audio converted in one piece; a format ttsq cannot make refuses the session."""
+    worker = Worker(redis)
+    async with served(make_settings()) as (url, _app):
+        async with connect(url, open_timeout=GUARD_S) as ws:
+            await ws.send(json.dumps({"type": "session.start", "output_format": "opus", "sample_rate": 44_100}))
+            _, events, code = await drain(ws)
+        assert code == 4400 and "output_format" in events[-1]["message"] and "44100" in events[-1]["message"], events
+
+        async with connect(url, open_timeout=GUARD_S) as ws:
+            said = await started(ws, seed=2, output_format="mulaw")
+            assert (said["encoding"], said["sample_rate"], said["output_format"]) == ("pcm_mulaw", 8000, "mulaw")
+            await send(ws, "text", text="Spoken down a telephone line.")
+            await send(ws, "close")
+            queued = await next_event(ws, "segment.queued")
+            await worker.claim(1)
+            await worker.speak(queued["task_id"], _speech(1))
+            audio, events, code = await drain(ws)
+        assert code == 1000 and audio == convert_whole(_speech(1), OutputFormat("pcm_mulaw", 8000)), "one µ-law stream"
+        assert events[-2]["type"] == "segment.done" and events[-2]["end_s"] == len(_speech(1)) / 2 / SAMPLE_RATE
+
+        async with connect(url, open_timeout=GUARD_S) as ws:
+            await started(ws, seed=2, output_format="mp3", audio_transport="json")
+            for name in ("x", "y"):
+                await send(ws, "context.start", context_id=name)
+                await send(ws, "text", context_id=name, text=f"Context {name} is spoken as mp3.")
+                await send(ws, "close", context_id=name)
+            await send(ws, "close")
+            queued = {}
+            while len(queued) < 2:
+                said = await event(ws)
+                if said["type"] == "segment.queued":
+                    queued[said["context_id"]] = said["task_id"]
+            await worker.claim(2)
+            for value, name in enumerate(("x", "y")):
+                await worker.speak(queued[name], _speech(value + 2))
+            _, events, code = await drain(ws)
+        assert code == 1000
+        for value, name in enumerate(("x", "y")):
+            heard = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "audio" and e["context_id"] == name)
+            assert heard == convert_whole(_speech(value + 2), OutputFormat("mp3")), f"context {name}: one mp3 stream"
+
+
+def _speech(seed: int) -> bytes:
+    """Half a second of a tone, as PCM16 at 24 kHz (something an encoder does not reduce to nothing)."""
+    samples = (np.sin(np.arange(SAMPLE_RATE // 2) * 2 * np.pi * 220 * seed / SAMPLE_RATE) * 8000).astype("<i2")
+    return samples.tobytes()

@@ -344,6 +344,8 @@ class Connection:
         finally:
             self.receiver.cancel()
             self.guards.cancel()
+            for context in self.contexts.values():
+                context.converter.close()  # an encoder's memory goes now, not when it is collected
             await asyncio.gather(*(context.abandon_unsent() for context in self.contexts.values()))
 
     @property

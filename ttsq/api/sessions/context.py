@@ -10,8 +10,8 @@ submit's wherever the cuts agree, with the same pause between chunks as a joined
 Pacing: a context keeps ``REALTIME_AHEAD`` chunks queued beyond the one whose audio is streaming, and queues the next
 when a chunk's first audio goes out. Its audio goes out in text order, each chunk's as its worker streams it
 (:meth:`ListeningService.pcm`: a prefix of the job's stored audio, or :class:`StreamFailed`), through the context's
-converter (:mod:`.output`), once it is the context's turn to send (:attr:`Context.turn`: a protocol whose audio
-frames carry no context id sends one context's audio at a time).
+converter (:mod:`ttsq.domain.converter`, into its output format), once it is the context's turn to send
+(:attr:`Context.turn`: a protocol whose audio frames carry no context id sends one context's audio at a time).
 
 Cancelling a context, or its connection ending first, abandons every chunk whose audio was not all sent: a context
 gives up only its own interest in a job (:meth:`TaskService.abandon`), so a job another context or request joined
@@ -44,6 +44,7 @@ from ttsq.api.sessions.events import (
 )
 from ttsq.api.sessions.wire import ConnectionEnded
 from ttsq.domain.audio import sentence_gap_pcm16
+from ttsq.domain.converter import converter
 from ttsq.domain.text_stream import TextStream
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import QueueFullError
@@ -124,7 +125,9 @@ class Context:
         """When text without a sentence end is spoken up to its last clause mark (``REALTIME_CLAUSE_WAIT_S``)."""
         self.turn = asyncio.Event()
         """Set once this context may send its audio (at once where audio frames carry a context id)."""
-        self.converter = options.output.converter()
+        self.converter = converter(options.output)
+        """Its audio into its output format, one stream from its first piece to its end (a resampler's filter and an
+        encoder's frames carry across pieces)."""
         self._pumping = asyncio.Lock()
         self._to_send: asyncio.Queue[Segment | None] = asyncio.Queue()
         self.sender = host.guard(self._send_audio())
@@ -174,6 +177,7 @@ class Context:
         self.waiting.clear()
         async with self._pumping:  # a submit under way lands first, so that its chunk is abandoned too
             self.sender.cancel()
+        self.converter.close()
         await self.abandon_unsent()
         try:
             await self.host.emit(ContextDone(self.id, True, len(self.segments), self.samples, self.chars))
@@ -253,8 +257,13 @@ class Context:
     async def _out(self, pcm: bytes) -> None:
         offset = self.samples
         self.samples += len(pcm) // 2
-        if audio := self.converter.feed(pcm):
+        if audio := await self._converted(self.converter.feed, pcm):
             await self.host.emit(Audio(self.id, audio, offset))
+
+    async def _converted(self, call: Callable[..., bytes], *args: bytes) -> bytes:
+        """``call`` on the converter: in a worker thread where it costs real CPU (resampling, a codec: milliseconds a
+        sentence, which many contexts would otherwise add to the event loop's every turn), else at once."""
+        return await asyncio.to_thread(call, *args) if self.converter.encodes else call(*args)
 
     async def _send_audio(self) -> None:
         """Each queued chunk's audio in order, as its worker streams it, then its exact place in the context; once the
@@ -286,7 +295,7 @@ class Context:
             self.host.touch()
             await self.host.emit(SegmentDone(self.id, segment.index, segment.text, segment.task_id, start, self.samples))
             await self._resolve(segment.number)
-        if tail := self.converter.end():
+        if tail := await self._converted(self.converter.end):
             await self.host.emit(Audio(self.id, tail, self.samples))
         self.over = True
         try:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ttsq.api.sessions.output import PCM16, OutputFormat
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.jobs import Priority
+from ttsq.domain.output_formats import OutputFormat
 from ttsq.domain.sampling import DEFAULT_SAMPLING, Sampling
 from ttsq.domain.voices import Voice
 
 __all__ = [
+    "PCM16",
     "Audio",
     "ConnectionDone",
     "ContextDone",
@@ -37,6 +38,9 @@ __all__ = [
 
 ContextId = str | None
 """A context's id, as its client named it; None: the connection's default context."""
+
+PCM16 = OutputFormat("pcm_s16le")
+"""The workers' own audio, unchanged: PCM16, little-endian, 24 kHz, mono (no conversion, no thread)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,9 @@ class RealtimeConfig:
 
 @dataclass(frozen=True)
 class ContextOptions:
-    """How a context speaks: the fields a submit takes (``POST /v1/tts/submit``), already checked, and its output."""
+    """How a context speaks: the fields a submit takes (``POST /v1/tts/submit``), already checked, and its output
+    format (:mod:`ttsq.domain.output_formats`: each protocol's names parsed into one :class:`OutputFormat`; the
+    context's audio is one stream in it, through a converter of its own)."""
 
     voice: Voice | None = None
     seed: int | None = None
@@ -119,7 +125,8 @@ class SegmentQueued:
 
 @dataclass(frozen=True)
 class Audio:
-    """Audio of a context, in its output format: ``offset`` samples (24 kHz) of the context's audio came before it."""
+    """Audio of a context, in its output format (joined, a context's audio events are one stream in it: a WAV or mp3
+    header in its first): ``offset`` samples of the context's audio at 24 kHz came before the piece it was made from."""
 
     context_id: ContextId
     audio: bytes

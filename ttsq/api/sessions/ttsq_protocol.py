@@ -6,7 +6,7 @@ carried none) and sends text in pieces; each sentence is spoken as it completes.
 the HTTP routes read a body (duplicate keys, ``NaN``, lone surrogates are refused):
 
 * ``{"type": "session.start", "voice": ..., "seed": ..., "speed": ..., "idle_s": ..., "audio_transport": ...,
-  "api_key": ...}`` first (a key may come in the handshake's ``Authorization``/``X-API-Key`` header instead: then it is
+  "output_format": ..., "sample_rate": ..., "api_key": ...}`` first (a key may come in the handshake's ``Authorization``/``X-API-Key`` header instead: then it is
   checked before the WebSocket is accepted, and a refused one gets the HTTP answer, 401/403, instead of a session);
 * ``{"type": "text", "text": "..."}`` any number of times;
 * ``{"type": "flush"}``: speak what has arrived now, sentence or not (with a ``"mark"``: ``flush.done`` with that mark
@@ -22,7 +22,8 @@ the HTTP routes read a body (duplicate keys, ``NaN``, lone surrogates are refuse
 Events: ``session.started``; ``context.started`` and ``context.done`` (named contexts); ``segment.queued`` (a chunk
 became a task); ``segment.done`` (its audio is all sent, with its exact start and end in its context's audio);
 ``flush.done``; ``session.done``; ``error`` (a ``code`` and a sentence); each with the ``context_id`` of a named context. Audio is
-binary frames of raw PCM16 (24 kHz, mono, little-endian) — one context's at a time, in the order the contexts were
+binary frames of raw PCM16 (24 kHz, mono, little-endian; or the session's ``output_format``, each context's audio
+one stream in it) — one context's at a time, in the order the contexts were
 opened, since a binary frame cannot say whose it is — or, with ``"audio_transport": "json"``, ``audio`` events with
 the audio in base64 (each with its ``context_id``, every context's as it comes), for clients that read only text frames.
 """
@@ -40,6 +41,7 @@ from ttsq.api.schemas import REQUEST_MODEL
 from ttsq.api.sessions.connection import Connection
 from ttsq.api.sessions.engine import Opening
 from ttsq.api.sessions.events import (
+    PCM16,
     Audio,
     ConnectionDone,
     ContextDone,
@@ -55,9 +57,9 @@ from ttsq.api.sessions.events import (
     SegmentDone,
     SegmentQueued,
 )
-from ttsq.api.sessions.output import PCM16
 from ttsq.api.sessions.wire import ConnectionEnded, Frame, problem, read_frame
 from ttsq.domain.jobs import MAX_SEED, Priority
+from ttsq.domain.output_formats import TTSQ_NAMES, TtsqName, UnsupportedFormat, parse_ttsq
 from ttsq.domain.sampling import SAMPLING_FIELDS, SamplingFields
 
 __all__ = ["CLOSE_CODES", "ContextStart", "SessionStart", "TtsqProtocol"]
@@ -101,8 +103,12 @@ class SessionStart(ContextFields):
         None, gt=0, description="This session's idle timeout, in seconds: at most the server's (REALTIME_IDLE_S)."
     )
     audio_transport: Literal["binary", "json"] = Field(
-        "binary", description="Audio as binary PCM frames, or as base64 in JSON `audio` events (for text-only clients)."
+        "binary", description="Audio as binary frames, or as base64 in JSON `audio` events (for text-only clients)."
     )
+    output_format: TtsqName = Field(
+        "pcm", description=f"The audio's format, as on the HTTP routes: {', '.join(TTSQ_NAMES)} (each context's one stream)."
+    )
+    sample_rate: int | None = Field(None, description="Its sample rate (default: 24000; mulaw and alaw: 8000).")
     api_key: str | None = Field(None, max_length=512, description="The key, where the handshake carried none.")
 
 
@@ -166,13 +172,17 @@ class TtsqProtocol:
             raise ConnectionEnded("invalid_session", f"the first message must be a session.start: {exc}") from None
         if start.idle_s is not None and start.idle_s > config.idle_s:
             raise ConnectionEnded("invalid_session", f"idle_s: at most {config.idle_s:g} s here (REALTIME_IDLE_S)")
+        try:
+            self.output = parse_ttsq(start.output_format, start.sample_rate)
+        except UnsupportedFormat as exc:
+            raise ConnectionEnded("invalid_session", f"output_format: {exc}") from None
         caller = handshake if handshake is not None and start.api_key is None else await opening.authenticate(start.api_key)
         connection = opening.connect(caller, self, idle_s=start.idle_s, ordered=start.audio_transport == "binary")
         try:
             voice = await opening.voice(start.voice, caller)
         except ValueError as exc:
             raise ConnectionEnded("invalid_session", str(exc)) from None
-        connection.defaults = ContextOptions(voice, start.seed, start.priority, start.sampling)
+        connection.defaults = ContextOptions(voice, start.seed, start.priority, start.sampling, self.output)
         return connection
 
     async def handle(self, connection: Connection, message: Mapping[str, Any]) -> None:
@@ -222,7 +232,7 @@ class TtsqProtocol:
                 return
         chosen = {name: getattr(start if name in given else self.start, name) for name in ("seed", "priority", *SAMPLING_FIELDS)}
         sampling = SamplingFields.model_validate({name: chosen[name] for name in SAMPLING_FIELDS}).sampling
-        options = ContextOptions(voice, chosen["seed"], chosen["priority"], sampling)
+        options = ContextOptions(voice, chosen["seed"], chosen["priority"], sampling, self.output)
         await connection.open_context(start.context_id, options)
 
     def render(self, event: Event) -> Sequence[Frame]:
@@ -261,6 +271,8 @@ class TtsqProtocol:
         started |= {"sample_rate": self.output.sample_rate, "channels": 1, "idle_s": event.idle_s}
         if self.start is not None and self.start.audio_transport != "binary":
             started["audio_transport"] = self.start.audio_transport
+        if self.output != PCM16:
+            started["output_format"] = self.start.output_format if self.start is not None else "pcm"
         return started
 
     def close_code(self, code: str) -> int:
