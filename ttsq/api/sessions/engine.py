@@ -22,12 +22,14 @@ WebSocket, four methods:
   voice in the URL), :meth:`Opening.accept`, at most one :meth:`Opening.first_message` (read within a limit, nothing
   else read before the caller is known), :meth:`Opening.authenticate` for a key that came in it,
   :meth:`Opening.voice` for the options' voice, and last :meth:`Opening.connect` (the stream slot). Then set the
-  connection's :attr:`~.connection.Connection.defaults` where the protocol has a default context. Raise
-  :class:`~.wire.ConnectionEnded` to end it with a reason.
+  connection's :attr:`~.connection.Connection.defaults` where the protocol has a default context (the context
+  ``None``, opened by its first text). Raise :class:`~.wire.ConnectionEnded` to end it with a reason.
 * ``handle(connection, message)``: one client frame (a Starlette ``websocket.receive`` message, in order) translated
   into calls on the connection: :meth:`~.connection.Connection.open_context` (its
-  :class:`~.events.ContextOptions`), ``add_text``, ``flush``, ``close_context`` (finish speaking), ``cancel_context``
-  (stop now), ``keep_alive``, ``close`` (finish every context, then the end) and ``cancel`` (stop everything);
+  :class:`~.events.ContextOptions`: a voice from ``connection.voice(name)``, an output format from the protocol's
+  names, :mod:`ttsq.domain.output_formats`), ``add_text`` (an empty text is a keep-alive), ``flush`` (with a ``mark``:
+  :class:`~.events.Flushed` once what it cut is spoken), ``close_context`` (finish speaking), ``cancel_context`` (stop
+  now), ``keep_alive``, ``close`` (finish every context, then the end) and ``cancel`` (stop everything);
   :meth:`~.connection.Connection.refuse` answers a message the protocol cannot take (read it with
   :func:`.wire.read_frame`, whose :class:`ValueError` says why). Calls never raise for one bad message: an unknown
   context, a context over the limit, text for a closed context each come back as a :class:`~.events.Failure` event.
@@ -35,7 +37,8 @@ WebSocket, four methods:
 * ``render(event)``: one :mod:`.events` event as the frames that say it (none where the protocol has no word for
   it). Audio is :class:`~.events.Audio`, bytes in the context's output format; a context's events come in its own
   order; an ordered connection (``connect(ordered=True)``: audio frames that carry no id) sends one context's audio at a
-  time in the order they were opened.
+  time in the order they were opened. Every context opened gets a :class:`~.events.ContextDone` (``cancelled`` or
+  not), after which its id may be opened again.
 * ``close_code(code)``: the WebSocket close code of an ending (``done``, ``timeout``, ``unauthorized``, ``no_worker``,
   ...: :data:`.ttsq_protocol.CLOSE_CODES` names them all), after ``render(Ended(...))``'s frames.
 """

@@ -6,8 +6,9 @@ carried none) and sends text in pieces; each sentence is spoken as it completes.
 the HTTP routes read a body (duplicate keys, ``NaN``, lone surrogates are refused):
 
 * ``{"type": "session.start", "voice": ..., "seed": ..., "speed": ..., "idle_s": ..., "audio_transport": ...,
-  "output_format": ..., "sample_rate": ..., "api_key": ...}`` first (a key may come in the handshake's ``Authorization``/``X-API-Key`` header instead: then it is
-  checked before the WebSocket is accepted, and a refused one gets the HTTP answer, 401/403, instead of a session);
+  "output_format": ..., "sample_rate": ..., "api_key": ...}`` first (a key may come in the handshake's
+  ``Authorization``/``X-API-Key`` header instead: then it is checked before the WebSocket is accepted, and a refused
+  one gets the HTTP answer, 401/403, instead of a session);
 * ``{"type": "text", "text": "..."}`` any number of times;
 * ``{"type": "flush"}``: speak what has arrived now, sentence or not (with a ``"mark"``: ``flush.done`` with that mark
   once every chunk cut so far is spoken, refused or failed);
