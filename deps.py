@@ -94,7 +94,6 @@ def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
     return provide
 
 
-
 class ApiKeyCaller(SecurityBase):
     """Who is calling, for a route that needs ``scope``: the key from ``X-API-Key`` or ``Authorization:
     Bearer`` (:func:`ttsq.api.auth.presented_key`), or an anonymous caller where keys are optional.
