@@ -26,8 +26,6 @@ REGISTRIES = {
 """What only names things: allowed past the limits."""
 
 TO_SPLIT = {
-    "ttsq/store/queue.py": "to split: the job protocol and its scripts' callers in one module",
-    "ttsq/store/queue.py:JobQueue": "to split: the job protocol beside streams, heartbeats and the shared secret",
     "ttsq/runtime/worker.py": "to split: the worker loop's module",
     "ttsq/runtime/worker.py:Worker": "to split: the worker loop, its admission and its chores",
 }

@@ -76,7 +76,8 @@ from ttsq.runtime.upkeep import (
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
-from ttsq.store.queue import Claim, JobQueue
+from ttsq.store.leases import Claim
+from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
 from ttsq.store.voice_encodings import VoiceEncodings
 
@@ -434,7 +435,7 @@ class Worker:
         """
         jobs: list[Job] = []
         try:
-            claim = await self.queue.claim(self.identity)
+            claim = await self.queue.leases.claim(self.identity)
             if claim is None:
                 self.outage.back()
                 self.record.claim_error = None
@@ -444,7 +445,7 @@ class Worker:
                 return jobs
             deadline = time.monotonic() + (self.config.batch_wait_ms / 1000 if not self._in_flight else 0.0)
             while len(jobs) < room and not self._stop.is_set():
-                jobs += self._claimed(await self.queue.claim_more(self.identity, room - len(jobs)))
+                jobs += self._claimed(await self.queue.leases.claim_more(self.identity, room - len(jobs)))
                 remaining = deadline - time.monotonic()
                 if len(jobs) >= room or remaining <= 0:
                     break
