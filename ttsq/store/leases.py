@@ -5,7 +5,7 @@ was claimed again) is refused by every script here, so a worker that wakes after
 
 :class:`Leases` is the queue's (:attr:`JobQueue.leases <ttsq.store.queue.JobQueue.leases>`), on its connection, shards
 and clock; what it remembers between calls (a claim whose answer was lost, the newest token answered per worker, whose
-shard is next) is per worker process.
+shard is next) is its own, one per queue object (a worker process has one).
 """
 
 from __future__ import annotations
