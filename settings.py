@@ -12,7 +12,7 @@ but one: ``EngineConfig.warmup_text``, the text a worker speaks once before its 
 setting drives (``tests/test_settings.py`` holds every config built here to that). Fixed values that
 are not settings stay with the code they shape, defaults included, for example the supervisor's
 restart backoff (:class:`ttsq.runtime.supervise.Policy`, which ``make up`` uses as it is), the
-automatic batch limit on a CPU (``CPU_AUTO_BATCH`` in :mod:`ttsq.runtime.worker`), and a request's
+automatic batch limit on a CPU (``CPU_AUTO_BATCH`` in :mod:`ttsq.runtime.replica`), and a request's
 sampling defaults (:mod:`ttsq.domain.sampling`, part of the API).
 
 Variable names are the field names in upper case (``REDIS_URL``, ``MAX_TEXT_CHARS``, ``MODEL``).

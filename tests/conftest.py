@@ -25,8 +25,9 @@ from tests.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.engines.faults import FaultConfig
 from ttsq.store.connection import create_redis
+from ttsq.store.leases import Claim
 from ttsq.store.listener import JobListener, ListenerConfig
-from ttsq.store.queue import Claim, JobQueue, QueueConfig
+from ttsq.store.queue import JobQueue, QueueConfig
 
 pytest_plugins = ["tests.conftest_engine", "tests.service"]
 
@@ -112,7 +113,7 @@ def params(text: str = "hello", **overrides: Any) -> TTSParams:
 async def claimed(queue: JobQueue, worker: str = "w") -> Claim:
     """Claim the next job for ``worker`` (there must be one): its claim carries the fencing token the
     queue wants back with the job's renewals, completion or failure."""
-    claim = await queue.claim(worker, block_s=0.1)
+    claim = await queue.leases.claim(worker, block_s=0.1)
     assert claim is not None, "there was no job to claim"
     return claim
 

@@ -29,8 +29,8 @@ async def proxied_queue(url: str, retries: int, shards: int = 1) -> JobQueue:
     answered NOSCRIPT (a claim on an empty queue never runs the script: it peeks and stops)."""
     config = settings(redis_url=url, redis_socket_timeout_s=0.5, redis_retries=retries, block_s=0.3)
     queue = JobQueue(create_redis(config.redis_config()), queue_config(block_s=0.3, queue_shards=shards))
-    assert await queue.claim_more("warm-up", 1) == []
-    await queue.redis.script_load(queue._claim_script.script)
+    assert await queue.leases.claim_more("warm-up", 1) == []
+    await queue.redis.script_load(queue.leases._claim_script.script)
     return queue
 
 
@@ -48,7 +48,7 @@ async def test_a_retried_claim_is_answered_with_the_same_job_not_another(redis_s
         ids = await queued(redis, 3)
         try:
             proxy.lose_reply_to(WORKER.encode())
-            claim = await queue.claim(WORKER)
+            claim = await queue.leases.claim(WORKER)
         finally:
             await queue.redis.aclose()
     assert len(proxy.lost) == 1, "the first answer was lost, and redis-py sent the claim again"
@@ -67,9 +67,9 @@ async def test_a_claim_that_raised_is_asked_again_and_gets_its_jobs(redis_server
         try:
             proxy.lose_reply_to(WORKER.encode())
             with pytest.raises(RedisTimeoutError):
-                await queue.claim_more(WORKER, 2)
-            again = await queue.claim_more(WORKER, 2)
-            more = await queue.claim_more(WORKER, 2)
+                await queue.leases.claim_more(WORKER, 2)
+            again = await queue.leases.claim_more(WORKER, 2)
+            more = await queue.leases.claim_more(WORKER, 2)
         finally:
             await queue.redis.aclose()
     assert [claim.job.id for claim in again] == ids[:2], "the lost claim's jobs, not two more"
@@ -85,7 +85,7 @@ async def test_a_retried_wait_for_work_moves_nothing(redis_server: Any, redis: R
         queue = await proxied_queue(proxy.url, retries=1)
         try:
             proxy.lose_reply_to(b"BLMOVE")
-            waiting = asyncio.create_task(queue.claim(WORKER, block_s=0.3))
+            waiting = asyncio.create_task(queue.leases.claim(WORKER, block_s=0.3))
             await asyncio.wait_for(proxy.losing.wait(), 10)  # the claim found nothing and is waiting
             [job_id] = await queued(redis, 1)
             claim = await asyncio.wait_for(waiting, 10)
@@ -110,8 +110,8 @@ async def test_a_shard_that_fails_after_another_answered_keeps_the_claims_alread
             await queue.enqueue(job_id, params(job_id), single_flight=False)
         try:
             proxy.lose_reply_to(second.claim_record(WORKER).encode())
-            kept = await queue.claim_more(WORKER, 2)
-            again = await queue.claim_more(WORKER, 2)
+            kept = await queue.leases.claim_more(WORKER, 2)
+            again = await queue.leases.claim_more(WORKER, 2)
         finally:
             await queue.redis.aclose()
     assert len(proxy.lost) == 1, "the second shard's claim reached Redis and its answer was lost"

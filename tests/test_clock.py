@@ -63,10 +63,10 @@ async def test_a_host_clock_far_ahead_never_judges_a_live_lease_lapsed(redis: Re
     deadline = await redis.zscore(holder.keys.leases, job_id)
     assert deadline is not None and before + 30 - 0.001 <= deadline <= after + 30 + 0.001, "the lease runs on Redis's clock"
     with host_clock_off(monkeypatch, 600.0):
-        report = await sweeper.sweep(5.0, "ahead")
+        report = await sweeper.leases.sweep(5.0, "ahead")
     assert report.swept and report.requeued == 0, "ten minutes ahead on the sweeper's host change nothing"
     with host_clock_off(monkeypatch, -600.0):
-        renewed = await holder.renew_leases({job_id: claim.token})
+        renewed = await holder.leases.renew_leases({job_id: claim.token})
     assert renewed.lost == set()
     moved = await redis.zscore(holder.keys.leases, job_id)
     assert moved is not None and moved >= deadline, "a renewal from a host running behind still moves the lease forward"
@@ -79,13 +79,13 @@ async def test_a_retry_backoff_is_timed_by_redis(redis: Redis, monkeypatch: pyte
     claim = await claimed(queue)
     before = await redis_now(redis)
     with host_clock_off(monkeypatch, -3600.0):
-        await queue.fail(claim.job, "boom", retryable=True, cache_key=None)
+        await queue.leases.fail(claim.job, "boom", retryable=True, cache_key=None)
     after = await redis_now(redis)
     job = await queue.get(job_id)
     assert job is not None and job.not_before is not None
     assert before + 2.0 - 0.001 <= job.not_before <= after + 2.0 + 0.001
     with host_clock_off(monkeypatch, 3600.0):
-        assert (await queue.sweep(5.0, "ahead")).promoted == 0, "an hour ahead on the sweeper's host releases nothing early"
+        assert (await queue.leases.sweep(5.0, "ahead")).promoted == 0, "an hour ahead on the sweeper's host releases nothing early"
 
 
 async def test_every_timestamp_of_a_job_is_redis_time(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ async def test_every_timestamp_of_a_job_is_redis_time(redis: Redis, monkeypatch:
     with host_clock_off(monkeypatch, -86400.0):
         await queue.enqueue(job_id, params(), single_flight=False)
         claim = await claimed(queue)
-        await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)
     after = await redis_now(redis)
     job = await queue.get(job_id)
     assert job is not None and job.started_at is not None and job.finished_at is not None

@@ -25,9 +25,9 @@ async def dead_letter(queue: JobQueue, text: str, reason: str = "the engine refu
     """Queue a job and fail it for good (a permanent error)."""
     job_id = task_id()
     await queue.enqueue(job_id, params(text), single_flight=False, owner=owner, max_per_owner=10)
-    claim = await queue.claim("w", block_s=0.1)
+    claim = await queue.leases.claim("w", block_s=0.1)
     assert claim is not None and claim.job.id == job_id
-    await queue.fail(claim.job, reason, retryable=False, cache_key=None)
+    await queue.leases.fail(claim.job, reason, retryable=False, cache_key=None)
     return job_id
 
 
@@ -51,9 +51,9 @@ async def test_a_requeued_dead_letter_keeps_its_id_and_runs_again(make_queue: An
     assert [job.id for job in await DeadLetters(queue).newest()] == [other]
     assert await DeadLetters(queue).requeue(job_id) is Requeued.MISSING, "requeueing twice changes nothing"
 
-    claim = await queue.claim("w2", block_s=0.1)
+    claim = await queue.leases.claim("w2", block_s=0.1)
     assert claim is not None and claim.job.id == job_id and claim.job.attempts == 1
-    assert str(await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
+    assert str(await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
     assert (await queue.get(job_id)).status is Status.DONE  # type: ignore[union-attr]
 
     assert await DeadLetters(queue).purge(other) == 1 and await DeadLetters(queue).newest() == []
@@ -121,9 +121,9 @@ async def test_the_admin_routes_need_the_admin_scope(make_settings: Any, redis: 
         assert requeued.status_code == 202 and requeued.json() == {"task_id": job_id, "status": "queued", "queue_position": 0}
         assert (await client.post(f"/v1/admin/dead-letters/{job_id}/requeue", headers=bearer(admin))).status_code == 404
         assert (await client.delete(f"/v1/admin/dead-letters/{job_id}", headers=bearer(admin))).status_code == 404
-        claim = await queue.claim("w", block_s=0.1)  # the requeued job, refused again: a dead letter once more
+        claim = await queue.leases.claim("w", block_s=0.1)  # the requeued job, refused again: a dead letter once more
         assert claim is not None and claim.job.id == job_id
-        await queue.fail(claim.job, "refused again", retryable=False, cache_key=None)
+        await queue.leases.fail(claim.job, "refused again", retryable=False, cache_key=None)
         assert (await client.get("/v1/admin/dead-letters", headers=bearer(admin))).json()["total"] == 1
         assert (await client.delete(f"/v1/admin/dead-letters/{job_id}", headers=bearer(admin))).status_code == 204
         assert (await client.get("/v1/admin/dead-letters", headers=bearer(admin))).json()["total"] == 0

@@ -76,14 +76,14 @@ class Reader:
 async def lapse_and_claim_again(queue: JobQueue, clock: FakeClock) -> int:
     """The first claim's lease lapses (its worker lost Redis, or died); the job is claimed again: the new token."""
     clock.advance(queue.config.lease_s + 1)
-    assert (await queue.sweep(5.0, "sweeper")).requeued == 1
+    assert (await queue.leases.sweep(5.0, "sweeper")).requeued == 1
     return (await claimed(queue, "second")).token
 
 
 async def complete(queue: JobQueue, job_id: str, stored: bytes, fmt: str) -> None:
     job = await queue.get(job_id)
     assert job is not None
-    done = await queue.complete(job, stored, f"audio/{fmt}", len(AUDIO) / 2 / SAMPLE_RATE, 0.1, cache_key=None)
+    done = await queue.leases.complete(job, stored, f"audio/{fmt}", len(AUDIO) / 2 / SAMPLE_RATE, 0.1, cache_key=None)
     assert done is Completed.DONE
 
 

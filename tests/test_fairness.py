@@ -39,9 +39,9 @@ async def next_claims(queue: JobQueue, count: int) -> list[str]:
     """The ids of the next ``count`` claims, one claim at a time, each completed at once (a worker keeping up)."""
     taken = []
     for _ in range(count):
-        claims = await queue.claim_more("w", 1)
+        claims = await queue.leases.claim_more("w", 1)
         assert len(claims) == 1, "a job was waiting"
-        await queue.complete(claims[0].job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(claims[0].job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
         taken.append(claims[0].job.id)
     return taken
 
@@ -92,15 +92,15 @@ async def test_a_job_whose_lease_lapsed_goes_back_to_the_front_of_its_tenant(
     queue: JobQueue = make_queue(lease_s=10)
     ids = await flood(queue, "A", 3)
     b_ids = await flood(queue, "B", 2)
-    lost = (await queue.claim_more("dying", 1))[0]
+    lost = (await queue.leases.claim_more("dying", 1))[0]
     assert lost.job.id == ids[0]
     clock.advance(11)
-    assert (await queue.sweep(SWEEP, "sweeper")).requeued == 1
+    assert (await queue.leases.sweep(SWEEP, "sweeper")).requeued == 1
     assert await queue.waiting("A") == ids, "at the front of A's queue, ahead of A's other jobs"
     assert await queue.depth() == 5
-    turn = await queue.claim("w", block_s=0.1)
+    turn = await queue.leases.claim("w", block_s=0.1)
     assert turn is not None and turn.job.id == b_ids[0], "A's turn was over: B's comes first"
-    again = await queue.claim("w", block_s=0.1)
+    again = await queue.leases.claim("w", block_s=0.1)
     assert again is not None and again.job.id == ids[0] and again.job.attempts == 2 and not again.job.isolate
 
 
@@ -109,12 +109,12 @@ async def test_a_retry_goes_to_the_back_of_its_tenant_and_a_drained_tenant_rejoi
 ) -> None:
     queue: JobQueue = make_queue(retry_base_s=2.0)
     (only,) = await flood(queue, "A", 1)
-    claim = (await queue.claim_more("w", 1))[0]
-    await queue.fail(claim.job, "transient", retryable=True, cache_key=None)
+    claim = (await queue.leases.claim_more("w", 1))[0]
+    await queue.leases.fail(claim.job, "transient", retryable=True, cache_key=None)
     assert await redis.llen(queue.keys.ring("interactive")) == 0, "A has nothing waiting: it left the ring"
     later = await flood(queue, "B", 1)
     clock.advance(3)
-    assert (await queue.sweep(SWEEP, "sweeper")).promoted == 1
+    assert (await queue.leases.sweep(SWEEP, "sweeper")).promoted == 1
     assert await queue.waiting("A") == [only]
     assert await redis.lrange(queue.keys.ring("interactive"), 0, -1) == [b"A", b"B"], "A joined behind B"
     assert await next_claims(queue, 2) == [*later, only]
@@ -133,16 +133,16 @@ async def test_cancelling_a_queued_job_takes_it_out_of_its_tenant_and_the_tally(
     assert first is not None
     await queue.cancel(first, None)
     assert await next_claims(queue, 1) == [a_ids[1]]
-    assert await queue.depth() == 0 and await queue.claim_more("w", 1) == []
+    assert await queue.depth() == 0 and await queue.leases.claim_more("w", 1) == []
 
 
 async def test_dead_lettering_and_requeue_keep_the_tenant(make_queue: Any, clock: FakeClock) -> None:
     queue: JobQueue = make_queue(lease_s=10, max_attempts=1)
     (doomed,) = await flood(queue, "A", 1, priority="batch")
-    await queue.claim_more("dying", 1)
+    await queue.leases.claim_more("dying", 1)
     clock.advance(11)
-    await queue.sweep(SWEEP, "sweeper")
-    dead = await queue.claim("w", block_s=0.1)
+    await queue.leases.sweep(SWEEP, "sweeper")
+    dead = await queue.leases.claim("w", block_s=0.1)
     assert dead is not None and not dead.runnable, "no attempts left: dead-lettered at claim, as before"
     assert [job.id for job in await DeadLetters(queue).newest()] == [doomed] and await queue.depth() == 0
     await flood(queue, "B", 1, priority="batch")
@@ -216,7 +216,7 @@ async def test_round_robin_invariants_hold_on_any_history(redis: Redis, steps: l
             queued[job_id] = (tenant, lane)
             order.setdefault((tenant, lane), []).append(job_id)
         elif step[0] == "claim":
-            claims = await queue.claim_more("w", step[1])
+            claims = await queue.leases.claim_more("w", step[1])
             claimed += [claim.job.id for claim in claims]
             for claim in claims:
                 queued.pop(claim.job.id)

@@ -83,7 +83,7 @@ async def beating(clock: FakeClock, beats: Heartbeats, seconds: float, *workers:
 async def sweep(queue: JobQueue, holder: str = "sweeper") -> SweepReport:
     """One sweep now, whoever swept last (each shard's interval lock is cleared first)."""
     await queue.redis.delete(*(keys.sweep_lock for keys in queue.shards.all))
-    return await queue.sweep(1.0, holder)
+    return await queue.leases.sweep(1.0, holder)
 
 
 async def test_a_worker_whose_heartbeat_stops_has_its_jobs_requeued_after_the_ttl_not_the_lease(
@@ -128,7 +128,7 @@ async def test_a_worker_that_beats_keeps_its_job_through_a_long_step(make_queue:
         assert (await sweep(queue)) == SweepReport(swept=True)
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.RUNNING and job.claim == claim.token
-    assert (await queue.renew_leases({job_id: claim.token}, "busy")).lost == set()
+    assert (await queue.leases.renew_leases({job_id: claim.token}, "busy")).lost == set()
     assert (await beats.write("busy", {})).fences == {}, "never declared dead: no fence"
 
 
@@ -150,10 +150,10 @@ async def test_a_worker_declared_dead_learns_it_at_its_next_beat_and_its_stale_w
     fences = (await beats.write("stalled", {})).fences
     assert fences == {queue.keys.prefix: fences[queue.keys.prefix]} and claim.token <= fences[queue.keys.prefix] < later.token
     assert (await beats.write("stalled", {})).fences == {}, "the fence is told once"
-    assert await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE
+    assert await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE
     assert not await AudioStreams(queue.redis, queue.shards, 60).publish(stalled, claim.token, 0, 1, b"\0\0", fresh=True)
-    assert stalled in (await queue.renew_leases({stalled: claim.token}, "stalled")).lost
-    assert await queue.complete(later.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert stalled in (await queue.leases.renew_leases({stalled: claim.token}, "stalled")).lost
+    assert await queue.leases.complete(later.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
 
 
 async def test_after_an_outage_no_worker_is_dead_until_the_sweeper_has_beaten_for_a_ttl(make_queue: Any, clock: FakeClock) -> None:
@@ -222,9 +222,9 @@ async def test_renewals_prune_the_worker_s_claims_to_the_jobs_it_holds(make_queu
     await queue.enqueue(done, params(), single_flight=False)
     await queue.enqueue(held, params(), single_flight=False)
     first, second = await claimed(queue, "w"), await claimed(queue, "w")
-    assert await queue.complete(first.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(first.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     assert await redis.zrange(queue.keys.worker_jobs("w"), 0, -1) == [done.encode(), held.encode()]
-    await queue.renew_leases({held: second.token}, "w")
+    await queue.leases.renew_leases({held: second.token}, "w")
     assert await redis.zrange(queue.keys.worker_jobs("w"), 0, -1, withscores=True) == [(held.encode(), second.token)]
     assert 0 < await redis.pttl(queue.keys.worker_jobs("w")) <= 2 * LEASE_S * 1000
 
@@ -255,12 +255,13 @@ async def test_a_running_job_s_cancel_is_announced_once_naming_its_worker_and_cl
     await queue.enqueue(running, params(), single_flight=False)
     await queue.enqueue(waiting, params(), single_flight=False)
     claim = await claimed(queue, "w~1")
-    after = await queue.last_cancel(queue.keys)
+    after = await queue.leases.last_cancel(queue.keys)
     assert await queue.cancel(claim.job, None) is Cancelled.CANCELLING
     assert await queue.cancel(claim.job, None) is Cancelled.CANCELLING, "asked again: nothing new to announce"
     waiting_job = await queue.get(waiting)
     assert waiting_job is not None and await queue.cancel(waiting_job, None) is Cancelled.CANCELLED
-    after, notices = await queue.cancel_notices(queue.keys, after, 0.05)
+    after, notices = await queue.leases.cancel_notices(queue.keys, after, 0.05)
     assert [(n.job_id, n.worker, n.claim) for n in notices] == [(running, "w~1", claim.token)]
     assert notices[0].at > 0
-    assert (await queue.cancel_notices(queue.keys, after, 0.05))[1] == [], "nothing more: a waiting job's cancel is not announced"
+    nothing_more = (await queue.leases.cancel_notices(queue.keys, after, 0.05))[1]
+    assert nothing_more == [], "nothing more: a waiting job's cancel is not announced"

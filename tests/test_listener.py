@@ -93,7 +93,7 @@ async def test_one_piece_reaches_every_subscriber_of_its_job_once(redis: Redis) 
             await asyncio.sleep(0.01)
         for index in range(2):
             assert await streams.publish(job_id, held.token, index, 2, bytes([index + 1]) * 4)
-        await queue.complete(held.job, b"RIFF", "audio/wav", 4 / SAMPLE_RATE, 0.1, cache_key=None)  # the pieces' samples
+        await queue.leases.complete(held.job, b"RIFF", "audio/wav", 4 / SAMPLE_RATE, 0.1, cache_key=None)  # the pieces' samples
         await asyncio.wait_for(asyncio.gather(*(reader.task for reader in readers)), GUARD_S)
     assert all(reader.pieces == [b"\1" * 4, b"\2" * 4] for reader in readers)
 
@@ -134,7 +134,7 @@ async def test_listeners_ride_out_a_redis_sigkill_and_restart_with_no_lost_or_re
             for index in range(2, 5):
                 assert await streams.publish(job_id, held.token, index, 5, pieces[index])
             heard_s = 10 / SAMPLE_RATE  # the five pieces' samples
-            assert await queue.complete(held.job, b"RIFF", "audio/wav", heard_s, 0.1, cache_key=None) is Completed.DONE
+            assert await queue.leases.complete(held.job, b"RIFF", "audio/wav", heard_s, 0.1, cache_key=None) is Completed.DONE
             await asyncio.wait_for(asyncio.gather(*(r.task for r in readers), *(f.task for f in followers)), GUARD_S)
             stream: Any = await client.xrange(queue.keys.stream(job_id))
             logged = [entry_id.decode() for entry_id, _ in stream]

@@ -314,7 +314,7 @@ async def test_a_reader_skips_by_place_what_an_earlier_attempt_already_sent(make
     reader = asyncio.create_task(read())
     await asyncio.wait_for(got_first.wait(), 10)
     clock.advance(11)
-    assert (await queue.sweep(5.0, "sweeper")).requeued == 1
+    assert (await queue.leases.sweep(5.0, "sweeper")).requeued == 1
     retry = (await claimed(queue, "w")).token
     assert await streams.publish(job_id, retry, 0, 1, audio[:10], at=0, partial=True, fresh=True)
     assert await streams.publish(job_id, retry, 0, 1, audio[10:30], at=5, partial=True)
@@ -323,7 +323,7 @@ async def test_a_reader_skips_by_place_what_an_earlier_attempt_already_sent(make
     assert await streams.progress(job_id) == (1, 1)
     job = await queue.get(job_id)
     assert job is not None
-    assert await queue.complete(job, b"RIFF", "audio/wav", 20 / SAMPLE_RATE, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(job, b"RIFF", "audio/wav", 20 / SAMPLE_RATE, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert b"".join(received) == audio
 

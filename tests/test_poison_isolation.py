@@ -22,7 +22,7 @@ async def lapse(queue: JobQueue, redis: Redis, clock: FakeClock) -> int:
     """Let every lease lapse (the worker holding them died) and sweep; return how many were requeued."""
     clock.advance(LEASE + 1)
     await redis.delete(queue.keys.sweep_lock)
-    return (await queue.sweep(SWEEP, "sweeper")).requeued
+    return (await queue.leases.sweep(SWEEP, "sweeper")).requeued
 
 
 @pytest.mark.parametrize("max_attempts", [2, 3, 4])
@@ -42,7 +42,7 @@ async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itsel
 
     crashes = 0
     while True:
-        claim = await queue.claim(f"w{crashes + 1}", block_s=0.1)
+        claim = await queue.leases.claim(f"w{crashes + 1}", block_s=0.1)
         if claim is None:
             break
         if not claim.runnable:
@@ -51,15 +51,15 @@ async def test_a_process_killing_job_in_a_batch_of_eight_dead_letters_only_itsel
         assert claim.job.isolate == (claim.job.attempts > 1 and last_attempt), (
             f"attempt {claim.job.attempts} of {max_attempts}: alone only where it is the job's last"
         )
-        batch = [claim] if claim.job.isolate else [claim, *await queue.claim_more("w", 7)]
+        batch = [claim] if claim.job.isolate else [claim, *await queue.leases.claim_more("w", 7)]
         if claim.job.isolate:
-            assert await queue.claim_more("w", 7) == [], "a marked job runs alone: nothing joins its batch"
+            assert await queue.leases.claim_more("w", 7) == [], "a marked job runs alone: nothing joins its batch"
         if poison in {c.job.id for c in batch}:  # it kills this worker, and every job in hand with it
             crashes += 1
             await lapse(queue, redis, clock)
             continue
         for c in batch:
-            assert str(await queue.complete(c.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
+            assert str(await queue.leases.complete(c.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
 
     finals = {job_id: await queue.get(job_id) for job_id in ids}
     assert all(job is not None for job in finals.values())
@@ -79,27 +79,27 @@ async def test_a_fresh_batch_stops_at_a_marked_job_and_exceptions_mark_nothing(
     queue: JobQueue = make_queue(lease_s=LEASE, max_attempts=2)  # a job lost once has its last attempt left
     lost, failing, fresh = task_id(), task_id(), task_id()
     await queue.enqueue(lost, params("lost"), single_flight=False)
-    assert await queue.claim("gone", block_s=0.1) is not None
+    assert await queue.leases.claim("gone", block_s=0.1) is not None
     await lapse(queue, redis, clock)  # lost is back at the front, marked: its next attempt is its last
     await queue.enqueue(failing, params("failing"), single_flight=False)
     await queue.enqueue(fresh, params("fresh"), single_flight=False)
 
     # Filling a batch stops at the marked job at the front; a blocking claim takes it (the worker then
     # runs it alone), and the next batch holds the two unmarked jobs.
-    assert await queue.claim_more("w", 4) == []
-    alone = await queue.claim("w", block_s=0.1)
+    assert await queue.leases.claim_more("w", 4) == []
+    alone = await queue.leases.claim("w", block_s=0.1)
     assert alone is not None and alone.job.id == lost and alone.job.isolate
-    head = await queue.claim("w", block_s=0.1)
+    head = await queue.leases.claim("w", block_s=0.1)
     assert head is not None and head.job.id == failing and not head.job.isolate
-    more = await queue.claim_more("w", 4)
+    more = await queue.leases.claim_more("w", 4)
     assert [c.job.id for c in more] == [fresh]
     for claim in (alone, *more):
-        assert str(await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
+        assert str(await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None)) == "done"
 
     # A Python exception is recorded by the worker: the job is retried, but not isolated.
-    assert await queue.fail(head.job, "boom", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.leases.fail(head.job, "boom", retryable=True, cache_key=None) is Failed.RETRY
     clock.advance(3600)
     await redis.delete(queue.keys.sweep_lock)
-    await queue.sweep(SWEEP, "sweeper")
-    retried = await queue.claim("w", block_s=0.1)
+    await queue.leases.sweep(SWEEP, "sweeper")
+    retried = await queue.leases.claim("w", block_s=0.1)
     assert retried is not None and retried.job.id == failing and not retried.job.isolate

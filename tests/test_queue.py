@@ -42,11 +42,11 @@ async def test_claim_complete_stores_result_with_ttl(make_queue: Any, redis: Red
     queue: JobQueue = make_queue(result_ttl_s=600)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    claim = await queue.claim("w1", block_s=0.1)
+    claim = await queue.leases.claim("w1", block_s=0.1)
     assert claim is not None and claim.started is Started.RUN
     assert claim.job.status is Status.RUNNING and claim.job.attempts == 1 and claim.job.worker == "w1"
     assert await redis.lrange(queue.keys.processing, 0, -1) == [job_id.encode()]
-    assert await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.DONE and job.duration_s == 1.5
     assert job.result_bytes == len(b"RIFFaudio")
@@ -71,7 +71,7 @@ async def test_a_job_whose_lists_are_empty_loads_after_a_script_rewrote_it(make_
 
 
 async def test_claim_on_empty_queue_returns_none(make_queue: Any) -> None:
-    assert await make_queue().claim("w1", block_s=0.05) is None
+    assert await make_queue().leases.claim("w1", block_s=0.05) is None
 
 
 async def test_queue_is_fifo_and_reports_positions(make_queue: Any) -> None:
@@ -80,7 +80,7 @@ async def test_queue_is_fifo_and_reports_positions(make_queue: Any) -> None:
     for job_id in ids:
         await queue.enqueue(job_id, params(), single_flight=False)
     assert [await queue.position(i) for i in ids] == [0, 1, 2]
-    claim = await queue.claim("w", block_s=0.1)
+    claim = await queue.leases.claim("w", block_s=0.1)
     assert claim is not None and claim.job.id == ids[0]
     assert await queue.position(ids[0]) is None
     assert await queue.position(ids[2]) == 1
@@ -97,7 +97,7 @@ async def test_two_concurrent_claimers_never_share_a_job(redis_server: Any, make
         queue = JobQueue(client, queue_config())
         got: list[str] = []
         try:
-            while (claim := await queue.claim(worker, block_s=0.05)) is not None:
+            while (claim := await queue.leases.claim(worker, block_s=0.05)) is not None:
                 got.append(claim.job.id)
                 await asyncio.sleep(0)
         finally:
@@ -115,19 +115,19 @@ async def test_a_lapsed_lease_is_swept_back_to_the_front_of_the_queue(make_queue
     job_id, behind = task_id(), task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     await queue.enqueue(behind, params(), single_flight=False)
-    assert await queue.claim("dead-worker", block_s=0.1) is not None
+    assert await queue.leases.claim("dead-worker", block_s=0.1) is not None
     clock.advance(29.9)
-    assert (await queue.sweep(SWEEP, "w")).requeued == 0, "a live lease must not be swept"
+    assert (await queue.leases.sweep(SWEEP, "w")).requeued == 0, "a live lease must not be swept"
     clock.advance(0.2)
     await redis.delete(queue.keys.sweep_lock)
-    report = await queue.sweep(SWEEP, "w")
+    report = await queue.leases.sweep(SWEEP, "w")
     assert report.swept and report.requeued == 1
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.worker is None
     assert job.error is not None and "lease expired" in job.error
     assert await redis.llen(queue.keys.processing) == 0
     assert await queue.position(job_id) == 0, "a requeued job goes to the front"
-    again = await queue.claim("live-worker", block_s=0.1)
+    again = await queue.leases.claim("live-worker", block_s=0.1)
     assert again is not None and again.job.id == job_id and again.job.attempts == 2
 
 
@@ -141,10 +141,10 @@ async def test_renewal_keeps_the_lease_and_reports_leases_not_held(make_queue: A
     requeued = []
     for _ in range(4):
         clock.advance(20)
-        renewed = await queue.renew_leases({mine: token, other: token})
+        renewed = await queue.leases.renew_leases({mine: token, other: token})
         assert renewed.lost == {other}, "w never held the other job's lease: its token is not that claim's"
         await redis.delete(queue.keys.sweep_lock)
-        requeued.append((await queue.sweep(SWEEP, "w")).requeued)
+        requeued.append((await queue.leases.sweep(SWEEP, "w")).requeued)
     assert requeued == [0, 1, 0, 0], "the unrenewed lease lapses at t=30 and is swept at t=40; the renewed one never"
     assert await redis.zscore(queue.keys.leases, mine) == clock.now + 30
 
@@ -153,10 +153,10 @@ async def test_only_one_worker_sweeps_per_interval(make_queue: Any, clock: FakeC
     queue: JobQueue = make_queue(lease_s=30)
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
-    await queue.claim("gone", block_s=0.1)
+    await queue.leases.claim("gone", block_s=0.1)
     clock.advance(31)
-    first = await queue.sweep(60, "a")
-    second = await queue.sweep(60, "b")
+    first = await queue.leases.sweep(60, "a")
+    second = await queue.leases.sweep(60, "b")
     assert first.swept and first.requeued == 1
     assert not second.swept, "the lock lasts one interval: the second worker skips this round"
 
@@ -174,7 +174,7 @@ async def test_claimed_but_unstarted_job_is_swept_only_after_grace(make_queue: A
     for step in (0, 1, 9):
         clock.advance(step)
         await redis.delete(queue.keys.sweep_lock)
-        sightings.append((await queue.sweep(SWEEP, "w")).orphans)
+        sightings.append((await queue.leases.sweep(SWEEP, "w")).orphans)
     assert sightings == [0, 0, 1], "first sighting, within grace, then past grace"
     assert await queue.position(job_id) == 0
 
@@ -184,12 +184,12 @@ async def test_attempts_cap_dead_letters_with_reason(make_queue: Any, redis: Red
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     for _ in range(2):
-        claim = await queue.claim("crashy", block_s=0.1)
+        claim = await queue.leases.claim("crashy", block_s=0.1)
         assert claim is not None and claim.runnable
         clock.advance(11)
         await redis.delete(queue.keys.sweep_lock)
-        assert (await queue.sweep(SWEEP, "w")).requeued == 1
-    final = await queue.claim("crashy", block_s=0.1)
+        assert (await queue.leases.sweep(SWEEP, "w")).requeued == 1
+    final = await queue.leases.claim("crashy", block_s=0.1)
     assert final is not None and final.started is Started.DEAD
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED
@@ -203,20 +203,20 @@ async def test_retryable_failure_waits_out_an_exponential_backoff(make_queue: An
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
     failed_at = clock.now
-    assert await queue.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.leases.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.QUEUED and job.error == "inference failed: boom"
     assert job.not_before == failed_at + 2.0, "after attempt 1: 2 ** 1 seconds"
     assert await queue.depth() == 0
     clock.advance(1.9)
-    assert (await queue.sweep(SWEEP, "w")).promoted == 0, "released before its backoff was over"
+    assert (await queue.leases.sweep(SWEEP, "w")).promoted == 0, "released before its backoff was over"
     clock.advance(0.1)
     await redis.delete(queue.keys.sweep_lock)
-    assert (await queue.sweep(SWEEP, "w")).promoted == 1
+    assert (await queue.leases.sweep(SWEEP, "w")).promoted == 1
     assert await queue.depth() == 1
-    claim = await queue.claim("w", block_s=0.1)
+    claim = await queue.leases.claim("w", block_s=0.1)
     assert claim is not None and claim.job.attempts == 2
-    assert await queue.fail(claim.job, "boom again", retryable=True, cache_key=None) is Failed.RETRY
+    assert await queue.leases.fail(claim.job, "boom again", retryable=True, cache_key=None) is Failed.RETRY
     job = await queue.get(job_id)
     assert job is not None and job.not_before == clock.now + 4.0, "after attempt 2: 2 ** 2 seconds"
 
@@ -226,7 +226,7 @@ async def test_final_failure_after_last_attempt(make_queue: Any) -> None:
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
-    assert await queue.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
+    assert await queue.leases.fail(held.job, "inference failed: boom", retryable=True, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error == "inference failed: boom"
     assert [d.id for d in await DeadLetters(queue).newest()] == [job_id]
@@ -237,7 +237,7 @@ async def test_permanent_failure_is_not_retried(make_queue: Any) -> None:
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
-    assert await queue.fail(held.job, "invalid job: bad voice", retryable=False, cache_key=None) is Failed.FAILED
+    assert await queue.leases.fail(held.job, "invalid job: bad voice", retryable=False, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.attempts == 1
 
@@ -247,8 +247,8 @@ async def test_failing_a_finished_job_changes_nothing(make_queue: Any) -> None:
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
-    await queue.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
-    assert await queue.fail(held.job, "late", retryable=True, cache_key=None) is Failed.GONE
+    await queue.leases.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+    assert await queue.leases.fail(held.job, "late", retryable=True, cache_key=None) is Failed.GONE
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.DONE
 
@@ -261,7 +261,7 @@ async def test_queued_and_running_jobs_never_expire(make_queue: Any, redis: Redi
     held = await claimed(queue)
     assert await redis.ttl(queue.keys.job(waiting)) == -1
     assert await redis.ttl(queue.keys.job(running)) == -1
-    await queue.fail(held.job, "boom", retryable=True, cache_key=None)
+    await queue.leases.fail(held.job, "boom", retryable=True, cache_key=None)
     assert await redis.ttl(queue.keys.job(running)) == -1, "a job waiting for its retry must not expire"
 
 
@@ -270,7 +270,7 @@ async def test_oversized_result_fails_the_job(make_queue: Any) -> None:
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
-    assert await queue.complete(held.job, b"x" * 2048, "audio/wav", 1.0, 0.1, cache_key=None) is Failed.FAILED
+    assert await queue.leases.complete(held.job, b"x" * 2048, "audio/wav", 1.0, 0.1, cache_key=None) is Failed.FAILED
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.FAILED and job.error is not None and "limit" in job.error
 
@@ -323,22 +323,22 @@ async def test_a_stale_owner_is_refused_and_cannot_touch_the_new_owners_lease(
     slow = await claimed(queue, "slow")
     stale = slow.token
     clock.advance(11)
-    assert (await queue.sweep(SWEEP, "w")).requeued == 1
-    assert await queue.complete(slow.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE, (
+    assert (await queue.leases.sweep(SWEEP, "w")).requeued == 1
+    assert await queue.leases.complete(slow.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE, (
         "a requeued job is not the stale owner's to complete"
     )
     fresh = await claimed(queue, "other")
     assert fresh.job.id == job_id and fresh.token > stale, "every claim takes a larger token"
-    assert (await queue.renew_leases({job_id: stale})).lost == {job_id}
-    assert await queue.complete(slow.job, b"old", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE
-    assert await queue.fail(slow.job, "late", retryable=True, cache_key=None) is Failed.STALE
+    assert (await queue.leases.renew_leases({job_id: stale})).lost == {job_id}
+    assert await queue.leases.complete(slow.job, b"old", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.STALE
+    assert await queue.leases.fail(slow.job, "late", retryable=True, cache_key=None) is Failed.STALE
     deadline = clock.now + 10
     assert await redis.zscore(queue.keys.leases, job_id) == deadline, "the new owner's lease is untouched"
     assert await redis.lrange(queue.keys.processing, 0, -1) == [job_id.encode()]
     job = await queue.get(job_id)
     assert job is not None and job.status is Status.RUNNING and job.worker == "other" and job.claim == fresh.token
-    assert (await queue.renew_leases({job_id: fresh.token})).lost == set()
-    assert await queue.complete(fresh.job, b"new", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert (await queue.leases.renew_leases({job_id: fresh.token})).lost == set()
+    assert await queue.leases.complete(fresh.job, b"new", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     assert await queue.result(job_id) == b"new"
 
 
@@ -348,9 +348,9 @@ async def test_every_key_is_hash_tagged(make_queue: Any, redis: Redis) -> None:
     await queue.enqueue(a, params(cache_key="k" * 64), single_flight=True)
     await queue.enqueue(b, params(), single_flight=False)
     first, second = await claimed(queue), await claimed(queue)
-    await queue.sweep(SWEEP, "w")
-    await queue.complete(first.job, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
-    await queue.fail(second.job, "boom", retryable=False, cache_key=None)
+    await queue.leases.sweep(SWEEP, "w")
+    await queue.leases.complete(first.job, b"audio", "audio/wav", 1.0, 0.1, cache_key="k" * 64)
+    await queue.leases.fail(second.job, "boom", retryable=False, cache_key=None)
     keys = [k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")]
     assert keys and all(k.startswith("{ttsq}:") for k in keys), keys
 

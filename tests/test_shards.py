@@ -93,7 +93,7 @@ async def test_workers_claim_from_every_shard_in_turn(redis: Redis) -> None:
     assert await queue.depth() == 12
     first_round = [shard_label((await claimed(queue)).job.id) for _ in range(SHARDS)]
     assert sorted(first_round) == sorted(keys.label for keys in queue.shards.all), "one from each shard, in turn"
-    batch = await queue.claim_more("w", 9)
+    batch = await queue.leases.claim_more("w", 9)
     assert len(batch) == 9 and await queue.depth() == 0
     snapshot = await queue.stats.snapshot()
     assert snapshot.queued == 0 and snapshot.processing == 12 and snapshot.queued_by_shard == (0, 0, 0)
@@ -105,9 +105,9 @@ async def test_sweep_dead_letters_and_counts_cover_every_shard(redis: Redis, clo
     await queue.enqueue(lost, params("lost"), single_flight=False)
     await queue.enqueue(failed, params("failed"), single_flight=False)
     claims = {claim.job.id: claim for claim in [await claimed(queue), await claimed(queue)]}
-    await queue.fail(claims[failed].job, "refused", retryable=False, cache_key=None)
+    await queue.leases.fail(claims[failed].job, "refused", retryable=False, cache_key=None)
     clock.advance(11)
-    report = await queue.sweep(5.0, "w")
+    report = await queue.leases.sweep(5.0, "w")
     assert report.swept and report.requeued == 1, "the lapsed lease on shard 2 came back"
     assert await queue.position(lost) == 0
     assert [job.id for job in await DeadLetters(queue).newest()] == [failed] and await DeadLetters(queue).count() == 1
@@ -151,7 +151,7 @@ async def test_heartbeats_webhooks_and_the_cache_follow_the_shards(redis: Redis,
     job_id = on_shard(queue, 2)
     await queue.enqueue(job_id, params(callback_url="https://hooks.example/x"), single_flight=False)
     claim = await claimed(queue)
-    assert await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
     assert await redis.llen(queue.shards.all[2].deliveries) == 1, "the webhook is due on the job's shard"
     lease = await deliveries.claim("d", 0)
     assert lease is not None and lease.job_id == job_id
@@ -172,7 +172,7 @@ async def test_the_api_places_reads_and_cancels_across_shards(redis: Redis, make
             assert status["status"] == "queued" and status["queue_position"] is not None
         queue: JobQueue = app.state.service.tasks.queue
         claim = await claimed(queue)
-        await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(claim.job, b"RIFFaudio", "audio/wav", 1.0, 0.1, cache_key=None)
         assert (await client.get(f"/v1/tts/result/{claim.job.id}")).content == b"RIFFaudio"
         cancelled = await client.delete(f"/v1/tts/tasks/{ids[-1]}")
         assert cancelled.json()["status"] in ("cancelled", "cancelling")

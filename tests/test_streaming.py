@@ -73,7 +73,7 @@ async def test_a_failed_job_ends_its_stream_with_an_error(make_queue: Any) -> No
     job_id = task_id()
     await queue.enqueue(job_id, params(), single_flight=False)
     held = await claimed(queue)
-    await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
+    await queue.leases.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
     try:
         await collect(queue, job_id)
     except StreamFailed as exc:
@@ -103,12 +103,12 @@ async def test_a_retried_attempt_never_repeats_pieces_already_sent(make_queue: A
     reader = asyncio.create_task(read())
     await asyncio.wait_for(first_two.wait(), 10)
     clock.advance(11)  # the first worker's lease lapses; the job runs again elsewhere
-    assert (await queue.sweep(5.0, "sweeper")).requeued == 1
+    assert (await queue.leases.sweep(5.0, "sweeper")).requeued == 1
     retry = await claimed(queue, "w")
     for index in (0, 1, 2):
         assert await streams.publish(job_id, retry.token, index, 3, bytes([index]) * 4, fresh=index == 0)
     heard_s = 3 * 2 / SAMPLE_RATE  # its stored duration: the three pieces' samples, all streamed
-    assert await queue.complete(retry.job, b"RIFF", "audio/wav", heard_s, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(retry.job, b"RIFF", "audio/wav", heard_s, 0.1, cache_key=None) is Completed.DONE
     await asyncio.wait_for(reader, 10)
     assert received == [b"\0" * 4, b"\1" * 4, b"\2" * 4]
 
@@ -120,7 +120,7 @@ async def test_a_stale_owner_cannot_write_into_the_new_owners_stream(make_queue:
     await queue.enqueue(job_id, params(), single_flight=False)
     stale = (await claimed(queue, "stalled")).token
     clock.advance(11)
-    await queue.sweep(5.0, "sweeper")
+    await queue.leases.sweep(5.0, "sweeper")
     fresh = (await claimed(queue, "w")).token
     assert await streams.publish(job_id, fresh, 0, 2, b"\1\1", fresh=True)
     assert not await streams.publish(job_id, stale, 1, 2, b"\x09\x09"), "the stale owner's piece is refused"
@@ -153,5 +153,5 @@ async def test_stream_and_events_endpoints(redis: Redis, tiny_engine: ChatTTSEng
         failed = (await client.post("/v1/tts/submit", json={"text": "fails", "seed": 5})).json()["task_id"]
         queue = JobQueue(redis, queue_config())
         held = await claimed(queue)
-        await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
+        await queue.leases.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
         assert (await client.get(f"/v1/tts/stream/{failed}")).status_code == 409

@@ -301,7 +301,7 @@ async def test_a_worker_declared_dead_drops_the_jobs_whose_claims_were_taken_bac
     for _ in range(5):  # 2.5 s of the sweeper's beats, none of the stalled worker's
         clock.advance(0.5)
         await sweeper.write("sweeper", {})
-    assert (await queue.sweep(1.0, "sweeper")).abandoned == 2
+    assert (await queue.leases.sweep(1.0, "sweeper")).abandoned == 2
     again = await claimed(queue, "chores")
     running[again.job.id] = again.token
     await chores.beat()

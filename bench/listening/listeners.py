@@ -186,7 +186,7 @@ async def publish_all(
     """
     queue = JobQueue(redis, settings.queue_config())
     streams = AudioStreams(redis, queue.shards, settings.result_ttl_s)
-    held = {claim.job.id: claim.job for claim in await queue.claim_more("bench-worker", len(task_ids))}
+    held = {claim.job.id: claim.job for claim in await queue.leases.claim_more("bench-worker", len(task_ids))}
     assert set(held) == set(task_ids), "the listened tasks were queued first, and one tenant's queue is first in, first out"
     total = 2 + int(rate * seconds / len(task_ids)) + 1
 
@@ -212,14 +212,14 @@ async def publish_all(
 async def long_polls(base: str, redis: Redis, settings: Settings, task_ids: list[str]) -> list[float]:
     """Long-poll each task, end it, and time the answer from just before the end was written (ms)."""
     queue = JobQueue(redis, settings.queue_config())
-    held = {claim.job.id: claim.job for claim in await queue.claim_more("bench-poller", len(task_ids))}
+    held = {claim.job.id: claim.job for claim in await queue.leases.claim_more("bench-poller", len(task_ids))}
     latencies = []
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         for task in task_ids:
             waiting = asyncio.create_task(client.get(f"/v1/tts/tasks/{task}", params={"wait": 30}))
             await asyncio.sleep(0.5)  # the long-poll is subscribed
             ended = time.monotonic()
-            await queue.complete(held[task], b"RIFF", "audio/wav", 0.1, 0.1, cache_key=None)
+            await queue.leases.complete(held[task], b"RIFF", "audio/wav", 0.1, 0.1, cache_key=None)
             response = await waiting
             latencies.append((time.monotonic() - ended) * 1000)
             assert response.json()["status"] == "done", response.text

@@ -82,9 +82,9 @@ async def test_a_finished_job_releases_its_single_flight_marker(redis: Redis, ma
     async with api_client(make_settings(cache_enabled=False)) as (client, _):
         first = (await client.post("/v1/tts/submit", json=REQUEST)).json()["task_id"]
         queue = JobQueue(redis, queue_config())
-        claim = await queue.claim("w", block_s=0.1)
+        claim = await queue.leases.claim("w", block_s=0.1)
         assert claim is not None
-        await queue.complete(claim.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=claim.job.params.cache_key)
+        await queue.leases.complete(claim.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=claim.job.params.cache_key)
         second = (await client.post("/v1/tts/submit", json=REQUEST)).json()
         assert second["task_id"] != first and second["joined"] is False
 
@@ -95,7 +95,7 @@ async def test_a_stale_single_flight_marker_is_replaced(redis: Redis, make_setti
         first = (await client.post("/v1/tts/submit", json=REQUEST)).json()["task_id"]
         queue = JobQueue(redis, queue_config())
         held = await claimed(queue)
-        await queue.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
         second = (await client.post("/v1/tts/submit", json=REQUEST)).json()
         assert second["task_id"] != first and second["joined"] is False
         assert await redis.llen(queue.keys.queue) == 1

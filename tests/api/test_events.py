@@ -39,7 +39,7 @@ async def run_three_pieces(redis: Redis) -> None:
     streams = AudioStreams(redis, queue.shards, 60)
     for index, spoken in enumerate(SPOKEN):
         assert await streams.publish(held.job.id, held.token, index, 3, b"\0\0" * 10, spoken=spoken)
-    await queue.complete(held.job, b"RIFF", "audio/wav", 0.5, 0.1, cache_key=None)
+    await queue.leases.complete(held.job, b"RIFF", "audio/wav", 0.5, 0.1, cache_key=None)
 
 
 async def test_timing_events_say_where_each_chunk_lies_and_every_event_has_an_id(client: httpx.AsyncClient, redis: Redis) -> None:

@@ -54,7 +54,7 @@ async def ended_while_waiting(
 async def run_and_complete(queue: JobQueue) -> None:
     """What a worker does to the next queued job, through the queue's own scripts: claim it, store its result."""
     held = await claimed(queue)
-    await queue.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
+    await queue.leases.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
 
 
 async def test_status_wait_returns_when_the_task_completes(app: tuple[httpx.AsyncClient, FastAPI], redis: Redis) -> None:
@@ -64,7 +64,7 @@ async def test_status_wait_returns_when_the_task_completes(app: tuple[httpx.Asyn
     held = await claimed(queue)
 
     async def complete() -> None:
-        await queue.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
+        await queue.leases.complete(held.job, b"RIFFaudio", "audio/wav", 1.5, 0.1, cache_key=None)
 
     response = await ended_while_waiting(redis, client.get(f"/v1/tts/tasks/{task_id}", params={"wait": 30}), complete)
     assert response.status_code == 200 and response.json()["status"] == "done"
@@ -99,7 +99,7 @@ async def test_wait_sees_a_final_failure_which_writes_no_end_marker(app: tuple[h
     held = await claimed(queue)
 
     async def fail() -> None:
-        await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
+        await queue.leases.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
 
     response = await ended_while_waiting(redis, client.get(f"/v1/tts/tasks/{task_id}", params={"wait": 30}), fail)
     assert response.json()["status"] == "failed" and response.json()["error"] == "inference failed: boom"

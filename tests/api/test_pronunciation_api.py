@@ -90,7 +90,7 @@ async def test_the_openai_route_applies_the_dictionary(client: httpx.AsyncClient
     async def run_the_job() -> Job:
         """What a worker does to the queued job, through the queue's own scripts."""
         held = await claimed(queue)
-        await queue.complete(held.job, flac.getvalue(), "audio/flac", 0.1, 0.1, cache_key=None)
+        await queue.leases.complete(held.job, flac.getvalue(), "audio/flac", 0.1, 0.1, cache_key=None)
         return held.job
 
     speech = client.post(

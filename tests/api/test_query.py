@@ -46,7 +46,7 @@ async def test_result_is_202_with_retry_after_while_waiting(client: httpx.AsyncC
     waiting = await client.get(f"/v1/tts/result/{task_id}")
     assert waiting.status_code == 202 and int(waiting.headers["retry-after"]) >= 1
     assert waiting.json()["status"] == "queued"
-    await JobQueue(redis, queue_config()).claim("w", block_s=0.1)
+    await JobQueue(redis, queue_config()).leases.claim("w", block_s=0.1)
     running = await client.get(f"/v1/tts/result/{task_id}")
     assert running.status_code == 202 and running.json()["status"] == "running"
 
@@ -55,7 +55,7 @@ async def test_done_result_downloads_bytes_with_type_and_length(client: httpx.As
     task_id = await queued_task(client, format="mp3")
     queue = JobQueue(redis, queue_config())
     held = await claimed(queue)
-    await queue.complete(held.job, b"ID3fake-mp3-bytes", "audio/mpeg", 2.5, 0.3, cache_key=None)
+    await queue.leases.complete(held.job, b"ID3fake-mp3-bytes", "audio/mpeg", 2.5, 0.3, cache_key=None)
     response = await client.get(f"/v1/tts/result/{task_id}")
     assert response.status_code == 200
     assert response.content == b"ID3fake-mp3-bytes"
@@ -69,7 +69,7 @@ async def test_failed_task_is_409_with_its_reason(client: httpx.AsyncClient, red
     task_id = await queued_task(client)
     queue = JobQueue(redis, queue_config())
     held = await claimed(queue)
-    await queue.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
+    await queue.leases.fail(held.job, "inference failed: boom", retryable=False, cache_key=None)
     response = await client.get(f"/v1/tts/result/{task_id}")
     assert response.status_code == 409
     assert response.json()["status"] == "failed" and response.json()["error"] == "inference failed: boom"
@@ -79,7 +79,7 @@ async def test_expired_result_is_404(client: httpx.AsyncClient, redis: Redis) ->
     task_id = await queued_task(client)
     queue = JobQueue(redis, queue_config())
     held = await claimed(queue)
-    await queue.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+    await queue.leases.complete(held.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
     await redis.delete(queue.keys.result(task_id), queue.keys.job(task_id))
     assert (await client.get(f"/v1/tts/result/{task_id}")).status_code == 404
 

@@ -174,7 +174,7 @@ async def test_every_valid_submit_pays_once_and_a_refused_one_records_nothing(re
 
         # A stale single-flight marker: the job ended without clearing it, so the script is run twice.
         held = await claimed(queue)
-        await queue.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(held.job, b"audio", "audio/mpeg", 1.0, 0.1, cache_key=None)
         again = await submit(client, None, text="Queued once.", voice="zh_female")
         assert again.json()["joined"] is False and remaining(again) == 2, "paid once, not once per attempt"
 
@@ -209,11 +209,11 @@ async def test_a_key_cannot_fill_the_shared_queue_and_others_get_their_turn(redi
         assert late["queue_position"] == 1, "the other key waits for the flooding key's turn, not its whole backlog"
 
         queue = JobQueue(redis, queue_config())
-        claim = await queue.claim("w", block_s=0.1)
+        claim = await queue.leases.claim("w", block_s=0.1)
         assert claim is not None and claim.job.id == first["task_id"]
-        second = await queue.claim("w", block_s=0.1)
+        second = await queue.leases.claim("w", block_s=0.1)
         assert second is not None and second.job.id == late["task_id"], "then the other key's turn"
-        await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
         assert (await submit(client, flood, seed=5)).status_code == 202, "a finished job frees its place"
 
 
@@ -237,11 +237,11 @@ async def test_cancelling_a_running_task_drops_its_result_when_the_batch_ends(re
     async with api_client(make_settings()) as (client, _):
         task = (await submit(client, None)).json()["task_id"]
         queue = JobQueue(redis, queue_config())
-        claim = await queue.claim("w", block_s=0.1)
+        claim = await queue.leases.claim("w", block_s=0.1)
         assert claim is not None
         cancelling = await client.delete(f"/v1/tts/tasks/{task}")
         assert cancelling.status_code == 202 and cancelling.json()["status"] == "cancelling"
-        assert str(await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)) == "cancelled"
+        assert str(await queue.leases.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)) == "cancelled"
         assert await queue.result(task) is None
         assert (await client.get(f"/v1/tts/tasks/{task}")).json()["status"] == "cancelled"
         assert (await client.delete(f"/v1/tts/tasks/{task}")).status_code == 200

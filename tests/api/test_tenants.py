@@ -40,12 +40,12 @@ async def run_next_job(app: FastAPI) -> str:
     """What a worker does with the next job: claim it, cache its audio under the job's own cache key, complete it."""
     service = cast(TTSService, app.state.service).tasks
     queue = JobQueue(service.queue.redis, queue_config())
-    claim = await queue.claim("worker", block_s=0.1)
+    claim = await queue.leases.claim("worker", block_s=0.1)
     assert claim is not None
     key = claim.job.params.cache_key
     assert key is not None
     await service.cache.put(key, CachedAudio(b"audio of " + claim.job.id.encode(), "audio/wav", 1.0))
-    await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=key)
+    await queue.leases.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=key)
     return claim.job.id
 
 

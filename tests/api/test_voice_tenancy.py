@@ -206,7 +206,7 @@ async def test_a_job_carries_its_tenants_voice_so_a_later_voice_of_that_name_can
         assert (await client.delete("/v1/voices/anna", headers=bearer(acme_admin))).status_code == 204
         assert (await client.post("/v1/voices", json={"name": "anna", "seed": 5}, headers=bearer(other_admin))).status_code == 201
 
-        claim = await JobQueue(redis, queue_config()).claim("worker", block_s=0.1)
+        claim = await JobQueue(redis, queue_config()).leases.claim("worker", block_s=0.1)
         assert claim is not None and claim.job.id == task
         assert claim.job.tenant == "tenant:acme"
         params = claim.job.params

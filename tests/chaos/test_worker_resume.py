@@ -55,7 +55,7 @@ async def test_a_claim_loop_deep_in_its_backoff_resumes_once_redis_is_back(own_r
     server.process.kill()
     server.process.wait()
     worker.outage.backoff_s = HOUR_S  # an outage long enough to have grown the pause far past any timeout here
-    claim = asyncio.create_task(worker._claim(1))
+    claim = asyncio.create_task(worker.claims.take(1))
     for _ in range(1200):  # until the claim has failed and the loop is pausing
         if not worker.record.redis_ok:
             break

@@ -115,24 +115,24 @@ async def test_the_whole_job_protocol_runs_on_a_cluster(client: RedisClient) -> 
     assert joined.joined and joined.job.id == keyed
     await queue.enqueue(plain, params("plain"), single_flight=False)
     assert await queue.position(plain) == 1
-    first = await queue.claim("w", block_s=0.2)
+    first = await queue.leases.claim("w", block_s=0.2)
     assert first is not None and first.job.id == keyed
     assert await AudioStreams(client, queue.shards, 60).publish(keyed, first.token, 0, 2, b"\1\1", fresh=True)
-    assert (await queue.renew_leases({keyed: first.token})).lost == set()
-    done = await queue.complete(first.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key="c" * 64)
+    assert (await queue.leases.renew_leases({keyed: first.token})).lost == set()
+    done = await queue.leases.complete(first.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key="c" * 64)
     assert done is Completed.DONE and await queue.result(keyed) == b"RIFF"
-    second = await queue.claim_more("w", 4)
+    second = await queue.leases.claim_more("w", 4)
     assert [claim.job.id for claim in second] == [plain]
-    assert await queue.fail(second[0].job, "boom", retryable=False, cache_key=None) is Failed.FAILED
+    assert await queue.leases.fail(second[0].job, "boom", retryable=False, cache_key=None) is Failed.FAILED
     assert [job.id for job in await DeadLetters(queue).newest()] == [plain]
     assert str(await DeadLetters(queue).requeue(plain)) == "requeued"
     snapshot = await queue.stats.snapshot()
     assert (snapshot.queued, snapshot.processing, snapshot.dead_letters) == (1, 0, 0)
-    assert (await queue.sweep(1.0, "w")).swept
+    assert (await queue.leases.sweep(1.0, "w")).swept
     hit = task_id()
     await queue.record_done(hit, params("hit"), encode_audio(samples_of(0.01), "wav"), "audio/wav", 0.01)
     assert (await queue.get(hit)) is not None
-    assert await queue.claim("w", block_s=0.1) is not None, "the requeued dead letter"
+    assert await queue.leases.claim("w", block_s=0.1) is not None, "the requeued dead letter"
 
 
 def samples_of(seconds: float) -> npt.NDArray[np.float32]:

@@ -40,10 +40,10 @@ async def test_a_backlog_on_every_shard_is_overtaken_within_two_claims_per_shard
     assert await queue.depth() == 301
     taken = []
     for _ in range(2 * SHARDS):
-        claim = await queue.claim("w", block_s=0.1)
+        claim = await queue.leases.claim("w", block_s=0.1)
         assert claim is not None
         taken.append(claim.job.id)
-        await queue.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
+        await queue.leases.complete(claim.job, b"audio", "audio/wav", 1.0, 0.1, cache_key=None)
     assert late in taken
     job = await queue.get(taken[-1])
     assert job is not None and job.status.value == "done"

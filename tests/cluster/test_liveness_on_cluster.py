@@ -49,7 +49,7 @@ def on(keys: Keys) -> str:
 async def sweep(queue: JobQueue) -> SweepReport:
     for keys in queue.shards.all:
         await queue.redis.delete(keys.sweep_lock)
-    return await queue.sweep(1.0, "sweeper")
+    return await queue.leases.sweep(1.0, "sweeper")
 
 
 async def test_a_dead_worker_s_claims_come_back_from_every_master(client: RedisClient, cluster: LocalCluster) -> None:
@@ -79,8 +79,8 @@ async def test_a_running_job_s_cancel_is_announced_on_its_shard(client: RedisCli
     keys = queue.shards.all[2]
     job_id = on(keys)
     await queue.enqueue(job_id, params(), single_flight=False)
-    after = await queue.last_cancel(keys)
+    after = await queue.leases.last_cancel(keys)
     claim = await claimed(queue, "w~1")
     assert await queue.cancel(claim.job, None) is Cancelled.CANCELLING
-    _, notices = await queue.cancel_notices(keys, after, 0.1)
+    _, notices = await queue.leases.cancel_notices(keys, after, 0.1)
     assert [(n.job_id, n.worker, n.claim) for n in notices] == [(job_id, "w~1", claim.token)]

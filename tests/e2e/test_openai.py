@@ -215,7 +215,7 @@ def test_openai_sdk_streams_compressed_audio_while_the_job_runs(service: Service
         streams = AudioStreams(redis, queue.shards, 3600)
         held = None
         while held is None:
-            held = await queue.claim("test-worker", block_s=0.5)
+            held = await queue.leases.claim("test-worker", block_s=0.5)
         assert await streams.publish(held.job.id, held.token, 0, 2, pieces[0], fresh=True)
         assert await asyncio.to_thread(got_audio.wait, 60) and not errors, errors
         job = await queue.get(held.job.id)
@@ -223,7 +223,7 @@ def test_openai_sdk_streams_compressed_audio_while_the_job_runs(service: Service
         assert await streams.publish(held.job.id, held.token, 1, 2, pieces[1])
         samples = np.frombuffer(b"".join(pieces), dtype="<i2").astype(np.float32) / 32768
         stored = encode_audio(samples, fmt)
-        await queue.complete(held.job, stored, "audio/x", len(samples) / SAMPLE_RATE, 0.1, cache_key=None)
+        await queue.leases.complete(held.job, stored, "audio/x", len(samples) / SAMPLE_RATE, 0.1, cache_key=None)
         await redis.aclose()
 
     listener = threading.Thread(target=listen)

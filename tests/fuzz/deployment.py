@@ -85,9 +85,9 @@ async def _make_dead_letters(redis_url: str, count: int) -> list[str]:
         for index in range(count):
             job_id = signer.new()
             await queue.enqueue(job_id, TTSParams(text=f"dead letter {index}", speaker_seed=7, seed=7), single_flight=False)
-            claim = await queue.claim("fuzz-setup", block_s=1)
+            claim = await queue.leases.claim("fuzz-setup", block_s=1)
             assert claim is not None and claim.job.id == job_id, "the queue was not empty before the worker started"
-            await queue.fail(claim.job, "made by the fuzzing set-up", retryable=False, cache_key=None)
+            await queue.leases.fail(claim.job, "made by the fuzzing set-up", retryable=False, cache_key=None)
             made.append(job_id)
         return made
     finally:

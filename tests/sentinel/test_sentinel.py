@@ -56,9 +56,9 @@ async def test_the_job_protocol_runs_on_the_primary_the_sentinels_name(client: R
     await queue.enqueue(job_id, params("through sentinel"), single_flight=False)
     with redis.Redis(port=sentinel.primary_port()) as primary:
         assert primary.exists(Keys("ttsq").job(job_id)), "the job is on the primary the sentinels name"
-    claim = await queue.claim("w", block_s=0.2)
+    claim = await queue.leases.claim("w", block_s=0.2)
     assert claim is not None and claim.job.id == job_id
-    assert await queue.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(claim.job, b"RIFF", "audio/wav", 1.0, 0.1, cache_key=None) is Completed.DONE
 
 
 async def test_an_acknowledged_job_is_on_the_replica_when_submit_waits_for_it(

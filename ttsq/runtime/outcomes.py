@@ -149,7 +149,7 @@ class Outcomes:
         log.error("  ✗ %s attempt %d: storing its outcome failed; releasing it to run again", job.id, job.attempts, exc_info=error)
         reason = f"storing its outcome failed: {type(error).__name__}: {error}"
         try:
-            released = await self.queue.fail(job, reason, retryable=True, cache_key=job.params.cache_key)
+            released = await self.queue.leases.fail(job, reason, retryable=True, cache_key=job.params.cache_key)
         except Exception as exc:  # noqa: BLE001 - the lease lapses instead; the sweep requeues the job
             log.warning("  %s could not be released (%s): its lease lapses, and the sweep requeues it", job.id, describe(exc))
             return
@@ -168,7 +168,7 @@ class Outcomes:
         result = outcome.audio
         speaker = await self.recorded_speaker(job.params)
         stored = await self._persist(
-            lambda: self.queue.complete(
+            lambda: self.queue.leases.complete(
                 job,
                 result.audio,
                 result.content_type,
@@ -216,7 +216,8 @@ class Outcomes:
     async def _record_failure(self, job: Job, error: BaseException) -> None:
         self.record.jobs_failed += 1
         reason, retryable = failure_reason(error)
-        outcome = await self._persist(lambda: self.queue.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key))
+        leases = self.queue.leases
+        outcome = await self._persist(lambda: leases.fail(job, reason, retryable=retryable, cache_key=job.params.cache_key))
         if outcome is Failed.STALE:
             self.refused(job, "failure")
             return

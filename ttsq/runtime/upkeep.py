@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # types only: the API process (the deliverer) loads this modu
     from ttsq.runtime.sdnotify import SystemdNotifier
     from ttsq.store.heartbeats import Heartbeats
     from ttsq.store.keys import Keys
-    from ttsq.store.queue import CancelNotice, JobQueue
+    from ttsq.store.leases import CancelNotice
+    from ttsq.store.queue import JobQueue
 
 T = TypeVar("T")
 
@@ -356,7 +357,7 @@ class WorkerChores:
         """Renew every lease in hand; False when there was none (no Redis call: see :class:`Chore`)."""
         if not self._running:
             return False
-        renewed = await self.queue.renew_leases(dict(self._running), self.worker_id)
+        renewed = await self.queue.leases.renew_leases(dict(self._running), self.worker_id)
         for job_id in renewed.lost & self._running.keys():
             self.metrics.stale.labels("renew").inc()
             self._log.warning(
@@ -373,7 +374,7 @@ class WorkerChores:
         return True
 
     async def sweep(self) -> None:
-        report = await self.queue.sweep(self.sweep_interval_s, holder=self.worker_id)
+        report = await self.queue.leases.sweep(self.sweep_interval_s, holder=self.worker_id)
         self.metrics.swept.labels("heartbeat").inc(report.abandoned)
         self.metrics.swept.labels("lease").inc(report.requeued)
         self.metrics.swept.labels("unstarted").inc(report.orphans)
@@ -443,8 +444,8 @@ class CancelFollower:
         while not self._closing.is_set():
             try:
                 if after is None:
-                    after = await self.queue.last_cancel(keys)
-                after, notices = await self.queue.cancel_notices(keys, after, self.block_s)
+                    after = await self.queue.leases.last_cancel(keys)
+                after, notices = await self.queue.leases.cancel_notices(keys, after, self.block_s)
                 handed = self.hand_over(notices)
                 if handed:
                     now = await clock.now()

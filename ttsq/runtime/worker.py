@@ -14,7 +14,9 @@ sweep — is one upkeep task with one Redis-outage policy (:mod:`ttsq.runtime.up
 deliverer; the worker's chores are its :class:`~ttsq.runtime.upkeep.WorkerChores`), beside the heartbeat's own task
 (a beat older than ``HEARTBEAT_TTL_S`` and the sweep takes the worker's jobs back, so nothing may hold it up) and a
 blocking read of the queue's cancels (:class:`~ttsq.runtime.upkeep.CancelFollower`: a job cancelled while it runs
-leaves the engine at the next step). Which speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'.
+leaves the engine at the next step). Which speaker a job is synthesised with is :mod:`ttsq.runtime.speakers`'; taking
+the jobs (the claims and what they bring) :mod:`ttsq.runtime.worker_claims`'; the model on its device (loaded, sized,
+its memory kept) :mod:`ttsq.runtime.replica`'.
 """
 
 from __future__ import annotations
@@ -33,12 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
-from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
 from ttsq.domain.captions import spoken_text
 from ttsq.domain.jobs import AudioFormat, Job
 from ttsq.inference.base import (
     Batcher,
-    DeviceMemory,
     Engine,
     OutOfMemory,
     PermanentError,
@@ -61,6 +61,7 @@ from ttsq.runtime.outcomes import (
     heard,
     token,
 )
+from ttsq.runtime.replica import ModelReplica
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
 from ttsq.runtime.upkeep import (
@@ -70,23 +71,19 @@ from ttsq.runtime.upkeep import (
     RedisOutage,
     Upkeep,
     WorkerChores,
-    describe,
     incarnation,
 )
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
+from ttsq.runtime.worker_claims import WorkerClaims
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
-from ttsq.store.queue import Claim, JobQueue
+from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
 from ttsq.store.voice_encodings import VoiceEncodings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-CPU_AUTO_BATCH = 8
-"""The automatic batch limit on a CPU, where a bigger batch only queues more work behind one core."""
-_PROBE_TOKENS = (32, 96)
-"""Audio tokens per request in the sizing probes: two lengths tell how memory grows with the length."""
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
 
@@ -105,7 +102,8 @@ class WorkerConfig:
     max_batch: int
     """The largest batch ever run; with ``auto_batch`` the worker may choose less."""
     auto_batch: bool
-    """Size the batch from the device at start (on CUDA); on a CPU run at most :data:`CPU_AUTO_BATCH`."""
+    """Size the batch from the device at start (on CUDA); on a CPU run at most
+    :data:`~ttsq.runtime.replica.CPU_AUTO_BATCH`."""
     batch_memory_headroom: float
     stream_rtf_target: float
     stream_admission: Literal["off", "wait", "refuse"]
@@ -119,6 +117,12 @@ class WorkerConfig:
     release_memory_idle_s: float
     notify_socket: str | None
     """systemd's ``NOTIFY_SOCKET`` (a ``Type=notify`` unit): ready and watchdog pings (:mod:`ttsq.runtime.sdnotify`)."""
+
+    @property
+    def stall_after_s(self) -> float:
+        """How long the event loop may go without a liveness tick before the worker counts as stalled (``/healthz``,
+        systemd's watchdog)."""
+        return max(5 * self.heartbeat_interval_s, 10.0)
 
 
 @dataclass
@@ -163,6 +167,8 @@ class Worker:
         self.record = HeartbeatRecord(worker_id=config.worker_id)
         self.metrics = WorkerMetrics()
         self._thread = InferenceThread(self._report_from_thread, self.record, config.job_timeout_s)
+        self.replica = ModelReplica(engine, config, self.record, self.metrics, self._thread)
+        """The model on its device: loaded, warmed and sized in the inference thread; its memory kept while it serves."""
         self._batcher: Batcher | None = None
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttsq-encode")
         """Encoding a finished job (mp3, opus: ~10-20 ms per second of audio) off the event loop and off the model's thread."""
@@ -181,7 +187,6 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.speakers = Speakers(engine)
         """Speakers drawn from seeds, kept (the inference thread's own: drawing one runs the model's code)."""
-        self._hygiene = MemoryHygiene(config.release_memory_above, config.release_memory_idle_s)
         self._last_step_at = time.monotonic()
         self.clock: Callable[[], float] = time.monotonic
         """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
@@ -190,8 +195,6 @@ class Worker:
         self.stream_target = config.stream_rtf_target
         """The share of a token's audio a decode step may take for streams to keep ahead of their listeners: the
         setting, or the engine's pieces' own bound on a row's start where that is tighter (``Batcher.keep_ahead``)."""
-        self._out_of_memory_seen = 0
-        self._compiled_graphs_at_start: int | None = None
         self.outage = RedisOutage(log, "retrying until it is back", on_change=self._redis_changed)
         """The Redis-outage policy: a claim's backoff ends as soon as any Redis call (the upkeep's heartbeat
         every ``heartbeat_interval_s``) succeeds again."""
@@ -208,6 +211,17 @@ class Worker:
             past_grace=self._past_grace,
         )
         """Where a job's audio is published and its outcome stored."""
+        self.claims = WorkerClaims(
+            queue,
+            self.outage,
+            self.record,
+            self.metrics,
+            identity=self.identity,
+            batch_wait_ms=config.batch_wait_ms,
+            stop=self._stop,
+            in_flight=self._in_flight,
+        )
+        """Taking jobs in: a blocking claim, then more up to the room the loop has (:meth:`_free_room`), counted."""
         self._systemd = SystemdNotifier(config.notify_socket)
         chores = WorkerChores(
             queue,
@@ -217,13 +231,13 @@ class Worker:
             log,
             worker_id=self.identity,
             sweep_interval_s=config.sweep_interval_s,
-            stall_after_s=self.stall_after_s,
+            stall_after_s=config.stall_after_s,
             systemd=self._systemd,
-            hygiene=self._hygiene,
+            hygiene=self.replica.hygiene,
             running=self._running,
             in_flight=self._in_flight,
             idle_s=lambda: time.monotonic() - self._last_step_at,
-            release_memory=lambda: asyncio.wrap_future(self._thread.call(self.engine.release_memory)),
+            release_memory=lambda: asyncio.wrap_future(self.replica.release_memory()),
             cancel=self._cancelled_while_running,
             drop=self._taken_back,
         )
@@ -261,17 +275,13 @@ class Worker:
             self.outage,
         )
         """Reference recordings → speaker prompts for ``POST /v1/voices``, once the model is loaded (docs/voices.md)."""
-        self.metrics.watch(self.record, lambda: len(self._running), cache, self._device_memory, self._recompiles)
+        self.metrics.watch(self.record, lambda: len(self._running), cache, self.replica.device_memory, self.replica.recompiles)
         self.metrics.watch_batcher(lambda: self._batcher)
 
     @property
     def batch_limit(self) -> int | None:
         """The most rows the engine runs at once now (None until the model is loaded)."""
         return None if self._batcher is None else self._batcher.slot_limit
-
-    @property
-    def stall_after_s(self) -> float:
-        return max(5 * self.config.heartbeat_interval_s, 10.0)
 
     def request_stop(self) -> None:
         """Stop claiming; the jobs in hand may finish within the grace period."""
@@ -288,7 +298,7 @@ class Worker:
     async def run(self) -> bool:
         self._loop = asyncio.get_running_loop()
         server = health_server(
-            self.record, self.config.health_host, self.config.health_port, self.stall_after_s, self.metrics.exposition
+            self.record, self.config.health_host, self.config.health_port, self.config.stall_after_s, self.metrics.exposition
         )
         serving = asyncio.create_task(server.serve())
         log.info("worker %s is %s in the queue", self.config.worker_id, self.identity)
@@ -296,7 +306,7 @@ class Worker:
         self.upkeep.start()
         self.cancels.start()
         try:
-            self._batcher = await asyncio.wrap_future(self._thread.start(self._load_and_warm))
+            self._batcher = await asyncio.wrap_future(self._thread.start(self.replica.load_and_warm))
             if self._batcher.keep_ahead is not None:  # its pieces' own bound on a streamed row's start, where tighter
                 self.stream_target = min(self.stream_target, self._batcher.keep_ahead)
             # systemd hears READY=1 before /readyz answers 200: whoever watches either sees the same order.
@@ -322,77 +332,6 @@ class Worker:
             self._encoder.shutdown(wait=not self._abandoned, cancel_futures=True)
         return not self._abandoned
 
-    # ---- start-up (in the inference thread) ---------------------------------------------------
-
-    def _load_and_warm(self) -> Batcher:
-        started = time.perf_counter()
-        info = self.engine.load()
-        self.record.model_loaded = True
-        self.record.model = info.name
-        self.record.speaks_noise = info.speaks_noise
-        self.engine.warm_up()
-        batcher = self.engine.batcher(self._size_batches(), oom_recover_s=self.config.oom_recover_s)
-        load_s = time.perf_counter() - started
-        self.metrics.model_load.set(load_s)
-        self.metrics.info.labels(info.name, info.device).set(1)
-        log.info("model %s loaded and warmed on %s in %.1fs; %d slots", info.name, info.device, load_s, batcher.slots)
-        if info.speaks_noise:
-            log.warning("model %s has RANDOM weights: every result is noise (testing only)", info.name)
-        return batcher
-
-    def _size_batches(self) -> int:
-        """The batch limit (``MAX_BATCH=auto``: sized from the device) and, with ``COMPILE=true``, every size compiled now.
-
-        On CUDA, three probes at the longest chunk measure memory per request and decode speed, and
-        :func:`ttsq.domain.batching.plan_batch_limit` picks the largest batch that fits and keeps each
-        stream ahead of playback. On a CPU the limit is :data:`CPU_AUTO_BATCH`, capped by MAX_BATCH.
-        """
-        cap = self.config.max_batch
-        limit = cap
-        if self.config.auto_batch:
-            limit = min(cap, CPU_AUTO_BATCH)
-            memory = self.engine.stats().memory
-            small_batch, large_batch = max(1, min(cap // 4, 16)), min(cap, 64)
-            if memory is not None and large_batch > small_batch:
-                small = self.engine.measure(small_batch, _PROBE_TOKENS[0])
-                large = self.engine.measure(large_batch, _PROBE_TOKENS[0])
-                longer = self.engine.measure(large_batch, _PROBE_TOKENS[1])
-                self.engine.release_memory()
-                now = self.engine.stats().memory
-                if small is not None and large is not None and longer is not None and now is not None:
-                    usable = now.allocated + int(now.free * (1 - self.config.batch_memory_headroom))
-                    plan = plan_batch_limit(
-                        small,
-                        large,
-                        longer,
-                        usable_bytes=usable,
-                        max_tokens=self.config.max_new_token,
-                        rtf_target=self.config.stream_rtf_target,
-                        cap=cap,
-                    )
-                    limit = plan.limit
-                    log.info("batch limit %d, set by %s", limit, plan.reason)
-            else:
-                log.info("batch limit %d (MAX_BATCH=auto on %s)", limit, "a CPU" if memory is None else "a GPU, capped")
-        self.metrics.batch_limit.set(limit)
-        if self.config.compile:
-            buckets = bucket_sizes(limit)
-            started = time.perf_counter()
-            self.engine.prepare(buckets)
-            log.info("compiled batch sizes %s in %.1fs", ", ".join(map(str, buckets)), time.perf_counter() - started)
-        self._compiled_graphs_at_start = self.engine.stats().compiled_graphs
-        return limit
-
-    def _device_memory(self) -> DeviceMemory | None:
-        return self.engine.stats().memory
-
-    def _recompiles(self) -> float | None:
-        """Graphs torch.compile built after start-up: while serving this must stay 0 (a new one stalls the worker)."""
-        graphs = self.engine.stats().compiled_graphs
-        if graphs is None or self._compiled_graphs_at_start is None:
-            return None
-        return float(graphs - self._compiled_graphs_at_start)
-
     # ---- the loop ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
@@ -403,7 +342,7 @@ class Worker:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            await self._start(await self._claim(room))
+            await self._start(await self.claims.take(room))
 
     def _free_room(self) -> int:
         """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
@@ -423,54 +362,6 @@ class Worker:
             self.record.stream_room = streams
             room = min(room, streams)
         return room
-
-    async def _claim(self, room: int) -> list[Job]:
-        """One blocking claim, then up to ``room`` more at once; when the engine is idle, more may
-        come for ``batch_wait_ms`` (they start together). A job whose last worker was lost is claimed
-        alone and runs alone.
-
-        Every claimed job is leased to this worker at once, so a crash at any point leaves each
-        of them to the sweep individually. A Redis failure returns what was claimed so far.
-        """
-        jobs: list[Job] = []
-        try:
-            claim = await self.queue.claim(self.identity)
-            if claim is None:
-                self.outage.back()
-                self.record.claim_error = None
-                return []
-            jobs += self._claimed([claim])
-            if claim.job.isolate:
-                return jobs
-            deadline = time.monotonic() + (self.config.batch_wait_ms / 1000 if not self._in_flight else 0.0)
-            while len(jobs) < room and not self._stop.is_set():
-                jobs += self._claimed(await self.queue.claim_more(self.identity, room - len(jobs)))
-                remaining = deadline - time.monotonic()
-                if len(jobs) >= room or remaining <= 0:
-                    break
-                await asyncio.sleep(min(0.005, remaining))
-        except REDIS_ERRORS as exc:
-            self.outage.lost("claim", exc)
-            self.record.claim_error = describe(exc)[:300]
-            if not jobs:
-                await self.outage.back_off(self._stop)
-            return jobs
-        self.outage.back()
-        self.record.claim_error = None
-        return jobs
-
-    def _claimed(self, claims: list[Claim]) -> list[Job]:
-        """The runnable jobs among ``claims``; counts those the claim dead-lettered, and first attempts' queue wait."""
-        jobs = []
-        for claim in claims:
-            if not claim.runnable:
-                self.metrics.ended("dead_lettered", claim.job.attempts)
-                continue
-            self.metrics.claimed(claim.job.tenant or "-", claim.job.priority)
-            if claim.job.attempts == 1 and claim.job.started_at is not None:
-                self.metrics.queue_wait.observe(max(0.0, claim.job.started_at - claim.job.created_at))
-            jobs.append(claim.job)
-        return jobs
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
@@ -560,7 +451,7 @@ class Worker:
             self.metrics.batch_size.observe(report.rows)
             self.record.batches += 1
             self.record.largest_batch = max(self.record.largest_batch, report.rows)
-        self._count_out_of_memory()
+        self.replica.count_out_of_memory(self._batcher)
         if report.broken is not None:
             for job_id in list(self._in_flight):
                 self._end(job_id, Failure(TransientError(f"the engine failed: {report.broken}")))
@@ -588,13 +479,6 @@ class Worker:
                 del self._in_flight[job_id]
                 self._spawn(self._finish(flight))
         self._room.set()
-
-    def _count_out_of_memory(self) -> None:
-        seen = self._batcher.stats.out_of_memory if self._batcher is not None else 0
-        if seen > self._out_of_memory_seen:
-            self.metrics.oom_splits.inc(seen - self._out_of_memory_seen)
-            self._out_of_memory_seen = seen
-            self._release_memory()
 
     def _cancelled_while_running(self, job_id: str) -> None:
         """Its rows leave the engine now (their slots take other rows at the next step) and the job ends as cancelled."""
@@ -642,7 +526,7 @@ class Worker:
             flight.pieces.put_nowait(None)
             await flight.publisher
         await self.outcomes.settle(flight.job, outcome, flight.claimed_at)
-        self._after_job(isinstance(outcome, Failure) and isinstance(outcome.error, OutOfMemory))
+        self.replica.after_job(isinstance(outcome, Failure) and isinstance(outcome.error, OutOfMemory))
 
     def _spawn(self, work: Awaitable[None]) -> None:
         async def run() -> None:
@@ -657,15 +541,6 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("storing a job's outcome failed", exc_info=task.exception())
         self._room.set()
-
-    def _after_job(self, failed_for_memory: bool) -> None:
-        memory = self.engine.stats().memory
-        reserved, total = (memory.reserved, memory.total) if memory is not None else (None, None)
-        if self._hygiene.after_batch(reserved, total, failed_for_memory):
-            self._release_memory()
-
-    def _release_memory(self) -> None:
-        self._thread.call(self.engine.release_memory)
 
     def _redis_changed(self, ok: bool) -> None:
         self.record.redis_ok = ok

@@ -10,8 +10,9 @@ import logging
 from typing import Any
 
 from ttsq.domain.jobs import Job
-from ttsq.store.queue import JobQueue, home_queue, lua_script
+from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Requeued, RequeueReply
+from ttsq.store.scripts import home_queue, lua_script
 
 log = logging.getLogger("ttsq.store.queue")  # where a requeue was logged before it had a module of its own
 
