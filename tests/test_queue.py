@@ -62,10 +62,10 @@ async def test_a_job_whose_lists_are_empty_loads_after_a_script_rewrote_it(make_
     queue: JobQueue = make_queue()
     job_id = task_id()
     await queue.enqueue(job_id, params().model_copy(update={"segments": [], "speaker_blend": []}), single_flight=False)
-    claim = await queue.claim("w1", block_s=0.1)
+    claim = await queue.leases.claim("w1", block_s=0.1)
     assert claim is not None and claim.job.params.segments == [] and claim.job.params.speaker_blend == []
     assert b'"segments":{}' in (await redis.get(queue.keys.job(job_id)) or b""), "the script no longer rewrites it"
-    assert await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
+    assert await queue.leases.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
     job = await queue.get(job_id)
     assert job is not None and job.params.segments == []
 

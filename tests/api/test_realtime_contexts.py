@@ -24,7 +24,8 @@ from tests.conftest import claimed, queue_config
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.converter import convert_whole
 from ttsq.domain.output_formats import OutputFormat
-from ttsq.store.queue import Claim, JobQueue
+from ttsq.store.leases import Claim
+from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
 
 
@@ -44,13 +45,13 @@ class Worker:
     async def speak(self, task_id: str, pcm: bytes) -> None:
         held = self.held[task_id]
         assert await self.streams.publish(task_id, held.token, 0, 1, pcm, at=0)
-        await self.queue.complete(held.job, pcm, "audio/pcm", len(pcm) / 2 / SAMPLE_RATE, 0.1, cache_key=None)
+        await self.queue.leases.complete(held.job, pcm, "audio/pcm", len(pcm) / 2 / SAMPLE_RATE, 0.1, cache_key=None)
 
     async def stopped(self, task_id: str) -> bool:
         """Whether the job was cancelled: before it ran, or (running) with its worker told to stop."""
         if await self.status(task_id) == "cancelled":
             return True
-        _, notices = await self.queue.cancel_notices(self.queue.shards.of(task_id), "0-0", 0.01)
+        _, notices = await self.queue.leases.cancel_notices(self.queue.shards.of(task_id), "0-0", 0.01)
         return task_id in {notice.job_id for notice in notices}
 
     async def status(self, task_id: str) -> str:
