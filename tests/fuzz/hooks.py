@@ -106,6 +106,8 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     # The rates a format is made at depend on the format asked for beside it (opus has fewer): the schema lists every
     # rate some format takes.
     "sample_rate": ("is not supported", "have no sample rate"),
+    # A sample_rate alone converts the stored file in its own format, which only the task knows (ogg has none to keep).
+    "format": ("name the format to convert it to",),
     # ElevenLabs' names: the schema states their shape; which rate and bit rate each encoding is made at is ttsq's.
     "output_format": ("is not supported", "take a bit rate", "cannot be made at", "has no bit rate"),
     # A dialogue's speakers' voices (`voices.<speaker>`): whether a name is registered is the registry's.
