@@ -21,6 +21,7 @@ from typing import Literal
 
 from ttsq.domain.sampling import MAX_SPEED, MIN_SPEED
 from ttsq.domain.say_as import DATE_FORMATS, INTERPRETATIONS
+from ttsq.domain.segments import MAX_GAIN_DB, MAX_PAUSE_SAMPLES, MIN_GAIN_DB, PAUSE_SAMPLE_RATE
 
 __all__ = [
     "ELEMENTS",
@@ -46,17 +47,16 @@ __all__ = [
 Language = Literal["en", "zh"]
 
 SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"
-SAMPLE_RATE = 24_000
-"""Breaks are counted in samples of ttsq's audio (ChatTTS's rate)."""
-MAX_PAUSE_SAMPLES = 60 * SAMPLE_RATE
-"""The longest silence before one span (a minute), the job segments' own bound: breaks in a row add up to it."""
-MIN_GAIN_DB, MAX_GAIN_DB = -60.0, 20.0
-"""The gain a span may have, in dB (a job segment's bounds): ``volume`` beyond them is refused, never clipped."""
+SAMPLE_RATE = PAUSE_SAMPLE_RATE
+"""Breaks are counted in samples of ttsq's audio, as a segment's pause is. A span's silence is held to a segment's
+(:data:`MAX_PAUSE_SAMPLES`: breaks in a row add up to it), and its gain to a segment's (:data:`MIN_GAIN_DB` to
+:data:`MAX_GAIN_DB`: ``volume`` beyond them is refused, never clipped)."""
 MAX_ATTRIBUTE_CHARS = 1_000
 """No supported attribute's value is longer (the longest is a blend of eight voice names): a longer one is refused
 before it is read, and never echoed whole."""
 MAX_MARK_NAME_CHARS = 200
-"""The longest mark name (a job segment's own bound)."""
+"""The longest mark name (a segment's :class:`~ttsq.domain.segments.Mark` takes no longer; a test holds the two
+equal)."""
 
 STRENGTH_MS: dict[str, int] = {"none": 0, "x-weak": 250, "weak": 500, "medium": 750, "strong": 1000, "x-strong": 1250}
 """``<break strength>`` in milliseconds; a break with neither ``time`` nor ``strength`` is ``medium``, as SSML says."""
