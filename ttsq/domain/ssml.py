@@ -251,6 +251,9 @@ class _Reader(ContentHandler):
         self.limits = limits
         self.request_speed = speed
         self.stack: list[_Frame] = []
+        self.open_sentences = {"p": 0, "s": 0}
+        """How many ``<p>`` and ``<s>`` are open: counted, so that checking where one may go costs the same at any
+        depth (a set of the stack's names built per element made a deep document quadratic)."""
         self.events: list[_Event] = []
         self.elements = 0
         self.root_seen = False
@@ -283,6 +286,8 @@ class _Reader(ContentHandler):
         context = parent.context if parent is not None else _Context()
         frame = _Frame(name, self._context(name, context, attributes), self.position(), attributes)
         self.stack.append(frame)
+        if name in self.open_sentences:
+            self.open_sentences[name] += 1
         self._started(frame)
 
     def _rule(self, name: str) -> ElementRule:
@@ -303,10 +308,10 @@ class _Reader(ContentHandler):
         if ELEMENTS[parent.name].content != "mixed":
             holds = "text only" if ELEMENTS[parent.name].content == "text" else "nothing"
             raise self.fail(f"<{parent.name}> holds {holds}, not <{name}>")
-        inside = {frame.name for frame in self.stack}
-        if name == "p" and inside & {"p", "s"}:
-            raise self.fail(f"<p> cannot be inside <{'s' if 's' in inside else 'p'}>")
-        if name == "s" and "s" in inside:
+        inside = self.open_sentences
+        if name == "p" and (inside["p"] or inside["s"]):
+            raise self.fail(f"<p> cannot be inside <{'s' if inside['s'] else 'p'}>")
+        if name == "s" and inside["s"]:
             raise self.fail("<s> cannot be inside <s>")
 
     def _attributes(self, element: str, rule: ElementRule, attrs: AttributesImpl) -> dict[str, str]:
@@ -399,6 +404,8 @@ class _Reader(ContentHandler):
 
     def endElement(self, name: str) -> None:
         frame = self.stack.pop()
+        if name in self.open_sentences:
+            self.open_sentences[name] -= 1
         if name == "say-as":
             content = " ".join("".join(frame.content).split())
             if not content:

@@ -16,6 +16,7 @@ webhooks, captions and streaming serve it unchanged. What is SSML's own:
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from ttsq.api.auth import Principal
@@ -32,7 +33,12 @@ from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
 from ttsq.store.rate_limit import RateDecision
 
-__all__ = ["ReadSsml", "SsmlService"]
+__all__ = ["OFF_LOOP_SSML_CHARS", "ReadSsml", "SsmlService"]
+
+OFF_LOOP_SSML_CHARS = 10_000
+"""A document longer than this is read in a thread, off the event loop: ``MAX_SSML_CHARS``'s default, so only where an
+operator raised it (reading is linear, tens of microseconds an element: a document at the widest limits, 100,000
+elements, is over a second of CPU)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,10 @@ class SsmlService:
         ``ssml`` (with a line and column where there is one) for anything ttsq will not speak."""
         source = body.ssml or ""
         try:
-            document = read_ssml(source, self.limits, body.speed)
+            if len(source) > OFF_LOOP_SSML_CHARS:
+                document = await asyncio.to_thread(read_ssml, source, self.limits, body.speed)
+            else:
+                document = read_ssml(source, self.limits, body.speed)
         except SsmlError as exc:
             raise InvalidInput(SSML_FIELD, str(exc), _excerpt(source, exc)) from exc
         voices = await self._voices(document, caller)
