@@ -73,9 +73,9 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
 def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:
     schema = SubmitRequest.model_json_schema()
     assert {name: schema["properties"][name] for name in SAMPLING_FIELDS} == SCHEMA_BEFORE
-    own = {"text", "voice", "seed", "format", "callback_url", "priority", "consistent_voice"}
+    own = {"text", "ssml", "voice", "seed", "format", "callback_url", "priority", "consistent_voice"}
     assert set(schema["properties"]) == {*own, *SCHEMA_BEFORE}
-    assert schema["required"] == ["text"]
+    assert "required" not in schema and schema["oneOf"] == [{"required": ["text"]}, {"required": ["ssml"]}]
 
 
 def test_every_carrier_defaults_to_the_one_record() -> None:
