@@ -112,5 +112,5 @@ def test_the_record_is_a_hashable_value_whatever_carried_it() -> None:
 def test_the_client_offers_every_field_of_the_submit_body() -> None:
     """The client imports nothing of ttsq, so it writes the fields out; this holds it to the body it sends them in."""
     offered = SynthesisOptions.__required_keys__ | SynthesisOptions.__optional_keys__
-    assert offered | {"text", "callback_url"} == set(SubmitRequest.model_fields)
+    assert offered | {"text", "callback_url"} == set(SubmitRequest.model_fields), "ssml is an option, text or None the argument"
     assert set(SAMPLING_FIELDS) <= offered

@@ -18,13 +18,15 @@ from redis.asyncio import Redis
 from tests.api.test_dialogue import job_of, refusal
 from tests.api.test_security import bearer, new_key
 from tests.api.test_voices import embedding
-from tests.conftest import api_client
+from tests.conftest import api_client, queue_config
 from tests.conftest_engine import TINY_ENGINE_CONFIG
 from tests.test_ssml import DEEP, EXTERNAL, LAUGHS, LONG_ATTRIBUTE
 from tests.test_worker import running_worker, wait_final
+from ttsq.client.sdk import AsyncTTSClient, TTSError
 from ttsq.domain.jobs import Status
 from ttsq.domain.segments import Mark
 from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.store.queue import JobQueue
 
 ROUTE = "/v1/tts/submit"
 DOCUMENT = (
@@ -190,3 +192,15 @@ async def test_a_worker_speaks_the_document_with_its_breaks_exact_its_marks_plac
     assert quiet_cues == cues and np.array_equal(quiet[: second[0]["start"]], samples[: second[0]["start"]])
     line, quieter = samples[second[0]["start"] :].astype(float), quiet[second[0]["start"] :].astype(float)
     assert line.any() and np.abs(quieter - line * 10 ** (-6 / 20)).max() <= 1.0, "-6 dB: each sample times 0.501"
+
+
+async def test_the_python_client_submits_a_document_in_place_of_a_text(redis: Redis, make_settings: Any) -> None:
+    async with (
+        api_client(make_settings()) as (_, app),
+        AsyncTTSClient("http://ttsq.test", transport=httpx.ASGITransport(app=app)) as tts,
+    ):
+        submitted = await tts.submit(None, ssml='<speak>Hi <break time="700ms"/>there.</speak>', seed=4)
+        with pytest.raises(TTSError, match="not well-formed XML"):
+            await tts.submit(None, ssml="<speak>Hi")
+    job = await JobQueue(redis, queue_config()).get(submitted.task_id)
+    assert job is not None and [s.pause_samples for s in job.params.segments or []] == [None, 16_800]
