@@ -29,6 +29,7 @@ from ttsq.api.errors import (
 from ttsq.api.schemas import SubmitResponse, task_links
 from ttsq.api.service import (
     ELEVENLABS_DEFAULT,
+    ELEVENLABS_PATTERN,
     MAX_SEED,
     DialogueLine,
     DialogueRequest,
@@ -87,7 +88,8 @@ OutputFormatQuery = Annotated[
     str | None,
     Query(
         max_length=40,
-        pattern=r"^[a-z0-9_]+$",
+        # The shape in the schema only: a name that does not match is refused by parse_elevenlabs, listing the names.
+        json_schema_extra={"pattern": ELEVENLABS_PATTERN},
         description="ElevenLabs' name of the audio's format (`pcm_16000`, `ulaw_8000`, `mp3_44100_128`, `opus_48000_64`, "
         f"`wav_24000`, …: docs/api.md#output-formats). Default: `{ELEVENLABS_DEFAULT}`, as ElevenLabs'.",
     ),
