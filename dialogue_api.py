@@ -88,7 +88,9 @@ OutputFormatQuery = Annotated[
     str | None,
     Query(
         max_length=40,
-        # The shape in the schema only: a name that does not match is refused by parse_elevenlabs, listing the names.
+        # Checked here for its characters (named with the other fields a request gets wrong); its shape, which the
+        # schema states, by parse_elevenlabs, whose refusal lists the names ttsq makes.
+        pattern=r"^[a-z0-9_]+$",
         json_schema_extra={"pattern": ELEVENLABS_PATTERN},
         description="ElevenLabs' name of the audio's format (`pcm_16000`, `ulaw_8000`, `mp3_44100_128`, `opus_48000_64`, "
         f"`wav_24000`, …: docs/api.md#output-formats). Default: `{ELEVENLABS_DEFAULT}`, as ElevenLabs'.",
