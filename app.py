@@ -252,6 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             FastAPI.openapi(app),
             max_text_chars=config.max_text_chars,
             openai_max_input_chars=config.openai_max_input_chars,
+            max_ssml_chars=config.max_ssml_chars,
             anonymous_allowed=anonymous,
             webhooks=webhooks_on,
         )

@@ -187,6 +187,30 @@ class Settings(BaseSettings):
         description="Longest text, after removing invisible and control characters.",
         json_schema_extra=_group("API"),
     )
+    max_ssml_chars: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Longest `ssml` document on `POST /v1/tts/submit`, markup included, as sent (checked before it is "
+        "parsed); what it says is held to `MAX_TEXT_CHARS` like a `text` (docs/ssml.md).",
+        json_schema_extra=_group("API"),
+    )
+    max_ssml_depth: int = Field(
+        32,
+        ge=2,
+        le=1_000,
+        description="Deepest nesting of elements in an `ssml` document (`<speak>` is 1): the reader stops at the first "
+        "element past it.",
+        json_schema_extra=_group("API"),
+    )
+    max_ssml_elements: int = Field(
+        200,
+        ge=1,
+        le=100_000,
+        description="Most elements in an `ssml` document: the reader stops at the first past it (each break, voice or "
+        "prosody change is a run of speech the engine is asked for on its own).",
+        json_schema_extra=_group("API"),
+    )
     openai_max_input_chars: int = Field(
         OPENAI_MAX_INPUT_CHARS,
         ge=1,

@@ -73,9 +73,9 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
 def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None:
     schema = SubmitRequest.model_json_schema()
     assert {name: schema["properties"][name] for name in SAMPLING_FIELDS} == SCHEMA_BEFORE
-    own = {"text", "voice", "seed", "format", "callback_url", "priority", "consistent_voice"}
+    own = {"text", "ssml", "voice", "seed", "format", "callback_url", "priority", "consistent_voice"}
     assert set(schema["properties"]) == {*own, *SCHEMA_BEFORE}
-    assert schema["required"] == ["text"]
+    assert "required" not in schema and schema["oneOf"] == [{"required": ["text"]}, {"required": ["ssml"]}]
 
 
 def test_every_carrier_defaults_to_the_one_record() -> None:
@@ -112,5 +112,5 @@ def test_the_record_is_a_hashable_value_whatever_carried_it() -> None:
 def test_the_client_offers_every_field_of_the_submit_body() -> None:
     """The client imports nothing of ttsq, so it writes the fields out; this holds it to the body it sends them in."""
     offered = SynthesisOptions.__required_keys__ | SynthesisOptions.__optional_keys__
-    assert offered | {"text", "callback_url"} == set(SubmitRequest.model_fields)
+    assert offered | {"text", "callback_url"} == set(SubmitRequest.model_fields), "ssml is an option, text or None the argument"
     assert set(SAMPLING_FIELDS) <= offered

@@ -92,6 +92,9 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "lines": (*_TEXT_REFUSALS, "the limit is"),
     "inputs": (*_TEXT_REFUSALS, "the limit is"),
     "script": (*_TEXT_REFUSALS, "the limit is", "names no speaker", "has no lines"),
+    # An SSML document: whether it is well-formed XML, what its elements and attributes are, the voices it names and
+    # what it says once read are the reader's (its length as sent, MAX_SSML_CHARS, is the schema's maxLength).
+    "ssml": ("ssml is not well-formed", "ssml must not", "ssml has ", "ssml nests", "line ", "the document's"),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
     "match": (
         "not a valid regular expression",

@@ -41,6 +41,10 @@ def test_a_plain_error_and_an_echo_of_the_input_are_not_leaks() -> None:
         (422, {"detail": [{"loc": ["body", "voices.Alice"], "msg": "unknown voice 'x'; available: zh_male"}]}, True),
         (422, {"detail": [{"loc": ["body", "voices.Alice"], "msg": "String should have at least 1 character"}]}, False),
         (422, {"detail": [{"loc": ["query", "sample_rate"], "msg": "opus at 11025 Hz is not supported; opus is made at"}]}, True),
+        (422, {"detail": [{"loc": ["body", "ssml"], "msg": "line 1, column 1: ssml is not well-formed XML: syntax error"}]}, True),
+        (422, {"detail": [{"loc": ["body", "ssml"], "msg": "ssml has nothing to speak (no letter, digit or ideograph)"}]}, True),
+        (422, {"detail": [{"loc": ["body", "ssml"], "msg": "ssml is 11 characters long; the limit is 10"}]}, False),
+        (422, {"detail": [{"loc": ["body", "ssml"], "msg": "send `text` or `ssml`, not both"}]}, False),
         (500, {"detail": "internal error"}, False),
     ],
 )

@@ -10,3 +10,9 @@ HOSTILE_ARGS ?=
 ## Hostile clients against the API as shipped (1,024 open files): 200 keyless compressed-bomb WebSockets, 10 sessions flooding messages, 2,000 idle + 50 trickling connections; /healthz and the API's memory sampled throughout (~2 min); bench/results/hostile-realtime.md.
 hostile-realtime: install
 	$(PY) -m tests.hostile.run $(HOSTILE_ARGS)
+
+.PHONY: hostile-ssml
+
+## Hostile SSML (billion laughs, external entity, 10,000 deep, a 1 MB attribute) against one API process with every SSML limit at its widest: every answer 422 in < 100 ms, RSS flat (~30 s); bench/results/hostile-ssml.md.
+hostile-ssml: install
+	$(PY) -m tests.hostile.ssml $(HOSTILE_SSML_ARGS)

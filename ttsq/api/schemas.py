@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
 from ttsq.domain.jobs import Priority as Priority
@@ -19,6 +20,16 @@ never ``0``), so what the schema declares is exactly what is accepted."""
 TEXT_FIELD = "text"
 """The submit body's text field; its ``maxLength`` is a setting, put in each deployment's schema by
 :func:`deployment_openapi` (and enforced, on the text as sent, by :func:`ttsq.domain.text.validate_text`)."""
+SSML_FIELD = "ssml"
+"""The submit body's SSML document, sent in place of ``text``; its ``maxLength`` is ``MAX_SSML_CHARS`` (enforced by
+:func:`ttsq.domain.ssml.read_ssml`)."""
+
+
+def _required_without_default(schema: dict[str, Any]) -> None:
+    """``text``'s schema: a non-empty string, with no default to show (the body's ``oneOf`` says it is required
+    unless ``ssml`` is sent; its Python default only lets an SSML request leave it out)."""
+    schema.pop("default", None)
+    schema["minLength"] = 1  # "" is refused by the text check, with its own message
 
 
 class SubmitRequest(SamplingFields):
@@ -29,15 +40,30 @@ class SubmitRequest(SamplingFields):
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
-        json_schema_extra={"examples": [{"text": "你好，欢迎使用 ttsq。[uv_break]", "voice": "zh_female", "format": "mp3"}]},
+        json_schema_extra={
+            "examples": [{"text": "你好，欢迎使用 ttsq。[uv_break]", "voice": "zh_female", "format": "mp3"}],
+            "oneOf": [{"required": [TEXT_FIELD]}, {"required": [SSML_FIELD]}],
+        },
     )
 
     text: str = Field(
+        "",
         description="Text to speak, at most MAX_TEXT_CHARS characters (`maxLength`) as sent and after removing invisible and "
         "control characters; it must keep something to speak once they are removed. Prosody tokens [uv_break], [laugh], "
-        "[lbreak], [break_N], [laugh_N], [oral_N] are allowed; any other ChatTTS control token is refused.",
+        "[lbreak], [break_N], [laugh_N], [oral_N] are allowed; any other ChatTTS control token is refused. "
+        "Exactly one of `text` and `ssml` is sent.",
         examples=["Hello from ttsq."],
-        json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
+        json_schema_extra=_required_without_default,
+    )
+    ssml: str | None = Field(
+        None,
+        description="An SSML document (`<speak>…</speak>`) to speak in place of `text`: breaks as exact silence, "
+        "`prosody` rate and volume, `voice` switches, `say-as`, `sub`, `mark` (docs/ssml.md has the conformance "
+        "table). At most MAX_SSML_CHARS characters (`maxLength`), markup included; what it says is held to "
+        "MAX_TEXT_CHARS. An unsupported element or attribute, or XML that is not well-formed, is a 422 with its line "
+        "and column.",
+        examples=['<speak>Hello <break time="700ms"/> <prosody rate="slow">world</prosody>.</speak>'],
+        json_schema_extra={"minLength": 1},
     )
     voice: str | None = Field(
         None, description="A registered voice name, or a blend of 2-8 of them (`zh_female*0.7+narrator*0.3`); fixes the speaker."
@@ -61,6 +87,17 @@ class SubmitRequest(SamplingFields):
         "audio, as ChatTTS's `split_text` does (docs/voices.md). Default: `CONSISTENT_VOICE`. No effect with a voice made "
         "from a recording (already conditioned on it).",
     )
+
+    @model_validator(mode="after")
+    def _text_or_ssml(self) -> SubmitRequest:
+        """Exactly one of ``text`` and ``ssml``, refused naming the field to fix (``ssml`` when both are sent)."""
+        given = {TEXT_FIELD, SSML_FIELD} & self.model_fields_set
+        if len(given) != 1:
+            message = "send `text` or `ssml`, not both" if given else "send `text` (or `ssml`): one of them is required"
+            error = PydanticCustomError("text_or_ssml", message)
+            field = SSML_FIELD if given else TEXT_FIELD
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(type=error, loc=(field,), input=None)])
+        return self
 
 
 class SubmitResponse(BaseModel):
@@ -272,9 +309,13 @@ def task_links(task_id: str) -> dict[str, Any]:
     }
 
 
-LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD, "max_text_chars"), ("SpeechRequest", "input", "openai_max_input_chars"))
-"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``OPENAI_MAX_INPUT_CHARS``
-(OpenAI speech)."""
+LIMITED_TEXT_FIELDS = (
+    ("SubmitRequest", TEXT_FIELD, "max_text_chars"),
+    ("SubmitRequest", SSML_FIELD, "max_ssml_chars"),
+    ("SpeechRequest", "input", "openai_max_input_chars"),
+)
+"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``MAX_SSML_CHARS`` (its
+SSML), ``OPENAI_MAX_INPUT_CHARS`` (OpenAI speech)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)
@@ -348,11 +389,18 @@ def _refuse_nul(node: Any) -> None:
 
 
 def deployment_openapi(
-    base: dict[str, Any], *, max_text_chars: int, openai_max_input_chars: int, anonymous_allowed: bool, webhooks: bool
+    base: dict[str, Any],
+    *,
+    max_text_chars: int,
+    openai_max_input_chars: int,
+    anonymous_allowed: bool,
+    webhooks: bool,
+    max_ssml_chars: int,
 ) -> dict[str, Any]:
     """The OpenAPI document of this deployment: ``base`` (generated from the routes) with what settings decide.
 
-    * ``maxLength`` of the texts is ``MAX_TEXT_CHARS`` (``OPENAI_MAX_INPUT_CHARS`` on OpenAI's speech);
+    * ``maxLength`` of the texts is ``MAX_TEXT_CHARS`` (``OPENAI_MAX_INPUT_CHARS`` on OpenAI's speech, ``MAX_SSML_CHARS``
+      on the submit's ``ssml``);
     * where callers may come without a key (``AUTH=off``, or ``auto`` on loopback), every operation's
       security lists the empty requirement ``{}`` as well: the key is optional, as OpenAPI says it;
     * without webhooks (no ``WEBHOOK_SECRET`` or ``PUBLIC_URL``) there is no ``callback_url``: it is refused,
@@ -365,7 +413,7 @@ def deployment_openapi(
         _refuse_nul(components.get(name, {}))
     if any(node.get("additionalProperties") == JSON_WITHOUT_NUL_REF for node in components.values()):
         components[JSON_WITHOUT_NUL] = copy.deepcopy(JSON_WITHOUT_NUL_SCHEMA)
-    limits = {"max_text_chars": max_text_chars, "openai_max_input_chars": openai_max_input_chars}
+    limits = {"max_text_chars": max_text_chars, "openai_max_input_chars": openai_max_input_chars, "max_ssml_chars": max_ssml_chars}
     for model, field, setting in LIMITED_TEXT_FIELDS:
         prop = components.get(model, {}).get("properties", {}).get(field)
         if prop is not None:

@@ -85,6 +85,8 @@ class SynthesisOptions(TypedDict, total=False):
     consistent_voice: bool | None
     """Condition every chunk after the first on the first chunk's audio (one voice across a long text); default: the
     server's ``CONSISTENT_VOICE``."""
+    ssml: str | None
+    """An SSML document (``<speak>…</speak>``) spoken in place of a text: pass ``None`` as the text (docs/ssml.md)."""
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,10 @@ def _parse(cls: type[_D], data: object) -> _D:
         raise TTSError(f"unexpected response for {cls.__name__}: {data!r}") from exc
 
 
-def _submit_body(text: str, options: SynthesisOptions) -> dict[str, Any]:
-    return {"text": text, **{key: value for key, value in options.items() if value is not None}}
+def _submit_body(text: str | None, options: SynthesisOptions) -> dict[str, Any]:
+    """The submit's body: ``text``, or none where an ``ssml`` document is sent in its place."""
+    body = {key: value for key, value in options.items() if value is not None}
+    return body if text is None else {"text": text, **body}
 
 
 def _busy_delay_s(exc: ServiceBusy, attempt: int, cap_s: float) -> float:
@@ -240,8 +244,9 @@ class AsyncTTSClient:
 
     # --- tasks --------------------------------------------------------------------------------
 
-    async def submit(self, text: str, **options: Unpack[SynthesisOptions]) -> Submitted:
-        """Queue a text; answers at once. A cache hit comes back with ``status == "done"``."""
+    async def submit(self, text: str | None, **options: Unpack[SynthesisOptions]) -> Submitted:
+        """Queue a text (or, ``text`` None, the ``ssml`` option's document); answers at once. A cache hit comes back
+        with ``status == "done"``."""
         body = _submit_body(text, options)
         attempt = 0
         while True:
@@ -321,14 +326,14 @@ class AsyncTTSClient:
 
     async def synthesize(
         self,
-        text: str,
+        text: str | None,
         *,
         on_progress: ProgressCallback | None = None,
         poll_s: float = 0.8,
         timeout_s: float | None = None,
         **options: Unpack[SynthesisOptions],
     ) -> bytes:
-        """Submit, wait, download: the audio bytes in the requested format."""
+        """Submit, wait, download: the audio bytes in the requested format (``text`` None: the ``ssml`` option's)."""
         submitted = await self.submit(text, **options)
         if submitted.status != "done":
             await self.wait(submitted.task_id, poll_s=poll_s, timeout_s=timeout_s, on_progress=on_progress)

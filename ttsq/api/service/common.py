@@ -36,6 +36,10 @@ class ServiceConfig:
     max_text_chars: int
     openai_max_input_chars: int
     """The longest ``input`` on ``/v1/audio/speech`` (``OPENAI_MAX_INPUT_CHARS``), in place of ``max_text_chars``."""
+    max_ssml_chars: int
+    """The longest ``ssml`` document as sent (``MAX_SSML_CHARS``); its depth and element count below."""
+    max_ssml_depth: int
+    max_ssml_elements: int
     model_identity: str
     """What cache keys say about the model (weights plus the settings that shape its audio)."""
     single_flight: bool

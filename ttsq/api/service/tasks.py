@@ -27,6 +27,7 @@ from ttsq.api.service.common import (
     readable,
 )
 from ttsq.api.service.dictionary import DictionaryService
+from ttsq.api.service.ssml import SsmlService
 from ttsq.api.service.voices import VoiceService
 from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
 from ttsq.api.stream_slots import when_over
@@ -158,6 +159,8 @@ class TaskService:
         """Where a request's ``voice`` is resolved, among the voices its caller sees."""
         self.dictionary = dictionary
         """Rewrites a submit's text by the caller's pronunciation entries before its cache key is made."""
+        self.ssml = SsmlService(voicing, dictionary, config)
+        """Reads a submit's ``ssml`` into the spans its job's segments say."""
         self._on_submit = on_submit or (lambda outcome: None)
         self.config = config
         self.listener = listener
@@ -207,8 +210,15 @@ class TaskService:
         """
         if voice is None and body.voice is not None:
             voice = await self.voicing.resolve_voice(body.voice, caller)
-        body, paid = await self.dictionary.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
-        params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars, first_chunk)
+        document = await self.ssml.read(body, caller) if body.ssml is not None else None
+        if document is not None:  # its text is the document's, already rewritten and checked span by span
+            body, paid = document.body, document.paid
+        else:
+            body, paid = await self.dictionary.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
+        scope = self.sharing_scope(caller)
+        params = self.build_params(body, voice, scope, max_text_chars, first_chunk)
+        if document is not None:
+            params = document.with_segments(params, self.config.model_identity, scope)
         return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
 
     async def submit_params(
