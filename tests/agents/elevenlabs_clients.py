@@ -173,6 +173,11 @@ async def _pipecat_http(root: str, key: str, voice: str, out: Path, pieces: list
     return found
 
 
+FIRST_AUDIO_WAIT_S = 60.0
+"""How long a stream's writer holds its last word for the stream's first audio: the text ends only after audio came
+(or this passes), so that "audio before the text ended" is a fact of the protocol, not a race with the machine's
+speed."""
+
 LIVEKIT_SENTENCES = [
     "Hello there, this is the first sentence of the answer. ",
     "And here is a second sentence, streamed word by word. ",
@@ -190,11 +195,15 @@ async def _livekit_stream(tts: Any, out: Path, call: str, close_after_first_audi
     found["error"] = None
     audio = bytearray()
 
+    heard = asyncio.Event()
+    words = [word for sentence in LIVEKIT_SENTENCES for word in sentence.split()]
+
     async def write() -> None:
-        for sentence in LIVEKIT_SENTENCES:
-            for word in sentence.split():
-                stream.push_text(word + " ")
-                await asyncio.sleep(0.02)
+        for index, word in enumerate(words):
+            if index == len(words) - 1 and not close_after_first_audio:
+                await asyncio.wait_for(heard.wait(), FIRST_AUDIO_WAIT_S)  # an LLM slow to end: audio comes before it
+            stream.push_text(word + " ")
+            await asyncio.sleep(0.02)
         stream.end_input()
         found["input_ended_s"] = time.perf_counter() - started
 
@@ -204,6 +213,7 @@ async def _livekit_stream(tts: Any, out: Path, call: str, close_after_first_audi
             if found["first_chunk_s"] is None:
                 found["first_chunk_s"] = time.perf_counter() - started
                 found["sample_rate"] = event.frame.sample_rate
+                heard.set()
             audio += bytes(event.frame.data)
             if close_after_first_audio:
                 break
@@ -268,6 +278,7 @@ async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, A
     audio = [bytearray() for _ in PIPECAT_TURNS]
     current = 0
     first_audio, turn_2_stopped = asyncio.Event(), asyncio.Event()
+    turn_audio = [asyncio.Event() for _ in PIPECAT_TURNS]
 
     class Collector(FrameProcessor):  # type: ignore[misc]  # before the service: its errors; after it: what is played
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -276,6 +287,7 @@ async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, A
             if isinstance(frame, TTSAudioRawFrame):
                 if turn["first_chunk_s"] is None:
                     turn["first_chunk_s"] = time.perf_counter() - turn["started"]
+                    turn_audio[current].set()
                 audio[current].extend(frame.audio)
                 found["sample_rate"] = frame.sample_rate
                 first_audio.set()
@@ -294,9 +306,12 @@ async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, A
         current = index
         turns[index]["started"] = time.perf_counter()
         await task.queue_frame(LLMFullResponseStartFrame())
-        for word in PIPECAT_TURNS[index].split():
+        words = PIPECAT_TURNS[index].split()
+        for number, word in enumerate(words):
             if interrupt and first_audio.is_set():
                 break
+            if number == len(words) - 1:  # an LLM slow to end: the turn's audio comes before its text ends
+                await asyncio.wait_for(turn_audio[index].wait(), FIRST_AUDIO_WAIT_S)
             await task.queue_frame(LLMTextFrame(word + " "))
             await asyncio.sleep(0.03)  # an LLM's pace
         turns[index]["input_ended_s"] = time.perf_counter() - turns[index]["started"]
