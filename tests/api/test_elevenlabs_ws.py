@@ -212,3 +212,31 @@ def test_inactivity_timeout_is_the_clients_within_the_servers_most() -> None:
     for bad in ("0", "nan", "soon"):
         with pytest.raises(ValueError, match="inactivity_timeout"):
             ElevenLabsProtocol._inactivity(bad, 30.0)
+
+
+async def test_contexts_past_the_limit_are_refused_by_id_and_a_loop_of_interruptions_leaves_nothing(
+    redis: Redis, make_settings: Any
+) -> None:
+    """Contexts opened and interrupted in a loop each get their ``isFinal``; past ``REALTIME_MAX_CONTEXTS`` open at once,
+    each further one gets ``too_many_contexts`` with its id (and the socket goes on); once the client hangs up, the
+    engine holds no connection, context, task or stream slot."""
+    limit = 3
+    async with served(make_settings(realtime_max_contexts=limit)) as (url, app):
+        sessions, slots = app.state.sessions, app.state.service.listening.stream_slots
+        async with connect(multi(url), open_timeout=GUARD_S) as ws:
+            for n in range(50):
+                await say(ws, text=" ", context_id=f"loop{n}")
+                await say(ws, context_id=f"loop{n}", close_context=True)
+                assert await reply(ws) == {"isFinal": True, "contextId": f"loop{n}"}
+            for n in range(limit + 20):
+                await say(ws, text=" ", context_id=f"held{n}")
+            for n in range(limit, limit + 20):
+                refused = await reply(ws)
+                assert refused["error"] == "too_many_contexts" and refused["contextId"] == f"held{n}", refused
+            assert sessions.counts().contexts == limit
+            await say(ws, text="Still served. ", context_id="held0", flush=True)
+            ws.transport.abort()  # gone without a word, its contexts open
+        async with asyncio.timeout(GUARD_S):
+            while sessions.counts().connections or slots.open:  # noqa: ASYNC110 - the app's own state
+                await asyncio.sleep(0.01)
+        assert sessions.counts() == type(sessions.counts())(0, 0, 0)
