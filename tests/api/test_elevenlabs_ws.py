@@ -156,8 +156,7 @@ async def test_formats_are_converted_and_stream_input_ends_with_its_empty_text(r
     jobs = Jobs(redis)
     async with served(make_settings()) as (url, _app):
         async with connect(multi(url, query="output_format=ulaw_8000&auto_mode=true"), open_timeout=GUARD_S) as ws:
-            await say(ws, text="A phone call speaks. ", context_id="t", flush=True)
-            await say(ws, context_id="t", close_context=True)
+            await say(ws, text="A phone call speaks.", context_id="t", close_context=True)  # its whole text, and the end
             queued = await jobs.by_text(1)
             await jobs.speak(queued["A phone call speaks."], pcm(9, 4800))
             heard = bytearray()

@@ -110,7 +110,7 @@ def test_pipecat_turns_token_by_token_with_an_interruption_get_ttsqs_own_audio(
     assert piped["errors"] == [] and piped["sample_rate"] == 24_000, piped
     interrupted, second = piped["turns"]
     heard = [(tmp_path / f"pipecat_turn_{index}.bin").read_bytes() for index in (1, 2)]
-    assert 0 < len(heard[0]) and expected[0].startswith(heard[0]), interrupted
+    assert len(heard[0]) > 0 and expected[0].startswith(heard[0]), interrupted
     assert interrupted["first_chunk_s"] is not None, interrupted
     assert heard[1] == expected[1], second
     assert second["first_chunk_s"] < second["input_ended_s"], ("audio before the text ended", second)

@@ -16,8 +16,8 @@ ChatTTS makes no alignment).
 Messages (JSON text frames), ``multi-stream-input``: a message with a ``context_id`` not open opens that context (its
 ``voice_settings.speed`` → ttsq's speed; the rest of ``voice_settings``, ``generation_config`` and
 ``pronunciation_dictionary_locators`` are accepted and not acted on); ``text`` is more of its text (an empty one is a
-keep-alive); ``flush`` speaks what it holds now; ``close_context`` ends it: right after a flush it is the end of its
-input (the rest is spoken, then ``isFinal``), otherwise an interruption (its audio stops, its chunks are abandoned,
+keep-alive); ``flush`` speaks what it holds now; ``close_context`` ends it: right after a flush (or with text in the
+same message) it is the end of its input (the rest is spoken, then ``isFinal``), otherwise an interruption (its audio stops, its chunks are abandoned,
 then ``isFinal`` at once) — how both stock clients use it; ``close_socket`` ends every context as after a flush, then
 the close (1000). A message without a ``context_id`` is the default context's (``{"text": ""}`` alone: the keep-alive).
 ``stream-input`` has one context, the default one: its ``{"text": ""}`` ends the input.
@@ -215,7 +215,7 @@ class ElevenLabsProtocol:
         if said.flush:
             await self._flush(connection, context_id)
         if said.close_context:
-            await self._close_context(connection, context_id)
+            await self._close_context(connection, context_id, ends=bool(said.text))
         if said.close_socket:
             await connection.close()
 
@@ -256,11 +256,12 @@ class ElevenLabsProtocol:
         await connection.flush(context_id)
         self.written.setdefault(context_id, Written()).flushed = True
 
-    async def _close_context(self, connection: Connection, context_id: ContextId) -> None:
-        """After a flush, the end of the context's input; otherwise an interruption (both stock clients flush before a
-        normal end, and close without one when their listener barged in)."""
+    async def _close_context(self, connection: Connection, context_id: ContextId, *, ends: bool) -> None:
+        """After a flush (or in the message that brings the last text: ``ends``), the end of the context's input;
+        otherwise an interruption (both stock clients flush before a normal end, and close without one when their
+        listener barged in)."""
         written = self.written.get(context_id)
-        if written is not None and written.flushed:
+        if ends or (written is not None and written.flushed):
             await connection.close_context(context_id)
         else:
             await connection.cancel_context(context_id)
