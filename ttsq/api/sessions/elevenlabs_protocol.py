@@ -19,8 +19,9 @@ Messages (JSON text frames), ``multi-stream-input``: a message with a ``context_
 keep-alive); ``flush`` speaks what it holds now; ``close_context`` ends it: right after a flush (or with text in the
 same message) it is the end of its input (the rest is spoken, then ``isFinal``), otherwise an interruption (its audio
 stops, its chunks are abandoned, then ``isFinal`` at once) — how both stock clients use it; ``close_socket`` ends every
-context as after a flush, then the close (1000). A message without a ``context_id`` is the default context's (``{"text": ""}`` alone: the keep-alive).
-``stream-input`` has one context, the default one: its ``{"text": ""}`` ends the input.
+context as after a flush, then the close (1000). A message without a ``context_id`` is the default context's
+(``{"text": ""}`` alone: the keep-alive). ``stream-input`` has one context, the default one: its ``{"text": ""}`` ends
+the input.
 
 In ``auto_mode`` each text piece is whole words (Pipecat sends each sentence without the space after it), so a piece
 that follows another with no space between them gets one; otherwise pieces are joined as they come (tokens).
