@@ -100,7 +100,7 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(None, max_length=100_000)
+    text: str | None = None
     context_id: str | None = Field(None, min_length=1, max_length=128)
     flush: bool = False
     close_context: bool = False
