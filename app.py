@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 import admin_api
 import draw_api
 import openai_api
+import prosody_api
 import query_api
 import realtime_api
 import submit_api
@@ -197,6 +198,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(query_api.router)
     app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
+    app.include_router(prosody_api.refine)
+    app.include_router(prosody_api.router)
     app.include_router(openai_api.router)
     app.include_router(realtime_api.router)
     app.include_router(admin_api.router)

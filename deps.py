@@ -2,7 +2,8 @@
 
 The app's lifespan (``app.py``) builds the use cases' services (:class:`ttsq.api.service.TTSService`) and the
 authenticator once and keeps them on ``app.state``; routes receive them through these aliases, each router family its
-own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``; the realtime
+own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``, ``StylesDep``,
+``RefineDep``; the realtime
 WebSocket its services and authenticator, ``RealtimeServiceDep`` and ``AuthenticatorDep``, and its session limits through
 :func:`app_state`).
 
@@ -49,6 +50,8 @@ from ttsq.api.service import (
     DrawService,
     KeyRevoked,
     ListeningService,
+    RefineService,
+    StyleService,
     TaskService,
     TTSService,
     VoiceService,
@@ -81,6 +84,8 @@ VoicesDep = Annotated[VoiceService, Depends(_use_case("voicing"))]
 DictionaryDep = Annotated[DictionaryService, Depends(_use_case("dictionary"))]
 DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
 AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
+StylesDep = Annotated[StyleService, Depends(_use_case("styling"))]
+RefineDep = Annotated[RefineService, Depends(_use_case("refining"))]
 
 
 def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:

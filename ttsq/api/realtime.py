@@ -362,7 +362,8 @@ class _Session:
                 "format": "pcm",
                 "priority": self.start.priority,
                 "consistent_voice": False,  # each chunk is a task of its own: no first chunk to condition on
-                **dict(self.start.sampling),
+                "style": self.start.style,
+                **self.start.said(),  # what the start message says itself: its style's parameters stand for the rest
             },
             strict=False,
         )

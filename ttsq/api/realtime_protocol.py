@@ -18,7 +18,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ttsq.api.bodies import read_json
 from ttsq.api.schemas import REQUEST_MODEL
 from ttsq.domain.jobs import MAX_SEED, Priority
-from ttsq.domain.sampling import SamplingFields
+from ttsq.domain.styles import StyledSampling
 
 __all__ = [
     "CLOSE_CODES",
@@ -91,8 +91,8 @@ class RealtimeConfig:
     first one while a listener waits for it (on a CPU each row added to a step slows the step)."""
 
 
-class SessionStart(SamplingFields):
-    """The first message: who calls and how the session speaks (the sampling fields as on ``/v1/tts/submit``)."""
+class SessionStart(StyledSampling):
+    """The first message: who calls and how the session speaks (the sampling fields and ``style`` as on ``/v1/tts/submit``)."""
 
     model_config = REQUEST_MODEL
 

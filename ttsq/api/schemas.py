@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
 from ttsq.domain.jobs import Priority as Priority
-from ttsq.domain.sampling import SamplingFields
+from ttsq.domain.styles import StyledSampling
 
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 """Request bodies: unknown fields are refused so that a typo is not silently ignored, and types are
@@ -21,11 +21,11 @@ TEXT_FIELD = "text"
 :func:`deployment_openapi` (and enforced, on the text as sent, by :func:`ttsq.domain.text.validate_text`)."""
 
 
-class SubmitRequest(SamplingFields):
+class SubmitRequest(StyledSampling):
     """A text to speak."""
 
-    # The sampling parameters (speed, temperature, top_p, top_k, refine_text) are inherited: declared, with
-    # their defaults and bounds, once in ttsq.domain.sampling, and sent flat as they always were.
+    # The sampling parameters (speed, temperature, top_p, top_k, refine_text, oral, laugh, break) and a style are
+    # inherited: declared, with their defaults and bounds, once in ttsq.domain.sampling, and sent flat as they always were.
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
@@ -272,9 +272,13 @@ def task_links(task_id: str) -> dict[str, Any]:
     }
 
 
-LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD, "max_text_chars"), ("SpeechRequest", "input", "openai_max_input_chars"))
-"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``OPENAI_MAX_INPUT_CHARS``
-(OpenAI speech)."""
+LIMITED_TEXT_FIELDS = (
+    ("SubmitRequest", TEXT_FIELD, "max_text_chars"),
+    ("SpeechRequest", "input", "openai_max_input_chars"),
+    ("RefineRequest", TEXT_FIELD, "max_text_chars"),
+)
+"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit, refine),
+``OPENAI_MAX_INPUT_CHARS`` (OpenAI speech)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)

@@ -56,8 +56,12 @@ def blend_identity(parts: Sequence[BlendPart]) -> str:
 
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
-    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`)."""
-    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`; a refine level left
+    unset is left out, so a request that sets none keeps the key it had before the levels existed), and whether the job
+    only refines the text (its answer is text, never another job's audio)."""
+    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **params.sampling.key_material()}
+    if params.refine_only:  # only when set, as below
+        material["refine_only"] = True
     if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
         material["consistent_voice"] = True
     if params.first_chunk:  # a realtime session's later chunk samples as that chunk of the whole text

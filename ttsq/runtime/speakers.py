@@ -55,16 +55,18 @@ class Speakers:
 
 
 def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest:
-    """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
+    """The engine's request for a job (runs in the inference thread: drawing a voice uses the model). A refine job needs
+    no speaker: none is drawn for it."""
     return SynthesisRequest(
         text=params.text,
-        speaker=speaker(params, speakers),
+        speaker=None if params.refine_only else speaker(params, speakers),
         seed=params.seed,
         sampling=params.sampling,
         speaker_prompt=params.speaker_prompt,
         prompt_text=params.prompt_text,
         consistent=params.consistent_voice,
         first_chunk=params.first_chunk,
+        refine_only=params.refine_only,
     )
 
 

@@ -46,7 +46,7 @@ from ttsq.inference.base import (
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
-from ttsq.runtime.assembly import JobAudio
+from ttsq.runtime.assembly import JobAudio, RefinedChunks
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -132,6 +132,8 @@ class _InFlight:
     publisher: asyncio.Task[None] | None = None
     listener: Listener = field(default_factory=Listener)
     """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
+    refined: RefinedChunks | None = None
+    """A refine job's text, chunk by chunk (None for every job that makes audio)."""
 
     def stream(
         self, piece: Piece, publish: Callable[[Callable[[], Job], asyncio.Queue[Piece | None]], Coroutine[Any, Any, None]]
@@ -489,7 +491,8 @@ class Worker:
             if hit is not None:
                 self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
                 continue
-            self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at)
+            refined = RefinedChunks() if job.params.refine_only else None
+            self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, refined=refined)
             if job.isolate:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
@@ -559,6 +562,12 @@ class Worker:
                 continue  # a job that ended already (failed, or left to the sweep)
             if isinstance(event, RequestFailed):
                 self._end(event.key, Failure(event.error))
+                continue
+            if flight.refined is not None:  # a refine job: its chunks are text, stored once all have come
+                flight.refined.add(event.chunk)
+                if flight.refined.complete:
+                    busy_s = time.perf_counter() - flight.claimed_at
+                    self._end(event.key, Synthesised(flight.refined.result(), busy_s=busy_s))
                 continue
             released = flight.audio.add_piece(event.chunk) if isinstance(event, PieceReady) else flight.audio.add(event.chunk)
             for release in released:
