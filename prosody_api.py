@@ -117,7 +117,7 @@ def _answer(refined: Refined, headers: dict[str, str] | None = None) -> Response
     operation_id="refine",
     response_model=RefineResponse,
     responses={
-        200: {"description": "The refined text.", "headers": RATE_LIMIT_HEADERS},
+        200: {"description": "The refined text.", "headers": RATE_LIMIT_HEADERS, "links": _REFINE_LINKS},
         202: _PENDING,
         408: BODY_TIMEOUT_RESPONSE,
         409: _FAILED,
@@ -200,7 +200,18 @@ class StyleCreate(SamplingPreset):
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
-        json_schema_extra={"examples": [{"name": "storyteller", "speed": 4, "oral": 3, "break": 5, "temperature": 0.3}]},
+        json_schema_extra={
+            "examples": [{"name": "storyteller", "speed": 4, "oral": 3, "break": 5, "temperature": 0.3}],
+            # shared (a global style) or tenant (one tenant's), not both: refused as the voices' routes refuse it
+            "allOf": [
+                {
+                    "not": {
+                        "required": ["shared", "tenant"],
+                        "properties": {"shared": {"const": True}, "tenant": {"type": "string"}},
+                    }
+                }
+            ],
+        },
     )
 
     name: str = Field(description="1-64 letters, digits, '_' or '-'.", json_schema_extra=_NAME_SCHEMA)

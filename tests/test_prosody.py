@@ -4,7 +4,9 @@ refined text a refine job answers; and the styles' merge and catalogue."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,3 +256,14 @@ def test_every_sampling_field_can_be_preset() -> None:
     """One list of parameters: a style can set each one the record has."""
     assert {field.alias or name for name, field in SamplingPreset.model_fields.items()} == set(Sampling().model_dump())
 
+
+
+def test_the_docs_list_the_builtin_catalogue_as_it_is() -> None:
+    """docs/prosody.md's table of the built-in styles is the catalogue, style by style."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "prosody.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w-]+)` \| (\d) \| `((?:\[\w+\])*)` \|$", page, re.M)
+    documented = {name: (int(speed), prompt) for name, speed, prompt in rows}
+    catalogue = {
+        name: (style.speed, Sampling.model_validate(style.settings()).refine_prompt) for name, style in BUILTIN_STYLES.items()
+    }
+    assert documented == catalogue

@@ -49,9 +49,8 @@ async def test_a_refine_answers_the_refined_text_and_a_submit_takes_it(
         job = await JobQueue(redis, queue_config()).get(body["task_id"])
         assert job is not None and job.status is Status.DONE and job.params.refine_only
         assert job.params.sampling.refine_prompt == "[oral_2][laugh_0][break_4]", "the levels reached the worker's job"
-        assert job.content_type == "text/plain; charset=utf-8"
         stored = await client.get(f"/v1/tts/result/{body['task_id']}", headers=bearer(key))
-        assert stored.text == body["text"]
+        assert stored.headers["content-type"] == "application/json" and stored.json() == {"text": body["text"]}
 
         submitted = await client.post("/v1/tts/submit", json={"text": body["text"]}, headers=bearer(key))
         assert submitted.status_code == 202, f"the refined text is a submit's: {submitted.text}"
@@ -62,7 +61,9 @@ async def test_a_refine_answers_the_refined_text_and_a_submit_takes_it(
         assert other.status_code == 200 and other.json()["task_id"] != body["task_id"]
 
 
-async def test_a_refine_past_its_wait_is_a_task_to_poll(redis: Redis, make_settings: Any, tiny_decoder_engine: DecoderEngine) -> None:
+async def test_a_refine_past_its_wait_is_a_task_to_poll(
+    redis: Redis, make_settings: Any, tiny_decoder_engine: DecoderEngine
+) -> None:
     """With no worker yet the refine is queued and answered 202 at once (``REFINE_WAIT_S=0``); an identical one joins it;
     once a worker runs, polling the task gives the text."""
     async with keyed(make_settings, refine_wait_s=0) as (client, _):

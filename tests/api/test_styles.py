@@ -198,9 +198,8 @@ async def test_every_prosody_field_is_refused_clearly(redis: Redis, make_setting
                 continue
             made = await client.post("/v1/styles", json={"name": "x", **fields}, headers=bearer(admin))
             assert made.status_code == 422 and made.json()["detail"][0]["loc"][-1] == field, (fields, made.text)
-        nan = await client.post(
-            "/v1/styles", content=b'{"name": "x", "temperature": NaN}', headers={**bearer(admin), "Content-Type": "application/json"}
-        )
+        raw = b'{"name": "x", "temperature": NaN}'
+        nan = await client.post("/v1/styles", content=raw, headers={**bearer(admin), "Content-Type": "application/json"})
         assert nan.status_code == 422
         bad_name = await client.post("/v1/styles", json={"name": "no spaces"}, headers=bearer(admin))
         assert bad_name.status_code == 422 and bad_name.json()["detail"][0]["loc"][-1] == "name"

@@ -5,7 +5,7 @@
 * :func:`schema_valid_requests_are_served`: schemathesis's ``positive_data_acceptance`` (a request
   the schema calls valid must not be refused as invalid), except for the refusals no schema can
   state because they depend on the deployment's state, on what a text says once cleaned or on what a recording holds: a voice
-  name that is not registered, a speaker embedding that does not decode, a text with nothing left to
+  name (or style name) that is not registered, a speaker embedding that does not decode, a text with nothing left to
   speak or with a forbidden control token (or made too long, or stopped, by the pronunciation dictionary), a
   dictionary entry whose pattern does not compile or is longer than the deployment allows; and an integer
   written ``6.0``, which JSON Schema cannot tell from ``6`` but the API's strict types refuse. Every other
@@ -76,6 +76,7 @@ INTEGRAL_FLOAT = "integral float"
 
 SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "voice": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
+    "style": ("unknown style",),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),
@@ -113,8 +114,15 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
             reasons.append((str(error["loc"][-1]), str(error.get("msg", ""))))
         return reasons
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return [(str(body["error"].get("param")), str(body["error"].get("message", "")))]
+        message = str(body["error"].get("message", ""))
+        if _OPENAI_INTEGRAL_FLOAT.search(message):  # the same strict-integer refusal, in OpenAI's shape
+            return [(INTEGRAL_FLOAT, INTEGRAL_FLOAT)]
+        return [(str(body["error"].get("param")), message)]
     return None
+
+
+_OPENAI_INTEGRAL_FLOAT = re.compile(r"expected an integer .*, got the number -?\d+\.0$")
+"""An OpenAI-shaped 400 for an integer written with a fraction of zero (``ttsq.api.errors`` words it so)."""
 
 
 def is_semantic_refusal(status: int, body: Any) -> bool:

@@ -11,15 +11,16 @@ is left passes the submit's token check.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from ttsq.domain.text import find_forbidden_tokens
 
-__all__ = ["REFINED_CONTENT_TYPE", "refined_text"]
+__all__ = ["REFINED_CONTENT_TYPE", "refined_result", "refined_text", "stored_text"]
 
-REFINED_CONTENT_TYPE = "text/plain; charset=utf-8"
-"""How a refine job's result is stored (its bytes are the refined text in UTF-8): ``GET /v1/tts/result/{id}`` serves it
-so, and the refine route answers it as ``{"text": ...}``."""
+REFINED_CONTENT_TYPE = "application/json"
+"""How a refine job's result is stored: ``{"text": ...}`` (:func:`refined_result`), the refine route's answer's own
+field, so that ``GET /v1/tts/result/{id}`` of a refine task serves it as that route would."""
 
 
 def refined_text(chunks: Sequence[str]) -> str:
@@ -29,3 +30,16 @@ def refined_text(chunks: Sequence[str]) -> str:
     for token in find_forbidden_tokens(text):
         text = text.replace(token, " ")
     return " ".join(text.split())
+
+
+def refined_result(text: str) -> bytes:
+    """A refine job's stored result: ``{"text": text}`` as UTF-8 JSON."""
+    return json.dumps({"text": text}, ensure_ascii=False).encode()
+
+
+def stored_text(result: bytes) -> str:
+    """The refined text of a refine job's stored result (:func:`refined_result`)."""
+    text = json.loads(result)["text"]
+    if not isinstance(text, str):
+        raise ValueError("a refine job's result holds no text")
+    return text

@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 __all__ = [
     "DEFAULT_SAMPLING",
@@ -62,6 +64,25 @@ LEVELS: tuple[str, ...] = ("oral", "laugh", "break")
 
 _REFINES_WITH_LEVELS = "setting oral, laugh or break turns refine_text on"
 
+NO_LEVEL_WITHOUT_REFINEMENT: dict[str, Any] = {
+    "not": {
+        "required": ["refine_text"],
+        "properties": {"refine_text": {"const": False}},
+        "anyOf": [{"required": [name], "properties": {name: {"type": "integer"}}} for name in ("oral", "laugh", "break")],
+    }
+}
+"""What the validators refuse, as JSON Schema says it: ``refine_text: false`` beside a level (so that a fuzzer, or a
+client generated from the schema, knows it)."""
+
+
+def _with_the_refinement_rule(schema: JsonSchemaValue, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    """``schema`` (a body's) with :data:`NO_LEVEL_WITHOUT_REFINEMENT` among its ``allOf`` (beside any other rule)."""
+    target = handler.resolve_ref_schema(schema)
+    rules = target.get("allOf", [])
+    if NO_LEVEL_WITHOUT_REFINEMENT not in rules:
+        target["allOf"] = [*rules, NO_LEVEL_WITHOUT_REFINEMENT]
+    return schema
+
 
 class SamplingFields(BaseModel):
     """The sampling parameters as fields, with their defaults and bounds: inherited by the models that
@@ -97,8 +118,12 @@ class SamplingFields(BaseModel):
         """A level set where ``refine_text`` is not said turns it on: the levels only steer the refine pass.
 
         One said ``false`` beside a level is refused by :meth:`_level_needs_refinement` (naming the level): the
-        body contradicts itself, and neither reading is safe to guess."""
-        return _refinement_asked(data)
+        body contradicts itself, and neither reading is safe to guess. (``null`` is not a boolean: refused as such.)"""
+        return _refinement_asked(data, absent=("refine_text" not in data) if isinstance(data, dict) else False)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _with_the_refinement_rule(handler(core_schema), handler)
 
     @field_validator("oral", "laugh", "break_", mode="after")
     @classmethod
@@ -180,7 +205,11 @@ class SamplingPreset(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _levels_ask_for_refinement(cls, data: Any) -> Any:
-        return _refinement_asked(data)
+        return _refinement_asked(data, absent=isinstance(data, dict) and data.get("refine_text") is None)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _with_the_refinement_rule(handler(core_schema), handler)
 
     @field_validator("oral", "laugh", "break_", mode="after")
     @classmethod
@@ -207,9 +236,10 @@ class SamplingPreset(BaseModel):
         return {**fields, **said}
 
 
-def _refinement_asked(data: Any) -> Any:
-    """A body's fields with ``refine_text`` turned on where it is not said (absent, or null) and a level is set."""
-    if isinstance(data, dict) and data.get("refine_text") is None and any(data.get(name) is not None for name in LEVELS):
+def _refinement_asked(data: Any, *, absent: bool) -> Any:
+    """A body's fields with ``refine_text`` turned on where it is not said (``absent``: left out, or null in a preset,
+    where null means unsaid) and a level is set."""
+    if absent and isinstance(data, dict) and any(data.get(name) is not None for name in LEVELS):
         return {**data, "refine_text": True}
     return data
 

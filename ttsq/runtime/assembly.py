@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import ChunkJoiner
-from ttsq.domain.refine import REFINED_CONTENT_TYPE, refined_text
+from ttsq.domain.refine import REFINED_CONTENT_TYPE, refined_result, refined_text
 from ttsq.inference.base import ChunkAudio
 from ttsq.store.cache import CachedAudio
 
@@ -153,8 +153,9 @@ class RefinedChunks:
         return self.total is not None and len(self._texts) == self.total
 
     def result(self) -> CachedAudio:
-        """The job's result, stored as a synthesised job's is (and cached alike): the refined text, in UTF-8."""
+        """The job's result, stored as a synthesised job's is (and cached alike): the refined text
+        (:func:`ttsq.domain.refine.refined_result`)."""
         if not self.complete or self.total is None:
             raise ValueError("the refine job's text is not complete")
         text = refined_text([self._texts[index] for index in range(self.total)])
-        return CachedAudio(text.encode(), REFINED_CONTENT_TYPE, 0.0)
+        return CachedAudio(refined_result(text), REFINED_CONTENT_TYPE, 0.0)

@@ -20,6 +20,7 @@ from ttsq.api.schemas import SubmitRequest, TaskStatus
 from ttsq.api.service.common import TaskNotFound
 from ttsq.api.service.tasks import Submitted, TaskService
 from ttsq.domain.jobs import Job
+from ttsq.domain.refine import stored_text
 from ttsq.store.rate_limit import RateDecision
 
 __all__ = ["RefineService", "Refined"]
@@ -57,5 +58,5 @@ class RefineService:
         if not job.params.refine_only:
             raise TaskNotFound(f"task {task_id!r} is not a refine: fetch its audio from /v1/tts/result/{task_id}")
         download = await self.tasks.download(task_id, caller, wait_s)
-        text = download.audio.decode() if download.audio is not None else None
+        text = stored_text(download.audio) if download.audio is not None else None
         return Refined(download.job, text, download.status)
