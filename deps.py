@@ -46,6 +46,7 @@ from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import (
     ROUTE_KINDS,
     AdminService,
+    DialogueService,
     DictionaryService,
     DrawService,
     KeyRevoked,
@@ -86,6 +87,7 @@ DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
 AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
 StylesDep = Annotated[StyleService, Depends(_use_case("styling"))]
 RefineDep = Annotated[RefineService, Depends(_use_case("refining"))]
+DialogueDep = Annotated[DialogueService, Depends(_use_case("dialogue"))]
 
 
 def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
@@ -139,7 +141,8 @@ class ApiKeyCaller(SecurityBase):
         else:
             authenticator = cast(Authenticator, request.app.state.authenticator)
             headers = request.headers
-            presented = presented_key(headers.get("authorization"), headers.get("x-api-key"))
+            # ElevenLabs' clients send their key as xi-api-key: the same key, in their header.
+            presented = presented_key(headers.get("authorization"), headers.get("x-api-key") or headers.get("xi-api-key"))
             principal = await authenticator.principal(presented, request.client.host if request.client else "unknown")
         if self.scope is not None and not principal.allows(self.scope):
             raise Forbidden(self.scope)

@@ -67,6 +67,7 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     later |= {"voice_owner": None, "first_chunk": 0}
     # The refine prompt's levels (unset: null) and the refine job's flag (false for every job that makes audio).
     later |= {"oral": None, "laugh": None, "break": None, "refine_only": False}
+    later |= {"segments": None}  # dialogues: a job's speaker turns, null for one voice
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 

@@ -20,8 +20,10 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
+from ttsq.domain.converter import convert_whole
 from ttsq.domain.encoders import decode_pcm16, encode_whole
 from ttsq.domain.jobs import AudioFormat
+from ttsq.domain.output_formats import OutputFormat, stored_format
 
 __all__ = [
     "CONTENT_TYPES",
@@ -33,6 +35,7 @@ __all__ = [
     "duration_s",
     "encode_audio",
     "join_chunks",
+    "stored_as",
 ]
 
 SAMPLE_RATE = 24_000
@@ -162,24 +165,45 @@ class ChunkJoiner:
         self._silence = np.zeros(_ms_to_samples(gap_ms, sample_rate, "gap_ms"), dtype=np.float32)
         self._started = False
 
-    def add(self, chunk: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    @property
+    def gap(self) -> int:
+        """Samples of the usual pause between two chunks."""
+        return int(self._silence.size)
+
+    @property
+    def started(self) -> bool:
+        """Some speech was joined already (the usual pause goes before the next chunk)."""
+        return self._started
+
+    def add(self, chunk: npt.NDArray[np.floating], pause: int | None = None) -> npt.NDArray[np.float32]:
+        """The piece that extends the joined audio with ``chunk``: the pause before it, then the chunk faded.
+
+        ``pause``: exactly that many zero samples before it, in place of the usual pause (a segment's own pause,
+        :mod:`ttsq.domain.segments`); None, the usual pause after earlier speech and none before the first. An empty
+        chunk adds only an explicit pause."""
         faded = _as_mono_float32(chunk, "each chunk").copy()
         if faded.size == 0:
-            return faded
+            return np.zeros(pause or 0, dtype=np.float32)
         length = min(self._fade, (faded.size + 1) // 2)
         if length > 0:
             ramp = _raised_cosine(length)
             faded[:length] *= ramp
             faded[-length:] *= ramp[::-1]
-        if not self._started:
-            self._started = True
-            return faded
-        return np.concatenate([self._silence, faded])
+        silence = self._pause(pause)
+        self._started = True
+        return np.concatenate([silence, faded]) if silence.size else faded
 
-    def settled(self, partial: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    def _pause(self, pause: int | None) -> npt.NDArray[np.float32]:
+        if pause is not None:
+            if pause < 0:
+                raise ValueError(f"a pause must not be negative, got {pause}")
+            return np.zeros(pause, dtype=np.float32)
+        return self._silence if self._started else np.zeros(0, dtype=np.float32)
+
+    def settled(self, partial: npt.NDArray[np.floating], pause: int | None = None) -> npt.NDArray[np.float32]:
         """The start of what :meth:`add` will return for a chunk that begins with ``partial`` (a chunk still being
-        generated, streamed in pieces), bit for bit whatever follows: the pause before it (none before the first
-        chunk) and its faded-in samples, all but the last fade's length, where the fade-out lands if the chunk ends
+        generated, streamed in pieces) and the same ``pause``, bit for bit whatever follows: the pause before it and
+        its faded-in samples, all but the last fade's length, where the fade-out lands if the chunk ends
         there. Nothing until ``partial`` holds two fades (below that, the fade-in's length depends on the chunk's)."""
         samples = _as_mono_float32(partial, "a chunk's start")
         if samples.size == 0 or samples.size < 2 * self._fade:
@@ -187,9 +211,8 @@ class ChunkJoiner:
         head = samples[: samples.size - self._fade].copy()
         if self._fade > 0:
             head[: self._fade] *= _raised_cosine(self._fade)
-        if not self._started:
-            return head
-        return np.concatenate([self._silence, head])
+        silence = self._pause(pause)
+        return np.concatenate([silence, head]) if silence.size else head
 
 
 def join_chunks(
@@ -222,6 +245,19 @@ def decode_to_pcm16(audio: bytes) -> bytes:
     except sf.LibsndfileError:
         return decode_pcm16(audio, SAMPLE_RATE)
     return np.asarray(samples, dtype="<i2").reshape(-1).tobytes()
+
+
+def stored_as(audio: bytes, stored: AudioFormat, fmt: OutputFormat) -> bytes:
+    """A stored result (``audio``: a job's file, in its own ``stored`` format at 24 kHz) as a listener asked for it.
+
+    The stored bytes themselves only when they are ``fmt`` (:func:`~ttsq.domain.output_formats.stored_format`);
+    otherwise its samples, decoded, converted into ``fmt`` as one finished file. So a cached or stored entry is
+    never sent as a format or rate other than its own, whatever the route asked for: the cache key names the stored
+    format (:func:`ttsq.domain.cache_key.cache_key`), and everything else is made from it here, per request."""
+    if stored_format(fmt) == stored:
+        return audio
+    pcm = audio if stored == "pcm" else decode_to_pcm16(audio)
+    return convert_whole(pcm, fmt)
 
 
 def duration_s(samples: npt.NDArray[np.generic], sample_rate: int = SAMPLE_RATE) -> float:

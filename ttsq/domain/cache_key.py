@@ -12,6 +12,11 @@ by a voice's *name*, so a voice re-created under the same name with a different 
 the old entry. The model identity comes from settings
 (the API loads no model), and it also covers the synthesis settings that shape the audio.
 
+The format in the key is the job's stored format (:data:`ttsq.domain.jobs.AudioFormat`, always at 24 kHz), the format of
+the entry's bytes: a listener who asked for another format or rate (µ-law at 8 kHz, mp3 at 44.1 kHz) is answered from an
+entry only through :func:`ttsq.domain.audio.stored_as`, which converts it unless it already is that format, so the
+key needs no rate and no entry is ever sent as something it is not.
+
 A tenant's own voice adds its owner (``params.voice_owner``): with ``CACHE_SCOPE=global`` the caller's scope is not in
 the key, and two tenants' voices made the same way (one seed, or one recording) must still not share audio, so
 that no tenant can learn from a cache hit what another synthesised with its voice. A global voice adds nothing.
@@ -25,12 +30,13 @@ from collections.abc import Sequence
 
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
+from ttsq.domain.segments import Segment, VoiceFields
 
 KEY_VERSION = 1
 """Bumped whenever the meaning of a key changes, so old entries are never misread."""
 
 
-def speaker_identity(params: TTSParams) -> str:
+def speaker_identity(params: VoiceFields) -> str:
     """What produces the speaker embedding: the embedding's own hash, or the seed that draws it; for a reference
     voice, the hash of its prompt and transcript (ChatTTS reads both); for a blend, its components and weights."""
     if params.speaker_blend is not None:
@@ -57,15 +63,38 @@ def blend_identity(parts: Sequence[BlendPart]) -> str:
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
     the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`; a refine level left
-    unset is left out, so a request that sets none keeps the key it had before the levels existed), and whether the job
-    only refines the text (its answer is text, never another job's audio)."""
-    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **params.sampling.key_material()}
+    unset is left out, so a request that sets none keeps the key it had before the levels existed); for a job of
+    segments, each segment's (:func:`segment_input`) in place of the text and the speaker; and whether the job only
+    refines the text (its answer is text, never another job's audio)."""
+    material: dict[str, object] = {"seed": params.seed, **params.sampling.key_material()}
+    if params.segments is not None:
+        material["segments"] = [segment_input(segment) for segment in params.segments]
+    else:
+        material.update(text=params.text, speaker=speaker_identity(params))
     if params.refine_only:  # only when set, as below
         material["refine_only"] = True
     if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
         material["consistent_voice"] = True
     if params.first_chunk:  # a realtime session's later chunk samples as that chunk of the whole text
         material["first_chunk"] = params.first_chunk
+    return material
+
+
+def segment_input(segment: Segment) -> dict[str, object]:
+    """Everything of one segment that shapes the job's audio or its captions: its text and speaker identity (and the
+    voice's owner, for a tenant's own voice), its own sampling, pause, gain, speaker label and marks (the captions are
+    cached with the audio)."""
+    material: dict[str, object] = {"text": segment.text, "speaker": speaker_identity(segment)}
+    optional = {
+        "sampling": segment.sampling.key_material() if segment.sampling is not None else None,
+        "consistent_voice": segment.consistent_voice or None,
+        "voice_owner": segment.voice_owner,
+        "pause_samples": segment.pause_samples,
+        "gain_db": segment.gain_db,
+        "label": segment.speaker,
+        "marks": [[mark.name, mark.offset] for mark in segment.marks] if segment.marks else None,
+    }
+    material.update((name, value) for name, value in optional.items() if value is not None)
     return material
 
 

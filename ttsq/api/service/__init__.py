@@ -1,10 +1,10 @@
 """The API's use cases, one service each: tasks (submit, status, result, cancel), listening (events, audio streams,
-captions), voices (stored, blends, reference), styles, refining a text, the pronunciation dictionary, voice draws, and
-the operators' (dead letters, readiness). Each has its own small constructor (:mod:`.tasks`, :mod:`.listening`,
-:mod:`.voices`, :mod:`.styles`, :mod:`.refine`, :mod:`.dictionary`, :mod:`.draws`, :mod:`.admin`); what they share
-(the caller checks, the task-id signer, the callers' token buckets, the settings and refusals) is :mod:`.common`.
-:class:`TTSService` builds them all on one set of stores, as ``app.py`` does once per process; each router family
-reaches its own service through ``deps.py``.
+captions), dialogues (lines in several voices as one task), voices (stored, blends, reference), styles, refining a
+text, the pronunciation dictionary, voice draws, and the operators' (dead letters, readiness). Each has its own small
+constructor (:mod:`.tasks`, :mod:`.listening`, :mod:`.dialogue`, :mod:`.voices`, :mod:`.styles`, :mod:`.refine`,
+:mod:`.dictionary`, :mod:`.draws`, :mod:`.admin`); what they share (the caller checks, the task-id signer, the callers'
+token buckets, the settings and refusals) is :mod:`.common`. :class:`TTSService` builds them all on one set of stores,
+as ``app.py`` does once per process; each router family reaches its own service through ``deps.py``.
 
 Nothing here knows about HTTP, and routers import nothing below ``ttsq.api``: what they name of the layers beneath (a
 job's status, a cancel's outcome, a voice, a stream's format) is re-exported here, in ``__all__``
@@ -22,9 +22,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ttsq.api.dialogue_schemas import DialogueLine, DialogueRequest, ElevenLabsDialogueRequest
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.service.admin import AdminService
 from ttsq.api.service.common import Common, InvalidInput, ServiceConfig, StoreUnavailable, TaskNotFound, readable, viewed_owner
+from ttsq.api.service.dialogue import DialogueService
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.draws import DrawConfig, DrawLanguage, DrawnVoice, DrawOutcome, DrawService, VoiceDraws
 from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, ListeningService, ServerEvent
@@ -36,8 +38,17 @@ from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
 from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
-from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
 from ttsq.domain.jobs import MAX_SEED, Job, Status
+from ttsq.domain.output_formats import (
+    ELEVENLABS_DEFAULT,
+    TTSQ_NAMES,
+    OutputFormat,
+    TtsqName,
+    UnsupportedFormat,
+    parse_elevenlabs,
+    parse_ttsq,
+    stored_format,
+)
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
 from ttsq.domain.sampling import (
     DEFAULT_SAMPLING,
@@ -93,7 +104,6 @@ __all__ += [
     "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
     "SCOPE_PATTERN",
-    "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
     "CaptionFormat",
@@ -107,15 +117,17 @@ __all__ += [
     "Status",
     "StoreUnavailable",
     "StreamFailed",
-    "StreamFormat",
     "Voice",
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
+__all__ += ["TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 __all__ += ["LEVELS", "STYLE_NAME", "BreakLevel", "LaughLevel", "OralLevel", "SamplingPreset", "Style", "StyleConflict"]
 __all__ += ["validate_style_name"]
 __all__ += ["RefineService", "Refined", "StyleService"]
+__all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
+__all__ += ["parse_elevenlabs"]
 
 __all__ += [
     "AdminService",
@@ -181,5 +193,6 @@ class TTSService:
         self.refining = RefineService(self.tasks, config.refine_wait_s)
         slots = StreamSlots(config.max_streams, config.max_streams_per_key, config.max_streams_per_tenant)
         self.listening = ListeningService(self.tasks, slots)
+        self.dialogue = DialogueService(self.tasks, config)
         self.drawing = DrawService(self.common, self.tasks, voices, draws)
         self.admin = AdminService(self.common, queue, heartbeats, config)

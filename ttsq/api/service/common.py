@@ -69,6 +69,10 @@ class ServiceConfig:
     """How often a long-poll opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``)."""
     refine_wait_s: float
     """How long ``POST /v1/tts/refine`` waits for its refined text before answering with the task to poll (``REFINE_WAIT_S``)."""
+    max_dialogue_lines: int
+    """Most lines in one dialogue (``MAX_DIALOGUE_LINES``)."""
+    max_dialogue_chars: int
+    """Longest dialogue, its lines together (``MAX_DIALOGUE_CHARS``)."""
 
 
 class InvalidInput(Exception):
