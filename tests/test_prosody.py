@@ -17,7 +17,7 @@ from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import build_params
 from ttsq.domain.batching import batch_key
 from ttsq.domain.refine import refined_text
-from ttsq.domain.sampling import Sampling, SamplingPreset
+from ttsq.domain.sampling import Sampling, SamplingPreset, overridden
 from ttsq.domain.styles import BUILTIN_STYLES, Style
 from ttsq.domain.text import validate_text
 from ttsq.inference.base import ChunkAudio, ChunkReady, EngineWrapper, SynthesisRequest, synthesize
@@ -234,6 +234,25 @@ def test_refine_text_false_in_the_request_drops_its_styles_levels() -> None:
     merged = body.with_sampling(BUILTIN_STYLES["chat"].under(body)).sampling
     assert (merged.refine_text, merged.oral, merged.speed) == (False, None, 6)
     assert merged.refine_prompt == ""
+
+
+def test_a_lines_own_fields_override_the_dialogues_with_the_refine_rules() -> None:
+    """A dialogue line's sampling over its dialogue's: a level turns refinement on for the line alone, ``refine_text:
+    false`` takes the dialogue's levels out for the line, one beside a level of the line's own is refused."""
+    plain = Sampling(speed=4)
+    line = overridden(plain, {"oral": 3, "break": 1})
+    assert (line.speed, line.oral, line.break_, line.refine_text, line.refine_prompt) == (4, 3, 1, True, "[oral_3][break_1]")
+    assert overridden(Sampling(refine_text=False), {"laugh": 2}).refine_text is True, "the line's own level over the dialogue's off"
+    chatty = Sampling.model_validate({"oral": 9, "laugh": 1})
+    off = overridden(chatty, {"refine_text": False})
+    assert (off.refine_text, off.oral, off.laugh, off.refine_prompt) == (False, None, None, "")
+    assert overridden(chatty, {"laugh": 0}).refine_prompt == "[oral_9][laugh_0]"
+    with pytest.raises(ValidationError, match="refine_text: false"):
+        overridden(chatty, {"refine_text": False, "oral": 2})
+    calm = BUILTIN_STYLES["calm"]  # speed 1, oral 4, break 4
+    assert overridden(plain, calm.beneath({"speed": 7})).refine_prompt == "[oral_4][break_4]"
+    assert overridden(plain, calm.beneath({"speed": 7})).speed == 7, "the line's own field over its style's"
+    assert overridden(plain, calm.beneath({"refine_text": False})).refine_prompt == ""
 
 
 def test_the_builtin_catalogue_is_valid_and_each_refines() -> None:

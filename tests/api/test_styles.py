@@ -20,6 +20,7 @@ from tests.api.test_realtime_session import GUARD_S, next_event, served, started
 from tests.api.test_security import bearer, new_key
 from tests.conftest import api_client, queue_config
 from ttsq.domain.jobs import TTSParams
+from ttsq.domain.sampling import SamplingFields
 from ttsq.store.queue import JobQueue
 
 
@@ -35,7 +36,7 @@ async def job_params(redis: Redis, task_id: str) -> TTSParams:
     return job.params
 
 
-def levels(params: TTSParams) -> tuple[object, ...]:
+def levels(params: SamplingFields) -> tuple[object, ...]:
     return (params.speed, params.oral, params.laugh, params.break_, params.refine_text)
 
 
@@ -203,3 +204,41 @@ async def test_every_prosody_field_is_refused_clearly(redis: Redis, make_setting
         assert nan.status_code == 422
         bad_name = await client.post("/v1/styles", json={"name": "no spaces"}, headers=bearer(admin))
         assert bad_name.status_code == 422 and bad_name.json()["detail"][0]["loc"][-1] == "name"
+
+
+async def test_a_dialogue_takes_the_levels_and_a_style_for_itself_and_for_each_line(redis: Redis, make_settings: Any) -> None:
+    """The dialogue's style and levels are every line's; a line's own style and levels over them, for that line
+    alone; what does not hold for a line is refused naming it."""
+    voices = {"A": "zh_female", "B": "zh_male"}
+    lines: list[dict[str, Any]] = [
+        {"speaker": "A", "text": "One."},
+        {"speaker": "B", "text": "Two.", "laugh": 2},
+        {"speaker": "A", "text": "Three.", "style": "calm", "speed": 7},
+        {"speaker": "B", "text": "Four.", "refine_text": False},
+        {"speaker": "A", "text": "Five.", "break": 0},
+    ]
+    async with keyed(make_settings) as (client, _):
+        tts = await new_key(redis, "tts")
+        body = {"lines": lines, "voices": voices, "style": "chat", "oral": 3}
+        answer = await client.post("/v1/tts/dialogue", json=body, headers=bearer(tts))
+        assert answer.status_code == 202, answer.text
+        job = await job_params(redis, answer.json()["task_id"])
+        assert levels(job) == (6, 3, 1, 2, True), "the dialogue's style under its own oral"
+        segments = job.segments or []
+        own = [None if segment.sampling is None else levels(segment.sampling) for segment in segments]
+        assert own == [None, (6, 3, 2, 2, True), (7, 4, 1, 4, True), (6, None, None, None, False), (6, 3, 1, 0, True)]
+
+        other = await client.post("/v1/tts/dialogue", json={**body, "oral": 4}, headers=bearer(tts))
+        assert (await job_params(redis, other.json()["task_id"])).cache_key != job.cache_key
+
+        bad: list[tuple[dict[str, Any], str]] = [
+            ({**body, "lines": [{"speaker": "A", "text": "Hi.", "refine_text": False, "oral": 2}]}, "lines.0"),
+            ({**body, "lines": [{"speaker": "A", "text": "Hi.", "laugh": 3}]}, "lines.0.laugh"),
+            ({**body, "lines": [{"speaker": "A", "text": "Hi.", "style": "nope"}]}, "lines.0.style"),
+            ({**body, "style": "nope"}, "style"),
+            ({**body, "refine_text": False}, "oral"),
+        ]
+        for wrong, field in bad:
+            refused = await client.post("/v1/tts/dialogue", json=wrong, headers=bearer(tts))
+            assert refused.status_code == 422, (wrong, refused.text)
+            assert ".".join(str(part) for part in refused.json()["detail"][0]["loc"][1:]) == field, refused.json()

@@ -45,6 +45,8 @@ __all__ = [
     "Temperature",
     "TopK",
     "TopP",
+    "overridden",
+    "with_the_refinement_rule",
 ]
 
 # ChatTTS's ``[speed_N]`` prompt, as the API offers it: 1 (slow) to 9 (fast).
@@ -75,7 +77,7 @@ NO_LEVEL_WITHOUT_REFINEMENT: dict[str, Any] = {
 client generated from the schema, knows it)."""
 
 
-def _with_the_refinement_rule(schema: JsonSchemaValue, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+def with_the_refinement_rule(schema: JsonSchemaValue, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
     """``schema`` (a body's) with :data:`NO_LEVEL_WITHOUT_REFINEMENT` among its ``allOf`` (beside any other rule)."""
     target = handler.resolve_ref_schema(schema)
     rules = target.get("allOf", [])
@@ -123,7 +125,7 @@ class SamplingFields(BaseModel):
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return _with_the_refinement_rule(handler(core_schema), handler)
+        return with_the_refinement_rule(handler(core_schema), handler)
 
     @field_validator("oral", "laugh", "break_", mode="after")
     @classmethod
@@ -209,7 +211,7 @@ class SamplingPreset(BaseModel):
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return _with_the_refinement_rule(handler(core_schema), handler)
+        return with_the_refinement_rule(handler(core_schema), handler)
 
     @field_validator("oral", "laugh", "break_", mode="after")
     @classmethod
@@ -227,13 +229,31 @@ class SamplingPreset(BaseModel):
 
     def under(self, request: SamplingFields) -> dict[str, Any]:
         """The parameters of ``request`` made with this preset: the preset's, overridden by what the request says
-        itself (:meth:`SamplingFields.said`); what neither says keeps its default. A request that turns refinement off
-        (``refine_text: false``) drops the preset's levels with it: they only steer the refine pass."""
-        said = request.said()
-        fields = self.settings()
-        if said.get("refine_text") is False:
-            fields = {name: value for name, value in fields.items() if name not in LEVELS}
-        return {**fields, **said}
+        itself (:meth:`SamplingFields.said`); what neither says keeps its default (:meth:`beneath`)."""
+        return self.beneath(request.said())
+
+    def beneath(self, said: Mapping[str, Any]) -> dict[str, Any]:
+        """The preset's parameters overridden by ``said`` (by their wire names; a dialogue line's own fields, a
+        request's). ``said`` turning refinement off (``refine_text: false``) drops the preset's levels with it: they
+        only steer the refine pass."""
+        return _over(self.settings(), said)
+
+
+def overridden(record: SamplingFields, said: Mapping[str, Any]) -> Sampling:
+    """``record``'s parameters overridden by ``said`` (by their wire names: a dialogue line's own fields over the
+    dialogue's), validated again as one record, so whatever ties the fields together holds for the mix too. The rules
+    are a request's over its style (:meth:`SamplingPreset.beneath`): a level in ``said`` turns refinement on where
+    ``said`` leaves ``refine_text`` out, and ``refine_text: false`` in ``said`` drops ``record``'s levels with it (one
+    beside a level of ``said``'s own is refused, as in a body)."""
+    merged = _over(dict(record), said)
+    return Sampling.model_validate(_refinement_asked(merged, absent="refine_text" not in said))
+
+
+def _over(fields: Mapping[str, Any], said: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` overridden by ``said``; ``said``'s ``refine_text: false`` takes ``fields``' levels out."""
+    if said.get("refine_text") is False:
+        fields = {name: (None if name in LEVELS else value) for name, value in fields.items()}
+    return {**fields, **said}
 
 
 def _refinement_asked(data: Any, *, absent: bool) -> Any:

@@ -32,13 +32,19 @@ class StyleService:
         ``field`` and the styles the caller sees."""
         if style is None:
             return body
+        found = await self.resolve_style(style, caller, field)
+        # Every value was validated (the style when stored, the body when received): only the merge is new.
+        return body.with_sampling(found.under(body))
+
+    async def resolve_style(self, style: str, caller: Principal, field: str = "style") -> Style:
+        """The style ``style`` means to ``caller``; an unknown one (or another tenant's) is :class:`InvalidInput`
+        naming ``field`` and the styles the caller sees."""
         owner = voice_owner(caller)
         found = await self.styles.get(style, owner)
         if found is None:
             names = ", ".join(known.name for known in await self.styles.list(owner))
             raise InvalidInput(field, f"unknown style {style!r}; available: {names}", style)
-        # Every value was validated (the style when stored, the body when received): only the merge is new.
-        return body.with_sampling(found.under(body))
+        return found
 
     async def list_styles(self, caller: Principal, tenant: str | None = None) -> list[Style]:
         """The styles ``caller`` sees (or, for an admin, ``tenant``)."""
