@@ -1,7 +1,7 @@
 """Styles (``/v1/styles``) and the prosody fields through the real app on a real Redis: the catalogue, a tenant's own
 styles as a tenant's own voices are, a style resolved at submit into the job's parameters on every route that takes
-sampling fields (native submit, the OpenAI route, a realtime session), the request's own fields over its style's, and
-prosody in what single-flight joins."""
+sampling fields (native submit, the OpenAI route, a realtime session, a dialogue and each of its lines), the request's
+own fields over its style's, and prosody in what single-flight joins."""
 
 from __future__ import annotations
 
