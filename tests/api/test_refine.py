@@ -51,6 +51,9 @@ async def test_a_refine_answers_the_refined_text_and_a_submit_takes_it(
         assert job.params.sampling.refine_prompt == "[oral_2][laugh_0][break_4]", "the levels reached the worker's job"
         stored = await client.get(f"/v1/tts/result/{body['task_id']}", headers=bearer(key))
         assert stored.headers["content-type"] == "application/json" and stored.json() == {"text": body["text"]}
+        for query in ("format=aac", "format=srt", "format=wav&sample_rate=16000", "sample_rate=8000"):
+            asked = await client.get(f"/v1/tts/result/{body['task_id']}?{query}", headers=bearer(key))
+            assert asked.status_code == 200 and asked.json() == {"text": body["text"]}, f"no audio to convert: {query}"
 
         submitted = await client.post("/v1/tts/submit", json={"text": body["text"]}, headers=bearer(key))
         assert submitted.status_code == 202, f"the refined text is a submit's: {submitted.text}"
