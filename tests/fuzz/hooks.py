@@ -111,7 +111,7 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
             if error.get("type") == "int_type" and isinstance(value, float) and value.is_integer():
                 reasons.append((INTEGRAL_FLOAT, INTEGRAL_FLOAT))
                 continue
-            reasons.append((str(error["loc"][-1]), str(error.get("msg", ""))))
+            reasons.append((_field_name(str(error["loc"][-1])), str(error.get("msg", ""))))
         return reasons
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = str(body["error"].get("message", ""))
@@ -119,6 +119,15 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
             return [(INTEGRAL_FLOAT, INTEGRAL_FLOAT)]
         return [(str(body["error"].get("param")), message)]
     return None
+
+
+def _field_name(place: str) -> str:
+    """The field a dotted place in a body is (a dialogue's ``lines.0.style``, ``inputs.0.text``: its last name), a
+    speaker's voice (``voices.Bob``) as ``voice``; a plain field name as it is."""
+    head, dot, _ = place.partition(".")
+    if not dot:
+        return place
+    return "voice" if head == "voices" else place.rsplit(".", 1)[-1]
 
 
 _OPENAI_INTEGRAL_FLOAT = re.compile(r"expected an integer .*, got the number -?\d+\.0$")

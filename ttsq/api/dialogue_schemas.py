@@ -111,7 +111,12 @@ class DialogueRequest(StyledSampling):
                     "format": "mp3",
                 },
                 {"script": "Alice: Hi Bob.\nBob: Hello, Alice!", "voices": {"Alice": "zh_female", "Bob": "zh_male"}},
-            ]
+            ],
+            # Exactly one of `lines` and `script` (not null), as `_lines_or_script` checks: stated for clients and fuzzers.
+            "oneOf": [
+                {"required": ["lines"], "properties": {"lines": {"type": "array"}}},
+                {"required": ["script"], "properties": {"script": {"type": "string"}}},
+            ],
         },
     )
 
