@@ -77,6 +77,8 @@ INTEGRAL_FLOAT = "integral float"
 SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "voice": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
     "style": ("unknown style",),
+    # A dialogue's speakers are named by its lines or its script: whether `voices` covers them is no schema's.
+    "voices": ("no voice for",),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),
