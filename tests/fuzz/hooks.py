@@ -79,6 +79,8 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "style": ("unknown style",),
     # A dialogue's speakers are named by its lines or its script: whether `voices` covers them is no schema's.
     "voices": ("no voice for",),
+    # A script is text: whether each line reads `Speaker: text` once cleaned is no schema's, as a text's content is not.
+    "script": ("names no speaker", "has nothing to say", "the script has no lines", "text is empty", "control token"),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),

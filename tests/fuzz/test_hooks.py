@@ -38,6 +38,7 @@ def test_a_plain_error_and_an_echo_of_the_input_are_not_leaks() -> None:
         (422, {"detail": [{"loc": ["body", "lines.3.style"], "msg": "unknown style 'x'; available: calm"}]}, True),
         (422, {"detail": [{"loc": ["body", "voices.0"], "msg": "unknown voice '0'; available: zh_female"}]}, True),
         (422, {"detail": [{"loc": ["body", "voices"], "msg": "no voice for 'Alice': every speaker needs one"}]}, True),
+        (422, {"detail": [{"loc": ["body", "script"], "msg": "line 1 names no speaker: write each line as"}]}, True),
         (422, {"detail": [{"loc": ["body", "inputs.0.text"], "msg": "line 1 (A): text is empty"}]}, True),
         (422, {"detail": [{"loc": ["body", "lines.0"], "msg": "this line's sampling with the dialogue's: no"}]}, False),
         (400, {"error": {"param": "break", "message": "break: expected an integer (a JSON number), got the number 0.0"}}, True),
