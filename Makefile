@@ -46,7 +46,7 @@ UNIT_TESTS := \
 	tests/test_inference_thread.py tests/test_voice_encoder_loop.py tests/test_poison_isolation.py \
 	tests/test_background.py tests/test_playback.py tests/test_streaming_audio.py tests/test_lead_audio.py \
 	tests/test_piecewise_audio.py tests/test_normalize.py tests/test_checkpoint_sizes.py tests/test_reference_voices.py \
-	tests/test_consistent_voice.py \
+	tests/test_consistent_voice.py tests/test_prosody.py \
 	tests/api/test_submit.py tests/api/test_query.py tests/api/test_events.py tests/api/test_voices.py \
 	tests/api/test_cache_api.py tests/api/test_long_poll.py tests/api/test_abandon.py tests/api/test_tenants.py \
 	tests/api/test_stream_slots.py tests/api/test_stream_admission_api.py tests/api/test_openai_errors.py \

@@ -21,6 +21,7 @@ import dialogue_api
 import draw_api
 import elevenlabs_ws_api
 import openai_api
+import prosody_api
 import query_api
 import realtime_api
 import submit_api
@@ -200,6 +201,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(query_api.router)
     app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
+    app.include_router(prosody_api.refine)
+    app.include_router(prosody_api.router)
     app.include_router(openai_api.router)
     app.include_router(dialogue_api.router)
     app.include_router(dialogue_api.elevenlabs)

@@ -2,8 +2,8 @@
 
 The app's lifespan (``app.py``) builds the use cases' services (:class:`ttsq.api.service.TTSService`) and the
 authenticator once and keeps them on ``app.state``; routes receive them through these aliases, each router family its
-own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``; the realtime
-WebSockets the session engine, through :func:`app_state`).
+own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``, ``StylesDep``,
+``RefineDep``; the realtime WebSockets the session engine, through :func:`app_state`).
 
 FastAPI solves every dependency (and sub-dependency) of a route on every request, so a route has
 few: its use cases' services, and its caller. The caller is one security dependency that reads the key from
@@ -49,6 +49,8 @@ from ttsq.api.service import (
     DrawService,
     KeyRevoked,
     ListeningService,
+    RefineService,
+    StyleService,
     TaskService,
     TTSService,
     VoiceService,
@@ -81,6 +83,8 @@ VoicesDep = Annotated[VoiceService, Depends(_use_case("voicing"))]
 DictionaryDep = Annotated[DictionaryService, Depends(_use_case("dictionary"))]
 DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
 AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
+StylesDep = Annotated[StyleService, Depends(_use_case("styling"))]
+RefineDep = Annotated[RefineService, Depends(_use_case("refining"))]
 DialogueDep = Annotated[DialogueService, Depends(_use_case("dialogue"))]
 
 

@@ -30,15 +30,20 @@ from ttsq.api.service import (
     COMMON_RATES,
     CONTENT_TYPES,
     DEFAULT_SAMPLING,
+    LEVELS,
     MAX_SPEED,
     MIN_SPEED,
     OPENAI_MAX_INPUT_CHARS,
     OPENAI_VOICES,
+    STYLE_NAME,
+    BreakLevel,
     Download,
     InvalidInput,
     KeyRevoked,
+    LaughLevel,
     ListeningService,
     NoWorker,
+    OralLevel,
     OutputFormat,
     Status,
     StreamFailed,
@@ -100,6 +105,32 @@ class SpeechRequest(BaseModel):
         description="ttsq's own field (the SDK's `extra_body`): one voice across a long text, as on /v1/tts/submit. "
         "Default: `CONSISTENT_VOICE`.",
     )
+    oral: OralLevel | None = Field(
+        None, description="ttsq's own field (`extra_body`): ChatTTS's refine prompt `[oral_N]`, 0-9, as on /v1/tts/submit."
+    )
+    laugh: LaughLevel | None = Field(
+        None, description="ttsq's own field (`extra_body`): ChatTTS's refine prompt `[laugh_N]`, 0-2, as on /v1/tts/submit."
+    )
+    break_: BreakLevel | None = Field(
+        None,
+        alias="break",
+        description="ttsq's own field (`extra_body`): ChatTTS's refine prompt `[break_N]`, 0-7, as on /v1/tts/submit.",
+    )
+    style: str | None = Field(
+        None,
+        pattern=STYLE_NAME.pattern,
+        description="ttsq's own field (`extra_body`): a style (`GET /v1/styles`), as on /v1/tts/submit; `speed`, when "
+        "sent, and the levels override its own.",
+    )
+
+    def native_sampling(self) -> dict[str, Any]:
+        """The sampling fields this request says, as /v1/tts/submit takes them: OpenAI's ``speed`` mapped onto ChatTTS's
+        (only when sent, so that a style's speed stands otherwise), the refine levels, the style."""
+        said: dict[str, Any] = {"style": self.style}
+        if "speed" in self.model_fields_set:
+            said["speed"] = chattts_speed(self.speed)
+        levels = zip(LEVELS, (self.oral, self.laugh, self.break_), strict=True)
+        return said | {name: value for name, value in levels if value is not None}
 
 
 def chattts_speed(speed: float) -> int:
@@ -192,15 +223,17 @@ async def speech(
 ) -> Response:
     fmt = _output_format(body)
     voice = await _voice(body.voice, voices, caller)
-    native = SubmitRequest(
-        text=body.input,
-        voice=voice.name,
-        speed=chattts_speed(body.speed),
-        # What the task stores (and the cache keeps): the answer itself when it is at 24 kHz, else the PCM it is made
-        # from. Either way the answer is made from the stored file only through ListeningService.stored.
-        format=stored_format(fmt) or "pcm",
-        priority=body.priority,
-        consistent_voice=body.consistent_voice,
+    native = SubmitRequest.model_validate(
+        {
+            "text": body.input,
+            "voice": voice.name,
+            # What the task stores (and the cache keeps): the answer itself when it is at 24 kHz, else the PCM it is
+            # made from. Either way the answer is made from the stored file only through ListeningService.stored.
+            "format": stored_format(fmt) or "pcm",
+            "priority": body.priority,
+            "consistent_voice": body.consistent_voice,
+            **body.native_sampling(),
+        }
     )
     submitted = await tasks.submit(native, caller, voice, max_text_chars=tasks.config.openai_max_input_chars)
     task_id = submitted.answer.task_id

@@ -195,6 +195,9 @@ async def task_result(
     if wait:
         _waits(await tasks.job(task_id, caller), wait, listening, caller, request)
     download = await tasks.download(task_id, caller, wait or 0.0)
+    if download.audio is not None and download.job.params.refine_only:
+        # A refine task's result is its text ({"text": ...}), whatever was asked: it has no audio or captions to convert.
+        return Response(content=download.audio, media_type=download.job.content_type)
     if download.audio is not None and format in CAPTION_CONTENT_TYPES:
         captions = listening.captions(download.job, format)  # type: ignore[arg-type]  # a caption format
         if captions is None:

@@ -276,6 +276,14 @@ class Settings(BaseSettings):
         description="Longest long-poll (`?wait=S` on a task's status and result): a longer wait is served as this one.",
         json_schema_extra=_group("API"),
     )
+    refine_wait_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="How long `POST /v1/tts/refine` waits for its refined text before it answers 202 with the task to poll "
+        "(`GET /v1/tts/refine/{id}`); at most `MAX_WAIT_S` (docs/prosody.md).",
+        json_schema_extra=_group("API"),
+    )
     task_id_secret: SecretStr | None = Field(
         None,
         description=(
@@ -829,7 +837,12 @@ class Settings(BaseSettings):
         description="Fewest audio tokens per chunk (benchmarks set it equal to the maximum).",
         json_schema_extra=_group("Model"),
     )
-    refine_max_new_token: int = Field(384, ge=1, description="Cap for `refine_text`.", json_schema_extra=_group("Model"))
+    refine_max_new_token: int = Field(
+        384,
+        ge=1,
+        description="Cap for `refine_text` and `POST /v1/tts/refine`: text tokens per chunk.",
+        json_schema_extra=_group("Model"),
+    )
     normalize_text: bool = Field(
         True, description="Speak numbers, dates and amounts (WeTextProcessing, zh and en).", json_schema_extra=_group("Model")
     )
@@ -1093,6 +1106,10 @@ class Settings(BaseSettings):
             raise ValueError(f"MAX_CONNECTIONS must be auto or at least 1, got {self.max_connections}")
         if self.min_new_token > self.max_new_token:
             raise ValueError(f"MIN_NEW_TOKEN ({self.min_new_token}) must not exceed MAX_NEW_TOKEN ({self.max_new_token})")
+        if self.refine_wait_s > self.max_wait_s:
+            raise ValueError(
+                f"REFINE_WAIT_S ({self.refine_wait_s}) must not exceed MAX_WAIT_S ({self.max_wait_s}), the longest wait on a task"
+            )
         if self.precision != "fp32":
             if self.engine_backend == "chattts" or self.gpt_dtype != "float32" or (self.device or "").startswith("cuda"):
                 raise ValueError(

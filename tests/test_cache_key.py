@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.helpers import params_for
 from ttsq.api.schemas import SubmitRequest
 from ttsq.domain.cache_key import cache_key, engine_input
+from ttsq.domain.segments import speakable
 from ttsq.domain.text import canonical_text
 
 MODEL = "tiny-random|chunk=40"
@@ -39,7 +40,8 @@ def sound_preserving_variant(draw: st.DrawFn, text: str) -> str:
     return draw(st.sampled_from(["", " ", "\u200b", "\n"])) + "".join(out)
 
 
-texts = st.text(alphabet=ALPHABET, min_size=1, max_size=40).filter(lambda t: bool(canonical_text(t)))
+texts = st.text(alphabet=ALPHABET, min_size=1, max_size=40).filter(lambda t: speakable(canonical_text(t)))
+"""Texts a submit takes: something to read aloud once cleaned (punctuation alone is refused)."""
 
 
 @settings(max_examples=300, deadline=None)

@@ -92,6 +92,7 @@ def test_no_library_config_writes_a_default_of_its_own(config: type) -> None:
         ({"no_worker_s": 1, "heartbeat_interval_s": 0.5}, "NO_WORKER_S"),
         ({"max_streams": 8, "max_streams_per_tenant": 9}, "MAX_STREAMS_PER_TENANT"),
         ({"max_connections": 0}, "MAX_CONNECTIONS"),
+        ({"refine_wait_s": 31.0, "max_wait_s": 30.0}, "REFINE_WAIT_S"),
     ],
 )
 def test_inconsistent_settings_are_refused_at_start_up(values: dict[str, Any], words: str) -> None:

@@ -13,7 +13,7 @@ from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.base import PermanentError
 from ttsq.inference.engines.chattts import ChatTTSEngine
-from ttsq.runtime.speakers import Speakers, recorded_speaker, speaker, synthesis_request
+from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker, speaker, synthesis_request
 
 
 def params(**fields: object) -> TTSParams:
@@ -82,6 +82,18 @@ def test_the_engines_request_carries_the_jobs_text_seed_and_prompt(tiny_engine: 
     built = synthesis_request(job, Speakers(tiny_engine))
     assert (built.text, built.seed, built.speaker) == ("你好。", 7, None)
     assert (built.speaker_prompt, built.prompt_text, built.first_chunk, built.consistent) == ("codes", "你好", 3, True)
+
+
+def test_a_refine_job_draws_no_speaker_and_a_lines_levels_reach_its_request(tiny_engine: ChatTTSEngine) -> None:
+    """A refine job's request refines only (no speaker drawn); a dialogue line's own levels are its part's refine prompt,
+    a line without its own samples as the job does."""
+    refine = synthesis_request(params(speaker_seed=5, refine_only=True, oral=2), Speakers(tiny_engine))
+    assert (refine.speaker, refine.refine_only, refine.sampling.refine_prompt) == (None, True, "[oral_2]")
+    line = {"text": "你好。", "speaker_seed": 5}
+    job = params(segments=[line, {**line, "sampling": {"oral": 4, "break": 1, "refine_text": True}}], laugh=0)
+    requests = [part_request(job, part, Speakers(tiny_engine)) for part in job.parts()]
+    assert [request.sampling.refine_prompt for request in requests] == ["[laugh_0]", "[oral_4][break_1]"]
+    assert all(request.speaker is not None and not request.refine_only for request in requests)
 
 
 async def test_only_a_draws_preview_records_its_speaker_the_one_it_was_drawn_with(tiny_engine: ChatTTSEngine) -> None:

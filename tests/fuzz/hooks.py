@@ -5,7 +5,7 @@
 * :func:`schema_valid_requests_are_served`: schemathesis's ``positive_data_acceptance`` (a request
   the schema calls valid must not be refused as invalid), except for the refusals no schema can
   state because they depend on the deployment's state, on what a text says once cleaned or on what a recording holds: a voice
-  name that is not registered, a speaker embedding that does not decode, a text with nothing left to
+  name (or style name) that is not registered, a speaker embedding that does not decode, a text with nothing left to
   speak or with a forbidden control token (or made too long, or stopped, by the pronunciation dictionary), a
   dictionary entry whose pattern does not compile or is longer than the deployment allows; and an integer
   written ``6.0``, which JSON Schema cannot tell from ``6`` but the API's strict types refuse. Every other
@@ -81,6 +81,7 @@ _VOICE_REFUSALS = ("unknown voice", "is not supported", "blend", "weight", "the 
 
 SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "voice": _VOICE_REFUSALS,
+    "style": ("unknown style",),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),
@@ -89,6 +90,7 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "input": _TEXT_REFUSALS,
     # A dialogue's lines (`lines.N.text`, the ElevenLabs route's `inputs.N.text`, a script): each text as cleaned, and
     # the whole as it reads aloud against MAX_DIALOGUE_CHARS; a script's shape is read by the server, not the schema.
+    # (A line's own text, `lines.N.text`, is read as `text`; the dialogue's whole is refused as `lines` or `inputs`.)
     "lines": (*_TEXT_REFUSALS, "the limit is"),
     "inputs": (*_TEXT_REFUSALS, "the limit is"),
     "script": (*_TEXT_REFUSALS, "the limit is", "names no speaker", "has no lines"),
@@ -113,8 +115,9 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "format": ("name the format to convert it to",),
     # ElevenLabs' names: the schema states their shape; which rate and bit rate each encoding is made at is ttsq's.
     "output_format": ("is not supported", "take a bit rate", "cannot be made at", "has no bit rate"),
-    # A dialogue's speakers' voices (`voices.<speaker>`): whether a name is registered is the registry's.
-    "voices": (*_VOICE_REFUSALS, "every speaker needs one"),
+    # A dialogue's speakers' voices: whether `voices` names every speaker of the lines is no schema's (a speaker's own
+    # voice, `voices.<speaker>`, is read as `voice`).
+    "voices": (*_VOICE_REFUSALS, "every speaker needs one", "no voice for"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
 """Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;
@@ -132,12 +135,27 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
             if error.get("type") == "int_type" and isinstance(value, float) and value.is_integer():
                 reasons.append((INTEGRAL_FLOAT, INTEGRAL_FLOAT))
                 continue
-            # A field inside a mapping is named by its key after a dot (`voices.Alice`): the mapping's field decides.
-            reasons.append((str(error["loc"][-1]).split(".")[0], str(error.get("msg", ""))))
+            reasons.append((_field_name(str(error["loc"][-1])), str(error.get("msg", ""))))
         return reasons
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return [(str(body["error"].get("param")), str(body["error"].get("message", "")))]
+        message = str(body["error"].get("message", ""))
+        if _OPENAI_INTEGRAL_FLOAT.search(message):  # the same strict-integer refusal, in OpenAI's shape
+            return [(INTEGRAL_FLOAT, INTEGRAL_FLOAT)]
+        return [(str(body["error"].get("param")), message)]
     return None
+
+
+def _field_name(place: str) -> str:
+    """The field a dotted place in a body is (a dialogue's ``lines.0.style``, ``inputs.0.text``: its last name), a
+    speaker's voice (``voices.Bob``) as ``voice``; a plain field name as it is."""
+    head, dot, _ = place.partition(".")
+    if not dot:
+        return place
+    return "voice" if head == "voices" else place.rsplit(".", 1)[-1]
+
+
+_OPENAI_INTEGRAL_FLOAT = re.compile(r"expected an integer .*, got the number -?\d+\.0$")
+"""An OpenAI-shaped 400 for an integer written with a fraction of zero (``ttsq.api.errors`` words it so)."""
 
 
 def is_semantic_refusal(status: int, body: Any) -> bool:

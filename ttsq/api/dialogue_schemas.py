@@ -2,7 +2,8 @@
 
 A line's sampling overrides are the one sampling record's fields (:class:`ttsq.domain.sampling.SamplingFields`), each
 optional: :data:`SamplingOverrides` is made from the record itself, so a parameter added there (its bounds, its
-description) is a line's override too without another edit here.
+description) is a line's override too without another edit here. A line may name a ``style`` of its own, and the
+dialogue one for every line (docs/prosody.md): a line's own fields over its style's, over the dialogue's.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, create_model, model_validator
 from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from ttsq.api.schemas import REQUEST_MODEL, Priority
 from ttsq.domain.jobs import MAX_SEED, AudioFormat
-from ttsq.domain.sampling import SAMPLING_FIELDS, SamplingFields
+from ttsq.domain.sampling import SamplingFields, with_the_refinement_rule
+from ttsq.domain.styles import STYLE_NAME, StyledSampling
 
 __all__ = [
     "DEFAULT_GAP_MS",
@@ -41,20 +45,36 @@ def _optional(info: FieldInfo) -> tuple[Any, FieldInfo]:
     return annotation | None, override
 
 
+class _Overrides(BaseModel):
+    """What a line's overrides share: a request body's strictness, and the refine rule stated in the schema (a level
+    beside ``refine_text: false`` in one line is refused, :func:`ttsq.domain.sampling.overridden`)."""
+
+    model_config = REQUEST_MODEL
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return with_the_refinement_rule(handler(core_schema), handler)
+
+
 if TYPE_CHECKING:
     SamplingOverrides = BaseModel
 else:
     SamplingOverrides = create_model(
         "SamplingOverrides",
-        __config__=REQUEST_MODEL,
+        __base__=_Overrides,
         __doc__="A line's own sampling: any field given overrides the dialogue's.",
         **{name: _optional(info) for name, info in SamplingFields.model_fields.items()},
     )
 
 
 def overrides(line: BaseModel) -> dict[str, Any]:
-    """The sampling fields ``line`` gave (a null is not given)."""
-    return {name: getattr(line, name) for name in SAMPLING_FIELDS if getattr(line, name, None) is not None}
+    """The sampling fields ``line`` gave (a null is not given), by their wire names (``break``, not ``break_``)."""
+    given = {}
+    for name, info in SamplingFields.model_fields.items():
+        value = getattr(line, name, None)
+        if value is not None:
+            given[info.alias or name] = value
+    return given
 
 
 class DialogueLine(SamplingOverrides):
@@ -68,10 +88,18 @@ class DialogueLine(SamplingOverrides):
         "MAX_DIALOGUE_CHARS for the whole dialogue.",
         json_schema_extra={"minLength": 1},
     )
+    style: str | None = Field(
+        None,
+        pattern=STYLE_NAME.pattern,
+        description="A style (`GET /v1/styles`) for this line: its parameters over the dialogue's, the line's own "
+        "fields over its style's (docs/prosody.md).",
+        examples=["cheerful"],
+    )
 
 
-class DialogueRequest(SamplingFields):
-    """A dialogue: lines (or a script), each in its speaker's voice. The sampling fields are every line's defaults."""
+class DialogueRequest(StyledSampling):
+    """A dialogue: lines (or a script), each in its speaker's voice. The sampling fields (and ``style``, resolved into
+    them) are every line's defaults."""
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
@@ -93,7 +121,9 @@ class DialogueRequest(SamplingFields):
     )
 
     lines: list[DialogueLine] | None = Field(
-        None, min_length=1, description="The lines in order (at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`."
+        None,
+        min_length=1,
+        description="The lines in order (at least one, at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`.",
     )
     script: str | None = Field(
         None,

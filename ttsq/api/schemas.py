@@ -10,7 +10,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ttsq.domain.jobs import MAX_SEED, AudioFormat, Job, Status
 from ttsq.domain.jobs import Priority as Priority
-from ttsq.domain.sampling import SamplingFields
+from ttsq.domain.styles import StyledSampling
 
 REQUEST_MODEL = ConfigDict(extra="forbid", strict=True)
 """Request bodies: unknown fields are refused so that a typo is not silently ignored, and types are
@@ -32,11 +32,11 @@ def _required_without_default(schema: dict[str, Any]) -> None:
     schema["minLength"] = 1  # "" is refused by the text check, with its own message
 
 
-class SubmitRequest(SamplingFields):
+class SubmitRequest(StyledSampling):
     """A text to speak."""
 
-    # The sampling parameters (speed, temperature, top_p, top_k, refine_text) are inherited: declared, with
-    # their defaults and bounds, once in ttsq.domain.sampling, and sent flat as they always were.
+    # The sampling parameters (speed, temperature, top_p, top_k, refine_text, oral, laugh, break) and a style are
+    # inherited: declared, with their defaults and bounds, once in ttsq.domain.sampling, and sent flat as they always were.
 
     model_config = ConfigDict(
         **REQUEST_MODEL,
@@ -313,9 +313,10 @@ LIMITED_TEXT_FIELDS = (
     ("SubmitRequest", TEXT_FIELD, "max_text_chars"),
     ("SubmitRequest", SSML_FIELD, "max_ssml_chars"),
     ("SpeechRequest", "input", "openai_max_input_chars"),
+    ("RefineRequest", TEXT_FIELD, "max_text_chars"),
 )
-"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``MAX_SSML_CHARS`` (its
-SSML), ``OPENAI_MAX_INPUT_CHARS`` (OpenAI speech)."""
+"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit, refine), ``MAX_SSML_CHARS``
+(the submit's SSML), ``OPENAI_MAX_INPUT_CHARS`` (OpenAI speech)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)

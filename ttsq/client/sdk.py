@@ -79,7 +79,15 @@ class SynthesisOptions(TypedDict, total=False):
     top_p: float | None
     top_k: int | None
     refine_text: bool
-    """Let ChatTTS insert oral prosody tokens first (slower); default False."""
+    """Let ChatTTS insert oral prosody tokens first (slower); default False. Any of the levels below turns it on."""
+    oral: int | None
+    """ChatTTS's refine prompt ``[oral_N]``, 0-9."""
+    laugh: int | None
+    """ChatTTS's refine prompt ``[laugh_N]``, 0-2."""
+    break_: int | None
+    """ChatTTS's refine prompt ``[break_N]``, 0-7 (sent as ``break``)."""
+    style: str | None
+    """A named style (``GET /v1/styles``); the options given here override its own."""
     priority: Priority | None
     """"interactive" (served first) or "batch" (a bounded share while interactive work waits); default: the API key's."""
     consistent_voice: bool | None
@@ -160,8 +168,9 @@ def _parse(cls: type[_D], data: object) -> _D:
 
 
 def _submit_body(text: str | None, options: SynthesisOptions) -> dict[str, Any]:
-    """The submit's body: ``text``, or none where an ``ssml`` document is sent in its place."""
-    body = {key: value for key, value in options.items() if value is not None}
+    """The submit's body: ``text`` (none where an ``ssml`` document is sent in its place) and the options given, by
+    their names on the wire (``break_`` is ``break``)."""
+    body = {key.rstrip("_"): value for key, value in options.items() if value is not None}
     return body if text is None else {"text": text, **body}
 
 
@@ -324,6 +333,42 @@ class AsyncTTSClient:
         raise_for_status(response, TaskNotFound)
         raise TTSError(f"unexpected HTTP {response.status_code} for the result of {task_id}", status_code=response.status_code)
 
+    async def refine(
+        self,
+        text: str,
+        *,
+        oral: int | None = None,
+        laugh: int | None = None,
+        break_: int | None = None,
+        seed: int | None = None,
+        style: str | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """The text with the prosody tokens ChatTTS's refine pass inserts (``POST /v1/tts/refine``), to edit and submit.
+        The server waits a while for it; past that this polls the refine task (long-polls) until it is ready,
+        :class:`TaskFailed` when it fails, :class:`TimeoutError` past ``timeout_s``."""
+        fields = {"text": text, "oral": oral, "laugh": laugh, "break": break_, "seed": seed, "style": style}
+        body = {key: value for key, value in fields.items() if value is not None}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        response = await self._send("POST", "/v1/tts/refine", json=body, timeout=self._timeout + LONG_POLL_S)
+        while response.status_code == 202:
+            pending = response_json(response)
+            task_id = pending.get("task_id") if isinstance(pending, dict) else None
+            wait_s = LONG_POLL_S if deadline is None else min(LONG_POLL_S, deadline - time.monotonic())
+            if wait_s <= 0:
+                raise TimeoutError(f"the refine {task_id} did not finish within {timeout_s} s")
+            path = f"/v1/tts/refine/{_task_path(str(task_id))}"
+            response = await self._send("GET", path, params={"wait": wait_s}, timeout=self._timeout + wait_s)
+        if response.status_code == 409:
+            status = _parse(TaskStatus, response_json(response))
+            raise TaskFailed(status.task_id, status.error, status)
+        raise_for_status(response, TaskNotFound)
+        answer = response_json(response)
+        refined = answer.get("text") if isinstance(answer, dict) else None
+        if not isinstance(refined, str):
+            raise TTSError(f"unexpected response for a refine: {response.text[:200]!r}")
+        return refined
+
     async def synthesize(
         self,
         text: str | None,
@@ -472,6 +517,7 @@ class TTSClient:
     status = _blocking(AsyncTTSClient.status)
     wait = _blocking(AsyncTTSClient.wait)
     result = _blocking(AsyncTTSClient.result)
+    refine = _blocking(AsyncTTSClient.refine)
     synthesize = _blocking(AsyncTTSClient.synthesize)
     stream_to_file = _blocking(AsyncTTSClient.stream_to_file)
     voices = _blocking(AsyncTTSClient.voices)

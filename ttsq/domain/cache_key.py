@@ -62,13 +62,17 @@ def blend_identity(parts: Sequence[BlendPart]) -> str:
 
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
-    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`); for a job of
-    segments, each segment's (:func:`segment_input`) in place of the text and the speaker."""
-    material: dict[str, object] = {"seed": params.seed, **dict(params.sampling)}
+    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`; a refine level left
+    unset is left out, so a request that sets none keeps the key it had before the levels existed); for a job of
+    segments, each segment's (:func:`segment_input`) in place of the text and the speaker; and whether the job only
+    refines the text (its answer is text, never another job's audio)."""
+    material: dict[str, object] = {"seed": params.seed, **params.sampling.key_material()}
     if params.segments is not None:
         material["segments"] = [segment_input(segment) for segment in params.segments]
     else:
         material.update(text=params.text, speaker=speaker_identity(params))
+    if params.refine_only:  # only when set, as below
+        material["refine_only"] = True
     if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
         material["consistent_voice"] = True
     if params.first_chunk:  # a realtime session's later chunk samples as that chunk of the whole text
@@ -82,7 +86,7 @@ def segment_input(segment: Segment) -> dict[str, object]:
     cached with the audio)."""
     material: dict[str, object] = {"text": segment.text, "speaker": speaker_identity(segment)}
     optional = {
-        "sampling": dict(segment.sampling) if segment.sampling is not None else None,
+        "sampling": segment.sampling.key_material() if segment.sampling is not None else None,
         "consistent_voice": segment.consistent_voice or None,
         "voice_owner": segment.voice_owner,
         "pause_samples": segment.pause_samples,

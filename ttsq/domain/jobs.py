@@ -76,6 +76,11 @@ class TTSParams(VoiceFields, SamplingFields):
         description="A voice draw's preview: the worker records the speaker embedding it used on the job (Job.speaker), "
         "so the API, which has no model, can compare voices (docs/api.md#draw).",
     )
+    refine_only: bool = Field(
+        default=False,
+        description="A refine job (``POST /v1/tts/refine``): the worker runs ChatTTS's refine pass alone and stores the "
+        "refined text (:mod:`ttsq.domain.refine`), not audio (docs/prosody.md).",
+    )
 
     def spoken_segments(self) -> list[Segment]:
         """What the job speaks, as segments: its :attr:`segments`, or its text in its own voice as the one segment."""

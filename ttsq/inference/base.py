@@ -71,7 +71,7 @@ class SynthesisRequest:
     seed: int
     """Sampling seed: the same request and seed give bit-identical audio on the same device."""
     sampling: Sampling = DEFAULT_SAMPLING
-    """Speed, temperature, top-p, top-k, refinement: what requests in one batch share."""
+    """Speed, temperature, top-p, top-k, refinement and its prompt's levels: what requests in one batch share."""
     speaker_prompt: str | None = None
     """ChatTTS's ``spk_smp``: a recording's DVAE codes (:meth:`Engine.speaker_from_audio`), appended to the prompt."""
     prompt_text: str | None = None
@@ -82,11 +82,20 @@ class SynthesisRequest:
     consistent: bool = False
     """One voice across the text: the first chunk's audio becomes the speaker prompt of the later chunks, with the
     first chunk's text as its ``txt_smp`` (what ChatTTS's ``split_text`` does). No effect with a speaker prompt."""
+    refine_only: bool = False
+    """ChatTTS's refine pass alone (``refine_text_only``), steered by ``sampling.refine_prompt``: each chunk comes as a
+    :class:`ChunkAudio` without samples whose ``text`` is the chunk refined (a refine job's answer); no speaker needed."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:
         """Everything that makes the voice (what a grouped call must share)."""
         return (self.speaker, self.speaker_prompt, self.prompt_text, self.consistent)
+
+    @property
+    def grouping(self) -> tuple[object, ...]:
+        """What a grouped call must share besides the sampling (:func:`ttsq.domain.batching.batch_key`): the voice, and
+        whether the call speaks or only refines."""
+        return (self.voice, self.refine_only)
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,8 @@ class ChunkAudio:
     total: int
     samples: npt.NDArray[np.float32]
     text: str = ""
-    """The chunk's text as the model spoke it (normalised; refined where asked), for its caption."""
+    """The chunk's text as the model spoke it (normalised; refined where asked), for its caption; a refine-only
+    request's chunk is this text alone (no samples)."""
 
 
 @dataclass(frozen=True)

@@ -72,13 +72,14 @@ class ChatTTSRows:
                 chat.speaker.apply(embeddings, speaker, input_ids, chat.tokenizer.spk_emb_ids, self.device)
         return Prompt(embeddings[0])
 
-    def text_prompt(self, text: str) -> Prompt:
-        """The prompt of ``refine_text`` for one text: ``[Sbreak]text[Pbreak]`` embedded."""
+    def text_prompt(self, text: str, prompt: str = "") -> Prompt:
+        """The prompt of ``refine_text`` for one text: ``[Sbreak]text[Pbreak]`` and the refine prompt (``RefineTextParams.
+        prompt``: ``[oral_N][laugh_N][break_N]``, or nothing) embedded, as ``Chat._refine_text`` builds it."""
         import torch
 
         chat = self.chat
         with torch.inference_mode():
-            decorated = chat.speaker.decorate_text_prompts([text], "")
+            decorated = chat.speaker.decorate_text_prompts([text], prompt)
             input_ids, _mask, text_mask = chat.tokenizer.encode(decorated, self.num_vq, device=self.device)
             embeddings = chat.embed(input_ids, text_mask)
         return Prompt(embeddings[0])

@@ -1,4 +1,5 @@
-"""One job's audio, put together from chunks that may end in any order, and from pieces of chunks still running.
+"""One job's audio, put together from chunks that may end in any order, and from pieces of chunks still running; and a
+refine job's text, put together from its chunks alike (:class:`RefinedChunks`).
 
 With continuous batching a request's sentence chunks decode side by side and end when each is
 done, not in order. A job's audio is still its chunks joined in order (:class:`ChunkJoiner`), and
@@ -30,10 +31,12 @@ import numpy.typing as npt
 from ttsq.domain.audio import ChunkJoiner
 from ttsq.domain.captions import Cue, segment_captions
 from ttsq.domain.jobs import TTSParams
+from ttsq.domain.refine import REFINED_CONTENT_TYPE, refined_result, refined_text
 from ttsq.domain.segments import Part, gain_factor
 from ttsq.inference.base import ChunkAudio
+from ttsq.store.cache import CachedAudio
 
-__all__ = ["ChunkTiming", "JobAudio", "PartLayout", "Release", "marks_of", "part_key", "parts_of_key"]
+__all__ = ["ChunkTiming", "JobAudio", "PartLayout", "RefinedChunks", "Release", "marks_of", "part_key", "parts_of_key"]
 
 
 @dataclass(frozen=True)
@@ -289,3 +292,32 @@ def marks_of(parts: Sequence[Part], spans: Mapping[int, tuple[int, int]]) -> lis
         found += [(name, end if part.silent else start) for name in part.marks_at_start]
         found += [(name, end) for name in part.marks_at_end]
     return found
+
+
+@dataclass
+class RefinedChunks:
+    """A refine job's chunks (each one's refined text, no samples: ``SynthesisRequest.refine_only``), ending in any
+    order; its result once every one has, joined in order (:func:`ttsq.domain.refine.refined_text`)."""
+
+    total: int | None = None
+    _texts: dict[int, str] = field(default_factory=dict)
+
+    def add(self, chunk: ChunkAudio) -> None:
+        if chunk.index in self._texts:
+            raise ValueError(f"chunk {chunk.index} arrived twice")
+        if self.total is not None and chunk.total != self.total:
+            raise ValueError(f"chunk {chunk.index} says {chunk.total} chunks, earlier ones said {self.total}")
+        self.total = chunk.total
+        self._texts[chunk.index] = chunk.text
+
+    @property
+    def complete(self) -> bool:
+        return self.total is not None and len(self._texts) == self.total
+
+    def result(self) -> CachedAudio:
+        """The job's result, stored as a synthesised job's is (and cached alike): the refined text
+        (:func:`ttsq.domain.refine.refined_result`)."""
+        if not self.complete or self.total is None:
+            raise ValueError("the refine job's text is not complete")
+        text = refined_text([self._texts[index] for index in range(self.total)])
+        return CachedAudio(refined_result(text), REFINED_CONTENT_TYPE, 0.0)

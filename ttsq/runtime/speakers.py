@@ -64,17 +64,19 @@ def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest
 
 def part_request(params: TTSParams, part: Part, speakers: Speakers) -> SynthesisRequest:
     """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
-    sampled as its segment says (else as the job does), from its own seed (runs in the inference thread)."""
+    sampled as its segment says (else as the job does), from its own seed (runs in the inference thread). A refine job
+    needs no speaker: none is drawn for it, and its request only refines the text."""
     voice = part.source
     return SynthesisRequest(
         text=part.text,
-        speaker=speaker(voice, speakers),
+        speaker=None if params.refine_only else speaker(voice, speakers),
         seed=part.seed,
         sampling=voice.sampling if voice.sampling is not None else params.sampling,
         speaker_prompt=voice.speaker_prompt,
         prompt_text=voice.prompt_text,
         consistent=voice.consistent_voice,
         first_chunk=part.first_chunk,
+        refine_only=params.refine_only,
     )
 
 

@@ -47,7 +47,7 @@ from ttsq.inference.base import (
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
-from ttsq.runtime.assembly import JobAudio, part_key, parts_of_key
+from ttsq.runtime.assembly import JobAudio, RefinedChunks, part_key, parts_of_key
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -139,6 +139,8 @@ class _InFlight:
     """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
     keys: list[str] = field(default_factory=list)
     """Its engine requests, one per part with something to speak (:func:`ttsq.runtime.assembly.part_key`)."""
+    refined: RefinedChunks | None = None
+    """A refine job's text, chunk by chunk (None for every job that makes audio)."""
 
     def stream(
         self, piece: Piece, publish: Callable[[Callable[[], Job], asyncio.Queue[Piece | None]], Coroutine[Any, Any, None]]
@@ -389,6 +391,8 @@ class Worker:
                 self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
                 continue
             flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=JobAudio.of(parts))
+            if job.params.refine_only:
+                flight.refined = RefinedChunks()
             if job.isolate:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
@@ -462,6 +466,12 @@ class Worker:
                 continue  # a job that ended already (failed, or left to the sweep)
             if isinstance(event, RequestFailed):
                 self._end(job_id, Failure(event.error))
+                continue
+            if flight.refined is not None:  # a refine job: its chunks are text, stored once all have come
+                flight.refined.add(event.chunk)
+                if flight.refined.complete:
+                    busy_s = time.perf_counter() - flight.claimed_at
+                    self._end(job_id, Synthesised(flight.refined.result(), busy_s=busy_s))
                 continue
             if isinstance(event, PieceReady):
                 released = flight.audio.add_piece(event.chunk, part)

@@ -292,6 +292,16 @@ class Keys:
         """List holding a worker's answer to one encode request (JSON), read by the API request waiting on it."""
         return f"{self.prefix}voice-encoded:{request_id}"
 
+    @property
+    def styles(self) -> str:
+        """Hash of the global styles (every tenant sees them: an admin's catalogue beside the built-in one): name → JSON
+        record (:mod:`ttsq.store.styles`)."""
+        return self.prefix + "styles"
+
+    def tenant_styles(self, owner: str) -> str:
+        """Hash of one tenant's own styles (``owner`` as for :meth:`tenant_voices`): name → JSON record."""
+        return f"{self.prefix}styles:{owner}"
+
 
 class Shards:
     """The queue's ``count`` shards of ``namespace``: where a job goes, and where a job id says it is."""

@@ -1,10 +1,10 @@
 """The API's use cases, one service each: tasks (submit, status, result, cancel), listening (events, audio streams,
-captions), dialogues (lines in several voices as one task), voices (stored, blends, reference), the pronunciation
-dictionary, voice draws, and the operators' (dead letters, readiness). Each has its own small constructor
-(:mod:`.tasks`, :mod:`.listening`, :mod:`.dialogue`, :mod:`.voices`, :mod:`.dictionary`, :mod:`.draws`,
-:mod:`.admin`); what they share (the caller checks, the task-id signer, the
-callers' token buckets, the settings and refusals) is :mod:`.common`. :class:`TTSService` builds them all on one set
-of stores, as ``app.py`` does once per process; each router family reaches its own service through ``deps.py``.
+captions), dialogues (lines in several voices as one task), voices (stored, blends, reference), styles, refining a
+text, the pronunciation dictionary, voice draws, and the operators' (dead letters, readiness). Each has its own small
+constructor (:mod:`.tasks`, :mod:`.listening`, :mod:`.dialogue`, :mod:`.voices`, :mod:`.styles`, :mod:`.refine`,
+:mod:`.dictionary`, :mod:`.draws`, :mod:`.admin`); what they share (the caller checks, the task-id signer, the callers'
+token buckets, the settings and refusals) is :mod:`.common`. :class:`TTSService` builds them all on one set of stores,
+as ``app.py`` does once per process; each router family reaches its own service through ``deps.py``.
 
 Nothing here knows about HTTP, and routers import nothing below ``ttsq.api``: what they name of the layers beneath (a
 job's status, a cancel's outcome, a voice, a stream's format) is re-exported here, in ``__all__``
@@ -30,6 +30,8 @@ from ttsq.api.service.dialogue import DialogueService
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.draws import DrawConfig, DrawLanguage, DrawnVoice, DrawOutcome, DrawService, VoiceDraws
 from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, ListeningService, ServerEvent
+from ttsq.api.service.refine import Refined, RefineService
+from ttsq.api.service.styles import StyleService
 from ttsq.api.service.tasks import Download, Submitted, TaskService, Webhooks, build_params
 from ttsq.api.service.voices import VoiceService
 from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
@@ -50,7 +52,17 @@ from ttsq.domain.output_formats import (
     stored_format,
 )
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
-from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
+from ttsq.domain.sampling import (
+    DEFAULT_SAMPLING,
+    LEVELS,
+    MAX_SPEED,
+    MIN_SPEED,
+    BreakLevel,
+    LaughLevel,
+    OralLevel,
+    SamplingPreset,
+)
+from ttsq.domain.styles import STYLE_NAME, Style, StyleConflict, validate_style_name
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
 from ttsq.store.api_keys import ApiKeyStore
@@ -62,6 +74,7 @@ from ttsq.store.queue import JobQueue
 from ttsq.store.rate_limit import RateLimiter
 from ttsq.store.replies import Cancelled, Requeued
 from ttsq.store.streams import AudioStreams, StreamFailed
+from ttsq.store.styles import StyleRegistry
 from ttsq.store.task_ids import TaskIdSigner
 from ttsq.store.voice_encodings import VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
@@ -112,6 +125,9 @@ __all__ += [
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
 __all__ += ["COMMON_RATES", "TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
+__all__ += ["LEVELS", "STYLE_NAME", "BreakLevel", "LaughLevel", "OralLevel", "SamplingPreset", "Style", "StyleConflict"]
+__all__ += ["validate_style_name"]
+__all__ += ["RefineService", "Refined", "StyleService"]
 __all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
 __all__ += ["ELEVENLABS_PATTERN", "parse_elevenlabs"]
 
@@ -156,6 +172,7 @@ class TTSService:
         (the app's lifespan runs it)."""
         self.voicing = VoiceService(voices, VoiceEncodings(queue.redis, queue.keys, config.block_s), config)
         self.dictionary = DictionaryService(self.common, pronunciation)
+        self.styling = StyleService(StyleRegistry(queue.redis, queue.keys))
         heartbeats = Heartbeats(queue.redis, queue.shards, queue.config.heartbeat_ttl_s, queue.clock)
         workers = WorkerWatch(beating_within(heartbeats, config.no_worker_s), config.no_worker_s)
         self.tasks = TaskService(
@@ -173,7 +190,9 @@ class TTSService:
             on_submit=on_submit,
             webhooks=webhooks,
             monotonic=monotonic,
+            styling=self.styling,
         )
+        self.refining = RefineService(self.tasks, config.refine_wait_s)
         slots = StreamSlots(config.max_streams, config.max_streams_per_key, config.max_streams_per_tenant)
         self.listening = ListeningService(self.tasks, slots)
         self.dialogue = DialogueService(self.tasks, config)

@@ -71,6 +71,8 @@ class ServiceConfig:
     """A waiter on a job while no worker has beaten for this long is told ``no_worker`` (``NO_WORKER_S``; 0: never)."""
     stream_key_recheck_s: float
     """How often a long-poll opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``)."""
+    refine_wait_s: float
+    """How long ``POST /v1/tts/refine`` waits for its refined text before answering with the task to poll (``REFINE_WAIT_S``)."""
     max_dialogue_lines: int
     """Most lines in one dialogue (``MAX_DIALOGUE_LINES``)."""
     max_dialogue_chars: int

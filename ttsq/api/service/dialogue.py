@@ -5,22 +5,27 @@ caller's token, webhooks), so polling, streaming, captions and the cache serve i
 its own is here: the lines read (a list, or a script), every speaker's voice resolved among the voices the caller
 sees (a speaker without one is refused, named), each line's text checked and rewritten by the caller's pronunciation
 dictionary as a submit's text is, the limits (``MAX_DIALOGUE_LINES``, ``MAX_DIALOGUE_CHARS``), and each line's
-sampling: the dialogue's, overridden by the line's own fields.
+sampling: the dialogue's (its ``style`` resolved under its own fields, as a submit's is), overridden by the line's
+style's and then by the line's own fields (:func:`ttsq.domain.sampling.overridden`: the refine levels' rules hold
+per line).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from ttsq.api.auth import Principal
 from ttsq.api.dialogue_schemas import DialogueRequest, overrides
 from ttsq.api.service.common import InvalidInput, ServiceConfig
+from ttsq.api.service.styles import StyleService
 from ttsq.api.service.tasks import Submitted, TaskService
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.dialogue import ScriptError, read_script
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, TTSParams
-from ttsq.domain.sampling import Sampling
+from ttsq.domain.sampling import Sampling, overridden
 from ttsq.domain.segments import Segment, speakable
 from ttsq.domain.text import TextError, spoken_length, validate_text
 from ttsq.domain.voices import Voice
@@ -28,7 +33,7 @@ from ttsq.domain.voices import Voice
 __all__ = ["DialogueService", "Line"]
 
 Line = tuple[str, str, dict[str, Any]]
-"""One line as the use case takes it: speaker, text as sent, and its sampling overrides."""
+"""One line as the use case takes it: speaker, text as sent, and its sampling overrides (its style's beneath its own)."""
 
 
 class DialogueService:
@@ -41,8 +46,16 @@ class DialogueService:
     async def submit(self, body: DialogueRequest, caller: Principal, field: str | None = None) -> Submitted:
         """Queue ``body``'s lines as one task (or answer it from the cache). ``field`` names the lines in refusals
         (``lines``, ``script``; the ElevenLabs route's ``inputs``)."""
+        if body.style is not None:
+            body = await self._styling.applied(body, caller, body.style)
         if body.lines is not None:
-            lines: list[Line] = [(line.speaker, line.text, overrides(line)) for line in body.lines]
+            lines: list[Line] = []
+            for number, line in enumerate(body.lines):
+                own = overrides(line)
+                if line.style is not None:
+                    style = await self._styling.resolve_style(line.style, caller, f"lines.{number}.style")
+                    own = style.beneath(own)
+                lines.append((line.speaker, line.text, own))
         else:
             try:
                 lines = [(speaker, text, {}) for speaker, text in read_script(body.script or "")]
@@ -63,8 +76,7 @@ class DialogueService:
         segments = []
         for number, ((speaker, _, own), text) in enumerate(zip(lines, cleaned, strict=True)):
             voice = voices[speaker]
-            # Validated as one record again: whatever ties the sampling fields together holds for a line's own mix too.
-            sampling = Sampling.model_validate({**dict(body.sampling), **own}) if own else None
+            sampling = self._sampling(body.sampling, own, f"{field}.{number}") if own else None
             segments.append(
                 Segment.model_construct(
                     text=text,
@@ -91,6 +103,23 @@ class DialogueService:
         )
         params.cache_key = cache_key(params, self.config.model_identity, self.tasks.sharing_scope(caller))
         return await self.tasks.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
+
+    @property
+    def _styling(self) -> StyleService:
+        if self.tasks.styling is None:
+            raise InvalidInput("style", "styles are not served here")
+        return self.tasks.styling
+
+    @staticmethod
+    def _sampling(dialogue: Sampling, own: dict[str, Any], name: str) -> Sampling:
+        """A line's sampling: the dialogue's with the line's own over it, validated again as one record (whatever ties
+        the sampling fields together holds for a line's own mix too); a mix that does not hold is refused naming the
+        line."""
+        try:
+            return overridden(dialogue, own)
+        except ValidationError as exc:
+            said = "; ".join(dict.fromkeys(error["msg"] for error in exc.errors()))
+            raise InvalidInput(name, f"this line's sampling with the dialogue's: {said}", own) from exc
 
     async def _voices(self, body: DialogueRequest, speakers: list[str], caller: Principal) -> dict[str, Voice]:
         """Every speaker's voice, resolved among those ``caller`` sees (each named voice once); a speaker without one

@@ -28,6 +28,7 @@ from ttsq.api.service.common import (
 )
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.ssml import SsmlService
+from ttsq.api.service.styles import StyleService
 from ttsq.api.service.voices import VoiceService
 from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
 from ttsq.api.stream_slots import when_over
@@ -70,13 +71,14 @@ def build_params(
     model_identity: str,
     scope: str | None = None,
     first_chunk: int = 0,
+    refine_only: bool = False,
 ) -> TTSParams:
     """A job's parameters from a request: the voice/seed rule and the checks that need settings.
 
     A ``voice`` (already resolved from ``body.voice``) fixes the speaker; a ``seed`` seeds
     sampling and, without a voice, also draws the speaker. With neither, a fresh seed is drawn
     here (and reported) — the only random case. ``scope`` is the caller's sharing scope, part of the
-    cache key (:func:`ttsq.domain.cache_key.cache_key`).
+    cache key (:func:`ttsq.domain.cache_key.cache_key`). ``refine_only``: a refine job (its answer is the refined text).
     """
     try:
         text = validate_text(body.text, max_text_chars)
@@ -108,6 +110,7 @@ def build_params(
         format=body.format,
         deterministic=deterministic,
         first_chunk=first_chunk,
+        refine_only=refine_only,
         **dict(body.sampling),
     )
     params.cache_key = cache_key(params, model_identity, scope)
@@ -151,6 +154,7 @@ class TaskService:
         on_submit: Callable[[SubmitOutcome], None] | None = None,
         webhooks: Webhooks | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        styling: StyleService | None = None,
     ) -> None:
         self.queue = queue
         self.cache = cache
@@ -161,6 +165,8 @@ class TaskService:
         """Rewrites a submit's text by the caller's pronunciation entries before its cache key is made."""
         self.ssml = SsmlService(voicing, dictionary, config)
         """Reads a submit's ``ssml`` into the spans its job's segments say."""
+        self.styling = styling
+        """Where a request's ``style`` is resolved, among the styles its caller sees, into its sampling parameters."""
         self._on_submit = on_submit or (lambda outcome: None)
         self.config = config
         self.listener = listener
@@ -194,12 +200,17 @@ class TaskService:
         *,
         max_text_chars: int | None = None,
         first_chunk: int = 0,
+        refine_only: bool = False,
     ) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
         ``voice`` is ``body.voice`` already resolved (the OpenAI route maps its own names first); ``max_text_chars``
         replaces ``MAX_TEXT_CHARS`` (the OpenAI route's own limit); ``first_chunk`` places the text in a longer one
-        (a realtime session's later sentence: :class:`ttsq.domain.jobs.TTSParams`).
+        (a realtime session's later sentence: :class:`ttsq.domain.jobs.TTSParams`). ``body.style`` is resolved first,
+        its parameters under the body's own (:class:`StyleService`), so the job carries the parameters alone.
+        ``refine_only`` queues a refine job (``POST /v1/tts/refine``): its answer is the caller's own words with the
+        prosody tokens ChatTTS would add, so no pronunciation entry rewrites them (they do when that text is submitted),
+        and it calls no webhook and holds no real-time stream (``STREAM_ADMISSION`` does not refuse it).
         The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
@@ -208,15 +219,20 @@ class TaskService:
         pays before it runs, :meth:`pronounced`) — and raises
         :class:`~ttsq.store.rate_limit.RateLimitExceeded` when the bucket is empty.
         """
+        if body.style is not None:
+            if self.styling is None:
+                raise InvalidInput("style", "styles are not served here", body.style)
+            body = await self.styling.applied(body, caller, body.style)
         if voice is None and body.voice is not None:
             voice = await self.voicing.resolve_voice(body.voice, caller)
+        paid = None
         document = await self.ssml.read(body, caller) if body.ssml is not None else None
         if document is not None:  # its text is the document's, already rewritten and checked span by span
             body, paid = document.body, document.paid
-        else:
+        elif not refine_only:
             body, paid = await self.dictionary.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         scope = self.sharing_scope(caller)
-        params = self.build_params(body, voice, scope, max_text_chars, first_chunk)
+        params = self.build_params(body, voice, scope, max_text_chars, first_chunk, refine_only)
         if document is not None:
             params = document.with_segments(params, self.config.model_identity, scope)
         return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
@@ -232,8 +248,9 @@ class TaskService:
     ) -> Submitted:
         """:meth:`submit` once a request is a job's parameters (its cache key made; a dialogue's too: its use case
         builds them, :mod:`.dialogue`): the cache, single-flight, the queue, the caller's token (``paid``: taken
-        already)."""
-        callback_url = callback_url or (caller.key.callback_url if caller.key is not None else None)
+        already). A refine job (``params.refine_only``) takes no key's default webhook and no stream admission."""
+        if not params.refine_only:
+            callback_url = callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
         signer = await self.signer()
@@ -268,7 +285,7 @@ class TaskService:
                 )
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
-        if self.config.stream_admission == "refuse":
+        if self.config.stream_admission == "refuse" and not params.refine_only:
             await refuse_past_stream_capacity(self.heartbeats)
         result = await self.queue.enqueue(
             signer.new(shard),
@@ -338,12 +355,19 @@ class TaskService:
         scope: str | None = None,
         max_text_chars: int | None = None,
         first_chunk: int = 0,
+        refine_only: bool = False,
     ) -> TTSParams:
-        if body.consistent_voice is None and self.config.consistent_voice:
+        if body.consistent_voice is None and self.config.consistent_voice and not refine_only:
             body = body.model_copy(update={"consistent_voice": True})
         limit = self.config.max_text_chars if max_text_chars is None else max_text_chars
         return build_params(
-            body, voice, max_text_chars=limit, model_identity=self.config.model_identity, scope=scope, first_chunk=first_chunk
+            body,
+            voice,
+            max_text_chars=limit,
+            model_identity=self.config.model_identity,
+            scope=scope,
+            first_chunk=first_chunk,
+            refine_only=refine_only,
         )
 
     # ---- look up ---------------------------------------------------------------------------

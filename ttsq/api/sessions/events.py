@@ -96,6 +96,10 @@ class ContextOptions:
     priority: Priority | None = None
     sampling: Sampling = DEFAULT_SAMPLING
     output: OutputFormat = PCM16
+    style: str | None = None
+    """A style (``/v1/tts/styles``) resolved at each chunk's submit, its parameters under those in :attr:`said`."""
+    said: dict[str, Any] = field(default_factory=dict)
+    """With a style, the sampling fields the client set itself (by their wire names): they override the style's."""
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ from ttsq.api.sessions.events import (
 from ttsq.api.sessions.wire import ConnectionEnded, Frame, problem, read_frame
 from ttsq.domain.jobs import MAX_SEED, Priority
 from ttsq.domain.output_formats import TTSQ_NAMES, TtsqName, UnsupportedFormat, parse_ttsq
-from ttsq.domain.sampling import SAMPLING_FIELDS, SamplingFields
+from ttsq.domain.sampling import overridden
+from ttsq.domain.styles import StyledSampling
 
 __all__ = ["CLOSE_CODES", "ContextStart", "SessionStart", "TtsqProtocol"]
 
@@ -85,8 +86,8 @@ MESSAGE_TYPES = "session.start, context.start, text, flush, keepalive, close or 
 ContextIdField = Field(None, min_length=1, max_length=128, description="A named context's id (none: the default context).")
 
 
-class ContextFields(SamplingFields):
-    """How a context speaks: the sampling fields as on ``/v1/tts/submit``, a voice, a seed, a priority."""
+class ContextFields(StyledSampling):
+    """How a context speaks: the sampling fields and ``style`` as on ``/v1/tts/submit``, a voice, a seed, a priority."""
 
     model_config = REQUEST_MODEL
 
@@ -183,7 +184,9 @@ class TtsqProtocol:
             voice = await opening.voice(start.voice, caller)
         except ValueError as exc:
             raise ConnectionEnded("invalid_session", str(exc)) from None
-        connection.defaults = ContextOptions(voice, start.seed, start.priority, start.sampling, self.output)
+        connection.defaults = ContextOptions(
+            voice, start.seed, start.priority, start.sampling, self.output, style=start.style, said=start.said()
+        )
         return connection
 
     async def handle(self, connection: Connection, message: Mapping[str, Any]) -> None:
@@ -231,9 +234,15 @@ class TtsqProtocol:
             except ValueError as exc:
                 await connection.refuse("invalid_context", str(exc), start.context_id)
                 return
-        chosen = {name: getattr(start if name in given else self.start, name) for name in ("seed", "priority", *SAMPLING_FIELDS)}
-        sampling = SamplingFields.model_validate({name: chosen[name] for name in SAMPLING_FIELDS}).sampling
-        options = ContextOptions(voice, chosen["seed"], chosen["priority"], sampling, self.output)
+        chosen = {name: getattr(start if name in given else self.start, name) for name in ("seed", "priority")}
+        try:  # its own fields over the session's, checked as one record (a level beside refine_text false is refused)
+            sampling = overridden(self.start, start.said())
+        except ValidationError as exc:
+            await connection.refuse("invalid_context", str(exc.errors()[0]["msg"]), start.context_id)
+            return
+        style = start.style if "style" in given else self.start.style
+        said = {**self.start.said(), **start.said()}
+        options = ContextOptions(voice, chosen["seed"], chosen["priority"], sampling, self.output, style=style, said=said)
         await connection.open_context(start.context_id, options)
 
     def render(self, event: Event) -> Sequence[Frame]:

@@ -365,14 +365,17 @@ class ChatTTSEngine:
         """
         if not reqs:
             return
-        if len({batch_key(req, req.voice) for req in reqs}) != 1:
-            raise PermanentError("a batch must share speaker, speed, sampling parameters and language")
+        if len({batch_key(req, req.grouping) for req in reqs}) != 1:
+            raise PermanentError("a batch must share speaker, speed, sampling parameters, language and what it makes")
         first = reqs[0]
         if not 0 <= first.sampling.speed <= 9:  # the tokens ChatTTS has; the API offers 1-9 of them (ttsq.domain.sampling)
             raise PermanentError(f"speed must be between 0 and 9, got {first.sampling.speed}")
         chat = self._loaded_chat()
         lang = detect_language(first.text)
         chunked = [self._split(req, lang) for req in reqs]
+        if first.refine_only:
+            yield from self._refined(chat, chunked, lang, first)
+            return
         firsts = [(owner, 0, chunks[0]) for owner, chunks in enumerate(chunked)]
         rests = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks) if index]
         heard: dict[int, ChunkAudio] = {}
@@ -399,6 +402,31 @@ class ChatTTSEngine:
             if samples.size == 0:
                 log.warning("chunk %d of request %d produced no audio", index, owner)
             yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=samples, text=spoken)
+
+    def _refined(self, chat: Any, chunked: list[list[str]], lang: str, req: SynthesisRequest) -> Iterator[tuple[int, ChunkAudio]]:
+        """Refine-only requests: every chunk of every request refined in one ChatTTS call (``refine_text_only``), each
+        handed out as a chunk without samples whose text is the chunk refined."""
+        import torch
+
+        rows = [(owner, index, text) for owner, chunks in enumerate(chunked) for index, text in enumerate(chunks)]
+        try:
+            with self._lock, torch.inference_mode():
+                torch.manual_seed(req.seed)
+                refined: list[str] = chat.infer(
+                    [text for _, _, text in rows],
+                    lang=lang,
+                    split_text=False,
+                    refine_text_only=True,
+                    do_text_normalization=True,
+                    do_homophone_replacement=True,
+                    params_refine_text=_refine_params(chat, req, self.config.refine_max_new_token),
+                )
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(str(exc)) from exc
+        except Exception as exc:
+            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+        for (owner, index, _), text in zip(rows, refined, strict=True):
+            yield owner, ChunkAudio(index=index, total=len(chunked[owner]), samples=np.zeros(0, dtype=np.float32), text=text)
 
     def _split(self, req: SynthesisRequest, lang: Literal["zh", "en"]) -> list[str]:
         if not req.text.strip():
@@ -461,12 +489,7 @@ class ChatTTSEngine:
                     min_new_token=min_new_token,
                     show_tqdm=False,
                 ),
-                params_refine_text=chat.RefineTextParams(
-                    manual_seed=req.seed,
-                    max_new_token=self.config.refine_max_new_token,
-                    min_new_token=1,
-                    show_tqdm=False,
-                ),
+                params_refine_text=_refine_params(chat, req, self.config.refine_max_new_token),
             )
         return wavs
 
@@ -542,3 +565,11 @@ class ChatTTSEngine:
 
             gc.collect()
             torch.cuda.empty_cache()
+
+
+def _refine_params(chat: Any, req: SynthesisRequest, max_new_token: int) -> Any:
+    """ChatTTS's ``RefineTextParams`` for ``req``, fresh (its defaults are shared mutable objects): the refine prompt of
+    its levels (``[oral_N][laugh_N][break_N]``, or none), its seed, the engine's token cap."""
+    return chat.RefineTextParams(
+        prompt=req.sampling.refine_prompt, manual_seed=req.seed, max_new_token=max_new_token, min_new_token=1, show_tqdm=False
+    )

@@ -1,7 +1,8 @@
 """Batch-at-a-time over ``Engine.synthesize_batch``: how ttsq batched before its own decoder.
 
-One ``Chat.infer`` call takes one speaker and one set of sampling parameters, so the reference
-backend (ChatTTS's own loop) can only batch requests that agree on them (:func:`batch_key`); a
+One ``Chat.infer`` call takes one speaker and one set of sampling parameters (the refine prompt's levels among them),
+and either speaks or only refines, so the reference backend (ChatTTS's own loop) can only batch requests that agree on
+them (:func:`batch_key` of :attr:`SynthesisRequest.grouping`); a
 call runs until its longest row ends, and a request's audio depends on who shared its call. This
 batcher keeps those semantics behind the :class:`~ttsq.inference.base.Batcher` interface, so the
 worker drives every backend the same way: each :meth:`GroupedBatcher.step` takes the oldest
@@ -108,12 +109,12 @@ class GroupedBatcher:
         group = [first]
         if first.alone:
             return group
-        key = batch_key(first.request, first.request.voice)
+        key = batch_key(first.request, first.request.grouping)
         limit = self.slot_limit
         rest: deque[_Queued] = deque()
         while self._queue:
             item = self._queue.popleft()
-            if len(group) < limit and not item.alone and batch_key(item.request, item.request.voice) == key:
+            if len(group) < limit and not item.alone and batch_key(item.request, item.request.grouping) == key:
                 group.append(item)
             else:
                 rest.append(item)

@@ -9,7 +9,8 @@ admitted into the decoder's free slots at every step boundary, whatever their vo
 or request; a row leaves the moment it ends and its slot takes the next waiting row (with none
 waiting, the rows above the free slot move down into it, so a step covers only its rows). Waiting rows
 are served in :mod:`~ttsq.inference.sched.waiting`'s order. A row asking for ``refine_text`` first runs as a text row
-on the same GPT (its own slots), then comes back as an audio row with the refined text.
+on the same GPT (its own slots), its prompt carrying the request's refine levels, then comes back as an audio row with
+the refined text; a refine-only request's rows end there, each chunk's refined text handed out without audio.
 
 With ``overlap`` (two single-thread executors, ranked like the waiting rows), the work that is one
 row's alone runs beside the decode loop instead of inside it: the next rows' prompts are built and
@@ -201,13 +202,14 @@ class Scheduler:
             chunks = [self.rows.normalize(text, lang) for text in self.prepare(request, lang)]
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
-        if request.sampling.refine_text and self.decoders.wants_text():
+        refines = request.sampling.refine_text or request.refine_only
+        if refines and self.decoders.wants_text():
             self.decoders.build_text()
         state = RequestState(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
-        phase: Literal["refine", "code"] = "refine" if request.sampling.refine_text else "code"
+        phase: Literal["refine", "code"] = "refine" if refines else "code"
         for index, chunk in enumerate(chunks):
             row = RowState(state, index, phase, chunk)
             if not state.wait_for_anchor(row):
@@ -315,7 +317,7 @@ class Scheduler:
                     row.text, request.sampling.speed, request.speaker, spoken or request.speaker_prompt, said or request.prompt_text
                 )
             else:
-                prompt = self.rows.text_prompt(row.text)
+                prompt = self.rows.text_prompt(row.text, request.sampling.refine_prompt)
             prompts.append(prompt.embeddings)
         return decoder.prefill_many(prompts)
 
@@ -443,6 +445,9 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - this row's own failure
                 self._fail(request.key, typed(exc), events)
                 return
+            if request.request.refine_only:
+                self._text_ready(row, events)
+                return
             row.phase = "code"
             row.suspect = False
             if not request.wait_for_anchor(row):
@@ -473,6 +478,15 @@ class Scheduler:
         fresh = samples.size - sum(piece.size for piece in row.sent)  # what the pieces did not already bring
         request.played(self.clock(), row.index, fresh / SAMPLE_RATE)
         events.append(ChunkReady(request.key, chunk_audio(row, samples)))
+        if request.done == request.total:
+            del self._requests[request.key]
+
+    def _text_ready(self, row: RowState, events: list[BatchEvent]) -> None:
+        """A refine-only request's row is refined: its chunk is that text, without audio; the request is done with its
+        last chunk."""
+        request = row.request
+        request.done += 1
+        events.append(ChunkReady(request.key, chunk_audio(row, np.zeros(0, dtype=np.float32))))
         if request.done == request.total:
             del self._requests[request.key]
 
