@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
 import draw_api
+import elevenlabs_api
 import openai_api
 import query_api
 import realtime_api
@@ -168,7 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=origins,
             allow_credentials="*" not in origins,  # never credentials with a wildcard
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            allow_headers=["Authorization", "X-API-Key", "xi-api-key", "Content-Type", "X-Request-ID"],
             expose_headers=[
                 "X-Request-ID",
                 "Retry-After",
@@ -198,6 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
+    app.include_router(elevenlabs_api.router)
     app.include_router(realtime_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)

@@ -68,6 +68,10 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/audio/speech"): {"model": "tts-1", "input": "Hostile input.", "voice": "alloy", "speed": 1.0},
     ("post", "/v1/voices/draw"): {"n": 1, "language": "en"},
     ("post", "/v1/admin/pronunciation"): {"kind": "word", "match": "hostile", "replacement": "friendly", "scope": "global"},
+    **{
+        ("post", f"/v1/text-to-speech/{{voice_id}}{tail}"): {"text": "Hostile input.", "seed": 1, "voice_settings": {"speed": 1.0}}
+        for tail in ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
+    },
 }
 """A valid body of every operation that takes one; an operation with a body missing here fails the run."""
 
@@ -367,6 +371,8 @@ def _named(answer: httpx.Response) -> set[str]:
             names |= {str(part) for part in error.get("loc", [])}
     if isinstance(body, dict) and isinstance(body.get("detail"), str) and "Content-Type" in body["detail"]:
         names.add("Content-Type")
+    if isinstance(body, dict) and isinstance(body.get("detail"), dict):  # ElevenLabs' {"detail": {"status", "message"}}
+        names |= {"Content-Type"} if "Content-Type" in str(body["detail"].get("message", "")) else set()
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         if error.get("param"):

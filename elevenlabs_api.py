@@ -1,0 +1,317 @@
+"""ElevenLabs-compatible text to speech: ``POST /v1/text-to-speech/{voice_id}``, ``.../stream``, ``.../with-timestamps``
+and ``.../stream/with-timestamps``.
+
+Point ElevenLabs' clients at ttsq and change nothing else: the SDK (``ElevenLabs(base_url="http://host:8000")``), LiveKit's
+``elevenlabs.TTS(base_url="http://host:8000/v1")`` (its ``synthesize()`` uses ``/stream``), Pipecat's
+``ElevenLabsHttpTTSService(base_url="http://host:8000")`` (``/stream/with-timestamps``). Requests run on the same queue,
+workers, cache, single-flight and limits as the native API, through the same submit; the key comes from ``xi-api-key``
+(what those clients send), or from ttsq's own headers, with the same scopes and tenant rules. As on OpenAI's route the
+answer is the audio itself, sent as each sentence is synthesised.
+
+What maps to what (``voice_id``, ``voice_settings.speed``, ``seed``, ``output_format``) and what is accepted but not
+acted on is :mod:`ttsq.api.elevenlabs`'s, one place for these routes and the WebSocket ones; a request that sent
+options ttsq does not act on is answered with their names in ``X-TTSQ-Ignored-Fields``. Errors have ElevenLabs' body
+(:mod:`ttsq.api.errors`); a ``voice_id`` the caller sees no voice by is ElevenLabs' ``404 voice_not_found``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import AfterValidator
+
+from deps import ElevenLabsGuarded, ElevenLabsStreamCaller, ListeningDep, TasksDep, VoicesDep
+from ttsq.api.auth import Principal
+from ttsq.api.elevenlabs import (
+    ACTED_ON,
+    DEFAULT_OUTPUT_FORMAT,
+    ElevenLabsFormat,
+    TextToSpeechRequest,
+    as_output_format,
+    ignored_options,
+    parse_output_format,
+    sampling_seed,
+)
+from ttsq.api.errors import ELEVENLABS_ERROR_RESPONSES, RATE_LIMIT_HEADERS, elevenlabs_error
+from ttsq.api.schemas import SubmitRequest, task_links
+from ttsq.api.service import (
+    Download,
+    ListeningService,
+    NoWorker,
+    Status,
+    StreamFailed,
+    TaskService,
+    VoiceService,
+    speed_level,
+)
+
+router = APIRouter(prefix="/v1/text-to-speech", tags=["elevenlabs"])
+
+KEYS = (
+    "ElevenLabs' protocol (docs/protocols/elevenlabs.md). The API key in `xi-api-key`, as ElevenLabs' clients send it, or "
+    "in `X-API-Key` or `Authorization: Bearer`, with scope `tts`."
+)
+
+LINE_AUDIO_BYTES = 48_000
+"""At most this much audio in one line of ``/stream/with-timestamps`` (64 KB once base64): aiohttp, which Pipecat's HTTP
+service reads the lines with, refuses a line over 128 KiB (its reader's default high-water mark)."""
+
+
+VoiceId = Annotated[
+    str,
+    Path(
+        description="A ttsq voice the caller sees (docs/voices.md), one of OpenAI's names (`alloy`, ...: each a built-in "
+        "voice), or a blend of them (`zh_female*0.7+narrator*0.3`).",
+        examples=["zh_female"],
+    ),
+]
+def _offered(name: str) -> str:
+    """``output_format`` checked with the other parameters, so that a request wrong in several places hears of each."""
+    parse_output_format(name)
+    return name
+
+
+OutputFormat = Annotated[
+    str,
+    AfterValidator(_offered),
+    Query(
+        description="ElevenLabs' format name: `pcm_24000` (raw PCM16 LE mono at 24 kHz, the jobs' own audio) or `mp3_*` "
+        "(ttsq's MP3, 24 kHz, whatever the name's rate). Default: ElevenLabs' own, `mp3_44100_128`."
+    ),
+]
+EnableLogging = Annotated[bool | None, Query(description="Accepted, not acted on (docs/protocols/elevenlabs.md).")]
+StreamingLatency = Annotated[int | None, Query(ge=0, le=4, description="Accepted, not acted on: audio always streams.")]
+
+
+def _audio_responses(description: str) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "description": description,
+            "content": {"audio/mpeg": {}, "audio/pcm": {}},
+            "headers": {
+                **RATE_LIMIT_HEADERS,
+                "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
+                "X-TTSQ-Ignored-Fields": {"schema": {"type": "string"}, "description": "The options sent and not acted on."},
+            },
+            "links": task_links("$response.header.X-TTSQ-Task-Id"),
+        },
+        **ELEVENLABS_ERROR_RESPONSES,
+    }
+
+
+_TIMED_CHUNK = {
+    "type": "object",
+    "required": ["audio_base64", "alignment", "normalized_alignment"],
+    "properties": {
+        "audio_base64": {"type": "string", "contentEncoding": "base64"},
+        "alignment": {"type": "null", "description": "Always null: ChatTTS gives no character timing."},
+        "normalized_alignment": {"type": "null"},
+    },
+}
+
+
+def _timed_responses(media_type: str, description: str) -> dict[int | str, dict[str, Any]]:
+    responses = _audio_responses(description)
+    responses[200]["content"] = {media_type: {"schema": _TIMED_CHUNK}}
+    return responses
+
+
+async def _speak(
+    voice_id: str,
+    body: TextToSpeechRequest,
+    output_format: str,
+    query: dict[str, Any],
+    tasks: TaskService,
+    voices: VoiceService,
+    caller: Principal,
+) -> tuple[str, ElevenLabsFormat, dict[str, str], bool, Download | None]:
+    """Submit ``body``: its task id, its format, the answer's headers, whether this request is the task's only
+    listener, and the stored result when the cache answered."""
+    fmt = parse_output_format(output_format)  # checked already (OutputFormat)
+    voice = await voices.resolve_any(voice_id, caller, "voice_id")
+    speed = body.voice_settings.speed if body.voice_settings is not None else None
+    native = SubmitRequest(
+        text=body.text,
+        voice=voice.name,
+        seed=None if body.seed is None else sampling_seed(body.seed),
+        format="pcm",  # the jobs' own audio, stored and cached as such; each answer converts it to its format
+        **({} if speed is None else {"speed": speed_level(speed)}),
+    )
+    submitted = await tasks.submit(native, caller, voice)
+    task_id = submitted.answer.task_id
+    headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
+    sent = {**dict(body), **(body.model_extra or {}), **query}
+    ignored = ignored_options(sent, ACTED_ON)
+    if ignored:
+        headers["X-TTSQ-Ignored-Fields"] = ", ".join(ignored)
+    # A cache hit is done at once: its stored PCM is the answer.
+    stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
+    # This request is the only listener of a job it queued: when its client goes away, the job goes too (as OpenAI's).
+    sole = stored is None and not submitted.answer.joined
+    return task_id, fmt, headers, sole, stored
+
+
+async def _once(piece: bytes) -> AsyncIterator[bytes]:
+    yield piece
+
+
+async def _streamed(
+    voice_id: str,
+    body: TextToSpeechRequest,
+    output_format: str,
+    query: dict[str, Any],
+    tasks: TaskService,
+    listening: ListeningService,
+    voices: VoiceService,
+    caller: Principal,
+    request: Request,
+) -> tuple[AsyncIterator[bytes], ElevenLabsFormat, dict[str, str]] | Response:
+    """The request's audio in its format as it is synthesised (each piece as soon as it is final), and the answer's
+    headers; or the error answer when synthesis fails before any audio."""
+    task_id, fmt, headers, sole, stored = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    try:
+        if stored is not None and stored.audio is not None:
+            pcm: AsyncIterator[bytes] = _once(stored.audio)
+        else:
+            await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+            try:
+                started = await listening.started(task_id)  # the answer starts with the first audio
+            except StreamFailed as exc:
+                return elevenlabs_error(500, f"synthesis failed: {exc}", code="synthesis_failed")
+            pcm = listening.audio(task_id, "pcm", started)
+    except NoWorker:
+        if sole:  # nobody is left to hear it: a worker that starts later need not make it
+            await tasks.abandon(task_id, caller)
+        raise
+    audio = as_output_format(pcm, fmt)
+    if sole:
+        audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
+    return audio, fmt, headers
+
+
+@router.post(
+    "/{voice_id}",
+    operation_id="elevenlabs_text_to_speech",
+    responses=_audio_responses("The audio in `output_format`, sent as it is synthesised."),
+    summary="ElevenLabs-compatible text to speech",
+    description=KEYS,
+)
+@router.post(
+    "/{voice_id}/stream",
+    operation_id="elevenlabs_text_to_speech_stream",
+    responses=_audio_responses("The audio in `output_format`, streamed as it is synthesised."),
+    summary="ElevenLabs-compatible text to speech, streamed",
+    description=KEYS,
+)
+async def text_to_speech(
+    voice_id: VoiceId,
+    body: TextToSpeechRequest,
+    tasks: TasksDep,
+    listening: ListeningDep,
+    voices: VoicesDep,
+    caller: ElevenLabsStreamCaller,
+    guard: ElevenLabsGuarded,
+    request: Request,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    enable_logging: EnableLogging = None,
+    optimize_streaming_latency: StreamingLatency = None,
+) -> Response:
+    """Both routes stream: ElevenLabs' ``convert`` and ``stream`` differ in name only, and every client of either reads
+    the body as it comes."""
+    query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
+    found = await _streamed(voice_id, body, output_format, query, tasks, listening, voices, caller, request)
+    if isinstance(found, Response):
+        return found
+    audio, fmt, headers = found
+    return StreamingResponse(guard(audio), media_type=fmt.content_type, headers=headers)
+
+
+def _timed(audio: bytes) -> dict[str, Any]:
+    """One of ElevenLabs' timed audio objects, without timing (ChatTTS gives none)."""
+    return {"audio_base64": base64.b64encode(audio).decode(), "alignment": None, "normalized_alignment": None}
+
+
+@router.post(
+    "/{voice_id}/with-timestamps",
+    operation_id="elevenlabs_text_to_speech_with_timestamps",
+    responses=_timed_responses("application/json", "The whole audio in `output_format`, base64, without alignment."),
+    summary="ElevenLabs-compatible text to speech, as JSON",
+    description=KEYS,
+)
+async def text_to_speech_with_timestamps(
+    voice_id: VoiceId,
+    body: TextToSpeechRequest,
+    tasks: TasksDep,
+    listening: ListeningDep,
+    voices: VoicesDep,
+    caller: ElevenLabsStreamCaller,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    enable_logging: EnableLogging = None,
+    optimize_streaming_latency: StreamingLatency = None,
+) -> Response:
+    """The answer is one JSON object, so it is made once the task has ended: a task that fails is a 500, never a
+    partial audio that reads as the whole."""
+    query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
+    task_id, fmt, headers, sole, stored = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    if stored is None:
+        try:
+            await listening.require_workers()
+        except NoWorker:
+            if sole:
+                await tasks.abandon(task_id, caller)
+            raise
+        stored = await _finished(tasks, task_id, caller)
+    if stored.audio is None:
+        return elevenlabs_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}", code="synthesis_failed")
+    audio = b"".join([piece async for piece in as_output_format(_once(stored.audio), fmt)])
+    return JSONResponse(_timed(audio), headers=headers)
+
+
+async def _lines(audio: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """ElevenLabs' timed stream: one JSON object a line, each at most :data:`LINE_AUDIO_BYTES` of audio."""
+    async for piece in audio:
+        for at in range(0, len(piece), LINE_AUDIO_BYTES):
+            yield json.dumps(_timed(piece[at : at + LINE_AUDIO_BYTES])) + "\n"
+
+
+@router.post(
+    "/{voice_id}/stream/with-timestamps",
+    operation_id="elevenlabs_text_to_speech_stream_with_timestamps",
+    responses=_timed_responses(
+        "application/x-ndjson", "The audio in `output_format` as it is synthesised: JSON objects, one a line, without alignment."
+    ),
+    summary="ElevenLabs-compatible text to speech, streamed as JSON lines",
+    description=KEYS,
+)
+async def text_to_speech_stream_with_timestamps(
+    voice_id: VoiceId,
+    body: TextToSpeechRequest,
+    tasks: TasksDep,
+    listening: ListeningDep,
+    voices: VoicesDep,
+    caller: ElevenLabsStreamCaller,
+    guard: ElevenLabsGuarded,
+    request: Request,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    enable_logging: EnableLogging = None,
+    optimize_streaming_latency: StreamingLatency = None,
+) -> Response:
+    query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
+    found = await _streamed(voice_id, body, output_format, query, tasks, listening, voices, caller, request)
+    if isinstance(found, Response):
+        return found
+    audio, _, headers = found
+    return StreamingResponse(guard(_lines(audio)), media_type="application/x-ndjson", headers=headers)
+
+
+async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
+    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
+    while True:
+        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
+        if download.audio is not None or download.job.status.is_final:
+            return download

@@ -1,0 +1,221 @@
+"""ElevenLabs' text-to-speech protocol in ttsq's terms: the request body, the output formats, the voice settings, the
+seed, and the options ttsq accepts but does not act on — one place for the REST routes (``elevenlabs_api.py``) and the
+WebSocket ones.
+
+ElevenLabs' clients (its SDK, LiveKit's and Pipecat's ElevenLabs services) send the options ElevenLabs' API has; ttsq
+takes each of them, and each either maps onto something ttsq does or is named in :data:`IGNORED_OPTIONS` (and in
+docs/protocols/elevenlabs.md, which a test holds to it) — never silently read as something else:
+
+* ``voice_id`` names a ttsq voice as the OpenAI route's ``voice`` does (a built-in or tenant voice, an OpenAI name, a
+  blend: :meth:`ttsq.api.service.VoiceService.resolve_any`); ElevenLabs' own voice ids mean nothing here and are
+  ElevenLabs' ``404 voice_not_found``, with the names that would do;
+* ``voice_settings.speed`` (a factor, 1.0 = normal) is ChatTTS's ``[speed_N]`` by the factor rule every protocol shares
+  (:func:`ttsq.domain.sampling.speed_level`);
+* ``seed`` (ElevenLabs takes 0 to 2^32 - 1) is ttsq's sampling seed, folded into ttsq's range (:func:`sampling_seed`);
+* ``output_format`` (``mp3_44100_128``, ``pcm_24000``, ...) is :class:`ElevenLabsFormat` (:func:`parse_output_format`);
+* a request that sent options ttsq does not act on is answered with their names (:func:`ignored_options`).
+
+Word alignment: ChatTTS gives no character timing, so every ``alignment`` and ``normalized_alignment`` ttsq sends is
+``null``, which ElevenLabs' protocol allows and every stock client reads as "no timing".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ttsq.api.service import MAX_SEED
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.encoders import STREAM_CONTENT_TYPES, encoded
+
+__all__ = [
+    "ACTED_ON",
+    "DEFAULT_OUTPUT_FORMAT",
+    "IGNORED_OPTIONS",
+    "ElevenLabsFormat",
+    "TextToSpeechRequest",
+    "VoiceSettings",
+    "as_output_format",
+    "ignored_options",
+    "parse_output_format",
+    "sampling_seed",
+]
+
+DEFAULT_OUTPUT_FORMAT = "mp3_44100_128"
+"""ElevenLabs' own default, which its SDK relies on: it sends no ``output_format`` unless the caller names one."""
+
+ELEVENLABS_MAX_SEED = 2**32 - 1
+"""The largest ``seed`` ElevenLabs accepts."""
+
+IGNORED_OPTIONS: dict[str, str] = {
+    "model_id": "one model serves every request (ChatTTS); the name is not checked",
+    "language_code": "ChatTTS reads Chinese and English from the text itself",
+    "voice_settings.stability": "ChatTTS has no stability control; the sampling seed fixes the take",
+    "voice_settings.similarity_boost": "ChatTTS has no similarity control",
+    "voice_settings.style": "ChatTTS has no style control (prosody tokens such as [laugh] go in the text)",
+    "voice_settings.use_speaker_boost": "ChatTTS has no speaker boost",
+    "pronunciation_dictionary_locators": "ttsq has its own pronunciation dictionary (docs/dictionary.md), applied always",
+    "previous_text": "each request is synthesised on its own",
+    "next_text": "each request is synthesised on its own",
+    "previous_request_ids": "each request is synthesised on its own",
+    "next_request_ids": "each request is synthesised on its own",
+    "use_pvc_as_ivc": "ttsq's voices are its own (docs/voices.md)",
+    "apply_text_normalization": "ttsq's workers normalise numbers and symbols as NORMALIZE_TEXT says",
+    "apply_language_text_normalization": "ttsq's workers normalise numbers and symbols as NORMALIZE_TEXT says",
+    "audio_effects": "no effects are applied",
+    "enable_logging": "ttsq logs as its LOG_LEVEL says, never the text",
+    "optimize_streaming_latency": "audio streams as each sentence is synthesised, always",
+}
+"""Every option of ElevenLabs' text-to-speech requests that ttsq accepts and does not act on, with the reason. A body
+field is named as sent (``voice_settings.`` for the settings' members); query parameters by their own names."""
+
+
+class VoiceSettings(BaseModel):
+    """ElevenLabs' ``voice_settings``: only ``speed`` is honoured; the others are :data:`IGNORED_OPTIONS`."""
+
+    # Strict as every request body; ElevenLabs may add settings, and its clients send them: unknown ones pass, and are
+    # named among the ignored fields.
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    stability: float | None = None
+    similarity_boost: float | None = None
+    style: float | None = None
+    use_speaker_boost: bool | None = None
+    speed: float | None = Field(
+        None,
+        ge=0.25,
+        le=4.0,
+        description="A factor (1.0 = normal; ElevenLabs takes 0.7-1.2, ttsq 0.25-4.0), mapped onto ChatTTS's speed 1-9 "
+        "as every protocol's factor is (1.0 → 5, each doubling two steps: `speed_level`).",
+    )
+
+
+MAX_NAMED_OPTIONS = 20
+"""How many ignored options :func:`ignored_options` names; the rest are counted."""
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class TextToSpeechRequest(BaseModel):
+    """ElevenLabs' text-to-speech body. ``text``, ``seed`` and ``voice_settings.speed`` are acted on (:data:`ACTED_ON`);
+    every other field of ElevenLabs' is accepted and not acted on (:data:`IGNORED_OPTIONS`), and so is any field
+    ElevenLabs adds later; the answer names them in ``X-TTSQ-Ignored-Fields``."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    text: str = Field(
+        description="Text to speak, checked as `text` on /v1/tts/submit (MAX_TEXT_CHARS), synthesised in sentence chunks.",
+        examples=["Hello from ttsq."],
+        json_schema_extra={"minLength": 1},  # "" is refused by the text check, with its own message
+    )
+    voice_settings: VoiceSettings | None = None
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=ELEVENLABS_MAX_SEED,
+        description="The sampling seed (ttsq's `seed`; above 2^31 - 1 it is folded into ttsq's range). Default: the "
+        "voice's fixed sampling seed, so the same text and voice give the same audio.",
+    )
+    model_id: str | None = None
+    language_code: str | None = None
+    pronunciation_dictionary_locators: list[Any] | None = None
+    previous_text: str | None = None
+    next_text: str | None = None
+    previous_request_ids: list[str] | None = None
+    next_request_ids: list[str] | None = None
+    use_pvc_as_ivc: bool | None = None
+    apply_text_normalization: str | None = None
+    apply_language_text_normalization: bool | None = None
+    audio_effects: Any = None
+
+
+ACTED_ON = frozenset({"text", "voice_settings", "seed"})
+"""The body's fields ttsq acts on (``voice_settings`` for its ``speed``)."""
+
+
+def ignored_options(sent: Mapping[str, Any], declared: frozenset[str] = frozenset()) -> list[str]:
+    """The names of what a request ``sent`` (its body's or query's fields, ``voice_settings`` as a mapping or a
+    :class:`VoiceSettings`) that ttsq does not act on: the :data:`IGNORED_OPTIONS` ones it sent with a value, and any field
+    outside ``declared`` (the fields the route acts on). Sorted; a name that is not a plain identifier (ASCII letters,
+    digits, ``_.-``, at most 64) is ``(unnamed)``; past :data:`MAX_NAMED_OPTIONS`, the last says how many more."""
+    names: list[str] = []
+    for name, value in sent.items():
+        if value is None:
+            continue
+        if name == "voice_settings":
+            settings = value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
+            if isinstance(settings, Mapping):
+                names += [f"voice_settings.{key}" for key, member in settings.items() if member is not None and key != "speed"]
+            continue
+        if name in IGNORED_OPTIONS or name not in declared:
+            names.append(name)
+    shown = sorted({name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in names})
+    if len(shown) > MAX_NAMED_OPTIONS:
+        return [*shown[:MAX_NAMED_OPTIONS], f"and {len(shown) - MAX_NAMED_OPTIONS} more"]
+    return shown
+
+
+def sampling_seed(seed: int) -> int:
+    """ElevenLabs' ``seed`` (0 to 2^32 - 1) as ttsq's sampling seed (0 to 2^31 - 1): itself where it fits, else folded
+    (modulo 2^31). The same ElevenLabs seed always gives the same ttsq seed, which is all a seed promises."""
+    return seed % (MAX_SEED + 1)
+
+
+Codec = Literal["pcm", "mp3"]
+
+
+@dataclass(frozen=True)
+class ElevenLabsFormat:
+    """One of ElevenLabs' ``output_format`` values, as this server produces it from the 24 kHz PCM16 a job streams."""
+
+    name: str
+    codec: Codec
+    sample_rate: int
+    """The rate of the audio as sent."""
+    content_type: str
+
+
+_MP3_NAMES = frozenset(
+    {"mp3_22050_32", "mp3_24000_48", "mp3_44100", "mp3_44100_32", "mp3_44100_64", "mp3_44100_96", "mp3_44100_128", "mp3_44100_192"}
+)
+_KNOWN_NAMES = _MP3_NAMES | {
+    *(f"pcm_{rate}" for rate in (8000, 16000, 22050, 24000, 32000, 44100, 48000)),
+    *(f"wav_{rate}" for rate in (8000, 16000, 22050, 24000, 32000, 44100, 48000)),
+    *(f"opus_48000_{kbps}" for kbps in (32, 64, 96, 128, 192)),
+    "ulaw_8000",
+    "alaw_8000",
+}
+"""ElevenLabs' ``output_format`` values (its SDK's list, and LiveKit's bare ``mp3_44100``)."""
+
+SUPPORTED_FORMATS = ("pcm_24000", *sorted(_MP3_NAMES))
+
+
+def parse_output_format(name: str) -> ElevenLabsFormat:
+    """``name`` as this server produces it, or ValueError with a sentence naming what it offers.
+
+    ``pcm_24000`` is the jobs' own audio. Every ``mp3_*`` is ttsq's MP3 (MPEG-2 layer III at 24 kHz, 48 kbit/s:
+    :mod:`ttsq.domain.encoders`), which every MP3 decoder reads whatever rate the name says. ElevenLabs' other formats
+    (other PCM rates, µ-law, A-law, Opus, WAV) are refused by name until ttsq resamples.
+    """
+    if name == "pcm_24000":
+        return ElevenLabsFormat(name, "pcm", SAMPLE_RATE, STREAM_CONTENT_TYPES["pcm"])
+    if name in _MP3_NAMES:
+        return ElevenLabsFormat(name, "mp3", SAMPLE_RATE, STREAM_CONTENT_TYPES["mp3"])
+    offered = ", ".join(SUPPORTED_FORMATS)
+    if name in _KNOWN_NAMES:
+        raise ValueError(f"output_format {name!r} is not offered by this server; use one of: {offered}")
+    raise ValueError(f"{name[:100]!r} is not an ElevenLabs output_format; use one of: {offered}")
+
+
+async def as_output_format(pcm: AsyncIterable[bytes], fmt: ElevenLabsFormat) -> AsyncIterator[bytes]:
+    """A job's PCM16 pieces (24 kHz, mono) in ``fmt``, each piece's bytes as soon as they are final: everything yielded,
+    joined, is one stream of ``fmt`` (an error from ``pcm`` propagates after what was ready)."""
+    if fmt.codec == "pcm":
+        async for piece in pcm:
+            yield piece
+        return
+    async for piece in encoded(pcm, fmt.codec, SAMPLE_RATE):
+        yield piece
