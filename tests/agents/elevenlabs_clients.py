@@ -7,6 +7,8 @@
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py livekit-synthesize ROOT KEY VOICE OUT_DIR TEXT
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py livekit-refusals ROOT KEY VOICE
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py pipecat-http ROOT KEY VOICE OUT_DIR PIECE...
+    var/agents-venv/bin/python tests/agents/elevenlabs_clients.py livekit-streams ROOT KEY VOICE OUT_DIR
+    var/agents-venv/bin/python tests/agents/elevenlabs_clients.py pipecat-ws ROOT KEY VOICE OUT_DIR
 
 ``ROOT`` is the server's root URL (``http://127.0.0.1:PORT``): each client is given it as its own documentation says
 (the SDK and Pipecat: ``base_url=ROOT``; LiveKit: ``base_url=ROOT + "/v1"``). Each call's audio is written to ``OUT_DIR/<call>.bin``
@@ -172,8 +174,166 @@ async def _pipecat_http(root: str, key: str, voice: str, out: Path, pieces: list
     return found
 
 
+LIVEKIT_SENTENCES = [
+    "Hello there, this is the first sentence of the answer. ",
+    "And here is a second sentence, streamed word by word. ",
+]
+"""What the LiveKit streams say, a word at a time; each sentence is 20 characters or more, so LiveKit's tokenizer sends
+each as it is (it merges shorter ones into a neighbour)."""
+
+
+async def _livekit_stream(tts: Any, out: Path, call: str, close_after_first_audio: bool = False) -> dict[str, Any]:
+    """One ``tts.stream()`` fed :data:`LIVEKIT_SENTENCES` a word at a time at an LLM's pace; ``close_after_first_audio``:
+    ``aclose()`` it once its first audio came (an agent interrupted)."""
+    stream = tts.stream()
+    started = time.perf_counter()
+    found: dict[str, Any] = {"call": call, "bytes": 0, "first_chunk_s": None, "input_ended_s": None, "sample_rate": None}
+    found["error"] = None
+    audio = bytearray()
+
+    async def write() -> None:
+        for sentence in LIVEKIT_SENTENCES:
+            for word in sentence.split():
+                stream.push_text(word + " ")
+                await asyncio.sleep(0.02)
+        stream.end_input()
+        found["input_ended_s"] = time.perf_counter() - started
+
+    writer = asyncio.create_task(write())
+    try:
+        async for event in stream:
+            if found["first_chunk_s"] is None:
+                found["first_chunk_s"] = time.perf_counter() - started
+                found["sample_rate"] = event.frame.sample_rate
+            audio += bytes(event.frame.data)
+            if close_after_first_audio:
+                break
+    except Exception as exc:  # noqa: BLE001 - what the stock client raises is what the test looks at
+        found["error"] = _described(exc)
+    writer.cancel()
+    await stream.aclose()
+    found["bytes"] = len(audio)
+    (out / f"{call}.bin").write_bytes(bytes(audio))
+    return found
+
+
+def livekit_streams(root: str, key: str, voice: str, out: Path) -> list[dict[str, Any]]:
+    """LiveKit's ``stream()`` (``multi-stream-input``): two streams at once on its one pooled socket, the second closed
+    after its first audio, then a third on the same socket."""
+
+    async def run() -> list[dict[str, Any]]:
+        import aiohttp
+        from livekit.plugins import elevenlabs
+
+        async with aiohttp.ClientSession() as session:
+            tts = elevenlabs.TTS(base_url=f"{root}/v1", api_key=key, voice_id=voice, encoding="pcm_24000", http_session=session)
+            both = await asyncio.gather(
+                _livekit_stream(tts, out, "stream_1"), _livekit_stream(tts, out, "stream_2_closed_early", True)
+            )
+            third = await _livekit_stream(tts, out, "stream_3")
+            await tts.aclose()
+        return [*both, third]
+
+    return asyncio.run(run())
+
+
+PIPECAT_TURNS = [
+    "Hello there, this is the first turn of the answer. It will be interrupted before it ends.",
+    "This is the second turn. It plays to the very end without interruption.",
+]
+"""What the Pipecat pipeline's LLM says, a token at a time: turn 1 is interrupted once its first audio came."""
+
+
+async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, Any]:
+    from pipecat.frames.frames import (
+        EndFrame,
+        ErrorFrame,
+        Frame,
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+        TTSStoppedFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.runner import PipelineRunner
+    from pipecat.pipeline.task import PipelineParams, PipelineTask
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+
+    found: dict[str, Any] = {"call": "pipecat_ws", "errors": [], "sample_rate": None, "turns": []}
+    turns = [{"bytes": 0, "first_chunk_s": None, "input_ended_s": None, "started": 0.0} for _ in PIPECAT_TURNS]
+    audio = [bytearray() for _ in PIPECAT_TURNS]
+    current = 0
+    first_audio, turn_2_stopped = asyncio.Event(), asyncio.Event()
+
+    class Collector(FrameProcessor):  # type: ignore[misc]  # before the service: its errors; after it: what is played
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            turn = turns[current]
+            if isinstance(frame, TTSAudioRawFrame):
+                if turn["first_chunk_s"] is None:
+                    turn["first_chunk_s"] = time.perf_counter() - turn["started"]
+                audio[current].extend(frame.audio)
+                found["sample_rate"] = frame.sample_rate
+                first_audio.set()
+            elif isinstance(frame, ErrorFrame):
+                found["errors"].append(str(frame.error)[:500])
+            elif isinstance(frame, TTSStoppedFrame) and current == 1:
+                turn_2_stopped.set()
+            await self.push_frame(frame, direction)
+
+    ws_root = root.replace("http://", "ws://", 1)
+    tts = ElevenLabsTTSService(api_key=key, url=ws_root, settings=ElevenLabsTTSService.Settings(voice=voice))
+    task = PipelineTask(Pipeline([Collector(), tts, Collector()]), params=PipelineParams(audio_out_sample_rate=24_000))
+
+    async def llm(index: int, interrupt: bool) -> None:
+        nonlocal current
+        current = index
+        turns[index]["started"] = time.perf_counter()
+        await task.queue_frame(LLMFullResponseStartFrame())
+        for word in PIPECAT_TURNS[index].split():
+            if interrupt and first_audio.is_set():
+                break
+            await task.queue_frame(LLMTextFrame(word + " "))
+            await asyncio.sleep(0.03)  # an LLM's pace
+        turns[index]["input_ended_s"] = time.perf_counter() - turns[index]["started"]
+        if interrupt:
+            await asyncio.wait_for(first_audio.wait(), 30)
+            await task.queue_frame(InterruptionFrame())  # the user barged in
+            return
+        await task.queue_frame(LLMFullResponseEndFrame())
+
+    async def script() -> None:
+        await asyncio.sleep(0.5)  # the service connects on the StartFrame
+        await llm(0, interrupt=True)
+        await llm(1, interrupt=False)
+        await asyncio.wait_for(turn_2_stopped.wait(), 60)
+        await task.queue_frame(EndFrame())
+
+    running = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+    try:
+        await script()
+    except TimeoutError:
+        found["errors"].append("driver: a turn's audio or its end did not come within its wait")
+        await task.cancel()
+    await asyncio.wait_for(running, 60)
+    for index, turn in enumerate(turns):
+        turn.pop("started")
+        turn["bytes"] = len(audio[index])
+        (out / f"pipecat_turn_{index + 1}.bin").write_bytes(bytes(audio[index]))
+    found["turns"] = turns
+    return found
+
+
 def main(argv: list[str]) -> None:
     mode, root, key, voice, *rest = argv[1:]
+    if mode.startswith("pipecat"):
+        from loguru import logger  # Pipecat logs every frame at DEBUG
+
+        logger.remove()
+        logger.add(sys.stderr, level="WARNING")
     if mode == "sdk":
         found = sdk(root, key, voice, Path(rest[0]), rest[1], rest[2])
     elif mode == "sdk-default":
@@ -184,6 +344,10 @@ def main(argv: list[str]) -> None:
         found = livekit_synthesize(root, key, voice, Path(rest[0]), rest[1])
     elif mode == "pipecat-http":
         found = [asyncio.run(_pipecat_http(root, key, voice, Path(rest[0]), rest[1:]))]
+    elif mode == "livekit-streams":
+        found = livekit_streams(root, key, voice, Path(rest[0]))
+    elif mode == "pipecat-ws":
+        found = [asyncio.run(_pipecat_ws(root, key, voice, Path(rest[0])))]
     elif mode == "livekit-refusals":
         found = livekit_refusals(root, key, voice)
     else:
