@@ -263,7 +263,9 @@ async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, A
     from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
 
     found: dict[str, Any] = {"call": "pipecat_ws", "errors": [], "sample_rate": None, "turns": []}
-    turns = [{"bytes": 0, "first_chunk_s": None, "input_ended_s": None, "started": 0.0} for _ in PIPECAT_TURNS]
+    turns: list[dict[str, Any]] = [
+        {"bytes": 0, "first_chunk_s": None, "input_ended_s": None, "started": 0.0} for _ in PIPECAT_TURNS
+    ]
     audio = [bytearray() for _ in PIPECAT_TURNS]
     current = 0
     first_audio, turn_2_stopped = asyncio.Event(), asyncio.Event()
