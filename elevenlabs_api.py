@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -30,9 +31,8 @@ from ttsq.api.auth import Principal
 from ttsq.api.elevenlabs import (
     ACTED_ON,
     DEFAULT_OUTPUT_FORMAT,
-    ElevenLabsFormat,
+    OutputFormat,
     TextToSpeechRequest,
-    as_output_format,
     ignored_options,
     parse_output_format,
     sampling_seed,
@@ -61,7 +61,6 @@ LINE_AUDIO_BYTES = 48_000
 """At most this much audio in one line of ``/stream/with-timestamps`` (64 KB once base64): aiohttp, which Pipecat's HTTP
 service reads the lines with, refuses a line over 128 KiB (its reader's default high-water mark)."""
 
-
 VoiceId = Annotated[
     str,
     Path(
@@ -70,29 +69,33 @@ VoiceId = Annotated[
         examples=["zh_female"],
     ),
 ]
+
+
 def _offered(name: str) -> str:
     """``output_format`` checked with the other parameters, so that a request wrong in several places hears of each."""
     parse_output_format(name)
     return name
 
 
-OutputFormat = Annotated[
+OutputFormatName = Annotated[
     str,
     AfterValidator(_offered),
     Query(
-        description="ElevenLabs' format name: `pcm_24000` (raw PCM16 LE mono at 24 kHz, the jobs' own audio) or `mp3_*` "
-        "(ttsq's MP3, 24 kHz, whatever the name's rate). Default: ElevenLabs' own, `mp3_44100_128`."
+        description="ElevenLabs' format name: `pcm_8000` ... `pcm_48000` (raw PCM16 LE mono; `pcm_24000` is the jobs' own "
+        "audio), `ulaw_8000`, `alaw_8000`, `wav_<rate>`, `mp3_<rate>_<kbps>`, `opus_48000_<kbps>`. Default: ElevenLabs' "
+        "own, `mp3_44100_128`."
     ),
 ]
 EnableLogging = Annotated[bool | None, Query(description="Accepted, not acted on (docs/protocols/elevenlabs.md).")]
 StreamingLatency = Annotated[int | None, Query(ge=0, le=4, description="Accepted, not acted on: audio always streams.")]
+_AUDIO_TYPES = ("audio/pcm", "audio/basic", "audio/x-alaw-basic", "audio/wav", "audio/mpeg", "audio/ogg; codecs=opus")
 
 
 def _audio_responses(description: str) -> dict[int | str, dict[str, Any]]:
     return {
         200: {
             "description": description,
-            "content": {"audio/mpeg": {}, "audio/pcm": {}},
+            "content": {media_type: {} for media_type in _AUDIO_TYPES},
             "headers": {
                 **RATE_LIMIT_HEADERS,
                 "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
@@ -121,6 +124,18 @@ def _timed_responses(media_type: str, description: str) -> dict[int | str, dict[
     return responses
 
 
+@dataclass(frozen=True)
+class _Spoken:
+    """A request submitted: its task, its format, its answer's headers, whether it is the task's only listener, and
+    the stored result when the cache answered."""
+
+    task_id: str
+    fmt: OutputFormat
+    headers: dict[str, str]
+    sole: bool
+    stored: Download | None
+
+
 async def _speak(
     voice_id: str,
     body: TextToSpeechRequest,
@@ -129,83 +144,88 @@ async def _speak(
     tasks: TaskService,
     voices: VoiceService,
     caller: Principal,
-) -> tuple[str, ElevenLabsFormat, dict[str, str], bool, Download | None]:
-    """Submit ``body``: its task id, its format, the answer's headers, whether this request is the task's only
-    listener, and the stored result when the cache answered."""
-    fmt = parse_output_format(output_format)  # checked already (OutputFormat)
+) -> _Spoken:
+    fmt = parse_output_format(output_format)  # checked already (OutputFormatName)
     voice = await voices.resolve_any(voice_id, caller, "voice_id")
     speed = body.voice_settings.speed if body.voice_settings is not None else None
     native = SubmitRequest(
         text=body.text,
         voice=voice.name,
         seed=None if body.seed is None else sampling_seed(body.seed),
-        format="pcm",  # the jobs' own audio, stored and cached as such; each answer converts it to its format
+        # The jobs' own audio, stored and cached as such (lossless): each answer converts it into its own format.
+        format="pcm",
         **({} if speed is None else {"speed": speed_level(speed)}),
     )
     submitted = await tasks.submit(native, caller, voice)
     task_id = submitted.answer.task_id
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
-    sent = {**dict(body), **(body.model_extra or {}), **query}
-    ignored = ignored_options(sent, ACTED_ON)
+    ignored = ignored_options({**dict(body), **(body.model_extra or {}), **query}, ACTED_ON)
     if ignored:
         headers["X-TTSQ-Ignored-Fields"] = ", ".join(ignored)
-    # A cache hit is done at once: its stored PCM is the answer.
+    # A cache hit is done at once: its stored PCM is the answer, converted.
     stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (as OpenAI's).
-    sole = stored is None and not submitted.answer.joined
-    return task_id, fmt, headers, sole, stored
+    return _Spoken(task_id, fmt, headers, stored is None and not submitted.answer.joined, stored)
 
 
 async def _once(piece: bytes) -> AsyncIterator[bytes]:
     yield piece
 
 
-async def _streamed(
-    voice_id: str,
-    body: TextToSpeechRequest,
-    output_format: str,
-    query: dict[str, Any],
-    tasks: TaskService,
-    listening: ListeningService,
-    voices: VoiceService,
-    caller: Principal,
-    request: Request,
-) -> tuple[AsyncIterator[bytes], ElevenLabsFormat, dict[str, str]] | Response:
-    """The request's audio in its format as it is synthesised (each piece as soon as it is final), and the answer's
-    headers; or the error answer when synthesis fails before any audio."""
-    task_id, fmt, headers, sole, stored = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+async def _audio(
+    spoken: _Spoken, tasks: TaskService, listening: ListeningService, caller: Principal, request: Request
+) -> AsyncIterator[bytes] | Response:
+    """The request's audio in its format as it is synthesised, each piece as soon as it is final; or the error answer
+    when synthesis fails before any audio."""
+    task_id, fmt = spoken.task_id, spoken.fmt
+    if spoken.stored is not None and spoken.stored.audio is not None:
+        return _once(await listening.stored(spoken.stored.job, spoken.stored.audio, fmt))
     try:
-        if stored is not None and stored.audio is not None:
-            pcm: AsyncIterator[bytes] = _once(stored.audio)
-        else:
-            await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
-            try:
-                started = await listening.started(task_id)  # the answer starts with the first audio
-            except StreamFailed as exc:
-                return elevenlabs_error(500, f"synthesis failed: {exc}", code="synthesis_failed")
-            pcm = listening.audio(task_id, "pcm", started)
+        await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
+        started = await listening.started(task_id)  # the answer starts with the first audio
+    except StreamFailed as exc:
+        return elevenlabs_error(500, f"synthesis failed: {exc}", code="synthesis_failed")
     except NoWorker:
-        if sole:  # nobody is left to hear it: a worker that starts later need not make it
+        if spoken.sole:  # nobody is left to hear it: a worker that starts later need not make it
             await tasks.abandon(task_id, caller)
         raise
-    audio = as_output_format(pcm, fmt)
-    if sole:
+    audio = listening.audio(task_id, fmt, started)
+    if spoken.sole:
         audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
-    return audio, fmt, headers
+    return audio
+
+
+async def _whole(spoken: _Spoken, tasks: TaskService, listening: ListeningService, caller: Principal) -> bytes | Response:
+    """The request's whole audio in its format, once its task has ended (a failure is a 500, never part of the audio)."""
+    stored = spoken.stored
+    if stored is None:
+        try:
+            await listening.require_workers()
+        except NoWorker:
+            if spoken.sole:
+                await tasks.abandon(spoken.task_id, caller)
+            raise
+        stored = await _finished(tasks, spoken.task_id, caller)
+    if stored.audio is None:
+        return elevenlabs_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}", code="synthesis_failed")
+    return await listening.stored(stored.job, stored.audio, spoken.fmt)
+
+
+async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
+    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
+    while True:
+        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
+        if download.audio is not None or download.job.status.is_final:
+            return download
 
 
 @router.post(
     "/{voice_id}",
     operation_id="elevenlabs_text_to_speech",
-    responses=_audio_responses("The audio in `output_format`, sent as it is synthesised."),
+    responses=_audio_responses(
+        "The audio in `output_format`, sent as it is synthesised (WAV: the finished file, whose header states its sizes)."
+    ),
     summary="ElevenLabs-compatible text to speech",
-    description=KEYS,
-)
-@router.post(
-    "/{voice_id}/stream",
-    operation_id="elevenlabs_text_to_speech_stream",
-    responses=_audio_responses("The audio in `output_format`, streamed as it is synthesised."),
-    summary="ElevenLabs-compatible text to speech, streamed",
     description=KEYS,
 )
 async def text_to_speech(
@@ -217,18 +237,52 @@ async def text_to_speech(
     caller: ElevenLabsStreamCaller,
     guard: ElevenLabsGuarded,
     request: Request,
-    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
     optimize_streaming_latency: StreamingLatency = None,
 ) -> Response:
-    """Both routes stream: ElevenLabs' ``convert`` and ``stream`` differ in name only, and every client of either reads
-    the body as it comes."""
+    """Streamed as ``/stream`` is (every client of either reads the body as it comes), but for WAV: a RIFF header states
+    its sizes, and a streamed one can only say 0xFFFFFFFF (which Python's ``wave`` reads as 2^31 frames), so a WAV
+    answer here is the finished file; ``/stream`` sends the open-ended one."""
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    found = await _streamed(voice_id, body, output_format, query, tasks, listening, voices, caller, request)
-    if isinstance(found, Response):
-        return found
-    audio, fmt, headers = found
-    return StreamingResponse(guard(audio), media_type=fmt.content_type, headers=headers)
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    if spoken.fmt.wav:
+        whole = await _whole(spoken, tasks, listening, caller)
+        if isinstance(whole, Response):
+            return whole
+        return Response(whole, media_type=spoken.fmt.content_type, headers=spoken.headers)
+    audio = await _audio(spoken, tasks, listening, caller, request)
+    if isinstance(audio, Response):
+        return audio
+    return StreamingResponse(guard(audio), media_type=spoken.fmt.content_type, headers=spoken.headers)
+
+
+@router.post(
+    "/{voice_id}/stream",
+    operation_id="elevenlabs_text_to_speech_stream",
+    responses=_audio_responses("The audio in `output_format`, streamed as it is synthesised (WAV with an open-ended header)."),
+    summary="ElevenLabs-compatible text to speech, streamed",
+    description=KEYS,
+)
+async def text_to_speech_stream(
+    voice_id: VoiceId,
+    body: TextToSpeechRequest,
+    tasks: TasksDep,
+    listening: ListeningDep,
+    voices: VoicesDep,
+    caller: ElevenLabsStreamCaller,
+    guard: ElevenLabsGuarded,
+    request: Request,
+    output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
+    enable_logging: EnableLogging = None,
+    optimize_streaming_latency: StreamingLatency = None,
+) -> Response:
+    query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    audio = await _audio(spoken, tasks, listening, caller, request)
+    if isinstance(audio, Response):
+        return audio
+    return StreamingResponse(guard(audio), media_type=spoken.fmt.content_type, headers=spoken.headers)
 
 
 def _timed(audio: bytes) -> dict[str, Any]:
@@ -250,26 +304,18 @@ async def text_to_speech_with_timestamps(
     listening: ListeningDep,
     voices: VoicesDep,
     caller: ElevenLabsStreamCaller,
-    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
     optimize_streaming_latency: StreamingLatency = None,
 ) -> Response:
     """The answer is one JSON object, so it is made once the task has ended: a task that fails is a 500, never a
     partial audio that reads as the whole."""
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    task_id, fmt, headers, sole, stored = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
-    if stored is None:
-        try:
-            await listening.require_workers()
-        except NoWorker:
-            if sole:
-                await tasks.abandon(task_id, caller)
-            raise
-        stored = await _finished(tasks, task_id, caller)
-    if stored.audio is None:
-        return elevenlabs_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}", code="synthesis_failed")
-    audio = b"".join([piece async for piece in as_output_format(_once(stored.audio), fmt)])
-    return JSONResponse(_timed(audio), headers=headers)
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    whole = await _whole(spoken, tasks, listening, caller)
+    if isinstance(whole, Response):
+        return whole
+    return JSONResponse(_timed(whole), headers=spoken.headers)
 
 
 async def _lines(audio: AsyncIterator[bytes]) -> AsyncIterator[str]:
@@ -297,21 +343,13 @@ async def text_to_speech_stream_with_timestamps(
     caller: ElevenLabsStreamCaller,
     guard: ElevenLabsGuarded,
     request: Request,
-    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+    output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
     optimize_streaming_latency: StreamingLatency = None,
 ) -> Response:
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    found = await _streamed(voice_id, body, output_format, query, tasks, listening, voices, caller, request)
-    if isinstance(found, Response):
-        return found
-    audio, _, headers = found
-    return StreamingResponse(guard(_lines(audio)), media_type="application/x-ndjson", headers=headers)
-
-
-async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
-    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
-    while True:
-        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
-        if download.audio is not None or download.job.status.is_final:
-            return download
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    audio = await _audio(spoken, tasks, listening, caller, request)
+    if isinstance(audio, Response):
+        return audio
+    return StreamingResponse(guard(_lines(audio)), media_type="application/x-ndjson", headers=spoken.headers)

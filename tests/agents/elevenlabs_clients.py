@@ -1,8 +1,7 @@
 """ElevenLabs' stock clients, unmodified but for base URL and key, run in the frameworks' virtual environment
 (``scripts/install_agent_clients.sh``: var/agents-venv) by tests/e2e/test_elevenlabs_clients.py.
 
-    var/agents-venv/bin/python tests/agents/elevenlabs_clients.py sdk ROOT KEY VOICE OUT_DIR FORMAT TEXT
-    var/agents-venv/bin/python tests/agents/elevenlabs_clients.py sdk-default ROOT KEY VOICE OUT_DIR TEXT
+    var/agents-venv/bin/python tests/agents/elevenlabs_clients.py sdk ROOT KEY VOICE OUT_DIR FORMAT TEXT  (FORMAT "": none sent)
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py sdk-refusals ROOT KEY VOICE
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py livekit-synthesize ROOT KEY VOICE OUT_DIR TEXT
     var/agents-venv/bin/python tests/agents/elevenlabs_clients.py livekit-refusals ROOT KEY VOICE
@@ -93,7 +92,7 @@ def sdk_refusals(root: str, key: str, voice: str) -> list[dict[str, Any]]:
     return [
         _timed(None, "bad_key", lambda: bad.text_to_speech.convert(voice, text="Hello.", output_format="pcm_24000")),
         _timed(None, "unknown_voice", lambda: good.text_to_speech.convert("21m00Tcm4TlvDq8EDAcm", text="Hello.")),
-        _timed(None, "unsupported_format", lambda: good.text_to_speech.stream(voice, text="Hello.", output_format="ulaw_8000")),
+        _timed(None, "unsupported_format", lambda: good.text_to_speech.stream(voice, text="Hello.", output_format="opus_44100_64")),
         _timed(None, "empty_text", lambda: good.text_to_speech.convert(voice, text="", output_format="pcm_24000")),
     ]
 
@@ -337,9 +336,7 @@ def main(argv: list[str]) -> None:
         logger.remove()
         logger.add(sys.stderr, level="WARNING")
     if mode == "sdk":
-        found = sdk(root, key, voice, Path(rest[0]), rest[1], rest[2])
-    elif mode == "sdk-default":
-        found = sdk(root, key, voice, Path(rest[0]), None, rest[1])
+        found = sdk(root, key, voice, Path(rest[0]), rest[1] or None, rest[2])
     elif mode == "sdk-refusals":
         found = sdk_refusals(root, key, voice)
     elif mode == "livekit-synthesize":

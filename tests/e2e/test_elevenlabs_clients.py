@@ -21,7 +21,8 @@ import pytest
 
 from tests.e2e.test_agent_clients import AGENTS_PYTHON
 from tests.service import ROOT, Service
-from ttsq.domain.encoders import decode_pcm16
+from ttsq.domain.converter import convert_whole
+from ttsq.domain.output_formats import parse_elevenlabs
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +31,6 @@ TEXT = "Hello from the ElevenLabs client. This is the second sentence, spoken af
 VOICE = "zh_female"
 LIVEKIT_MARKER_BYTES = 24_000 // 100 * 2
 """LiveKit ends a segment whose audio fills its last frame exactly with a 10 ms frame of zeros (its end marker)."""
-MP3_FRAME = 1152
 
 
 def drive(mode: str, url: str, key: str, *args: str) -> list[dict[str, Any]]:
@@ -86,13 +86,15 @@ def test_the_sdk_and_livekit_get_ttsqs_own_audio(service: Service, agents_python
     assert piped["errors"] == [] and piped["sample_rate"] == 24_000, piped
     assert (out / "pipecat_http.bin").read_bytes() == b"".join(native_pcm(url, piece, VOICE) for piece in pieces)
 
-    mp3 = tmp_path / "mp3"
-    mp3.mkdir()
-    default = drive("sdk-default", url, "sk_any_key_on_loopback", VOICE, str(mp3), TEXT)  # no output_format: mp3
-    assert [c["error"] for c in default] == [None] * 4, default
-    for call in default:
-        decoded = decode_pcm16((mp3 / f"{call['call']}.bin").read_bytes(), 24_000)
-        assert 0 <= len(decoded) - len(expected) < 2 * MP3_FRAME * 2, (call, len(decoded), len(expected))
+    # Other formats: exactly ttsq's converter fed that same audio (the default, MP3 at 44.1 kHz; µ-law for a phone).
+    for fmt in (None, "ulaw_8000", "pcm_16000"):
+        named = tmp_path / (fmt or "default")
+        named.mkdir()
+        calls = drive("sdk", url, "sk_any_key_on_loopback", VOICE, str(named), fmt or "", TEXT)
+        assert [c["error"] for c in calls] == [None] * 4, calls
+        converted = convert_whole(expected, parse_elevenlabs(fmt or None))
+        for call in calls:
+            assert (named / f"{call['call']}.bin").read_bytes() == converted, (fmt, call)
 
 
 def test_refusals_reach_each_client_as_the_error_it_knows(service: Service, agents_python: Path) -> None:

@@ -12,7 +12,9 @@ docs/protocols/elevenlabs.md, which a test holds to it) — never silently read 
 * ``voice_settings.speed`` (a factor, 1.0 = normal) is ChatTTS's ``[speed_N]`` by the factor rule every protocol shares
   (:func:`ttsq.domain.sampling.speed_level`);
 * ``seed`` (ElevenLabs takes 0 to 2^32 - 1) is ttsq's sampling seed, folded into ttsq's range (:func:`sampling_seed`);
-* ``output_format`` (``mp3_44100_128``, ``pcm_24000``, ...) is :class:`ElevenLabsFormat` (:func:`parse_output_format`);
+* ``output_format`` (``mp3_44100_128``, ``pcm_16000``, ``ulaw_8000``, ...) is an
+  :class:`~ttsq.domain.output_formats.OutputFormat` (:func:`~ttsq.domain.output_formats.parse_elevenlabs`), which the
+  listening service converts ttsq's 24 kHz PCM into as it streams;
 * a request that sent options ttsq does not act on is answered with their names (:func:`ignored_options`).
 
 Word alignment: ChatTTS gives no character timing, so every ``alignment`` and ``normalized_alignment`` ttsq sends is
@@ -22,31 +24,33 @@ Word alignment: ChatTTS gives no character timing, so every ``alignment`` and ``
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttsq.api.service import MAX_SEED
-from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.domain.encoders import STREAM_CONTENT_TYPES, encoded
+from ttsq.api.service import MAX_SEED, OutputFormat, UnsupportedFormat
+from ttsq.domain.output_formats import ELEVENLABS_DEFAULT, parse_elevenlabs
 
 __all__ = [
     "ACTED_ON",
     "DEFAULT_OUTPUT_FORMAT",
     "IGNORED_OPTIONS",
-    "ElevenLabsFormat",
+    "OutputFormat",
     "TextToSpeechRequest",
+    "UnsupportedFormat",
     "VoiceSettings",
-    "as_output_format",
     "ignored_options",
     "parse_output_format",
     "sampling_seed",
 ]
 
-DEFAULT_OUTPUT_FORMAT = "mp3_44100_128"
+DEFAULT_OUTPUT_FORMAT = ELEVENLABS_DEFAULT
 """ElevenLabs' own default, which its SDK relies on: it sends no ``output_format`` unless the caller names one."""
+
+parse_output_format = parse_elevenlabs
+"""An ElevenLabs ``output_format`` name as the :class:`OutputFormat` ttsq makes, or :class:`UnsupportedFormat` naming
+what it can make (:func:`ttsq.domain.output_formats.parse_elevenlabs`)."""
 
 ELEVENLABS_MAX_SEED = 2**32 - 1
 """The largest ``seed`` ElevenLabs accepts."""
@@ -162,60 +166,3 @@ def sampling_seed(seed: int) -> int:
     """ElevenLabs' ``seed`` (0 to 2^32 - 1) as ttsq's sampling seed (0 to 2^31 - 1): itself where it fits, else folded
     (modulo 2^31). The same ElevenLabs seed always gives the same ttsq seed, which is all a seed promises."""
     return seed % (MAX_SEED + 1)
-
-
-Codec = Literal["pcm", "mp3"]
-
-
-@dataclass(frozen=True)
-class ElevenLabsFormat:
-    """One of ElevenLabs' ``output_format`` values, as this server produces it from the 24 kHz PCM16 a job streams."""
-
-    name: str
-    codec: Codec
-    sample_rate: int
-    """The rate of the audio as sent."""
-    content_type: str
-
-
-_MP3_NAMES = frozenset(
-    {"mp3_22050_32", "mp3_24000_48", "mp3_44100", "mp3_44100_32", "mp3_44100_64", "mp3_44100_96", "mp3_44100_128", "mp3_44100_192"}
-)
-_KNOWN_NAMES = _MP3_NAMES | {
-    *(f"pcm_{rate}" for rate in (8000, 16000, 22050, 24000, 32000, 44100, 48000)),
-    *(f"wav_{rate}" for rate in (8000, 16000, 22050, 24000, 32000, 44100, 48000)),
-    *(f"opus_48000_{kbps}" for kbps in (32, 64, 96, 128, 192)),
-    "ulaw_8000",
-    "alaw_8000",
-}
-"""ElevenLabs' ``output_format`` values (its SDK's list, and LiveKit's bare ``mp3_44100``)."""
-
-SUPPORTED_FORMATS = ("pcm_24000", *sorted(_MP3_NAMES))
-
-
-def parse_output_format(name: str) -> ElevenLabsFormat:
-    """``name`` as this server produces it, or ValueError with a sentence naming what it offers.
-
-    ``pcm_24000`` is the jobs' own audio. Every ``mp3_*`` is ttsq's MP3 (MPEG-2 layer III at 24 kHz, 48 kbit/s:
-    :mod:`ttsq.domain.encoders`), which every MP3 decoder reads whatever rate the name says. ElevenLabs' other formats
-    (other PCM rates, µ-law, A-law, Opus, WAV) are refused by name until ttsq resamples.
-    """
-    if name == "pcm_24000":
-        return ElevenLabsFormat(name, "pcm", SAMPLE_RATE, STREAM_CONTENT_TYPES["pcm"])
-    if name in _MP3_NAMES:
-        return ElevenLabsFormat(name, "mp3", SAMPLE_RATE, STREAM_CONTENT_TYPES["mp3"])
-    offered = ", ".join(SUPPORTED_FORMATS)
-    if name in _KNOWN_NAMES:
-        raise ValueError(f"output_format {name!r} is not offered by this server; use one of: {offered}")
-    raise ValueError(f"{name[:100]!r} is not an ElevenLabs output_format; use one of: {offered}")
-
-
-async def as_output_format(pcm: AsyncIterable[bytes], fmt: ElevenLabsFormat) -> AsyncIterator[bytes]:
-    """A job's PCM16 pieces (24 kHz, mono) in ``fmt``, each piece's bytes as soon as they are final: everything yielded,
-    joined, is one stream of ``fmt`` (an error from ``pcm`` propagates after what was ready)."""
-    if fmt.codec == "pcm":
-        async for piece in pcm:
-            yield piece
-        return
-    async for piece in encoded(pcm, fmt.codec, SAMPLE_RATE):
-        yield piece
