@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
+import dialogue_api
 import draw_api
 import elevenlabs_api
 import openai_api
@@ -200,6 +201,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
     app.include_router(elevenlabs_api.router)
+    app.include_router(dialogue_api.router)
+    app.include_router(dialogue_api.elevenlabs)
     app.include_router(realtime_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)

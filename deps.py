@@ -45,6 +45,7 @@ from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import (
     ROUTE_KINDS,
     AdminService,
+    DialogueService,
     DictionaryService,
     DrawService,
     KeyRevoked,
@@ -58,7 +59,6 @@ BEARER_SCHEME = "HTTPBearer"
 HEADER_SCHEME = "APIKeyHeader"
 T = TypeVar("T")
 HEADER_SCHEME_MODEL = APIKey(**{"in": APIKeyIn.header}, name="X-API-Key", description="An API key.")
-ELEVENLABS_KEY_HEADER = "xi-api-key"
 CALLER = "ttsq_caller"
 """Where :func:`authenticate_before_body` keeps the route's caller, or what refused it, in the request's state."""
 
@@ -82,6 +82,7 @@ VoicesDep = Annotated[VoiceService, Depends(_use_case("voicing"))]
 DictionaryDep = Annotated[DictionaryService, Depends(_use_case("dictionary"))]
 DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
 AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
+DialogueDep = Annotated[DialogueService, Depends(_use_case("dialogue"))]
 
 
 def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
@@ -134,28 +135,13 @@ class ApiKeyCaller(SecurityBase):
             principal = known
         else:
             authenticator = cast(Authenticator, request.app.state.authenticator)
-            presented = self.presented(request)
+            headers = request.headers
+            # ElevenLabs' clients send their key as xi-api-key: the same key, in their header.
+            presented = presented_key(headers.get("authorization"), headers.get("x-api-key") or headers.get("xi-api-key"))
             principal = await authenticator.principal(presented, request.client.host if request.client else "unknown")
         if self.scope is not None and not principal.allows(self.scope):
             raise Forbidden(self.scope)
         return principal
-
-    def presented(self, request: Request) -> str | None:
-        """The key ``request`` carries: ``X-API-Key``, else ``Authorization: Bearer``. A route that speaks another
-        vendor's protocol may read that vendor's places too (a subclass: ElevenLabs' ``xi-api-key``); the key is then
-        checked exactly as here, with the same scopes, limits and tenant."""
-        headers = request.headers
-        return presented_key(headers.get("authorization"), headers.get("x-api-key"))
-
-
-class ElevenLabsKeyCaller(ApiKeyCaller):
-    """:class:`ApiKeyCaller` on ElevenLabs' routes: the key from ``xi-api-key`` (what ElevenLabs' clients send), else
-    from ttsq's own headers. The OpenAPI document offers ttsq's two ways, as on every route (a generated client or a
-    fuzzer sends those); the routes' descriptions name ``xi-api-key``."""
-
-    def presented(self, request: Request) -> str | None:
-        own = request.headers.get(ELEVENLABS_KEY_HEADER, "").strip()
-        return own or super().presented(request)
 
 
 def _route_caller(dependant: Dependant) -> ApiKeyCaller | None:
@@ -201,11 +187,6 @@ async def stream_guard(request: Request, caller: StreamCaller) -> StreamGuard[An
     :class:`~ttsq.api.stream_slots.KeyRevoked` once the key is revoked or expires (asked every ``STREAM_KEY_RECHECK_S``:
     :func:`ttsq.api.auth.until_revoked`) — an event stream says so, a raw body is broken off; a keyless caller's is
     as is."""
-    return revocation_guard(request, caller)
-
-
-def revocation_guard(request: Request, caller: Principal) -> StreamGuard[Any]:
-    """:func:`stream_guard`'s guard for ``caller``, whichever dependency found it."""
     authenticator = cast(Authenticator, request.app.state.authenticator)
     every_s = cast(float, request.app.state.stream_key_recheck_s)
     key = caller.key
@@ -223,16 +204,6 @@ def revocation_guard(request: Request, caller: Principal) -> StreamGuard[Any]:
 
 Guarded = Annotated[StreamGuard[Any], Depends(stream_guard)]
 """The stream guard of a route whose caller is a :data:`StreamCaller` (the same caller, solved once)."""
-ElevenLabsStreamCaller = Annotated[Principal, Security(ElevenLabsKeyCaller("tts", stream=True))]
-"""A :data:`StreamCaller` on ElevenLabs' routes (:class:`ElevenLabsKeyCaller`)."""
-
-
-async def elevenlabs_stream_guard(request: Request, caller: ElevenLabsStreamCaller) -> StreamGuard[Any]:
-    return revocation_guard(request, caller)
-
-
-ElevenLabsGuarded = Annotated[StreamGuard[Any], Depends(elevenlabs_stream_guard)]
-"""The stream guard of a route whose caller is an :data:`ElevenLabsStreamCaller` (the same caller, solved once)."""
 MetricsCaller = Annotated[Principal, Security(ApiKeyCaller("metrics"))]
 """``/metrics``: where keys are required, a key with scope ``metrics`` (or ``admin``), as Prometheus sends it."""
 KeyedCaller = Annotated[Principal, Security(ApiKeyCaller(None))]

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import AfterValidator
 
-from deps import ElevenLabsGuarded, ElevenLabsStreamCaller, ListeningDep, TasksDep, VoicesDep
+from deps import Guarded, ListeningDep, StreamCaller, TasksDep, VoicesDep
 from ttsq.api.auth import Principal
 from ttsq.api.elevenlabs import (
     ACTED_ON,
@@ -234,8 +234,8 @@ async def text_to_speech(
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,
-    caller: ElevenLabsStreamCaller,
-    guard: ElevenLabsGuarded,
+    caller: StreamCaller,
+    guard: Guarded,
     request: Request,
     output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
@@ -270,8 +270,8 @@ async def text_to_speech_stream(
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,
-    caller: ElevenLabsStreamCaller,
-    guard: ElevenLabsGuarded,
+    caller: StreamCaller,
+    guard: Guarded,
     request: Request,
     output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
@@ -303,7 +303,7 @@ async def text_to_speech_with_timestamps(
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,
-    caller: ElevenLabsStreamCaller,
+    caller: StreamCaller,
     output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,
     optimize_streaming_latency: StreamingLatency = None,
@@ -340,8 +340,8 @@ async def text_to_speech_stream_with_timestamps(
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,
-    caller: ElevenLabsStreamCaller,
-    guard: ElevenLabsGuarded,
+    caller: StreamCaller,
+    guard: Guarded,
     request: Request,
     output_format: OutputFormatName = DEFAULT_OUTPUT_FORMAT,
     enable_logging: EnableLogging = None,

@@ -229,6 +229,8 @@ async def test_keys_come_from_xi_api_key_or_ttsqs_headers_with_the_same_scopes(r
             assert_elevenlabs_body(await client.post(path, json={"text": "hi"}, headers=headers), 404, "voice_not_found")
         unread = await client.post(path, content=b"{not json", headers={"content-type": "application/json"})
         assert_elevenlabs_body(unread, 401, "invalid_api_key")  # the key first: a refused caller learns nothing of its body
+        dialogue = await client.post("/v1/text-to-dialogue", json={"inputs": [{"text": "hi", "voice_id": "alloy"}]})
+        assert_elevenlabs_body(dialogue, 401, "invalid_api_key")  # ElevenLabs' other route answers in its shape too
 
 
 async def test_refusals_name_what_to_fix(redis: Redis, make_settings: Any) -> None:

@@ -72,6 +72,9 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         ("post", f"/v1/text-to-speech/{{voice_id}}{tail}"): {"text": "Hostile input.", "seed": 1, "voice_settings": {"speed": 1.0}}
         for tail in ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
     },
+    ("post", "/v1/tts/dialogue"): {"lines": [{"speaker": "A", "text": "Hostile."}], "voices": {"A": "zh_female"}, "gap_ms": 250},
+    ("post", "/v1/text-to-dialogue"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
+    ("post", "/v1/text-to-dialogue/stream"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
 }
 """A valid body of every operation that takes one; an operation with a body missing here fails the run."""
 

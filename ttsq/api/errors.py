@@ -1,15 +1,15 @@
 """Every error answer of the API, in one place: clear sentences, never stack traces.
 
-Two shapes, chosen by route family:
+Three shapes, chosen by route family:
 
 * the native API (``/v1/tts``, ``/v1/voices``, probes) answers ``{"detail": "..."}``, and 422 with
   FastAPI's list of ``{loc, msg, type}`` entries for invalid input;
 * the OpenAI-compatible routes (``/v1/audio/...``) answer OpenAI's
   ``{"error": {"message", "type", "param", "code"}}`` for every status, and 400 for invalid input,
   so the OpenAI SDKs raise their usual exception types;
-* ElevenLabs' routes (``/v1/text-to-speech/...``) answer ElevenLabs' ``{"detail": {"status", "message"}}``, and
-  for invalid input the 422 of FastAPI's list, which is ElevenLabs' own (its API is FastAPI's too); a voice the caller
-  sees none of is its ``404 voice_not_found``.
+* ElevenLabs' routes (``/v1/text-to-speech/...``, ``/v1/text-to-dialogue``) answer ElevenLabs'
+  ``{"detail": {"status", "message"}}``, and for invalid input the 422 of FastAPI's list, which is ElevenLabs' own (its
+  API is FastAPI's too); a voice the caller sees none of is its ``404 voice_not_found``.
 
 A Redis outage becomes ``503`` with ``Retry-After`` (the client's job is not lost: it was either
 never acknowledged, or it is safe in Redis). A submit the store refuses — the queue full, the key at its
@@ -46,7 +46,8 @@ from ttsq.store.rate_limit import RateLimitExceeded
 log = logging.getLogger(__name__)
 
 OPENAI_PREFIX = "/v1/audio"
-ELEVENLABS_PREFIX = "/v1/text-to-speech/"
+ELEVENLABS_PREFIXES = ("/v1/text-to-speech/", "/v1/text-to-dialogue")
+"""ElevenLabs' routes: text-to-speech (``elevenlabs_api.py``) and text-to-dialogue (``dialogue_api.py``)."""
 
 _RETRY_AFTER = {
     "Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}
@@ -247,7 +248,7 @@ def error_response(
     the OpenAI-compatible routes."""
     if request.url.path.startswith(OPENAI_PREFIX):
         return openai_error(status, message, param, headers, code)
-    if request.url.path.startswith(ELEVENLABS_PREFIX):
+    if request.url.path.startswith(ELEVENLABS_PREFIXES):
         return elevenlabs_error(status, message, headers, code)
     content = {"detail": message} if code is None else {"detail": message, "code": code}
     return JSONResponse(status_code=status, content=content, headers=headers)
@@ -427,7 +428,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
 
     async def invalid_input(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, InvalidInput)
-        if isinstance(exc, UnknownVoice) and request.url.path.startswith(ELEVENLABS_PREFIX):
+        if isinstance(exc, UnknownVoice) and request.url.path.startswith(ELEVENLABS_PREFIXES):
             rejected(request, "invalid")
             return elevenlabs_error(404, exc.message, code="voice_not_found")
         return await invalid(request, invalid_field(exc.field, exc.message, exc.value))

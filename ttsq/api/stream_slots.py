@@ -61,6 +61,8 @@ ROUTE_KINDS: dict[str, StreamKind] = {
     "/v1/tts/stream/{task_id}": "audio",
     "/v1/audio/speech": "speech",
     **dict.fromkeys(ELEVENLABS_TTS_ROUTES, "speech"),
+    "/v1/text-to-dialogue": "speech",
+    "/v1/text-to-dialogue/stream": "speech",
 }
 """The kind of slot each streaming route's caller takes (``deps.py``, by the route's template)."""
 
