@@ -24,7 +24,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import AfterValidator
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, VoicesDep
 from ttsq.api.auth import Principal
@@ -32,13 +31,15 @@ from ttsq.api.elevenlabs import (
     ACTED_ON,
     DEFAULT_OUTPUT_FORMAT,
     OutputFormat,
+    OutputFormatName,
     TextToSpeechRequest,
+    audio_responses,
     ignored_options,
     parse_output_format,
     sampling_seed,
 )
-from ttsq.api.errors import ELEVENLABS_ERROR_RESPONSES, RATE_LIMIT_HEADERS, elevenlabs_error
-from ttsq.api.schemas import SubmitRequest, task_links
+from ttsq.api.errors import elevenlabs_error
+from ttsq.api.schemas import SubmitRequest
 from ttsq.api.service import (
     Download,
     ListeningService,
@@ -71,41 +72,8 @@ VoiceId = Annotated[
 ]
 
 
-def _offered(name: str) -> str:
-    """``output_format`` checked with the other parameters, so that a request wrong in several places hears of each."""
-    parse_output_format(name)
-    return name
-
-
-OutputFormatName = Annotated[
-    str,
-    AfterValidator(_offered),
-    Query(
-        description="ElevenLabs' format name: `pcm_8000` ... `pcm_48000` (raw PCM16 LE mono; `pcm_24000` is the jobs' own "
-        "audio), `ulaw_8000`, `alaw_8000`, `wav_<rate>`, `mp3_<rate>_<kbps>`, `opus_48000_<kbps>`. Default: ElevenLabs' "
-        "own, `mp3_44100_128`."
-    ),
-]
 EnableLogging = Annotated[bool | None, Query(description="Accepted, not acted on (docs/protocols/elevenlabs.md).")]
 StreamingLatency = Annotated[int | None, Query(ge=0, le=4, description="Accepted, not acted on: audio always streams.")]
-_AUDIO_TYPES = ("audio/pcm", "audio/basic", "audio/x-alaw-basic", "audio/wav", "audio/mpeg", "audio/ogg; codecs=opus")
-
-
-def _audio_responses(description: str) -> dict[int | str, dict[str, Any]]:
-    return {
-        200: {
-            "description": description,
-            "content": {media_type: {} for media_type in _AUDIO_TYPES},
-            "headers": {
-                **RATE_LIMIT_HEADERS,
-                "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
-                "X-TTSQ-Ignored-Fields": {"schema": {"type": "string"}, "description": "The options sent and not acted on."},
-            },
-            "links": task_links("$response.header.X-TTSQ-Task-Id"),
-        },
-        **ELEVENLABS_ERROR_RESPONSES,
-    }
-
 
 _TIMED_CHUNK = {
     "type": "object",
@@ -119,7 +87,7 @@ _TIMED_CHUNK = {
 
 
 def _timed_responses(media_type: str, description: str) -> dict[int | str, dict[str, Any]]:
-    responses = _audio_responses(description)
+    responses = audio_responses(description)
     responses[200]["content"] = {media_type: {"schema": _TIMED_CHUNK}}
     return responses
 
@@ -205,24 +173,17 @@ async def _whole(spoken: _Spoken, tasks: TaskService, listening: ListeningServic
             if spoken.sole:
                 await tasks.abandon(spoken.task_id, caller)
             raise
-        stored = await _finished(tasks, spoken.task_id, caller)
+        stored = await tasks.finished(spoken.task_id, caller)
     if stored.audio is None:
         return elevenlabs_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}", code="synthesis_failed")
     return await listening.stored(stored.job, stored.audio, spoken.fmt)
 
 
-async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
-    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
-    while True:
-        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
-        if download.audio is not None or download.job.status.is_final:
-            return download
-
 
 @router.post(
     "/{voice_id}",
     operation_id="elevenlabs_text_to_speech",
-    responses=_audio_responses(
+    responses=audio_responses(
         "The audio in `output_format`, sent as it is synthesised (WAV: the finished file, whose header states its sizes)."
     ),
     summary="ElevenLabs-compatible text to speech",
@@ -260,7 +221,7 @@ async def text_to_speech(
 @router.post(
     "/{voice_id}/stream",
     operation_id="elevenlabs_text_to_speech_stream",
-    responses=_audio_responses("The audio in `output_format`, streamed as it is synthesised (WAV with an open-ended header)."),
+    responses=audio_responses("The audio in `output_format`, streamed as it is synthesised (WAV with an open-ended header)."),
     summary="ElevenLabs-compatible text to speech, streamed",
     description=KEYS,
 )

@@ -208,6 +208,28 @@ async def test_a_failed_synthesis_is_a_500_in_elevenlabs_shape(redis: Redis, mak
             assert "the engine broke" in answer.json()["detail"]["message"]
 
 
+async def test_text_to_dialogue_shares_the_options_the_seed_and_the_error_shape(redis: Redis, make_settings: Any) -> None:
+    worker = PlayedWorker(redis)
+    inputs = [{"text": "Hi.", "voice_id": "zh_female", "voice_settings": {"stability": 1}}, {"text": "Yo.", "voice_id": "zh_male"}]
+    body = {"inputs": inputs, "seed": 2**32 - 5, "model_id": "eleven_v3", "settings": None}
+    async with app(make_settings, cache_enabled=False) as client:
+        answer, job = await spoken(client, worker, "/v1/text-to-dialogue/stream?output_format=pcm_24000", body)
+        assert answer.status_code == 200, answer.text
+        assert answer.content == b"".join(PIECES) and answer.headers["x-ttsq-task-id"] == job.id
+        assert answer.headers["x-ttsq-ignored-fields"] == "inputs.voice_settings, model_id", "named as on text-to-speech"
+        assert job.params.seed == 2**31 - 5, "folded into ttsq's range as text-to-speech's seed is"
+        answering = asyncio.create_task(client.post("/v1/text-to-dialogue", json={"inputs": inputs[1:]}))
+        await worker.run([], fail="the engine broke")
+        failed = await asyncio.wait_for(answering, GUARD_S)
+        assert_elevenlabs_body(failed, 500, "synthesis_failed")
+        assert "the engine broke" in failed.json()["detail"]["message"]
+        unknown = await client.post("/v1/text-to-dialogue?output_format=opus_44100_64", json={"inputs": inputs[1:]})
+        assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"] == ["query", "output_format"]
+        schema = (await client.get("/openapi.json")).json()["paths"]["/v1/text-to-dialogue"]["post"]["responses"]
+    assert schema["401"]["content"]["application/json"]["schema"]["$ref"].endswith("/ElevenLabsErrorBody")
+    assert "404" not in schema, "a dialogue's unknown voice is a 422 naming its speaker, never text-to-speech's 404"
+
+
 def assert_elevenlabs_body(answer: httpx.Response, status: int, kind: str) -> None:
     assert answer.status_code == status, answer.text
     body = answer.json()

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Query
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ttsq.api.errors import ELEVENLABS_ERROR_RESPONSES, RATE_LIMIT_HEADERS
+from ttsq.api.schemas import task_links
 from ttsq.api.service import MAX_SEED, OutputFormat, UnsupportedFormat
 from ttsq.domain.output_formats import ELEVENLABS_DEFAULT, parse_elevenlabs
 
@@ -37,9 +40,11 @@ __all__ = [
     "DEFAULT_OUTPUT_FORMAT",
     "IGNORED_OPTIONS",
     "OutputFormat",
+    "OutputFormatName",
     "TextToSpeechRequest",
     "UnsupportedFormat",
     "VoiceSettings",
+    "audio_responses",
     "ignored_options",
     "parse_output_format",
     "sampling_seed",
@@ -51,6 +56,26 @@ DEFAULT_OUTPUT_FORMAT = ELEVENLABS_DEFAULT
 parse_output_format = parse_elevenlabs
 """An ElevenLabs ``output_format`` name as the :class:`OutputFormat` ttsq makes, or :class:`UnsupportedFormat` naming
 what it can make (:func:`ttsq.domain.output_formats.parse_elevenlabs`)."""
+
+
+
+def _offered(name: str) -> str:
+    """``output_format`` checked with the other parameters, so that a request wrong in several places hears of each."""
+    parse_output_format(name)
+    return name
+
+
+OutputFormatName = Annotated[
+    str,
+    AfterValidator(_offered),
+    Query(
+        description="ElevenLabs' format name: `pcm_8000` ... `pcm_48000` (raw PCM16 LE mono; `pcm_24000` is the jobs' own "
+        "audio), `ulaw_8000`, `alaw_8000`, `wav_<rate>`, `mp3_<rate>_<kbps>`, `opus_48000_<kbps>`. Default: ElevenLabs' "
+        "own, `mp3_44100_128`.",
+    ),
+]
+"""The ``output_format`` query parameter of every ElevenLabs route (text-to-speech and text-to-dialogue): a name
+:func:`parse_output_format` takes, else a 422 naming ``output_format`` and the names ttsq makes."""
 
 ELEVENLABS_MAX_SEED = 2**32 - 1
 """The largest ``seed`` ElevenLabs accepts."""
@@ -166,3 +191,27 @@ def sampling_seed(seed: int) -> int:
     """ElevenLabs' ``seed`` (0 to 2^32 - 1) as ttsq's sampling seed (0 to 2^31 - 1): itself where it fits, else folded
     (modulo 2^31). The same ElevenLabs seed always gives the same ttsq seed, which is all a seed promises."""
     return seed % (MAX_SEED + 1)
+
+
+AUDIO_TYPES = ("audio/pcm", "audio/basic", "audio/x-alaw-basic", "audio/wav", "audio/mpeg", "audio/ogg; codecs=opus")
+"""The media types an ElevenLabs ``output_format`` is sent as."""
+
+
+def audio_responses(description: str, voice_not_found: bool = True) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of an ElevenLabs route that answers with audio: ``200`` (``description``) with the task's
+    id and the ignored fields in headers, and ElevenLabs' errors — its ``404 voice_not_found`` only where a route has
+    it (text-to-speech's ``voice_id``; a dialogue's unknown voice is a 422 naming its line's speaker)."""
+    errors = {code: answer for code, answer in ELEVENLABS_ERROR_RESPONSES.items() if voice_not_found or code != 404}
+    return {
+        200: {
+            "description": description,
+            "content": {media_type: {} for media_type in AUDIO_TYPES},
+            "headers": {
+                **RATE_LIMIT_HEADERS,
+                "X-TTSQ-Task-Id": {"schema": {"type": "string"}, "required": True, "description": "The ttsq task behind it."},
+                "X-TTSQ-Ignored-Fields": {"schema": {"type": "string"}, "description": "The options sent and not acted on."},
+            },
+            "links": task_links("$response.header.X-TTSQ-Task-Id"),
+        },
+        **errors,
+    }

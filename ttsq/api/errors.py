@@ -190,7 +190,7 @@ ELEVENLABS_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "headers": _RETRY_AFTER,
     },
 }
-"""The errors ElevenLabs' text-to-speech routes can answer."""
+"""The errors ElevenLabs' routes (text-to-speech, text-to-dialogue) can answer."""
 
 _ELEVENLABS_STATUSES = {
     400: "invalid_request",
