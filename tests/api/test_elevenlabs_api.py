@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,7 +23,14 @@ from redis.asyncio import Redis
 from tests.api.test_security import new_key
 from tests.conftest import api_client, queue_config
 from tests.redis_server import free_port
-from ttsq.api.elevenlabs import IGNORED_OPTIONS, ignored_options, parse_output_format, sampling_seed
+from ttsq.api.elevenlabs import (
+    IGNORED_OPTIONS,
+    OUTPUT_FORMAT_PATTERN,
+    UnsupportedFormat,
+    ignored_options,
+    parse_output_format,
+    sampling_seed,
+)
 from ttsq.domain.converter import convert_whole
 from ttsq.domain.encoders import decode_pcm16
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job
@@ -308,6 +316,26 @@ def test_output_formats_and_seeds_map_without_surprises() -> None:
     sent = {f"x{i}": 1 for i in range(30)} | {"bad name!": 1, "text": "hi", "model_id": None}
     named = ignored_options(sent, frozenset({"text"}))
     assert named[-1] == "and 11 more" and "(unnamed)" in named and "text" not in named and "model_id" not in named
+
+
+def test_the_schemas_output_format_pattern_holds_every_name_ttsq_makes_and_no_other_shape() -> None:
+    """The OpenAPI document's pattern (what a generated client or a fuzzer goes by) admits every name the routes take;
+    what it refuses, the routes refuse too."""
+    pattern = re.compile(OUTPUT_FORMAT_PATTERN)
+    taken = []
+    for kind in ("mp3", "opus", "pcm", "ulaw", "alaw", "wav"):
+        for rate in (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 96000):
+            for tail in ("", *(f"_{kbps}" for kbps in range(0, 1000, 7)), "_128"):
+                try:
+                    parse_output_format(f"{kind}_{rate}{tail}")
+                except UnsupportedFormat:
+                    continue
+                taken.append(f"{kind}_{rate}{tail}")
+    assert len(taken) > 300 and all(pattern.fullmatch(name) for name in taken)
+    for name in ("pcm_24000_5", "flac_44100", "mp3_441", "\t;", "opus_48000_1000", "pcm_1234567"):
+        assert pattern.fullmatch(name) is None
+        with pytest.raises(UnsupportedFormat):
+            parse_output_format(name)
 
 
 def test_the_docs_name_every_option_that_is_not_acted_on() -> None:

@@ -93,6 +93,11 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
         "ran past its time limit",
     ),
     "replacement": ("refers to a group", "control token", "the limit is"),
+    # A dialogue's speakers' voices, named `voices.<speaker>` (ElevenLabs' dialogue: `voices.<voice_id>`).
+    "voices": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
+    # ElevenLabs' `output_format`: the schema states its shape; which rates and bit rates each codec is made at is the
+    # converter's table, named in the refusal.
+    "output_format": ("is not supported", "cannot be made at"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
 """Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;
@@ -122,9 +127,16 @@ def is_semantic_refusal(status: int, body: Any) -> bool:
     if status not in (400, 422):
         return False
     reasons = _reasons(body)
-    return bool(reasons) and all(
-        any(words in message for words in SEMANTIC_REFUSALS.get(field, ())) for field, message in reasons or ()
-    )
+    return bool(reasons) and all(any(words in message for words in _refusals(field)) for field, message in reasons or ())
+
+
+def _refusals(field: str) -> tuple[str, ...]:
+    """What a refusal of ``field`` may say: its own entry, else its dotted path's first or last part's (``voices.Alice``
+    is a voice, ``inputs.0.text`` a text)."""
+    for name in (field, field.split(".")[0], field.split(".")[-1]):
+        if name in SEMANTIC_REFUSALS:
+            return SEMANTIC_REFUSALS[name]
+    return ()
 
 
 @schemathesis.check

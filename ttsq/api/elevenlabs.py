@@ -39,6 +39,7 @@ __all__ = [
     "ACTED_ON",
     "DEFAULT_OUTPUT_FORMAT",
     "IGNORED_OPTIONS",
+    "OUTPUT_FORMAT_PATTERN",
     "OutputFormat",
     "OutputFormatName",
     "TextToSpeechRequest",
@@ -65,6 +66,10 @@ def _offered(name: str) -> str:
     return name
 
 
+OUTPUT_FORMAT_PATTERN = r"^((mp3|opus)_[0-9]{4,6}(_[0-9]{1,3})?|(pcm|ulaw|alaw|wav)_[0-9]{4,6})$"
+"""The shape of every name :func:`parse_output_format` takes, as the OpenAPI document states it. Which rates and bit
+rates each codec is made at is the converter's table, which the refusal of one it cannot make names."""
+
 OutputFormatName = Annotated[
     str,
     AfterValidator(_offered),
@@ -72,6 +77,8 @@ OutputFormatName = Annotated[
         description="ElevenLabs' format name: `pcm_8000` ... `pcm_48000` (raw PCM16 LE mono; `pcm_24000` is the jobs' own "
         "audio), `ulaw_8000`, `alaw_8000`, `wav_<rate>`, `mp3_<rate>_<kbps>`, `opus_48000_<kbps>`. Default: ElevenLabs' "
         "own, `mp3_44100_128`.",
+        # In the schema only: the check is parse_output_format's, whose refusal says which names ttsq makes.
+        json_schema_extra={"pattern": OUTPUT_FORMAT_PATTERN},
     ),
 ]
 """The ``output_format`` query parameter of every ElevenLabs route (text-to-speech and text-to-dialogue): a name
