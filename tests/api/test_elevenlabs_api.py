@@ -238,6 +238,26 @@ async def test_text_to_dialogue_shares_the_options_the_seed_and_the_error_shape(
     assert "404" not in schema, "a dialogue's unknown voice is a 422 naming its speaker, never text-to-speech's 404"
 
 
+async def test_the_schema_says_no_nul_inside_the_bodies_nested_objects_as_the_server_refuses(
+    redis: Redis, make_settings: Any
+) -> None:
+    """A NUL anywhere in a body is refused (``ttsq.api.bodies``); the document says so for the objects a body nests
+    too (``voice_settings``, a dialogue's ``inputs`` and ``lines``), which are components of their own."""
+    no_nul = {"pattern": "^[^\\u0000]*$"}
+    async with app(make_settings) as client:
+        components = (await client.get("/openapi.json")).json()["components"]["schemas"]
+        for path, body in (
+            ("/v1/text-to-speech/zh_female", {"text": "Hi.", "voice_settings": {"knob\x00": 1}}),
+            ("/v1/text-to-dialogue", {"inputs": [{"text": "Hi\x00.", "voice_id": "zh_female"}]}),
+        ):
+            answer = await client.post(path, json=body)
+            assert answer.status_code == 422 and "NUL" in answer.text, answer.text
+    assert components["VoiceSettings"]["propertyNames"] == no_nul
+    assert components["ElevenLabsDialogueInput"]["propertyNames"] == no_nul
+    assert components["ElevenLabsDialogueInput"]["properties"]["text"]["pattern"] == no_nul["pattern"]
+    assert components["DialogueLine"]["properties"]["text"]["pattern"] == no_nul["pattern"]
+
+
 def assert_elevenlabs_body(answer: httpx.Response, status: int, kind: str) -> None:
     assert answer.status_code == status, answer.text
     body = answer.json()

@@ -313,7 +313,8 @@ JSON_WITHOUT_NUL_SCHEMA: dict[str, Any] = {
 
 
 def _request_bodies(schema: dict[str, Any]) -> set[str]:
-    """The components that are some operation's JSON request body."""
+    """The components that are some operation's JSON request body, or part of one (a component a body refers to,
+    such as ElevenLabs' ``voice_settings`` or a dialogue's ``inputs``, at any depth)."""
     names = set()
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
@@ -321,7 +322,25 @@ def _request_bodies(schema: dict[str, Any]) -> set[str]:
             ref = body.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
             if ref.startswith("#/components/schemas/"):
                 names.add(ref.rsplit("/", 1)[1])
+    components = schema.get("components", {}).get("schemas", {})
+    unread = list(names)
+    while unread:
+        for ref in _refs(components.get(unread.pop(), {})):
+            if ref not in names:
+                names.add(ref)
+                unread.append(ref)
     return names
+
+
+def _refs(node: Any) -> set[str]:
+    """The components ``node`` refers to (``$ref``), anywhere inside it."""
+    if isinstance(node, list):
+        return set().union(*(_refs(item) for item in node))
+    if not isinstance(node, dict):
+        return set()
+    ref = node.get("$ref")
+    own = {ref.rsplit("/", 1)[1]} if isinstance(ref, str) and ref.startswith("#/components/schemas/") else set()
+    return own.union(*(_refs(value) for value in node.values()))
 
 
 def _refuse_nul(node: Any) -> None:
