@@ -81,8 +81,8 @@ PYTEST_PROCESSES ?= 2
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
 	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40
 
-## LiveKit Agents' and Pipecat's own TTS clients in their own venv (var/agents-venv), with ttsq's plugins for them
-## (integrations/, type-checked there against the frameworks), for tests/e2e/test_agent_clients.py.
+## LiveKit Agents' and Pipecat's own TTS clients (OpenAI, ElevenLabs, Cartesia) and the elevenlabs and cartesia SDKs in their
+## own venv (var/agents-venv), with ttsq's plugins (integrations/, type-checked there), for tests/e2e/test_*_clients.py.
 agent-clients:
 	scripts/install_agent_clients.sh
 

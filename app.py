@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 import admin_api
 import dialogue_api
 import draw_api
+import elevenlabs_api
 import elevenlabs_ws_api
 import openai_api
 import prosody_api
@@ -172,7 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=origins,
             allow_credentials="*" not in origins,  # never credentials with a wildcard
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            allow_headers=["Authorization", "X-API-Key", "xi-api-key", "Content-Type", "X-Request-ID"],
             expose_headers=[
                 "X-Request-ID",
                 "Retry-After",
@@ -204,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(prosody_api.refine)
     app.include_router(prosody_api.router)
     app.include_router(openai_api.router)
+    app.include_router(elevenlabs_api.router)
     app.include_router(dialogue_api.router)
     app.include_router(dialogue_api.elevenlabs)
     app.include_router(realtime_api.router)

@@ -47,7 +47,6 @@ from ttsq.api.service import (
     OutputFormat,
     Status,
     StreamFailed,
-    TaskService,
     UnsupportedFormat,
     Voice,
     VoiceService,
@@ -259,7 +258,7 @@ async def speech(
         if stored is None and fmt.wav:
             # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
             # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
-            stored = await _finished(tasks, task_id, caller)
+            stored = await tasks.finished(task_id, caller)
             if stored.audio is None:
                 return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
         if stored is not None and stored.audio is not None:
@@ -290,13 +289,6 @@ async def _answer(listening: ListeningService, stored: Download, fmt: OutputForm
     """A finished task's stored file as ``fmt`` (itself, or converted from it); None when it has no audio."""
     return None if stored.audio is None else await listening.stored(stored.job, stored.audio, fmt)
 
-
-async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
-    """The task once it has ended (long-polls of ``MAX_WAIT_S`` each)."""
-    while True:
-        download = await tasks.download(task_id, caller, wait_s=tasks.config.max_wait_s)
-        if download.audio is not None or download.job.status.is_final:
-            return download
 
 
 def _field_names(extra: dict[str, Any]) -> str:

@@ -25,7 +25,17 @@ def test_import_contracts_hold() -> None:
     assert f"{len(declared)} kept, 0 broken" in result.stdout, result.stdout
 
 
-ROUTERS = ["submit_api", "query_api", "voices_api", "draw_api", "openai_api", "dialogue_api", "admin_api", "prosody_api"]
+ROUTERS = [
+    "submit_api",
+    "query_api",
+    "voices_api",
+    "draw_api",
+    "openai_api",
+    "elevenlabs_api",
+    "dialogue_api",
+    "admin_api",
+    "prosody_api",
+]
 API_ENTRY = ["app", "deps", *ROUTERS]
 
 
@@ -50,9 +60,10 @@ def test_routers_never_import_each_other(router: str) -> None:
     assert imported_modules(router) & set(ROUTERS) == set()
 
 
-ROUTER_IMPORTS = {"ttsq.api.service", "ttsq.api.schemas", "ttsq.api.errors", "ttsq.api.auth"}
+ROUTER_IMPORTS = {"ttsq.api.service", "ttsq.api.schemas", "ttsq.api.errors", "ttsq.api.auth", "ttsq.api.elevenlabs"}
 """All a router (or its dependencies, ``deps.py``) may import of ttsq: the use cases, which re-export what the routers
-name of the layers beneath, the bodies, the error answers, and who is calling."""
+name of the layers beneath, the bodies (ElevenLabs' among them, with what its options mean), the error answers, and who
+is calling."""
 
 SERVICE_INTERNALS = {"queue", "cache", "voices", "rate_limiter", "webhooks", "streams", "heartbeats"}
 """The service's stores: a router that reaches ``service.queue`` has a use case of its own, outside the service."""

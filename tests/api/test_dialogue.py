@@ -191,3 +191,12 @@ async def test_a_dialogue_of_as_many_lines_as_the_default_limit_fits_a_body_as_l
     assert len(job.params.segments or []) == 200
     script = "\n".join(f"{line['speaker']}: {line['text']}" for line in lines)
     assert (await client.post(ROUTE, json={"script": script, "voices": VOICES, "seed": 1})).status_code == 202
+
+
+async def test_a_dialogue_of_no_lines_is_refused_never_queued(client: httpx.AsyncClient, redis: Redis) -> None:
+    """A job of no segments would be stored as `segments: {}` (an empty Lua table), which no worker can read back."""
+    field, said = refusal(await client.post(ROUTE, json={"lines": [], "voices": VOICES}))
+    assert field == "lines"
+    field, said = refusal(await client.post(ROUTE, json={"script": "\n\n", "voices": VOICES}))
+    assert field == "script" and "no lines" in said
+    assert await JobQueue(redis, queue_config()).depth() == 0

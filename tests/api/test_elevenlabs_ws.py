@@ -24,9 +24,10 @@ from websockets.exceptions import InvalidStatus
 from tests.api.test_realtime_contexts import Worker, pcm
 from tests.api.test_realtime_session import GUARD_S, served
 from tests.api.test_security import new_key
-from ttsq.api.sessions.elevenlabs_protocol import ElevenLabsProtocol, speed_level
+from ttsq.api.sessions.elevenlabs_protocol import ElevenLabsProtocol
 from ttsq.domain.converter import convert_whole
 from ttsq.domain.output_formats import parse_elevenlabs
+from ttsq.domain.sampling import speed_level
 
 VOICE = "zh_female"
 NO_ALIGNMENT = {"alignment": None, "normalizedAlignment": None}

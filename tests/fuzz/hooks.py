@@ -163,9 +163,16 @@ def is_semantic_refusal(status: int, body: Any) -> bool:
     if status not in (400, 422):
         return False
     reasons = _reasons(body)
-    return bool(reasons) and all(
-        any(words in message for words in SEMANTIC_REFUSALS.get(field, ())) for field, message in reasons or ()
-    )
+    return bool(reasons) and all(any(words in message for words in _refusals(field)) for field, message in reasons or ())
+
+
+def _refusals(field: str) -> tuple[str, ...]:
+    """What a refusal of ``field`` may say: its own entry, else its dotted path's first or last part's (``voices.Alice``
+    is a voice, ``inputs.0.text`` a text)."""
+    for name in (field, field.split(".")[0], field.split(".")[-1]):
+        if name in SEMANTIC_REFUSALS:
+            return SEMANTIC_REFUSALS[name]
+    return ()
 
 
 @schemathesis.check

@@ -70,6 +70,10 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/admin/pronunciation"): {"kind": "word", "match": "hostile", "replacement": "friendly", "scope": "global"},
     ("post", "/v1/tts/refine"): {"text": "Hostile input.", "oral": 2, "laugh": 0, "break": 4, "seed": 1, "style": "chat"},
     ("post", "/v1/styles"): {"name": "hostile", "speed": 4, "oral": 2, "break": 5, "temperature": 0.3},
+    **{
+        ("post", f"/v1/text-to-speech/{{voice_id}}{tail}"): {"text": "Hostile input.", "seed": 1, "voice_settings": {"speed": 1.0}}
+        for tail in ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
+    },
     ("post", "/v1/tts/dialogue"): {"lines": [{"speaker": "A", "text": "Hostile."}], "voices": {"A": "zh_female"}, "gap_ms": 250},
     ("post", "/v1/text-to-dialogue"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
     ("post", "/v1/text-to-dialogue/stream"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
@@ -372,6 +376,8 @@ def _named(answer: httpx.Response) -> set[str]:
             names |= {str(part) for part in error.get("loc", [])}
     if isinstance(body, dict) and isinstance(body.get("detail"), str) and "Content-Type" in body["detail"]:
         names.add("Content-Type")
+    if isinstance(body, dict) and isinstance(body.get("detail"), dict):  # ElevenLabs' {"detail": {"status", "message"}}
+        names |= {"Content-Type"} if "Content-Type" in str(body["detail"].get("message", "")) else set()
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         if error.get("param"):

@@ -55,6 +55,10 @@ def test_a_plain_error_and_an_echo_of_the_input_are_not_leaks() -> None:
         (422, {"detail": [{"loc": ["body", "ssml"], "msg": "ssml has nothing to speak (no letter, digit or ideograph)"}]}, True),
         (422, {"detail": [{"loc": ["body", "ssml"], "msg": "ssml is 11 characters long; the limit is 10"}]}, False),
         (422, {"detail": [{"loc": ["body", "ssml"], "msg": "send `text` or `ssml`, not both"}]}, False),
+        (422, {"detail": [{"loc": ["body", "voices.Alice"], "msg": "unknown voice 'anna'; available: zh_female"}]}, True),
+        (422, {"detail": [{"loc": ["body", "inputs.0.text"], "msg": "line 1 (zh_female): text is empty"}]}, True),
+        (422, {"detail": [{"loc": ["query", "output_format"], "msg": "opus at 44100 Hz is not supported; opus is made at"}]}, True),
+        (422, {"detail": [{"loc": ["query", "output_format"], "msg": "unknown output_format 'x'; use one of pcm_8000"}]}, False),
         (500, {"detail": "internal error"}, False),
     ],
 )

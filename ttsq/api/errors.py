@@ -1,12 +1,15 @@
 """Every error answer of the API, in one place: clear sentences, never stack traces.
 
-Two shapes, chosen by route family:
+Three shapes, chosen by route family:
 
 * the native API (``/v1/tts``, ``/v1/voices``, probes) answers ``{"detail": "..."}``, and 422 with
   FastAPI's list of ``{loc, msg, type}`` entries for invalid input;
 * the OpenAI-compatible routes (``/v1/audio/...``) answer OpenAI's
   ``{"error": {"message", "type", "param", "code"}}`` for every status, and 400 for invalid input,
-  so the OpenAI SDKs raise their usual exception types.
+  so the OpenAI SDKs raise their usual exception types;
+* ElevenLabs' routes (``/v1/text-to-speech/...``, ``/v1/text-to-dialogue``) answer ElevenLabs'
+  ``{"detail": {"status", "message"}}``, and for invalid input the 422 of FastAPI's list, which is ElevenLabs' own (its
+  API is FastAPI's too); a voice the caller sees none of is its ``404 voice_not_found``.
 
 A Redis outage becomes ``503`` with ``Retry-After`` (the client's job is not lost: it was either
 never acknowledged, or it is safe in Redis). A submit the store refuses — the queue full, the key at its
@@ -32,8 +35,8 @@ from starlette.routing import Match, Mount
 from ttsq.api.auth import Forbidden, Unauthorized
 from ttsq.api.bodies import REFUSAL
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
-from ttsq.api.schemas import ErrorBody, OpenAIErrorBody, ValidationErrorBody
-from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound
+from ttsq.api.schemas import ElevenLabsErrorBody, ErrorBody, OpenAIErrorBody, ValidationErrorBody
+from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound, UnknownVoice
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain import context
 from ttsq.domain.voices import VoiceError
@@ -43,6 +46,8 @@ from ttsq.store.rate_limit import RateLimitExceeded
 log = logging.getLogger(__name__)
 
 OPENAI_PREFIX = "/v1/audio"
+ELEVENLABS_PREFIXES = ("/v1/text-to-speech/", "/v1/text-to-dialogue")
+"""ElevenLabs' routes: text-to-speech (``elevenlabs_api.py``) and text-to-dialogue (``dialogue_api.py``)."""
 
 _RETRY_AFTER = {
     "Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}
@@ -159,6 +164,57 @@ OPENAI_SPEECH_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     500: {"model": OpenAIErrorBody, "description": "Synthesis failed."},
 }
 
+ELEVENLABS_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {
+        "model": ElevenLabsErrorBody,
+        "description": "An API key is needed (`xi-api-key`), or the one sent is not valid.",
+        "headers": _WWW_AUTHENTICATE,
+    },
+    403: {"model": ElevenLabsErrorBody, "description": "The API key lacks the scope `tts`."},
+    404: {"model": ElevenLabsErrorBody, "description": "`voice_not_found`: the caller sees no voice by that `voice_id`."},
+    408: {"model": ElevenLabsErrorBody, "description": "The request body did not arrive whole within `BODY_READ_TIMEOUT_S`."},
+    413: {"model": ElevenLabsErrorBody, "description": "The request body is larger than `MAX_BODY_BYTES`."},
+    415: {"model": ElevenLabsErrorBody, "description": "The body is not sent as `application/json` in UTF-8 (`Content-Type`)."},
+    422: ERROR_RESPONSES[422],
+    429: {
+        "model": ElevenLabsErrorBody,
+        "description": "The queue is full, this key has its cap of queued jobs or of open streams (or its tenant of streams), "
+        "or it submits too fast; retry after `Retry-After` seconds.",
+        "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
+    },
+    500: {"model": ElevenLabsErrorBody, "description": "Synthesis failed before any audio."},
+    503: {
+        "model": ElevenLabsErrorBody,
+        "description": "Redis is unreachable, this process serves its limit of streams (`MAX_STREAMS`), or no worker is "
+        "alive to synthesise (`status`: `no_worker`, `NO_WORKER_S`); retry after `Retry-After` seconds.",
+        "headers": _RETRY_AFTER,
+    },
+}
+"""The errors ElevenLabs' routes (text-to-speech, text-to-dialogue) can answer."""
+
+_ELEVENLABS_STATUSES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    403: "missing_permissions",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+"""The ``detail.status`` of an ElevenLabs-shaped error, where the error has no ``code`` of its own."""
+
+
+def elevenlabs_error(status: int, message: str, headers: dict[str, str] | None = None, code: str | None = None) -> JSONResponse:
+    """ElevenLabs' error body: ``{"detail": {"status": ..., "message": ...}}``; ``status`` is ``code`` when the error
+    has one a client can branch on (``no_worker``, ``voice_not_found``)."""
+    kind = code or _ELEVENLABS_STATUSES.get(status, "internal_error" if status >= 500 else "invalid_request")
+    return JSONResponse(status_code=status, content={"detail": {"status": kind, "message": message}}, headers=headers)
+
+
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -192,6 +248,8 @@ def error_response(
     the OpenAI-compatible routes."""
     if request.url.path.startswith(OPENAI_PREFIX):
         return openai_error(status, message, param, headers, code)
+    if request.url.path.startswith(ELEVENLABS_PREFIXES):
+        return elevenlabs_error(status, message, headers, code)
     content = {"detail": message} if code is None else {"detail": message, "code": code}
     return JSONResponse(status_code=status, content=content, headers=headers)
 
@@ -370,6 +428,9 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
 
     async def invalid_input(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, InvalidInput)
+        if isinstance(exc, UnknownVoice) and request.url.path.startswith(ELEVENLABS_PREFIXES):
+            rejected(request, "invalid")
+            return elevenlabs_error(404, exc.message, code="voice_not_found")
         return await invalid(request, invalid_field(exc.field, exc.message, exc.value))
 
     async def invalid(request: Request, exc: Exception) -> Response:

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsq.api.stream_admission import WorkerWatch
-from ttsq.api.stream_slots import StreamSlots
+from ttsq.api.stream_slots import ELEVENLABS_TTS_ROUTES, StreamSlots
 from ttsq.domain import context
 from ttsq.store.cache import ResultCache
 from ttsq.store.metrics import CacheCollector, QueueGauges
@@ -37,8 +37,9 @@ SubmitOutcome = Literal[
 ]
 SUBMIT_ROUTES = frozenset(
     {"/v1/tts/submit", "/v1/audio/speech", "/v1/tts/dialogue", "/v1/text-to-dialogue", "/v1/text-to-dialogue/stream"}
+    | ELEVENLABS_TTS_ROUTES
 )
-"""Routes whose rejections count as submit outcomes (422/400, 429, 503)."""
+"""Routes whose rejections count as submit outcomes (422/400, 404, 429, 503)."""
 
 API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 """Request durations: milliseconds for submits and probes, up to minutes for a waiting OpenAI speech call or a stream."""

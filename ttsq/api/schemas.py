@@ -207,6 +207,20 @@ class OpenAIErrorBody(BaseModel):
     error: OpenAIError
 
 
+class ElevenLabsError(BaseModel):
+    status: str = Field(
+        description="What went wrong, for a program: `voice_not_found`, `invalid_api_key`, `no_worker`, `too_many_requests`, ..."
+    )
+    message: str
+
+
+class ElevenLabsErrorBody(BaseModel):
+    """Errors on ElevenLabs' text-to-speech routes, in ElevenLabs' shape (but a 422, which is FastAPI's list, as
+    ElevenLabs' is)."""
+
+    detail: ElevenLabsError
+
+
 class DeadLetter(BaseModel):
     """A job that failed for good: why, after how many attempts, and what it was asked to say."""
 

@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "ELEVENLABS_TTS_ROUTES",
     "HELD",
     "KINDS",
     "KeyRevoked",
@@ -49,10 +50,17 @@ StreamKind = Literal["session", "events", "audio", "speech", "long_poll"]
 KINDS: tuple[StreamKind, ...] = ("session", "events", "audio", "speech", "long_poll")
 """What holds a slot: a realtime session, an event stream, an audio stream, an OpenAI speech request, a long-poll."""
 
+ELEVENLABS_TTS_ROUTES = frozenset(
+    f"/v1/text-to-speech/{{voice_id}}{tail}" for tail in ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
+)
+"""ElevenLabs' text-to-speech routes (``elevenlabs_api.py``), by their templates: each submits, and holds its caller
+while it sends the audio, as OpenAI's speech does."""
+
 ROUTE_KINDS: dict[str, StreamKind] = {
     "/v1/tts/events/{task_id}": "events",
     "/v1/tts/stream/{task_id}": "audio",
     "/v1/audio/speech": "speech",
+    **dict.fromkeys(ELEVENLABS_TTS_ROUTES, "speech"),
     "/v1/text-to-dialogue": "speech",
     "/v1/text-to-dialogue/stream": "speech",
 }

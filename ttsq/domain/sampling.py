@@ -22,6 +22,7 @@ their seed share a ChatTTS call (see :func:`ttsq.domain.batching.batch_key`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Self
 
@@ -46,6 +47,7 @@ __all__ = [
     "TopK",
     "TopP",
     "overridden",
+    "speed_level",
     "with_the_refinement_rule",
 ]
 
@@ -286,3 +288,11 @@ SAMPLING_FIELDS: tuple[str, ...] = tuple(_WIRE_NAMES.get(name, name) for name in
 
 DEFAULT_SAMPLING = Sampling()
 """What a request that names no sampling parameter gets."""
+
+
+def speed_level(factor: float) -> int:
+    """A speed *factor* (1.0 the normal pace, 2.0 twice as fast: OpenAI's ``speed``, Cartesia's
+    ``generation_config.speed``, Google's ``speakingRate``) as ChatTTS's ``[speed_N]``: each doubling is two steps from
+    the default, clamped to the levels there are (0.25 → 1, 0.5 → 3, 1 → 5, 2 → 7, 4 → 9). One rule for every protocol
+    that speaks in factors, so the same factor is the same speed whichever route it came by."""
+    return max(MIN_SPEED, min(MAX_SPEED, round(DEFAULT_SAMPLING.speed + 2 * math.log2(factor))))

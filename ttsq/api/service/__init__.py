@@ -33,7 +33,7 @@ from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, Lis
 from ttsq.api.service.refine import Refined, RefineService
 from ttsq.api.service.styles import StyleService
 from ttsq.api.service.tasks import Download, Submitted, TaskService, Webhooks, build_params
-from ttsq.api.service.voices import VoiceService
+from ttsq.api.service.voices import UnknownVoice, VoiceService
 from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
 from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
@@ -42,7 +42,6 @@ from ttsq.domain.jobs import MAX_SEED, Job, Status
 from ttsq.domain.output_formats import (
     COMMON_RATES,
     ELEVENLABS_DEFAULT,
-    ELEVENLABS_PATTERN,
     TTSQ_NAMES,
     OutputFormat,
     TtsqName,
@@ -61,6 +60,7 @@ from ttsq.domain.sampling import (
     LaughLevel,
     OralLevel,
     SamplingPreset,
+    speed_level,
 )
 from ttsq.domain.styles import STYLE_NAME, Style, StyleConflict, validate_style_name
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
@@ -122,14 +122,15 @@ __all__ += [
     "Voice",
     "validate_voice_name",
 ]
-__all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
+__all__ += ["MAX_BLEND_COMPONENTS", "is_blend", "speed_level"]
 __all__ += ["COMMON_RATES", "TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 __all__ += ["LEVELS", "STYLE_NAME", "BreakLevel", "LaughLevel", "OralLevel", "SamplingPreset", "Style", "StyleConflict"]
 __all__ += ["validate_style_name"]
 __all__ += ["RefineService", "Refined", "StyleService"]
+__all__ += ["UnknownVoice"]
 __all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
-__all__ += ["ELEVENLABS_PATTERN", "parse_elevenlabs"]
+__all__ += ["parse_elevenlabs"]
 
 __all__ += [
     "AdminService",

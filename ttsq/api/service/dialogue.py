@@ -62,6 +62,8 @@ class DialogueService:
             except ScriptError as exc:
                 raise InvalidInput("script", str(exc), (body.script or "")[:200]) from exc
         field = field or ("lines" if body.lines is not None else "script")
+        if not lines:  # a job of no segments is no job: a worker could not even read it back
+            raise InvalidInput(field, "the dialogue has no lines: give at least one")
         limit = self.config.max_dialogue_lines
         if len(lines) > limit:
             raise InvalidInput(field, f"the dialogue has {len(lines)} lines; the limit is {limit} (MAX_DIALOGUE_LINES)")

@@ -469,6 +469,15 @@ class TaskService:
             return Download(job, audio, None)
         return Download(job, None, await self.status(job))
 
+    async def finished(self, task_id: str, caller: Principal) -> Download:
+        """The task once it has ended, however long that takes (long-polls of ``MAX_WAIT_S`` each): what a route
+        that answers with a whole file (a WAV, a JSON body) waits for. No worker alive, or the caller's key revoked,
+        ends the wait as :meth:`wait_for_end` does."""
+        while True:
+            download = await self.download(task_id, caller, wait_s=self.config.max_wait_s)
+            if download.audio is not None or download.job.status.is_final:
+                return download
+
     async def wait_for_end(self, job: Job, caller: Principal, wait_s: float) -> Job:
         """``job`` as ``caller`` sees it once it has ended, or after ``wait_s`` seconds (at most ``MAX_WAIT_S``) as it is then.
 

@@ -51,9 +51,9 @@ from ttsq.api.sessions.events import Audio, ContextDone, ContextId, ContextOptio
 from ttsq.api.sessions.ttsq_protocol import CLOSE_CODES
 from ttsq.api.sessions.wire import Frame, problem, read_frame
 from ttsq.domain.output_formats import UnsupportedFormat, parse_elevenlabs
-from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
+from ttsq.domain.sampling import speed_level
 
-__all__ = ["DEFAULT_INACTIVITY_S", "IGNORED_QUERY", "ElevenLabsProtocol", "speed_level"]
+__all__ = ["DEFAULT_INACTIVITY_S", "IGNORED_QUERY", "ElevenLabsProtocol"]
 
 DEFAULT_INACTIVITY_S = 20.0
 """ElevenLabs' inactivity timeout where the client names none (at most ``REALTIME_IDLE_S`` here too)."""
@@ -73,12 +73,6 @@ IGNORED_QUERY = (
 normalises its own way. (Any other query parameter is let be, as ElevenLabs adds options often.)"""
 
 TRUE, FALSE = ("true", "1"), ("false", "0")
-
-
-def speed_level(factor: float) -> int:
-    """A speed factor (1.0 the normal pace: ElevenLabs' ``voice_settings.speed``) as ChatTTS's ``[speed_N]``: each
-    doubling two steps from the default, clamped (0.5 → 3, 1 → 5, 2 → 7), as OpenAI's ``speed`` maps."""
-    return max(MIN_SPEED, min(MAX_SPEED, round(DEFAULT_SAMPLING.speed + 2 * math.log2(factor))))
 
 
 class VoiceSettings(BaseModel):
