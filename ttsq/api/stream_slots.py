@@ -47,12 +47,15 @@ HELD = "ttsq_stream_slots"
 
 StreamKind = Literal["session", "events", "audio", "speech", "long_poll"]
 KINDS: tuple[StreamKind, ...] = ("session", "events", "audio", "speech", "long_poll")
-"""What holds a slot: a realtime session, an event stream, an audio stream, an OpenAI speech request, a long-poll."""
+"""What holds a slot: a realtime session, an event stream, an audio stream, a speech request (OpenAI's, Cartesia's
+``/tts/bytes``, Google's ``text:synthesize``), a long-poll."""
 
 ROUTE_KINDS: dict[str, StreamKind] = {
     "/v1/tts/events/{task_id}": "events",
     "/v1/tts/stream/{task_id}": "audio",
     "/v1/audio/speech": "speech",
+    "/tts/bytes": "speech",
+    "/v1/text:synthesize": "speech",
 }
 """The kind of slot each streaming route's caller takes (``deps.py``, by the route's template)."""
 

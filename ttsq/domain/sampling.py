@@ -13,9 +13,11 @@ their seed share a ChatTTS call (see :func:`ttsq.domain.batching.batch_key`).
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_SAMPLING", "MAX_SPEED", "MIN_SPEED", "SAMPLING_FIELDS", "Sampling", "SamplingFields"]
+__all__ = ["DEFAULT_SAMPLING", "MAX_SPEED", "MIN_SPEED", "SAMPLING_FIELDS", "Sampling", "SamplingFields", "speed_level"]
 
 # ChatTTS's ``[speed_N]`` prompt, as the API offers it: 1 (slow) to 9 (fast).
 MIN_SPEED = 1
@@ -65,3 +67,11 @@ SAMPLING_FIELDS: tuple[str, ...] = tuple(SamplingFields.model_fields)
 
 DEFAULT_SAMPLING = Sampling()
 """What a request that names no sampling parameter gets."""
+
+
+def speed_level(factor: float) -> int:
+    """A speed *factor* (1.0 the normal pace, 2.0 twice as fast: OpenAI's ``speed``, Cartesia's
+    ``generation_config.speed``, Google's ``speakingRate``) as ChatTTS's ``[speed_N]``: each doubling is two steps from
+    the default, clamped to the levels there are (0.25 → 1, 0.5 → 3, 1 → 5, 2 → 7, 4 → 9). One rule for every protocol
+    that speaks in factors, so the same factor is the same speed whichever route it came by."""
+    return max(MIN_SPEED, min(MAX_SPEED, round(DEFAULT_SAMPLING.speed + 2 * math.log2(factor))))

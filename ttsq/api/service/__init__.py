@@ -36,7 +36,7 @@ from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
 from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
 from ttsq.domain.jobs import MAX_SEED, Job, Status
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
-from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED
+from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED, speed_level
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
 from ttsq.domain.voices import OPENAI_VOICES, VOICE_NAME, Voice, validate_voice_name
 from ttsq.store.api_keys import ApiKeyStore
@@ -97,7 +97,7 @@ __all__ += [
     "Voice",
     "validate_voice_name",
 ]
-__all__ += ["MAX_BLEND_COMPONENTS", "is_blend"]
+__all__ += ["MAX_BLEND_COMPONENTS", "is_blend", "speed_level"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 
 __all__ += [

@@ -10,7 +10,7 @@ from ttsq.api.auth import Principal
 from ttsq.api.service.common import InvalidInput, ServiceConfig, log, new_voice_owner, shown, viewed_owner, voice_owner
 from ttsq.domain.blends import BlendError, BlendPart, blend_parts, is_blend, parse_blend
 from ttsq.domain.reference_audio import ReferenceAudioError, check_reference, check_transcript, decode_reference
-from ttsq.domain.voices import Voice, VoiceError
+from ttsq.domain.voices import OPENAI_VOICES, Voice, VoiceError
 from ttsq.store.voice_encodings import EncodeFailed, EncodeTimedOut, VoiceEncodings
 from ttsq.store.voices import VoiceRegistry
 
@@ -39,6 +39,19 @@ class VoiceService:
         """The voice ``name`` means to ``caller``, whole (to synthesise with: a reference voice's prompt included), or
         None when it sees none by that name."""
         return await self.voices.get(name, voice_owner(caller))
+
+    async def resolve_any(self, name: str, caller: Principal, field: str = "voice") -> Voice:
+        """A voice as the routes that speak another vendor's protocol take it (OpenAI's ``voice``, Cartesia's
+        ``voice.id``, Google's ``voice.name``): OpenAI's names as the built-in voices they map onto, ttsq's names (those
+        ``caller`` sees) as themselves, and blends of both; otherwise :class:`InvalidInput` naming ``field`` and every
+        name it could have used. Never another vendor's voice id taken for something it is not."""
+        if is_blend(name):
+            return await self.resolve_blend(name, caller, field, OPENAI_VOICES)
+        voice = await self.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
+        if voice is None:
+            known = ", ".join([*OPENAI_VOICES, *(v.name for v in await self.list_voices(caller))])
+            raise InvalidInput(field, f"{name[:200]!r} is not supported; use one of: {known}", name[:200])
+        return voice
 
     async def _visible_names(self, owner: str | None) -> str:
         return ", ".join(v.name for v in await self.voices.list(owner))
