@@ -17,7 +17,9 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
+import cartesia_api
 import draw_api
+import google_api
 import openai_api
 import query_api
 import realtime_api
@@ -198,6 +200,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(draw_api.router)  # before voices_api's: /v1/voices/draw is not a voice's name
     app.include_router(voices_api.router)
     app.include_router(openai_api.router)
+    app.include_router(cartesia_api.router)
+    app.include_router(google_api.router)
     app.include_router(realtime_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)

@@ -78,10 +78,24 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "voice": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
-    "transcript": ("transcript",),
+    "transcript": ("transcript",),  # a recording's (and Cartesia's text, whose refusals say `transcript: ...`)
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
     "text": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
-    "input": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
+    "input": ("text is empty", "nothing", "control token", "pronunciation", "read aloud", "exactly one of", "not supported"),
+    # Cartesia's and Google's routes: which voice is a ttsq voice, what a transcript says once cleaned, and which of the
+    # formats their schemas allow ttsq makes are no schema's either.
+    "input.text": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
+    "input.ssml": ("not supported",),
+    "input.markup": ("not supported",),
+    "input.multiSpeakerMarkup": ("not supported",),
+    "input.prompt": ("not supported",),
+    "voice.id": ("is not supported", "blend", "weight", "the same voice", "needs an id"),
+    "voice.mode": ("embeddings are not ttsq's",),
+    "voice.name": ("is not supported", "blend", "weight", "the same voice"),
+    "voice.customVoice": ("not ttsq's",),
+    "voice.voiceClone": ("not ttsq's",),
+    "output_format": ("is not supported",),
+    "audioConfig.audioEncoding": ("is not supported",),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
     "match": (
         "not a valid regular expression",
@@ -112,8 +126,13 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
                 continue
             reasons.append((str(error["loc"][-1]), str(error.get("msg", ""))))
         return reasons
+    if isinstance(body, dict) and isinstance(body.get("error"), dict) and body["error"].get("details"):  # Google's
+        violations = [v for d in body["error"]["details"] if isinstance(d, dict) for v in d.get("fieldViolations", [])]
+        return [(str(v.get("field")), str(v.get("description", ""))) for v in violations] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return [(str(body["error"].get("param")), str(body["error"].get("message", "")))]
+    if isinstance(body, dict) and "error_code" in body and body.get("param"):  # Cartesia's, with ttsq's param
+        return [(str(body["param"]), str(body.get("message", "")))]
     return None
 
 

@@ -68,6 +68,17 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/audio/speech"): {"model": "tts-1", "input": "Hostile input.", "voice": "alloy", "speed": 1.0},
     ("post", "/v1/voices/draw"): {"n": 1, "language": "en"},
     ("post", "/v1/admin/pronunciation"): {"kind": "word", "match": "hostile", "replacement": "friendly", "scope": "global"},
+    ("post", "/tts/bytes"): {
+        "model_id": "sonic-3",
+        "transcript": "Hostile input.",
+        "voice": {"mode": "id", "id": "alloy"},
+        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+    },
+    ("post", "/v1/text:synthesize"): {
+        "input": {"text": "Hostile input."},
+        "voice": {"name": "alloy"},
+        "audioConfig": {"audioEncoding": "LINEAR16"},
+    },
 }
 """A valid body of every operation that takes one; an operation with a body missing here fails the run."""
 
@@ -367,14 +378,26 @@ def _named(answer: httpx.Response) -> set[str]:
             names |= {str(part) for part in error.get("loc", [])}
     if isinstance(body, dict) and isinstance(body.get("detail"), str) and "Content-Type" in body["detail"]:
         names.add("Content-Type")
+    if isinstance(body, dict) and body.get("param") and "error_code" in body:  # Cartesia's shape, with ttsq's param
+        names |= _and_parents(str(body["param"]))
+        names |= {"Content-Type"} if "Content-Type" in str(body.get("message", "")) else set()
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
+        for detail in error.get("details") or []:  # Google's shape: a BadRequest detail names each field
+            for violation in detail.get("fieldViolations", []) if isinstance(detail, dict) else []:
+                names |= _and_parents(str(violation.get("field", "")))
         if error.get("param"):
             names.add(str(error["param"]))
         message = str(error.get("message", ""))
         names |= {"Content-Type"} if "Content-Type" in message else set()
         names |= {"body"} if "body" in message else set()
     return names
+
+
+def _and_parents(path: str) -> set[str]:
+    """A dotted field path (``voice.id``, as Cartesia's and Google's routes name nested fields) and each field above it."""
+    parts = path.split(".")
+    return {".".join(parts[:end]) for end in range(1, len(parts) + 1)}
 
 
 def judge(case: Case, answer: httpx.Response) -> str | None:
