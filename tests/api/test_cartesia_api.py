@@ -20,14 +20,15 @@ import pytest
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
+from tests.api.test_realtime_session import served
 from tests.api.test_security import new_key
-from tests.conftest import api_client, claimed, queue_config
+from tests.conftest import api_client, queue_config
 from ttsq.api.cartesia import IGNORED_OPTIONS
 from ttsq.api.service import TTSService
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.jobs import Job
 from ttsq.store.cache import CachedAudio
-from ttsq.store.queue import JobQueue
+from ttsq.store.queue import Claim, JobQueue
 from ttsq.store.streams import AudioStreams
 
 GUARD_S = 60.0
@@ -66,11 +67,18 @@ async def keyed(make_settings: Any, **overrides: Any) -> AsyncIterator[tuple[htt
         yield client, app
 
 
+async def claimed_when_queued(queue: JobQueue) -> Claim:
+    """The next job, claimed as soon as one is queued (the request that queues it may not have yet)."""
+    while (claim := await queue.claim("w", block_s=0.1)) is None:
+        pass
+    return claim
+
+
 async def play_worker(redis: Redis, pieces: list[bytes] = PIECES) -> Job:
     """Claim the one queued job, publish ``pieces`` as its audio and complete it with them (a raw PCM result)."""
     queue = JobQueue(redis, queue_config())
     streams = AudioStreams(redis, queue.shards, 60)
-    held = await claimed(queue)
+    held = await claimed_when_queued(queue)
     for index, pcm in enumerate(pieces):
         assert await streams.publish(held.job.id, held.token, index, len(pieces), pcm)
     joined = b"".join(pieces)
@@ -243,7 +251,7 @@ async def test_a_task_that_fails_before_its_audio_is_a_500_in_cartesia_shape(red
     async with api_client(make_settings()) as (client, _app):
         asking = asyncio.create_task(client.post("/tts/bytes", json=generation()))
         queue = JobQueue(redis, queue_config())
-        held = await asyncio.wait_for(claimed(queue), GUARD_S)
+        held = await asyncio.wait_for(claimed_when_queued(queue), GUARD_S)
         await queue.fail(held.job, "the engine gave up", retryable=False, cache_key=None)
         answer = await asyncio.wait_for(asking, GUARD_S)
     assert "synthesis failed: the engine gave up" in assert_cartesia_error(answer, 500)["message"]
@@ -253,3 +261,39 @@ def test_every_ignored_option_is_named_in_the_protocol_page() -> None:
     page = (ROOT / "docs" / "protocols" / "cartesia.md").read_text(encoding="utf-8")
     missing = [name for name in IGNORED_OPTIONS if f"`{name}`" not in page]
     assert missing == [], f"docs/protocols/cartesia.md does not name: {missing}"
+
+
+async def first_piece_published(redis: Redis) -> tuple[JobQueue, Claim]:
+    """Claim the one queued job and publish its first piece (of two), as a worker does; the claim is returned."""
+    queue = JobQueue(redis, queue_config())
+    held = await claimed_when_queued(queue)
+    assert await AudioStreams(redis, queue.shards, 60).publish(held.job.id, held.token, 0, 2, PIECES[0])
+    return queue, held
+
+
+async def test_a_task_that_fails_after_its_first_audio_breaks_the_body_off(redis: Redis, make_settings: Any) -> None:
+    """Over a real uvicorn: the status and the first piece are sent; the task then fails, and the body ends without its
+    last chunk (no clean end a client would take for the whole audio)."""
+    async with served(make_settings()) as (ws_url, _app), httpx.AsyncClient(timeout=GUARD_S) as client:
+        url = ws_url.replace("ws://", "http://").removesuffix("/v1/tts/realtime")
+        working = asyncio.create_task(first_piece_published(redis))
+        async with client.stream("POST", f"{url}/tts/bytes", json=generation()) as answer:
+            queue, held = await working
+            pieces = answer.aiter_bytes()
+            assert answer.status_code == 200 and await anext(pieces) == PIECES[0]
+            await queue.fail(held.job, "the engine gave up", retryable=False, cache_key=None)
+            with pytest.raises(httpx.RemoteProtocolError):
+                async for _ in pieces:
+                    pass
+
+
+async def test_a_client_that_leaves_mid_stream_gives_its_task_up(redis: Redis, make_settings: Any) -> None:
+    async with served(make_settings()) as (ws_url, _app), httpx.AsyncClient(timeout=GUARD_S) as client:
+        url = ws_url.replace("ws://", "http://").removesuffix("/v1/tts/realtime")
+        working = asyncio.create_task(first_piece_published(redis))
+        async with client.stream("POST", f"{url}/tts/bytes", json=generation()) as answer:
+            queue, held = await working
+            assert await anext(answer.aiter_bytes()) == PIECES[0]
+        async with asyncio.timeout(GUARD_S):  # the client has gone: its task is asked to stop
+            while not (job := await queue.get(held.job.id)) or not job.cancel_requested:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from tests.api.test_cartesia_api import GUARD_S, PIECES, play_worker
+from tests.api.test_cartesia_api import GUARD_S, PIECES, claimed_when_queued, play_worker
 from tests.api.test_security import new_key
-from tests.conftest import api_client, claimed, queue_config
+from tests.conftest import api_client, queue_config
 from ttsq.api.google import IGNORED_OPTIONS
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.encoders import decode_pcm16
@@ -163,7 +163,7 @@ async def test_a_task_that_fails_is_internal_in_google_shape(redis: Redis, make_
     async with api_client(make_settings()) as (client, _app):
         asking = asyncio.create_task(client.post(SYNTHESIZE, json=request()))
         queue = JobQueue(redis, queue_config())
-        held = await asyncio.wait_for(claimed(queue), GUARD_S)
+        held = await asyncio.wait_for(claimed_when_queued(queue), GUARD_S)
         await queue.fail(held.job, "the engine gave up", retryable=False, cache_key=None)
         answer = await asyncio.wait_for(asking, GUARD_S)
     assert "synthesis failed: the engine gave up" in assert_google_error(answer, 500, "INTERNAL")
@@ -190,7 +190,7 @@ async def test_a_client_that_goes_away_before_the_end_gives_its_task_up(redis: R
 
         serving = asyncio.create_task(app(asgi_scope(), receive, send))  # type: ignore[arg-type]
         queue = JobQueue(redis, queue_config())
-        held = await asyncio.wait_for(claimed(queue), GUARD_S)  # running: its worker has it
+        held = await asyncio.wait_for(claimed_when_queued(queue), GUARD_S)  # running: its worker has it
         gone.set()
         await asyncio.wait_for(serving, GUARD_S)
         job = await queue.get(held.job.id)
