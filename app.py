@@ -170,7 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=origins,
             allow_credentials="*" not in origins,  # never credentials with a wildcard
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            allow_headers=["Authorization", "X-API-Key", "Cartesia-Version", "X-Goog-Api-Key", "Content-Type", "X-Request-ID"],
             expose_headers=[
                 "X-Request-ID",
                 "Retry-After",

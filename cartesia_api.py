@@ -18,14 +18,16 @@ from fastapi.responses import StreamingResponse
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, VoicesDep
 from ttsq.api.audio_out import streamed, whole_file
-from ttsq.api.cartesia import BytesRequest, check_version, generation
+from ttsq.api.cartesia import CartesiaBytesRequest, generation
 from ttsq.api.errors import CARTESIA_ERROR_RESPONSES, RATE_LIMIT_HEADERS, error_response
 from ttsq.api.schemas import IGNORED_FIELDS, SubmitRequest, field_names
 from ttsq.api.service import KeyRevoked, NoWorker, Status, StreamFailed
 
 router = APIRouter(tags=["cartesia"])
 
-CartesiaVersion = Annotated[str | None, Header(alias="Cartesia-Version", description="A date; every one is answered alike.")]
+CartesiaVersion = Annotated[
+    str | None, Header(alias="Cartesia-Version", description="Cartesia's API version (a date): every one is answered alike.")
+]
 _AUDIO_TYPES = ("audio/pcm", "audio/wav", "audio/mpeg", "audio/basic", "audio/x-alaw-basic")
 
 
@@ -46,16 +48,15 @@ _AUDIO_TYPES = ("audio/pcm", "audio/wav", "audio/mpeg", "audio/basic", "audio/x-
     summary="Cartesia-compatible text to speech",
 )
 async def tts_bytes(
-    body: BytesRequest,
+    body: CartesiaBytesRequest,
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,
     caller: StreamCaller,
     guard: Guarded,
     request: Request,
-    cartesia_version: CartesiaVersion = None,
+    cartesia_version: CartesiaVersion = None,  # accepted and ignored
 ) -> Response:
-    check_version(cartesia_version, "Cartesia-Version")
     asked = generation(body)
     voice = await voices.resolve_any(asked.voice, caller, "voice.id")
     native = SubmitRequest(text=body.transcript, voice=voice.name, speed=asked.speed, format="pcm")

@@ -21,7 +21,7 @@ from deps import ApiKeyCaller, ListeningDep, TasksDep, VoicesDep, stream_guard
 from ttsq.api.audio_out import whole_file
 from ttsq.api.auth import Principal
 from ttsq.api.errors import GOOGLE_ERROR_RESPONSES, RATE_LIMIT_HEADERS, error_response
-from ttsq.api.google import SynthesizeRequest, SynthesizeResponse, synthesis
+from ttsq.api.google import GoogleSynthesizeRequest, GoogleSynthesizeResponse, synthesis
 from ttsq.api.schemas import IGNORED_FIELDS, SubmitRequest, field_names
 from ttsq.api.service import KeyRevoked, NoWorker, Status, StreamFailed
 
@@ -43,12 +43,12 @@ GoogleCaller = Annotated[Principal, Security(GoogleKeyCaller("tts", stream=True)
 @router.post(
     "/v1/text:synthesize",
     operation_id="google_text_synthesize",
-    response_model=SynthesizeResponse,
+    response_model=GoogleSynthesizeResponse,
     responses={200: {"headers": RATE_LIMIT_HEADERS}, **GOOGLE_ERROR_RESPONSES},
     summary="Google Cloud compatible text to speech",
 )
 async def synthesize(
-    body: SynthesizeRequest,
+    body: GoogleSynthesizeRequest,
     tasks: TasksDep,
     listening: ListeningDep,
     voices: VoicesDep,

@@ -230,7 +230,7 @@ async def test_what_ttsq_cannot_do_is_a_400_naming_the_field(
     assert await JobQueue(redis, queue_config()).depth() == 0, "nothing was queued"
 
 
-async def test_malformed_bodies_and_versions_are_400s_naming_what(make_settings: Any) -> None:
+async def test_malformed_bodies_are_400s_naming_what(make_settings: Any) -> None:
     async with api_client(make_settings()) as (client, _app):
         missing = {key: value for key, value in generation().items() if key != "transcript"}
         assert "transcript" in assert_cartesia_error(await client.post("/tts/bytes", json=missing), 400)["message"]
@@ -241,8 +241,6 @@ async def test_malformed_bodies_and_versions_are_400s_naming_what(make_settings:
         assert assert_cartesia_error(broken, 400, "body")["message"].startswith("body: the request body is not JSON")
         plain = await client.post("/tts/bytes", content=b"{}", headers={"Content-Type": "text/plain"})
         assert "Content-Type must be application/json" in assert_cartesia_error(plain, 415)["message"]
-        dated = await client.post("/tts/bytes", json=generation(), headers={"Cartesia-Version": "yesterday"})
-        assert "not a Cartesia API version" in assert_cartesia_error(dated, 400, "Cartesia-Version")["message"]
         wrong_method = await client.get("/tts/bytes")
         assert assert_cartesia_error(wrong_method, 405)["error_code"] == "method_not_allowed"
 

@@ -378,8 +378,8 @@ def _named(answer: httpx.Response) -> set[str]:
             names |= {str(part) for part in error.get("loc", [])}
     if isinstance(body, dict) and isinstance(body.get("detail"), str) and "Content-Type" in body["detail"]:
         names.add("Content-Type")
-    if isinstance(body, dict) and body.get("param") and "error_code" in body:  # Cartesia's shape, with ttsq's param
-        names |= _and_parents(str(body["param"]))
+    if isinstance(body, dict) and "error_code" in body:  # Cartesia's shape, with ttsq's param
+        names |= _and_parents(str(body["param"])) if body.get("param") else set()
         names |= {"Content-Type"} if "Content-Type" in str(body.get("message", "")) else set()
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):

@@ -13,13 +13,12 @@ docs/protocols/cartesia.md, which a test holds to it) — never silently read as
   (:func:`ttsq.domain.sampling.speed_level`); the SDK's ``speed`` and the older ``voice.__experimental_controls.speed``
   by name (:data:`NAMED_SPEEDS`) or, for the latter, as a number from -1 (slowest) to 1 (fastest).
 * ``output_format``: what ttsq converts its audio into (:mod:`ttsq.api.audio_out`).
-* ``Cartesia-Version`` (header) or ``cartesia_version`` (query): a date, checked for its shape and otherwise ignored:
-  ttsq answers every version the same way.
+* ``Cartesia-Version`` (header) or ``cartesia_version`` (query): accepted and ignored; ttsq answers every version the
+  same way.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -31,10 +30,9 @@ from ttsq.api.service import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED, OPENAI_MAX_
 __all__ = [
     "IGNORED_OPTIONS",
     "NAMED_SPEEDS",
-    "BytesRequest",
+    "CartesiaBytesRequest",
     "CartesiaOptions",
     "Generation",
-    "check_version",
     "generation",
 ]
 
@@ -59,7 +57,6 @@ IGNORED_OPTIONS: dict[str, str] = {
 """Every option Cartesia's API defines that ttsq accepts and does nothing with, and why. Fields Cartesia does not define
 are accepted too (its clients add new ones) and named, with these, in the answer's ``X-TTSQ-Ignored-Fields``."""
 
-_VERSION = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 Rate = Literal[8000, 16000, 22050, 24000, 44100, 48000]
 
 
@@ -128,7 +125,7 @@ class CartesiaOptions(BaseModel):
     max_buffer_delay_ms: int | None = None
 
 
-class BytesRequest(CartesiaOptions):
+class CartesiaBytesRequest(CartesiaOptions):
     """``POST /tts/bytes``: a whole transcript, answered with its audio as it is synthesised."""
 
     transcript: str = Field(
@@ -210,11 +207,4 @@ def _ignored(options: CartesiaOptions) -> list[str]:
             sent += ["voice.__experimental_controls.emotion"] if "emotion" in controls.model_fields_set else []
             sent += _extras("voice.__experimental_controls.", controls)
     return sent
-
-
-def check_version(version: str | None, field: str) -> None:
-    """A ``Cartesia-Version`` (header) or ``cartesia_version`` (query) is a date (``2025-04-16``); it may be absent.
-    Any date is answered the same way."""
-    if version is not None and not _VERSION.fullmatch(version):
-        raise InvalidInput(field, f"{version[:40]!r} is not a Cartesia API version: send a date such as 2025-04-16", version[:40])
 

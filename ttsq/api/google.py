@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttsq.api.audio_out import OutputFormat, UnsupportedFormat, parse_google
 from ttsq.api.service import DEFAULT_SAMPLING, OPENAI_MAX_INPUT_CHARS, InvalidInput, speed_level
 
-__all__ = ["IGNORED_OPTIONS", "Synthesis", "SynthesizeRequest", "SynthesizeResponse", "synthesis"]
+__all__ = ["IGNORED_OPTIONS", "GoogleSynthesizeRequest", "GoogleSynthesizeResponse", "Synthesis", "synthesis"]
 
 IGNORED_OPTIONS: dict[str, str] = {
     "voice.languageCode": "ChatTTS reads Chinese and English as they are written; the voice is voice.name",
@@ -98,7 +98,7 @@ class GoogleAudioConfig(BaseModel):
     effectsProfileId: list[str] | None = None
 
 
-class SynthesizeRequest(BaseModel):
+class GoogleSynthesizeRequest(BaseModel):
     """Google's ``SynthesizeSpeechRequest``, as JSON."""
 
     model_config = _STRICT
@@ -110,7 +110,7 @@ class SynthesizeRequest(BaseModel):
     enableTimePointing: list[Any] | None = None
 
 
-class SynthesizeResponse(BaseModel):
+class GoogleSynthesizeResponse(BaseModel):
     audioContent: str = Field(
         description="The audio, base64 (plain, not a data: URI); LINEAR16, MULAW and ALAW carry a WAV header.",
         json_schema_extra={"contentEncoding": "base64"},
@@ -129,7 +129,7 @@ class Synthesis:
     ignored: tuple[str, ...]
 
 
-def synthesis(body: SynthesizeRequest) -> Synthesis:
+def synthesis(body: GoogleSynthesizeRequest) -> Synthesis:
     """Read ``body``; :class:`InvalidInput` naming the field for what ttsq cannot do."""
     text = _text(body.input)
     if body.voice.customVoice is not None or body.voice.voiceClone is not None:
@@ -156,7 +156,7 @@ def _text(given: GoogleSynthesisInput) -> str:
     return given.text
 
 
-def _ignored(body: SynthesizeRequest) -> list[str]:
+def _ignored(body: GoogleSynthesizeRequest) -> list[str]:
     sent = [name for name in ("advancedVoiceOptions", "enableTimePointing") if getattr(body, name) is not None]
     for prefix, part in (("", body), ("input.", body.input), ("voice.", body.voice), ("audioConfig.", body.audioConfig)):
         sent += [f"{prefix}{name}" for name in (part.model_extra or {})]

@@ -321,9 +321,14 @@ def task_links(task_id: str) -> dict[str, Any]:
     }
 
 
-LIMITED_TEXT_FIELDS = (("SubmitRequest", TEXT_FIELD, "max_text_chars"), ("SpeechRequest", "input", "openai_max_input_chars"))
+LIMITED_TEXT_FIELDS = (
+    ("SubmitRequest", TEXT_FIELD, "max_text_chars"),
+    ("SpeechRequest", "input", "openai_max_input_chars"),
+    ("CartesiaBytesRequest", "transcript", "openai_max_input_chars"),
+    ("GoogleSynthesisInput", "text", "openai_max_input_chars"),
+)
 """The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit), ``OPENAI_MAX_INPUT_CHARS``
-(OpenAI speech)."""
+(every route that answers a whole text's audio: OpenAI's speech, Cartesia's bytes, Google's synthesize)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)
@@ -348,15 +353,32 @@ JSON_WITHOUT_NUL_SCHEMA: dict[str, Any] = {
 
 
 def _request_bodies(schema: dict[str, Any]) -> set[str]:
-    """The components that are some operation's JSON request body."""
-    names = set()
+    """The components that are some operation's JSON request body, or part of one (an object nested in it by
+    reference: Google's ``voice``, Cartesia's ``output_format``)."""
+    pending = []
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
-            ref = body.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
-            if ref.startswith("#/components/schemas/"):
-                names.add(ref.rsplit("/", 1)[1])
+            pending.append(body.get("content", {}).get("application/json", {}).get("schema", {}))
+    components = schema.get("components", {}).get("schemas", {})
+    names: set[str] = set()
+    while pending:
+        for ref in _refs(pending.pop()):
+            name = ref.rsplit("/", 1)[1]
+            if ref.startswith("#/components/schemas/") and name not in names:
+                names.add(name)
+                pending.append(components.get(name, {}))
     return names
+
+
+def _refs(node: Any) -> list[str]:
+    """Every ``$ref`` in ``node``, however deep."""
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+    return own + [ref for key, value in node.items() if key != "$ref" for ref in _refs(value)]
 
 
 def _refuse_nul(node: Any) -> None:
