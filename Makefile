@@ -128,4 +128,5 @@ include tests/chaos/realtime.mk
 include tests/fuzz/fuzz.mk
 include tests/hostile/hostile.mk
 include tests/cluster/cluster.mk
+include tests/sentinel/failover.mk
 include loadtest/soak.mk

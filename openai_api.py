@@ -29,12 +29,18 @@ from ttsq.api.service import (
     OPENAI_MAX_INPUT_CHARS,
     OPENAI_VOICES,
     Download,
+    InvalidInput,
     KeyRevoked,
+    ListeningService,
     NoWorker,
+    OutputFormat,
     Status,
     StreamFailed,
     TaskService,
+    UnsupportedFormat,
+    parse_ttsq,
     speed_level,
+    stored_format,
 )
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
@@ -66,6 +72,13 @@ class SpeechRequest(BaseModel):
     )
     instructions: str | None = None
     response_format: OpenAIFormat = "mp3"
+    sample_rate: int | None = Field(
+        None,
+        description="ttsq's own field (the SDK's `extra_body`, as other OpenAI-compatible servers take it): the audio's "
+        "sample rate in Hz, 8000 to 48000 (opus: 8000, 12000, 16000, 24000 or 48000), resampled from ttsq's 24 kHz. "
+        "Default: 24000.",
+        examples=[16000],
+    )
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4.0, mapped onto ChatTTS's speed 1-9 (1.0 → 5).")
     stream_format: Literal["audio", "sse"] = "audio"
     priority: Priority | None = Field(
@@ -151,18 +164,21 @@ async def speech(
     guard: Guarded,
     request: Request,
 ) -> Response:
+    fmt = _output_format(body)
     voice = await voices.resolve_any(body.voice, caller)
     native = SubmitRequest(
         text=body.input,
         voice=voice.name,
         speed=speed_level(body.speed),
-        format=body.response_format,
+        # What the task stores (and the cache keeps): the answer itself when it is at 24 kHz, else the PCM it is made
+        # from. Either way the answer is made from the stored file only through ListeningService.stored.
+        format=stored_format(fmt) or "pcm",
         priority=body.priority,
         consistent_voice=body.consistent_voice,
     )
     submitted = await tasks.submit(native, caller, voice, max_text_chars=tasks.config.openai_max_input_chars)
     task_id = submitted.answer.task_id
-    media_type = CONTENT_TYPES[body.response_format]
+    media_type = fmt.content_type
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     if body.model_extra:
         headers[IGNORED_FIELDS] = field_names(body.model_extra)
@@ -175,19 +191,20 @@ async def speech(
         if stored is None:
             await listening.require_workers()  # no worker alive: 503 no_worker now, not a response that never comes
         if body.stream_format == "sse":
-            pieces = guard(listening.encoded(task_id, body.response_format)) if stored is None else None
-            events = _sse(pieces, stored, _usage(body.input))
+            pieces = guard(listening.encoded(task_id, fmt)) if stored is None else None
+            whole = await _answer(listening, stored, fmt) if stored is not None else None
+            events = _sse(pieces, whole, _usage(body.input))
             if sole:
                 events = tasks.cancelled_when_abandoned(events, task_id, caller, request.state)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        if stored is None and body.response_format == "wav":
+        if stored is None and fmt.wav:
             # A RIFF header states its sizes: a streamed WAV can only say 0xFFFFFFFF, which Python's wave module reads as
             # 2^31 frames. So a WAV answer is the finished file (every other format streams; SSE streams WAV too).
             stored = await _finished(tasks, task_id, caller)
             if stored.audio is None:
                 return openai_error(500, f"synthesis failed: {stored.job.error or stored.job.status.value}")
         if stored is not None and stored.audio is not None:
-            return Response(stored.audio, media_type=media_type, headers=headers)
+            return Response(await _answer(listening, stored, fmt), media_type=media_type, headers=headers)
         try:
             pcm = await listening.started(task_id)  # the answer starts with the first audio, so a failure before it is a 500
         except StreamFailed as exc:
@@ -196,10 +213,23 @@ async def speech(
         if sole:  # nobody is left to hear it: a worker that starts later need not make it
             await tasks.abandon(task_id, caller)
         raise
-    audio = listening.audio(task_id, body.response_format, pcm)
+    audio = listening.audio(task_id, fmt, pcm)
     if sole:
         audio = tasks.cancelled_when_abandoned(audio, task_id, caller, request.state)
     return StreamingResponse(guard(audio), media_type=media_type, headers=headers)
+
+
+def _output_format(body: SpeechRequest) -> OutputFormat:
+    """``response_format`` at ``sample_rate``; a rate its format cannot have is OpenAI's 400, naming ``sample_rate``."""
+    try:
+        return parse_ttsq(body.response_format, body.sample_rate)
+    except UnsupportedFormat as exc:
+        raise InvalidInput("sample_rate", str(exc), body.sample_rate) from None
+
+
+async def _answer(listening: ListeningService, stored: Download, fmt: OutputFormat) -> bytes | None:
+    """A finished task's stored file as ``fmt`` (itself, or converted from it); None when it has no audio."""
+    return None if stored.audio is None else await listening.stored(stored.job, stored.audio, fmt)
 
 
 async def _finished(tasks: TaskService, task_id: str, caller: Principal) -> Download:
@@ -217,14 +247,14 @@ def _usage(text: str) -> dict[str, int]:
     return {"input_tokens": len(text), "output_tokens": 0, "total_tokens": len(text)}
 
 
-async def _sse(pieces: AsyncIterator[bytes] | None, stored: Download | None, used: dict[str, int]) -> AsyncIterator[str]:
+async def _sse(pieces: AsyncIterator[bytes] | None, stored: bytes | None, used: dict[str, int]) -> AsyncIterator[str]:
     """OpenAI's speech SSE: ``speech.audio.delta`` events (base64), each an encoded piece as it is ready (``pieces``,
     their bytes joined are one file, as the raw body is; else the ``stored`` file at once), then ``speech.audio.done``
     with its ``usage``; an ``error`` event instead if the task fails, no worker is left to finish it, or the key is
     revoked meanwhile."""
     try:
-        if stored is not None and stored.audio is not None:
-            yield _delta(stored.audio)
+        if stored is not None:
+            yield _delta(stored)
         elif pieces is not None:
             async for piece in pieces:
                 yield _delta(piece)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller
@@ -17,15 +18,18 @@ from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, T
 from ttsq.api.service import (
     CAPTION_CONTENT_TYPES,
     CONTENT_TYPES,
-    STREAM_CONTENT_TYPES,
+    TTSQ_NAMES,
     Cancelled,
     CaptionFormat,
     Job,
     KeyRevoked,
     NoWorker,
+    OutputFormat,
     Status,
     StoreUnavailable,
-    StreamFormat,
+    TtsqName,
+    UnsupportedFormat,
+    parse_ttsq,
 )
 
 router = APIRouter(prefix="/v1/tts", tags=["query"])
@@ -35,6 +39,40 @@ _event_json = json.JSONEncoder(ensure_ascii=False).encode
 process with a thousand event streams encodes a thousand events per piece)."""
 
 _NOT_FOUND = {"model": ErrorBody, "description": "Unknown task id, or its result has expired."}
+_AUDIO_CONTENT_TYPES = sorted({parse_ttsq(name).content_type for name in TTSQ_NAMES})
+
+SampleRateQuery = Annotated[
+    int | None,
+    Query(
+        description="The audio's sample rate in Hz: 8000, 11025, 12000, 16000, 22050, 24000 (ttsq's own), 32000, 44100 or "
+        "48000; opus only 8000, 12000, 16000, 24000 or 48000. Default: 24000, and 8000 for mulaw and alaw. Other rates "
+        "are resampled from 24 kHz with an anti-aliasing filter (docs/api.md#output-formats).",
+    ),
+]
+
+
+def _output_format(name: TtsqName, sample_rate: int | None) -> OutputFormat:
+    """``format`` and ``sample_rate`` as one output format; a pair ttsq cannot make is a 422 naming both."""
+    try:
+        return parse_ttsq(name, sample_rate)
+    except UnsupportedFormat as exc:
+        raise _query_error("sample_rate", str(exc), sample_rate) from None
+
+
+def _download_format(job: Job, asked: OutputFormat | None, sample_rate: int | None) -> OutputFormat | None:
+    """The format a download is answered in: the one ``asked`` (``format`` with ``sample_rate``, checked before the
+    download); a ``sample_rate`` alone keeps the stored format's name; None for the stored file as it is."""
+    if asked is not None or sample_rate is None:
+        return asked
+    stored = job.params.format
+    if stored not in TTSQ_NAMES:
+        raise _query_error("format", f"the task's audio is {stored}: name the format to convert it to", None)
+    return _output_format(stored, sample_rate)  # a ttsq name, checked above
+
+
+def _query_error(name: str, message: str, value: object) -> RequestValidationError:
+    """A 422 in FastAPI's own format for a query parameter a check outside its type refused."""
+    return RequestValidationError([{"type": "value_error", "loc": ("query", name), "msg": message, "input": value}])
 _FAILED = {"model": TaskStatus, "description": "The task failed (`error` says why) or was cancelled."}
 
 
@@ -112,8 +150,9 @@ _CANCEL_STATUS = {Cancelled.CANCELLED: "cancelled", Cancelled.CANCELLING: "cance
     operation_id="task_result",
     responses={
         200: {
-            "description": "The audio, in the format that was asked for; with `format`, its captions instead.",
-            "content": {t: {} for t in sorted({*CONTENT_TYPES.values(), *CAPTION_CONTENT_TYPES.values()})},
+            "description": "The audio as it was stored (the submit's `format`); with an audio `format` or a `sample_rate`, "
+            "that audio converted; with a caption `format`, its captions instead.",
+            "content": {t: {} for t in sorted({*CONTENT_TYPES.values(), *_AUDIO_CONTENT_TYPES, *CAPTION_CONTENT_TYPES.values()})},
         },
         202: {
             "model": TaskStatus,
@@ -135,20 +174,37 @@ async def task_result(
     request: Request,
     wait: WaitQuery = None,
     format: Annotated[
-        CaptionFormat | None,
-        Query(description="Captions instead of the audio: `srt`, `vtt` (WebVTT) or `json` (a list of cues), one per chunk."),
+        CaptionFormat | TtsqName | None,
+        Query(
+            description="Captions instead of the audio: `srt`, `vtt` (WebVTT) or `json` (a list of cues), one per chunk. "
+            "Or the audio in another format: wav, pcm, mp3, opus, aac, flac, mulaw or alaw (converted from the stored "
+            "file; default: as stored)."
+        ),
     ] = None,
+    sample_rate: SampleRateQuery = None,
 ) -> Response:
-    """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll). With
-    ``format``, a finished task's captions: one cue per synthesised chunk, timed exactly by the joined audio."""
+    """With ``wait``, a task still queued or running is waited for, up to that many seconds (a long-poll). With a
+    caption ``format``, a finished task's captions: one cue per synthesised chunk, timed exactly by the joined audio.
+    With an audio ``format`` or a ``sample_rate``, the stored file converted (the stored file itself when it already
+    is that format)."""
+    if format in CAPTION_CONTENT_TYPES and sample_rate is not None:
+        raise _query_error("sample_rate", f"captions ({format}) have no sample rate", sample_rate)
+    asked = _output_format(format, sample_rate) if format in TTSQ_NAMES else None
     if wait:
         _waits(await tasks.job(task_id, caller), wait, listening, caller, request)
     download = await tasks.download(task_id, caller, wait or 0.0)
-    if download.audio is not None and format is not None:
-        captions = listening.captions(download.job, format)
+    if download.audio is not None and format in CAPTION_CONTENT_TYPES:
+        captions = listening.captions(download.job, format)  # type: ignore[arg-type]  # a caption format
         if captions is None:
             raise HTTPException(404, f"task {task_id!r} has no captions: its result was stored before captions were recorded")
         return Response(content=captions, media_type=CAPTION_CONTENT_TYPES[format])
+    fmt = _download_format(download.job, asked, sample_rate) if download.audio is not None else None
+    if download.audio is not None and fmt is not None:
+        return Response(
+            content=await listening.stored(download.job, download.audio, fmt),
+            media_type=fmt.content_type,
+            headers={"Content-Disposition": f'attachment; filename="{task_id}.{fmt.extension}"'},
+        )
     if download.audio is not None:
         return Response(
             content=download.audio,
@@ -172,8 +228,9 @@ def _poll_after_s(job: Job) -> int:
     responses={
         200: {
             "description": "The audio as it is produced, encoded piece by piece into one file: WAV with an open-ended "
-            "header, raw PCM16 LE mono 24 kHz, mp3, Ogg Opus, ADTS AAC or FLAC.",
-            "content": {t: {} for t in sorted(set(STREAM_CONTENT_TYPES.values()))},
+            "header, raw PCM16 LE mono, mp3, Ogg Opus, ADTS AAC, FLAC, or raw G.711 µ-law/A-law; at 24 kHz or the "
+            "`sample_rate` asked for.",
+            "content": {t: {} for t in _AUDIO_CONTENT_TYPES},
         },
         404: _NOT_FOUND,
         409: _FAILED,
@@ -190,19 +247,25 @@ async def task_stream(
     caller: StreamCaller,
     guard: Guarded,
     format: Annotated[
-        StreamFormat,
-        Query(description="wav (open-ended header), pcm (raw PCM16), mp3, opus (Ogg), aac (ADTS) or flac: any of them streams"),
+        TtsqName,
+        Query(
+            description="wav (open-ended header), pcm (raw PCM16 LE), mp3, opus (Ogg), aac (ADTS), flac, mulaw or alaw "
+            "(raw G.711, 8 kHz unless `sample_rate` says otherwise): any of them streams"
+        ),
     ] = "wav",
+    sample_rate: SampleRateQuery = None,
 ) -> Response:
     """Refused with 503 ``no_worker`` before it starts when the task has not ended and no worker is alive to make its
-    audio; a stream whose last worker goes away is broken off (no end of file: the audio is incomplete)."""
+    audio; a stream whose last worker goes away is broken off (no end of file: the audio is incomplete). A
+    ``format``/``sample_rate`` pair ttsq cannot make is a 422 before anything else."""
+    fmt = _output_format(format, sample_rate)
     job = await tasks.job(task_id, caller)
     if job.status in (Status.FAILED, Status.CANCELLED):
         return JSONResponse(status_code=409, content=(await tasks.status(job)).model_dump(mode="json"))
     await listening.require_workers(job)
     return StreamingResponse(
-        guard(listening.audio(task_id, format)),
-        media_type=STREAM_CONTENT_TYPES[format],
+        guard(listening.audio(task_id, fmt)),
+        media_type=fmt.content_type,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 

@@ -139,18 +139,27 @@ class Settings(BaseSettings):
         "placed by cache key, workers claim from every shard in turn (docs/scale-out.md). Change it only on a drained queue.",
         json_schema_extra=_group("Queue"),
     )
-    submit_wait_replicas: int = Field(
-        0,
-        ge=0,
-        description="Replicas that must have a job before submit answers (`WAIT`, up to `SUBMIT_WAIT_TIMEOUT_MS`); 0 = "
-        "do not wait: a primary lost right after answering may lose the job (docs/scale-out.md). Not with a Redis Cluster.",
+    submit_wait_replicas: int | Literal["auto"] = Field(
+        "auto",
+        description="Replicas that must have a task before it is acknowledged — a submit, a cache hit, a single-flight join, a "
+        "realtime session's chunk (`WAIT`, up to `SUBMIT_WAIT_TIMEOUT_MS`; not acknowledged in time: 503 + Retry-After). "
+        "`auto`: every replica the primary has been seen with (so while one is away, its submits are refused), none on "
+        "a lone Redis or a Redis Cluster; 0 = never wait: a primary failed over right after answering may lose the task "
+        "(docs/scale-out.md). A number is not taken with a Redis Cluster.",
         json_schema_extra=_group("Queue"),
     )
     submit_wait_timeout_ms: int = Field(
         100,
         ge=1,
-        description="Longest `WAIT` for `SUBMIT_WAIT_REPLICAS`; a job not on that many replicas by then is answered 503 "
+        description="Longest `WAIT` for `SUBMIT_WAIT_REPLICAS`; a task not on that many replicas by then is answered 503 "
         "(it is queued all the same: a client that retries may have it run twice).",
+        json_schema_extra=_group("Queue"),
+    )
+    submit_wait_replicas_check_s: float = Field(
+        5.0,
+        gt=0,
+        description="With `SUBMIT_WAIT_REPLICAS=auto`, while no replica has been seen (a lone Redis): how often each "
+        "process looks again (`INFO replication`) whether its primary has one now.",
         json_schema_extra=_group("Queue"),
     )
     interactive_burst: int = Field(
@@ -957,6 +966,13 @@ class Settings(BaseSettings):
             raise ValueError(f"MAX_BATCH must be auto or between 1 and {MAX_BATCH_CEILING}, got {value}")
         return value
 
+    @field_validator("submit_wait_replicas")
+    @classmethod
+    def _replicas_not_negative(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"SUBMIT_WAIT_REPLICAS must be auto or a number of replicas (0 or more), got {value}")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -1004,10 +1020,12 @@ class Settings(BaseSettings):
                 "worker's jobs wait up to HEARTBEAT_TTL_S + SWEEP_INTERVAL_S before they run again, so a slower sweep "
                 "would outweigh the heartbeat it acts on"
             )
-        if self.submit_wait_replicas and self.redis_url.split("://", 1)[0].endswith("+cluster"):
+        waits = self.submit_wait_replicas != "auto" and self.submit_wait_replicas > 0
+        if waits and self.redis_url.split("://", 1)[0].endswith("+cluster"):
             raise ValueError(
                 "SUBMIT_WAIT_REPLICAS is not supported with a Redis Cluster (redis+cluster://): a WAIT must follow the "
-                "job's write on the same connection to its slot's master, which the cluster client does not offer"
+                "job's write on the same connection to its slot's master, which the cluster client does not offer "
+                "(leave it auto: no WAIT on a cluster)"
             )
         if self.max_streams_per_key > self.max_streams:
             raise ValueError(f"MAX_STREAMS_PER_KEY ({self.max_streams_per_key}) must not exceed MAX_STREAMS ({self.max_streams})")

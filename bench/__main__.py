@@ -36,6 +36,7 @@ SUITE = [
     Benchmark("bench.scale.shards", quick=("--quick",)),
     Benchmark("bench.scale.sentinel", quick=("--quick",)),
     Benchmark("bench.listening.encoders"),
+    Benchmark("bench.listening.output_formats"),
     Benchmark("bench.listening.stream_formats"),
     Benchmark("bench.listening.listeners"),
     Benchmark("bench.listening.realtime", quick=("--quick",)),

@@ -14,13 +14,12 @@ import hashlib
 from importlib.resources import files
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 from redis.asyncio import Redis
 
 from tests.api.test_query import queued_task
-from tests.conftest import FakeClock, claimed, listening, params, queue_config, settings, task_id
+from tests.conftest import FakeClock, api_client, claimed, listening, params, queue_config, settings, task_id
 from tests.redis_server import RedisServer, free_port
 from tests.test_streaming import LONG_TEXT
 from tests.test_worker import proxied, running_worker, wait_final
@@ -214,19 +213,57 @@ async def test_a_finished_job_whose_stream_was_whole_is_not_read_again(make_queu
 
 
 async def test_a_raw_audio_body_that_cannot_be_delivered_whole_is_cut_off_not_ended_as_if_whole(
-    client: httpx.AsyncClient, redis: Redis
+    redis: Redis, make_settings: Any
 ) -> None:
     """``/v1/tts/stream``: the status code went out with the first audio, so a stream that cannot go on without a hole
-    ends without its body's last chunk (an error to every HTTP client; here the in-process transport raises it)."""
-    task = await queued_task(client, format="mp3")
-    queue = JobQueue(redis, queue_config())
-    streams = streams_of(queue)
-    token = (await claimed(queue)).token
-    assert await streams.publish(task, token, 0, 1, samples(0, 1000), at=0, partial=True)
-    assert await streams.publish(task, token, 0, 1, samples(2000, 3000), at=2000)
-    await complete(queue, task, encode_audio(np.zeros(3000, dtype=np.float32), "mp3"), "mp3")
-    with pytest.raises(StreamGap, match="lossy format"):
-        await client.get(f"/v1/tts/stream/{task}?format=pcm")
+    ends without its body's last chunk (an error to every HTTP client): the app never sends the body's end."""
+    async with api_client(make_settings()) as (client, app):
+        task = await queued_task(client, format="mp3")
+        queue = JobQueue(redis, queue_config())
+        streams = streams_of(queue)
+        token = (await claimed(queue)).token
+        assert await streams.publish(task, token, 0, 1, samples(0, 1000), at=0, partial=True)
+        assert await streams.publish(task, token, 0, 1, samples(2000, 3000), at=2000)
+        await complete(queue, task, encode_audio(np.zeros(3000, dtype=np.float32), "mp3"), "mp3")
+        sent = await asgi_get(app, f"/v1/tts/stream/{task}", b"format=pcm")
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = [message for message in sent if message["type"] == "http.response.body"]
+    assert b"".join(message.get("body", b"") for message in bodies) == samples(0, 1000), "the audio before the hole, no more"
+    assert all(message.get("more_body") for message in bodies), "the body is never ended as if it were whole"
+
+
+async def asgi_get(app: Any, path: str, query: bytes) -> list[dict[str, Any]]:
+    """What the app sends for one GET, read at the ASGI level (an in-process HTTP client turns an unfinished body into
+    an error of its own, hiding what was sent)."""
+    sent: list[dict[str, Any]] = []
+    requested = False
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "headers": [(b"host", b"ttsq.test")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("ttsq.test", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client stays: only the app ends the exchange
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
 
 
 # ---- the listener's own reads through an outage --------------------------------------------------------------------

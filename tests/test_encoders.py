@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import struct
-from collections.abc import AsyncIterator
 from typing import get_args
 
 import av
@@ -20,7 +18,6 @@ from ttsq.domain.encoders import (
     StreamFormat,
     decode_pcm16,
     encode_whole,
-    encoded,
     open_ended_wav_header,
     stream_encoder,
 )
@@ -156,39 +153,6 @@ def test_every_stream_format_has_a_content_type_and_an_encoder() -> None:
     assert set(STREAM_CONTENT_TYPES) == set(get_args(StreamFormat))
     with pytest.raises(ValueError, match="ogg"):
         stream_encoder("ogg", SAMPLE_RATE)  # type: ignore[arg-type]
-
-
-async def test_encoded_sends_the_header_at_once_and_each_piece_as_it_comes() -> None:
-    gate = asyncio.Event()
-    pieces = pieces_of([24_000, 24_000])
-
-    async def source() -> AsyncIterator[bytes]:
-        yield pieces[0]
-        await gate.wait()
-        yield pieces[1]
-
-    stream = encoded(source(), "mp3", SAMPLE_RATE)
-    header = await anext(stream)
-    first = await anext(stream)  # arrives while the second piece is still held back by the gate
-    assert b"Xing" in header and decoded(header + first).size > 12_000
-    gate.set()
-    rest = [chunk async for chunk in stream]
-    assert decoded(header + first + b"".join(rest)).size >= 48_000
-
-
-async def test_an_error_from_the_pieces_reaches_the_listener_after_what_was_ready() -> None:
-    class Boom(Exception):
-        pass
-
-    async def source() -> AsyncIterator[bytes]:
-        yield speechlike(24_000).tobytes()
-        raise Boom
-
-    got: list[bytes] = []
-    with pytest.raises(Boom):
-        async for chunk in encoded(source(), "opus", SAMPLE_RATE):
-            got.append(chunk)
-    assert len(got) == 2 and decoded(b"".join(got)).size > 0
 
 
 @pytest.mark.parametrize("fmt", [*COMPRESSED, "wav", "pcm"])

@@ -66,7 +66,7 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     worker = Worker(JobQueue(redis, queue or queue_config(block_s=0.2)), engine, worker_config(**worker_settings))
     task = asyncio.create_task(worker.run())
-    await wait_until(lambda: _true(worker.record.ready), 120)
+    await wait_until(lambda: _true(worker.record.serving()), 120)
     try:
         yield worker
     finally:

@@ -94,6 +94,7 @@ async def test_readyz_does_not_depend_on_workers(client: httpx.AsyncClient, redi
     assert (await client.get("/healthz")).json() == {
         "status": "ok",
         "redis": None,
+        "replicas": None,
         "workers": None,
         "queue_depth": None,
         "model": None,

@@ -320,6 +320,8 @@ def test_redis_ha_runs_sentinels_beside_three_servers_and_ttsq_follows_them(obje
         assert sentinel_service(url) == (service, 0)
         assert sorted(sentinels) == [(f"ttsq-redis-{n}.{headless.name}", 26379) for n in range(3)]
     assert effective_setting(objs, "submit_wait_replicas") == "1"
+    start = scripts.doc["data"]["start-redis.sh"]
+    assert "--min-replicas-to-write 1 --min-replicas-max-lag 10" in start, "a primary without a replica refuses writes"
     for trigger in find(objs, "ScaledObject", "ttsq-worker").doc["spec"]["triggers"]:
         assert trigger["type"] == "redis-sentinel" and trigger["metadata"]["sentinelMaster"] == service
         hosts = [address.rpartition(":")[0] for address in trigger["metadata"]["addresses"].split(",")]

@@ -20,10 +20,10 @@ from tests.conftest import api_client, params, queue_config, task_id
 from tests.conftest import settings as settings_of
 from tests.service import wait_for
 from ttsq.domain.audio import encode_audio
-from ttsq.store.connection import RedisClient, cluster_nodes, create_redis, sentinel_service
+from ttsq.store.connection import NotReplicatedError, RedisClient, cluster_nodes, create_redis, sentinel_service
 from ttsq.store.keys import Keys
 from ttsq.store.local_topology import LocalSentinel
-from ttsq.store.queue import JobQueue, NotReplicatedError
+from ttsq.store.queue import JobQueue
 from ttsq.store.replies import Completed
 
 pytestmark = pytest.mark.e2e

@@ -1,103 +1,23 @@
-"""The audio a foreign protocol asks for (Cartesia's ``output_format``, Google's ``audioConfig``), and ttsq's PCM16 at
-24 kHz converted into it, as one small seam: the protocol modules (:mod:`ttsq.api.cartesia`, :mod:`ttsq.api.google`)
-ask here, and nowhere else, what a format is and how to make it.
-
-What ttsq makes here is what its stream encoders make (:mod:`ttsq.domain.encoders`): PCM16 (raw or in WAV), mp3 and
-Ogg Opus at 24 kHz. Anything else a protocol names is refused by name with :class:`UnsupportedFormat` (a
-:class:`ValueError`), which a route answers with a 400 in its protocol's shape: never a different format than asked.
+"""The audio a route of another vendor's protocol answers with (Cartesia's ``/tts/bytes``, Google's
+``text:synthesize``): a task's PCM16 converted into the format the protocol asked for
+(:mod:`ttsq.domain.output_formats` names it, :mod:`ttsq.domain.converter` makes it), streamed as it comes or as one
+finished file, and what happens when the client goes away or the task fails once the answer has begun.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 from starlette.types import Receive
 
 from ttsq.api.service import NoWorker, StreamAborted, StreamFailed
-from ttsq.domain.audio import SAMPLE_RATE
-from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat, encoded, stream_encoder
+from ttsq.domain.converter import convert_whole, converted
+from ttsq.domain.output_formats import OutputFormat
 
-__all__ = [
-    "OutputFormat",
-    "UnsupportedFormat",
-    "convert_whole",
-    "converted",
-    "parse_cartesia",
-    "parse_google",
-    "streamed",
-    "unless_disconnected",
-    "whole_file",
-]
+__all__ = ["streamed", "unless_disconnected", "whole_file"]
 T = TypeVar("T")
-
-
-class UnsupportedFormat(ValueError):
-    """A format ttsq cannot make; the message names it and what ttsq makes instead."""
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """One output format ttsq can make: the stream encoder's format, at 24 kHz."""
-
-    stream_format: StreamFormat
-    sample_rate: int = SAMPLE_RATE
-
-    @property
-    def wav(self) -> bool:
-        return self.stream_format == "wav"
-
-    @property
-    def content_type(self) -> str:
-        return STREAM_CONTENT_TYPES[self.stream_format]
-
-    @property
-    def label(self) -> str:
-        return f"{self.stream_format} at {self.sample_rate} Hz"
-
-
-_CARTESIA_MADE = "raw or wav pcm_s16le at 24000 Hz"
-
-
-def parse_cartesia(output_format: Mapping[str, object]) -> OutputFormat:
-    """A Cartesia ``output_format`` object (``{"container", "encoding", "sample_rate"}``, or ``bit_rate`` for mp3)."""
-    container, encoding, rate = (output_format.get(name) for name in ("container", "encoding", "sample_rate"))
-    if container in ("raw", "wav") and encoding == "pcm_s16le" and rate == SAMPLE_RATE:
-        return OutputFormat("pcm" if container == "raw" else "wav")
-    asked = ", ".join(f"{name} {value!r}" for name, value in output_format.items())
-    raise UnsupportedFormat(f"output_format ({asked}) is not supported; ttsq answers {_CARTESIA_MADE}")
-
-
-_GOOGLE: dict[str, StreamFormat] = {"LINEAR16": "wav", "PCM": "pcm", "MP3": "mp3", "OGG_OPUS": "opus"}
-
-
-def parse_google(audio_encoding: str, sample_rate_hertz: int | None = None) -> OutputFormat:
-    """Google's ``audioConfig.audioEncoding`` and ``sampleRateHertz`` (None or 0: the encoding's own rate)."""
-    made = _GOOGLE.get(audio_encoding)
-    if made is None or sample_rate_hertz not in (None, 0, SAMPLE_RATE):
-        raise UnsupportedFormat(
-            f"audioEncoding {audio_encoding} at sampleRateHertz {sample_rate_hertz or 'default'} is not supported; "
-            f"ttsq answers {', '.join(_GOOGLE)} at {SAMPLE_RATE} Hz"
-        )
-    return OutputFormat(made)
-
-
-def converted(pieces: AsyncIterable[bytes], fmt: OutputFormat) -> AsyncIterator[bytes]:
-    """``pieces`` (PCM16 mono at 24 kHz, as a task's audio comes) as the bytes of one stream in ``fmt``."""
-    return encoded(pieces, fmt.stream_format, SAMPLE_RATE)
-
-
-def convert_whole(pcm: bytes, fmt: OutputFormat) -> bytes:
-    """A whole signal as one finished file in ``fmt``; a WAV header states its sizes (Python's ``wave`` reads an
-    open-ended one as 2^31 frames)."""
-    encoder = stream_encoder(fmt.stream_format, SAMPLE_RATE)
-    header, body = encoder.start(), encoder.feed(pcm) + encoder.finish()
-    if fmt.wav:
-        data = len(body).to_bytes(4, "little")
-        return header[:4] + (36 + len(body)).to_bytes(4, "little") + header[8:40] + data + body
-    return header + body
 
 
 async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T | None:

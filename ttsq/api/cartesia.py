@@ -12,7 +12,7 @@ docs/protocols/cartesia.md, which a test holds to it) — never silently read as
 * speed: ``generation_config.speed`` (a factor, 0.6-1.5) by the factor rule every protocol shares
   (:func:`ttsq.domain.sampling.speed_level`); the SDK's ``speed`` and the older ``voice.__experimental_controls.speed``
   by name (:data:`NAMED_SPEEDS`) or, for the latter, as a number from -1 (slowest) to 1 (fastest).
-* ``output_format``: what ttsq converts its audio into (:mod:`ttsq.api.audio_out`).
+* ``output_format``: what ttsq converts its audio into (:func:`ttsq.domain.output_formats.parse_cartesia`).
 * ``Cartesia-Version`` (header) or ``cartesia_version`` (query): accepted and ignored; ttsq answers every version the
   same way.
 """
@@ -24,8 +24,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttsq.api.audio_out import OutputFormat, UnsupportedFormat, parse_cartesia
 from ttsq.api.service import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED, OPENAI_MAX_INPUT_CHARS, InvalidInput, speed_level
+from ttsq.domain.output_formats import OutputFormat, UnsupportedFormat, parse_cartesia
 
 __all__ = [
     "IGNORED_OPTIONS",
@@ -153,7 +153,8 @@ def generation(options: CartesiaOptions) -> Generation:
     try:
         output = parse_cartesia(options.output_format.model_dump(exclude_none=True))
     except UnsupportedFormat as exc:
-        raise InvalidInput("output_format", str(exc), options.output_format.model_dump(exclude_none=True)) from None
+        said = str(exc).removeprefix("output_format: ")  # the error names the field itself
+        raise InvalidInput("output_format", said, options.output_format.model_dump(exclude_none=True)) from None
     return Generation(_voice_id(options.voice), _speed(options), output, tuple(_ignored(options)))
 
 

@@ -11,7 +11,8 @@ ttsq does or is named in :data:`IGNORED_OPTIONS` (and in docs/protocols/google.m
   such choice to make for the caller. Google's own voice names are refused with the names that would do;
 * ``audioConfig.speakingRate``: a factor (0.25-4.0; 0 is 1.0), by the factor rule every protocol shares
   (:func:`ttsq.domain.sampling.speed_level`);
-* ``audioConfig.audioEncoding`` and ``sampleRateHertz``: the format of ``audioContent`` (:mod:`ttsq.api.audio_out`).
+* ``audioConfig.audioEncoding`` and ``sampleRateHertz``: the format of ``audioContent``
+  (:func:`ttsq.domain.output_formats.parse_google`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttsq.api.audio_out import OutputFormat, UnsupportedFormat, parse_google
 from ttsq.api.service import DEFAULT_SAMPLING, OPENAI_MAX_INPUT_CHARS, InvalidInput, speed_level
+from ttsq.domain.output_formats import OutputFormat, UnsupportedFormat, parse_google
 
 __all__ = ["IGNORED_OPTIONS", "GoogleSynthesizeRequest", "GoogleSynthesizeResponse", "Synthesis", "synthesis"]
 

@@ -20,8 +20,10 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
+from ttsq.domain.converter import convert_whole
 from ttsq.domain.encoders import decode_pcm16, encode_whole
 from ttsq.domain.jobs import AudioFormat
+from ttsq.domain.output_formats import OutputFormat, stored_format
 
 __all__ = [
     "CONTENT_TYPES",
@@ -33,6 +35,7 @@ __all__ = [
     "duration_s",
     "encode_audio",
     "join_chunks",
+    "stored_as",
 ]
 
 SAMPLE_RATE = 24_000
@@ -222,6 +225,19 @@ def decode_to_pcm16(audio: bytes) -> bytes:
     except sf.LibsndfileError:
         return decode_pcm16(audio, SAMPLE_RATE)
     return np.asarray(samples, dtype="<i2").reshape(-1).tobytes()
+
+
+def stored_as(audio: bytes, stored: AudioFormat, fmt: OutputFormat) -> bytes:
+    """A stored result (``audio``: a job's file, in its own ``stored`` format at 24 kHz) as a listener asked for it.
+
+    The stored bytes themselves only when they are ``fmt`` (:func:`~ttsq.domain.output_formats.stored_format`);
+    otherwise its samples, decoded, converted into ``fmt`` as one finished file. So a cached or stored entry is
+    never sent as a format or rate other than its own, whatever the route asked for: the cache key names the stored
+    format (:func:`ttsq.domain.cache_key.cache_key`), and everything else is made from it here, per request."""
+    if stored_format(fmt) == stored:
+        return audio
+    pcm = audio if stored == "pcm" else decode_to_pcm16(audio)
+    return convert_whole(pcm, fmt)
 
 
 def duration_s(samples: npt.NDArray[np.generic], sample_rate: int = SAMPLE_RATE) -> float:

@@ -12,6 +12,11 @@ by a voice's *name*, so a voice re-created under the same name with a different 
 the old entry. The model identity comes from settings
 (the API loads no model), and it also covers the synthesis settings that shape the audio.
 
+The format in the key is the job's stored format (:data:`ttsq.domain.jobs.AudioFormat`, always at 24 kHz), the format of
+the entry's bytes: a listener who asked for another format or rate (µ-law at 8 kHz, mp3 at 44.1 kHz) is answered from an
+entry only through :func:`ttsq.domain.audio.stored_as`, which converts it unless it already is that format, so the
+key needs no rate and no entry is ever sent as something it is not.
+
 A tenant's own voice adds its owner (``params.voice_owner``): with ``CACHE_SCOPE=global`` the caller's scope is not in
 the key, and two tenants' voices made the same way (one seed, or one recording) must still not share audio, so
 that no tenant can learn from a cache hit what another synthesised with its voice. A global voice adds nothing.

@@ -9,10 +9,11 @@ The codecs and containers are libav's (PyAV, chosen by measurement: ``bench/list
 What a stream cannot do is go back: a muxer that would rewrite its header at the end (MP3's Xing/LAME frame,
 FLAC's STREAMINFO) writes into a :class:`_ForwardSink`, which drops writes into bytes already sent. So:
 
-- **mp3** (MPEG-2 layer III at 24 kHz, 576 samples a frame): the header is a Xing frame with a LAME tag. libav
-  fills in the tag's encoder delay only in its end-of-file rewrite; LAME's delay is fixed (576 samples), so it is
-  written at the start (:func:`_announce_mp3_delay`) and decoders that read the tag (ffmpeg, PyAV) trim the
-  priming. The frame count and end padding are known only at the end, so the decoded tail keeps the padding.
+- **mp3** (layer III: MPEG-2 up to 24 kHz, 576 samples a frame; MPEG-1 from 32 kHz, 1,152): the header is a
+  Xing frame with a LAME tag. libav fills in the tag's encoder delay only in its end-of-file rewrite; LAME's delay
+  is fixed (576 samples), so it is written at the start (:func:`_announce_mp3_delay`) and decoders that read the
+  tag (ffmpeg, PyAV) trim the priming. The frame count and end padding are known only at the end, so the decoded
+  tail keeps the padding.
 - **opus** in Ogg: ``OpusHead`` carries the pre-skip and the last page's granule position trims the end, so
   decoders return exactly the samples fed. libopus takes the 24 kHz input itself; Ogg Opus counts in 48 kHz,
   which is what PyAV/ffmpeg decode to (soundfile decodes at the 24 kHz recorded in ``OpusHead``).
@@ -29,10 +30,8 @@ Pieces need not be frame-aligned: a codec keeps the samples of an incomplete fra
 
 from __future__ import annotations
 
-import asyncio
 import io
 import struct
-from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Protocol, cast
@@ -47,7 +46,6 @@ __all__ = [
     "StreamFormat",
     "decode_pcm16",
     "encode_whole",
-    "encoded",
     "open_ended_wav_header",
     "stream_encoder",
 ]
@@ -152,8 +150,9 @@ class _ForwardSink:
 _LAME_ENCODER_DELAY = 576
 """Samples LAME puts before the audio (its ``ENCDELAY``; a decoder adds 529 of its own, which readers of the tag
 know to add)."""
+_MPEG1_MONO_SIDE_INFO = 17
 _MPEG2_MONO_SIDE_INFO = 9
-"""Bytes between an MPEG-2 mono layer III frame's 4-byte header and its Xing tag."""
+"""Bytes between a mono layer III frame's 4-byte header and its Xing tag: 17 in MPEG-1, 9 in MPEG-2 and 2.5."""
 _XING_TAG_BYTES = 120
 """``Xing``/``Info``, flags, frames, bytes, a 100-byte table of contents, quality: where the LAME tag starts."""
 
@@ -175,14 +174,23 @@ def _announce_mp3_delay(header: bytes) -> bytes:
     without it, decoders keep the 576 samples of priming. Returned unchanged where the tag is not found.
     """
     xing = max(header.find(b"Xing"), header.find(b"Info"))
-    frame = xing - 4 - _MPEG2_MONO_SIDE_INFO
+    starts = (xing - 4 - _MPEG1_MONO_SIDE_INFO, xing - 4 - _MPEG2_MONO_SIDE_INFO)
+    frame = next((at for at in starts if at >= 0 and _frame_side_info(header, at) == xing - 4 - at), -1)
     tag = xing + _XING_TAG_BYTES
-    if xing < 0 or frame < 0 or header[frame] != 0xFF or len(header) < tag + 36:
+    if xing < 0 or frame < 0 or len(header) < tag + 36:
         return header
     patched = bytearray(header)
     patched[tag + 21 : tag + 24] = (_LAME_ENCODER_DELAY << 12).to_bytes(3, "big")
     patched[tag + 34 : tag + 36] = _crc16(bytes(patched[frame : tag + 34])).to_bytes(2, "big")
     return bytes(patched)
+
+
+def _frame_side_info(data: bytes, at: int) -> int | None:
+    """The side-information size of the mono layer III frame whose header starts at ``at``; None if none starts there."""
+    if at + 4 > len(data) or data[at] != 0xFF or data[at + 1] & 0xE0 != 0xE0:
+        return None
+    version = (data[at + 1] >> 3) & 3  # 3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5
+    return _MPEG1_MONO_SIDE_INFO if version == 3 else _MPEG2_MONO_SIDE_INFO
 
 
 @dataclass(frozen=True)
@@ -206,14 +214,14 @@ _CODECS: dict[str, _Codec] = {
 class _LibavEncoder:
     """A libav codec and muxer writing into a :class:`_ForwardSink`, fed PCM16 through PyAV."""
 
-    def __init__(self, fmt: str, sample_rate: int) -> None:
+    def __init__(self, fmt: str, sample_rate: int, bit_rate: int | None = None) -> None:
         spec = _CODECS[fmt]
         self._rate = sample_rate
         self._sink = _ForwardSink()
         self._container = av.open(self._sink, "w", format=spec.muxer, container_options=spec.container_options)
         self._stream = cast(AudioStream, self._container.add_stream(spec.codec, rate=sample_rate, layout="mono"))
         if spec.bit_rate is not None:
-            self._stream.bit_rate = spec.bit_rate
+            self._stream.bit_rate = spec.bit_rate if bit_rate is None else bit_rate
         self._mp3 = fmt == "mp3"
         self._pts = 0
         self._closed = False
@@ -242,15 +250,17 @@ class _LibavEncoder:
         return self._sink.take()
 
 
-def stream_encoder(fmt: StreamFormat, sample_rate: int) -> PieceEncoder:
-    """A fresh encoder for one stream of PCM16 LE mono at ``sample_rate`` in ``fmt``."""
+def stream_encoder(fmt: StreamFormat, sample_rate: int, bit_rate: int | None = None) -> PieceEncoder:
+    """A fresh encoder for one stream of PCM16 LE mono at ``sample_rate`` in ``fmt``; ``bit_rate`` (bit/s) for mp3, opus
+    and AAC, None for the format's default. Rates and bit rates are checked by :class:`~ttsq.domain.output_formats.
+    OutputFormat`, which is how every route asks for one (:mod:`ttsq.domain.converter`)."""
     if fmt == "wav":
         return _Passthrough(open_ended_wav_header(sample_rate))
     if fmt == "pcm":
         return _Passthrough(b"")
     if fmt not in _CODECS:
         raise ValueError(f"no stream encoder for {fmt!r}")
-    return _LibavEncoder(fmt, sample_rate)
+    return _LibavEncoder(fmt, sample_rate, bit_rate)
 
 
 def encode_whole(pcm: bytes, fmt: StreamFormat, sample_rate: int) -> bytes:
@@ -274,28 +284,3 @@ def decode_pcm16(audio: bytes, sample_rate: int) -> bytes:
     for converted in resampler.resample(None):
         out += converted.to_ndarray().tobytes()
     return bytes(out)
-
-
-async def encoded(pieces: AsyncIterable[bytes], fmt: StreamFormat, sample_rate: int) -> AsyncIterator[bytes]:
-    """``pieces`` (PCM16) encoded as they come: the header at once, then each piece's ready bytes, then the rest.
-
-    Codec work runs in a worker thread (a sentence costs milliseconds of CPU: BENCHMARKS.md), so many streams
-    do not stall the event loop; the pass-through formats stay on it. An error from ``pieces`` propagates after
-    what was ready is sent; the encoder is closed either way.
-    """
-    encoder = stream_encoder(fmt, sample_rate)
-    offload = isinstance(encoder, _LibavEncoder)
-    header = encoder.start()
-    try:
-        if header:
-            yield header
-        async for pcm in pieces:
-            ready = await asyncio.to_thread(encoder.feed, pcm) if offload else encoder.feed(pcm)
-            if ready:
-                yield ready
-        rest = await asyncio.to_thread(encoder.finish) if offload else encoder.finish()
-        if rest:
-            yield rest
-    finally:
-        if offload:
-            encoder.finish()  # frees libav's context when the stream ends early; a no-op after a normal end

@@ -8,14 +8,18 @@ different failures apart: a *stalled loop* stops answering at all (the probe tim
 is reported in the body but never fails liveness: restarting a worker cannot fix Redis.
 
 ``/readyz`` answers 200 while the worker can take jobs: its model is loaded and warmed, it is not
-stopping, its last claim reached the queue, and no finished job's outcome is failing to be stored. A
+stopping, it has reached Redis (its first heartbeat was written: not before), its last claim reached the queue, and
+no finished job's outcome is failing to be stored. A
 worker whose claims fail — Redis away, or a Redis that answers every command with an error (``MOVED``
 from a cluster node a plain client was pointed at, ``CLUSTERDOWN``, ``NOAUTH``) — or whose results
 cannot be written (it retries them) is not ready, so an orchestrator never counts a pod that makes no
-progress; liveness stays local, so it is not restarted for it either.
+progress; liveness stays local, so it is not restarted for it either. A primary that has lost its replicas where
+the deployment guards it (``min-replicas-to-write``, as the shipped Sentinel and Kubernetes configurations set)
+refuses the claim's writes (``NOREPLICAS``), so such a worker is not ready either.
 
 API (routes of the app): ``/healthz`` answers while the process serves requests; ``/readyz``
-answers 200 while Redis is reachable — never depending on workers, so an API in front of a pool
+answers 200 while Redis is reachable and its primary has the replicas a submit waits for
+(:class:`~ttsq.store.connection.Replication`) — never depending on workers, so an API in front of a pool
 scaled to zero still accepts and queues jobs.
 """
 
@@ -78,6 +82,18 @@ class HeartbeatRecord:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def reached_redis(self) -> bool:
+        """Whether anything this worker sent has reached Redis yet: its first heartbeat (written before the model loads,
+        so it has long answered by the time a worker that can reach Redis is warm)."""
+        return self.last_heartbeat is not None
+
+    def serving(self) -> bool:
+        """What ``/readyz`` answers: loaded and warmed (:attr:`ready`), not stopping, Redis reached (so a worker started
+        while Redis is away never says it is ready before it has tried), its last claim reached the queue, and no
+        outcome failing to be stored."""
+        return self.ready and not self.stopping and self.reached_redis and self.claim_error is None and self.store_error is None
+
     def liveness(self, stall_after_s: float, now: float | None = None) -> tuple[bool, str]:
         """(alive, reason). Not alive when the loop stopped ticking or the job is past its deadline."""
         moment = time.time() if now is None else now
@@ -103,15 +119,16 @@ def health_app(record: HeartbeatRecord, stall_after_s: float, metrics: Callable[
         return JSONResponse(body, status_code=200 if alive else 503)
 
     async def readyz(_: Request) -> JSONResponse:
-        claiming = record.claim_error is None
+        claiming = record.claim_error is None and record.reached_redis
+        why_not = record.claim_error or "no command of this worker has reached Redis yet"
         storing = record.store_error is None
-        ready = record.ready and not record.stopping and claiming and storing
+        ready = record.serving()
         body: dict[str, Any] = {
             "status": "ready" if ready else "not ready",
             "model_loaded": record.model_loaded,
             "model": record.model,
             "speaks_noise": record.speaks_noise,
-            "claiming": "ok" if claiming else f"cannot claim jobs: {record.claim_error}",
+            "claiming": "ok" if claiming else f"cannot claim jobs: {why_not}",
             "storing": "ok" if storing else f"cannot store job outcomes: {record.store_error}",
         }
         if record.speaks_noise:
@@ -145,6 +162,8 @@ def health_server(
 class HealthBody(BaseModel):
     status: str
     redis: str | None = None
+    replicas: int | None = None
+    """The primary's replicas online, where acknowledged writes wait for them (``SUBMIT_WAIT_REPLICAS``)."""
     workers: int | None = None
     queue_depth: int | None = None
     model: str | None = None
@@ -164,7 +183,7 @@ def api_probes(readiness: Callable[[], Awaitable[dict[str, Any]]], unavailable: 
         "/readyz",
         response_model=HealthBody,
         responses=unavailable,
-        summary="Ready to accept jobs (Redis reachable); also reports live workers and queue depth",
+        summary="Ready to accept jobs (Redis reachable, with the replicas submits wait for); also reports workers and queue depth",
     )
     async def readyz() -> HealthBody:
         return HealthBody(status="ready", **await readiness())

@@ -196,7 +196,6 @@ class JobListener:
         self.redis, self.shards, self.config = redis, shards, config
         self._on_read, self._on_outage = on_read, on_outage
         self._sleep, self._monotonic = sleep, monotonic
-        self._outage_since: float | None = None
         self._name = uuid.uuid4().hex[:12]
         self._by_slot = isinstance(redis, RedisCluster)
         self._groups: dict[str, _Group] = {}
@@ -307,7 +306,7 @@ class JobListener:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _read(self, group: _Group, stop: asyncio.Event) -> None:
-        outage = False
+        outage_since: float | None = None  # this group's own: on a cluster, one shard's read may fail while another's works
         while not stop.is_set():
             if not group.feeds:
                 group.changed.clear()
@@ -320,12 +319,11 @@ class JobListener:
             try:
                 reply: Any = await self.redis.xread(streams, block=max(1, round(self.config.block_s * 1000)))  # type: ignore[arg-type]
             except STORE_ERRORS as exc:
-                if not outage:
+                if outage_since is None:
                     log.warning("listener: Redis unreachable (%s); following %d jobs again once it is back", exc, len(feeds))
-                    self._outage_since = self._outage_since or self._monotonic()
-                outage = True
+                    outage_since = self._monotonic()
                 self._on_outage()
-                if self._monotonic() - (self._outage_since or 0.0) >= self.config.outage_s:
+                if self._monotonic() - outage_since >= self.config.outage_s:
                     for feed in feeds.values():
                         for subscription in feed.subscribers:
                             subscription._notice(lost=True)
@@ -334,9 +332,8 @@ class JobListener:
             finally:
                 group.blocked = False
             self._on_read()
-            self._outage_since = None
-            if outage:
-                outage = False
+            if outage_since is not None:
+                outage_since = None
                 log.info("listener: Redis is back; following %d jobs from where each was", len(feeds))
                 await self._recheck(group)
             self._dispatch(group, reply or [])

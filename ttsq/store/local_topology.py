@@ -1,4 +1,5 @@
-"""A real Redis Cluster on this machine, for the tests and benchmarks (never a fake one).
+"""A real Redis Cluster, a Sentinel-managed primary, or a primary and its replicas on this machine, for the tests and
+benchmarks (never a fake one).
 
 Every node is a ``redis-server`` started by :mod:`ttsq.store.local_redis` with ``--cluster-enabled
 yes``; the cluster is built the way ``redis-cli --cluster create`` builds one: distinct config epochs,
@@ -28,6 +29,10 @@ from ttsq.store.local_redis import RedisServer, free_port, start_redis_server
 SLOTS = 16384
 BUS_OFFSET = 10000
 """A cluster node also listens on its port + 10000 (the cluster bus)."""
+
+
+_FAILOVER_TRIES = 4
+"""``CLUSTER FAILOVER`` requests a planned failover makes before it gives up."""
 
 
 def _cluster_port() -> int:
@@ -96,8 +101,8 @@ class LocalCluster:
         """The nodes that are masters now, with slots or without (as a live node sees the cluster)."""
         return [self.node(port) for port, role in self._roles().items() if role == "master"]
 
-    def _roles(self) -> dict[int, str]:
-        view = _text(_command(self.alive()[0], "CLUSTER", "NODES"))
+    def _roles(self, seen_by: RedisServer | None = None) -> dict[int, str]:
+        view = _text(_command(seen_by or self.alive()[0], "CLUSTER", "NODES"))
         roles = {}
         for line in view.splitlines():
             parts = line.split()
@@ -172,8 +177,21 @@ class LocalCluster:
         """A planned failover (``CLUSTER FAILOVER`` on its replica: the master stops taking writes, the replica
         catches up, then takes over): returns the new master. No acknowledged write is lost."""
         replica = self.replica_of(master)
-        _command(replica, "CLUSTER", "FAILOVER")
-        wait(lambda: self._roles().get(replica.port) == "master", 60, f"replica {replica.port} to take over")
+        for attempt in range(_FAILOVER_TRIES):
+            # A manual failover the master does not answer in time (5 s) is dropped without a word: ask again.
+            _command(replica, "CLUSTER", "FAILOVER")
+            try:
+                wait(lambda: self._roles(replica).get(replica.port) == "master", 7, f"replica {replica.port} to take over")
+                break
+            except TimeoutError:
+                if attempt == _FAILOVER_TRIES - 1:
+                    raise
+
+        def agreed() -> bool:  # every live node's view: a stale one would send a later slot move to the old master
+            views = [self._roles(node) for node in self.alive()]
+            return all(view.get(replica.port) == "master" and view.get(master.port) == "replica" for view in views)
+
+        wait(agreed, 60, f"every node to see replica {replica.port} as the master")
         self.wait_healthy()
         return replica
 
@@ -230,6 +248,74 @@ def _replica_synced(node: RedisServer) -> bool:
     return isinstance(info, dict) and info.get("master_link_status") == "up"
 
 
+def guard_args(replicas: int) -> tuple[str, ...]:
+    """What the shipped replicated configurations set on every server (``deploy/redis/redis.conf``, the ``redis-ha``
+    overlay): a primary with fewer than ``replicas`` replicas within 10 s of lag refuses writes (``NOREPLICAS``) — so
+    an old primary whose replica was promoted takes no write a failover would discard, and a worker on it is not
+    ready."""
+    return ("--min-replicas-to-write", str(replicas), "--min-replicas-max-lag", "10") if replicas else ()
+
+
+@dataclass
+class LocalReplicated:
+    """A primary and its replicas with no sentinel: a test fails it over by hand, one step at a time, to hold the
+    moment a failover's clients live through — the replica promoted, the old primary not yet told."""
+
+    primary: RedisServer
+    replicas: list[RedisServer]
+
+    def detach(self, replica: RedisServer) -> None:
+        """The first step of a failover: ``replica`` is a primary now (``REPLICAOF NO ONE``); the old primary, not
+        told yet, goes on taking writes — with the other replicas, if any, still following it."""
+        before = _connected_replicas(self.primary)
+        _command(replica, "REPLICAOF", "NO", "ONE")
+        wait(lambda: _connected_replicas(self.primary) == before - 1, 30, "the replica to detach")
+
+    def demote(self, old: RedisServer, new: RedisServer) -> None:
+        """The last step: the old primary and every other replica follow ``new`` (``REPLICAOF``), discarding what
+        only they had, and ``new`` is the primary from now on."""
+        others = [server for server in [self.primary, *self.replicas] if server.port != new.port]
+        for server in [old, *(server for server in others if server.port != old.port)]:
+            _command(server, "REPLICAOF", "127.0.0.1", new.port)
+        wait(lambda: all(_replica_synced(server) for server in others), 30, f"every server to follow port {new.port}")
+        self.primary, self.replicas = new, others
+
+    def stop(self) -> None:
+        for server in [self.primary, *self.replicas]:
+            server.stop()
+
+
+def _online_replicas(node: RedisServer) -> int:
+    info = _command(node, "INFO", "replication")
+    if not isinstance(info, dict):
+        return 0
+    replicas = (value for key, value in info.items() if key.startswith("slave") and isinstance(value, dict))
+    return sum(1 for replica in replicas if replica.get("state") == "online")
+
+
+def _connected_replicas(node: RedisServer) -> int:
+    info = _command(node, "INFO", "replication")
+    return int(info.get("connected_slaves", 0)) if isinstance(info, dict) else 0
+
+
+def start_replicated(workdir: Path, *, replicas: int = 1, binary: str | None = None, guarded: bool = False) -> LocalReplicated:
+    """A primary and ``replicas`` replicas, synced; ``guarded``: with :func:`guard_args` (every replica) on every server."""
+    args = guard_args(replicas) if guarded else ()
+    primary = start_redis_server(workdir / "primary", binary=binary, args=args)
+    servers = [primary]
+    try:
+        for index in range(replicas):
+            replica_args = (*args, "--replicaof", "127.0.0.1", str(primary.port))
+            servers.append(start_redis_server(workdir / f"replica-{index}", binary=primary.binary, args=replica_args))
+        wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
+        wait(lambda: _connected_replicas(primary) == replicas, 30, "the primary to see its replicas")
+        return LocalReplicated(primary, servers[1:])
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+
+
 SENTINEL_SERVICE = "ttsq-primary"
 """The service name the local sentinels monitor (what a ``redis+sentinel://…/<service>`` URL names)."""
 
@@ -283,6 +369,10 @@ class LocalSentinel:
         wait(lambda: self.primary_port() != old and self._agreed_on(self.primary_port()), timeout_s, "the failover")
         return self.primary()
 
+    def wait_whole(self, timeout_s: float = 60) -> None:
+        """Until the primary has every other server as a replica, online (the old primary rejoined after a failover)."""
+        wait(lambda: _online_replicas(self.node(self.primary_port())) == len(self.servers) - 1, timeout_s, "every replica")
+
     def kill_primary(self, timeout_s: float = 60) -> RedisServer:
         """SIGKILL the primary (an unplanned failure); the sentinels promote a replica. Returns the new primary; the
         killed server is restarted (empty: no persistence) and the sentinels make it a replica of the new one."""
@@ -305,17 +395,27 @@ class LocalSentinel:
 
 
 def start_redis_sentinel(
-    workdir: Path, *, replicas: int = 1, sentinels: int = 3, binary: str | None = None, down_after_ms: int = 1000
+    workdir: Path,
+    *,
+    replicas: int = 1,
+    sentinels: int = 3,
+    binary: str | None = None,
+    down_after_ms: int = 1000,
+    guarded: bool = True,
+    guard: int = 1,
 ) -> LocalSentinel:
     """A primary with ``replicas`` replicas, watched by ``sentinels`` sentinels (quorum: a majority), each a real
-    ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are)."""
-    primary = start_redis_server(workdir / "primary", binary=binary)
+    ``redis-server`` (sentinels are ``redis-server <conf> --sentinel``: Debian's and the bundled binary both are).
+    ``guarded`` (as shipped): every server runs :func:`guard_args` for ``guard`` replicas (the shipped 1), so a primary
+    without one refuses writes."""
+    guard_flags = guard_args(min(guard, replicas)) if guarded else ()
+    primary = start_redis_server(workdir / "primary", binary=binary, args=guard_flags)
     servers = [primary]
     chosen = primary.binary
     started: list[subprocess.Popen[bytes]] = []
     try:
         for index in range(replicas):
-            args = ("--replicaof", "127.0.0.1", str(primary.port))
+            args = (*guard_flags, "--replicaof", "127.0.0.1", str(primary.port))
             servers.append(start_redis_server(workdir / f"replica-{index}", binary=chosen, args=args))
         wait(lambda: all(_replica_synced(server) for server in servers[1:]), 30, "replicas to sync")
         ports = []

@@ -60,12 +60,18 @@ from importlib.resources import files
 from typing import Any
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from ttsq.domain.captions import Cue
 from ttsq.domain.jobs import ANONYMOUS_TENANT, PRIORITIES, Job, Priority, Status, TTSParams
 from ttsq.store.clock import Clock, RedisClock, clock_lua
-from ttsq.store.connection import STORE_ERRORS, RedisClient
+from ttsq.store.connection import (
+    STORE_ERRORS,
+    NotReplicatedError,
+    RedisClient,
+    ReplicaCount,
+    Replication,
+    SubmitWaitReplicas,
+)
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys, Shards
 from ttsq.store.queue_stats import DEFAULT_JOB_S, QueueStats, estimate_s
@@ -117,17 +123,15 @@ class QueueConfig:
     dead_letter_max: int
     shards: int
     """Queue shards (``QUEUE_SHARDS``): N queues, each on its own hash tag (:class:`ttsq.store.keys.Shards`)."""
-    submit_wait_replicas: int
-    """Replicas a new job must reach before :meth:`JobQueue.enqueue` returns (``WAIT``); 0 = do not wait."""
+    submit_wait_replicas: SubmitWaitReplicas
+    """Replicas a new task must reach before it is acknowledged (``WAIT``); 0 = do not wait; ``auto``: every replica the
+    primary has been seen with (:class:`~ttsq.store.connection.Replication`)."""
     submit_wait_timeout_ms: int
+    submit_wait_replicas_check_s: float
+    """``auto``: how often a primary not yet seen with a replica is looked at again (``INFO replication``)."""
     interactive_burst: int
     """``INTERACTIVE_BURST``: interactive claims in a row while batch jobs wait, before one batch claim (so a batch
     backlog gets at least one claim in ``interactive_burst + 1``; docs/fairness.md)."""
-
-
-class NotReplicatedError(RedisError):
-    """A new job did not reach ``submit_wait_replicas`` replicas in time. A Redis error, so the API answers it as an
-    outage (503 + Retry-After): the job was not acknowledged, and may still run if its primary survives."""
 
 
 class QueueFullError(Exception):
@@ -256,6 +260,11 @@ class JobQueue:
         self.clock = RedisClock(redis, clock, self.keys.stats)
         """Redis's clock (a test may pin it): every deadline's."""
         self._enqueue = redis.register_script("\n".join([clock_lua(), token_bucket_lua(), _lua("fair"), _lua("enqueue")]))
+        self._record_done = lua_script(redis, "record_done", timed=False)
+        self.replication = Replication(
+            redis, config.submit_wait_replicas, config.submit_wait_timeout_ms, config.submit_wait_replicas_check_s
+        )
+        """How many replicas an acknowledging write waits for, and whether the primary has them (readiness)."""
         self._charge = charge_script(redis)
         self._peek = lua_script(redis, "peek", timed=False, fair=True)
         self._claim_script = lua_script(redis, "claim", ends_jobs=True, fair=True)
@@ -367,7 +376,7 @@ class JobQueue:
             paying = charge is not None and rate is None
             args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
             args += [tenant, priority, weight, keys_of.fair_prefix, self.config.interactive_burst]
-            reply = EnqueueReply.parse(await self._enqueue_replicated(keys, args))
+            reply = EnqueueReply.parse(await self._acknowledged(self._enqueue, keys, args, job_id))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
             if paying and charge is not None and reply.bucket is not None:
@@ -430,35 +439,44 @@ class JobQueue:
             readers=[reader] if reader else None,
             captions=captions or None,
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(keys.result(job_id), audio, ex=self.config.result_ttl_s)
-            pipe.set(keys.job(job_id), job.model_dump_json(), ex=self.config.result_ttl_s)
-            if params.callback_url is not None:  # finished on arrival: its webhook is due at once
-                pipe.lpush(keys.deliveries, job_id)
-            await pipe.execute()
+        deliver = params.callback_url is not None  # finished on arrival: its webhook is due at once
+        await self._acknowledged(
+            self._record_done,
+            [keys.result(job_id), keys.job(job_id), keys.deliveries],
+            [audio, job.model_dump_json(), self.config.result_ttl_s, _flag(deliver), job_id],
+            job_id,
+        )
         return job
 
-    async def _enqueue_replicated(self, keys: list[str], args: list[Any]) -> Any:
-        """``enqueue.lua``, followed by ``WAIT`` on the same connection when ``submit_wait_replicas`` asks for it.
+    async def _acknowledged(self, script: AsyncScript, keys: list[str], args: list[Any], task_id: str) -> Any:
+        """Run a script whose answer acknowledges a task (``enqueue.lua``: a new job, or a join of one in flight;
+        ``record_done.lua``: a cache hit), followed by ``WAIT`` on the same connection when
+        :meth:`Replication.plan <ttsq.store.connection.Replication.plan>` says so (and, with ``auto``, by ``INFO
+        replication``, which names the primary the write went to and what it must have reached).
 
-        Redis replicates asynchronously: a primary that dies just after answering takes with it what its replicas
-        had not received, the acknowledged job included. ``WAIT n timeout`` holds the answer until ``n`` replicas
-        have every write this connection made (so the pipeline: the script and the ``WAIT`` must share one), or the
-        timeout passes; then :class:`NotReplicatedError` is raised, so the job is never acknowledged unless it is on
-        ``n`` replicas. The job is queued on the primary all the same: if the primary survives it runs, and a client
-        that submits again may have it run twice — never lost once acknowledged, at the price of a possible
-        duplicate."""
-        wanted = self.config.submit_wait_replicas
+        Redis replicates asynchronously: a primary that is failed over just after answering takes with it what its
+        replicas had not received, the acknowledged task included — and during a planned ``SENTINEL FAILOVER`` the
+        old primary takes writes for seconds after its replica was promoted, then discards them. ``WAIT n timeout``
+        holds the answer until ``n`` replicas have every write this connection made (so the pipeline: the script and
+        the ``WAIT`` must share one), or the timeout passes; then :class:`NotReplicatedError` is raised, so no task is
+        acknowledged unless it is on ``n`` replicas. The write stands on the primary all the same: if that primary
+        survives the job runs, and a client that submits again may have it run twice — never lost once acknowledged,
+        at the price of a possible duplicate."""
+        replication = self.replication
+        wanted = await replication.plan()
         if wanted <= 0:
-            return await self._enqueue(keys=keys, args=args)
+            return await script(keys=keys, args=args)
         async with self.redis.pipeline(transaction=False) as pipe:
-            await self._enqueue(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]  # queues EVALSHA on the pipeline
+            await script(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]  # queues EVALSHA on the pipeline
             pipe.wait(wanted, self.config.submit_wait_timeout_ms)
-            reply, reached = await pipe.execute()
-        if int(reached) < wanted:
+            if replication.automatic:
+                pipe.info("replication")  # this connection's primary: what it must have reached (Replication.required)
+            reply, reached, *info = await pipe.execute()
+        required = replication.required(ReplicaCount.of(info[0])) if info else wanted
+        if int(reached) < required:
             raise NotReplicatedError(
-                f"job {args[1]} reached {int(reached)} of {wanted} replica(s) within SUBMIT_WAIT_TIMEOUT_MS="
-                f"{self.config.submit_wait_timeout_ms}: not acknowledged"
+                f"task {task_id} reached {int(reached)} of {required} replica(s) "
+                f"within SUBMIT_WAIT_TIMEOUT_MS={self.config.submit_wait_timeout_ms}: not acknowledged"
             )
         return reply
 
@@ -792,6 +810,5 @@ class JobQueue:
         keys += [keys_of.worker_jobs(worker) for worker in scan.owners]
         args: list[Any] = [self.clock.arg(), max(1, int(interval_s * 1000)), self.config.lease_s, keys_of.fair_prefix, holder]
         args += [len(scan.lapsed), len(scan.unleased), len(scan.due), len(scan.abandoned), self.config.heartbeat_ttl_s]
-        args += [self.config.max_attempts]
         args += [*ids, *scan.owners]
         return SweepReport.parse(await self._sweep(keys=keys, args=args))

@@ -33,8 +33,8 @@ from ttsq.api.stream_admission import NoWorker, WorkerWatch, beating_within
 from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, StreamSlots
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
-from ttsq.domain.encoders import STREAM_CONTENT_TYPES, StreamFormat
 from ttsq.domain.jobs import MAX_SEED, Job, Status
+from ttsq.domain.output_formats import TTSQ_NAMES, OutputFormat, TtsqName, UnsupportedFormat, parse_ttsq, stored_format
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED, speed_level
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
@@ -79,7 +79,6 @@ __all__ += [
     "OPENAI_MAX_INPUT_CHARS",
     "OPENAI_VOICES",
     "SCOPE_PATTERN",
-    "STREAM_CONTENT_TYPES",
     "VOICE_NAME",
     "Cancelled",
     "CaptionFormat",
@@ -93,11 +92,11 @@ __all__ += [
     "Status",
     "StoreUnavailable",
     "StreamFailed",
-    "StreamFormat",
     "Voice",
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend", "speed_level"]
+__all__ += ["TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 
 __all__ += [

@@ -41,11 +41,15 @@ class AdminService:
         return outcome, position or 0
 
     async def readiness(self) -> dict[str, Any]:
-        """What ``/readyz`` reports; raises when Redis is unreachable (then the API is not ready)."""
+        """What ``/readyz`` reports; raises when Redis is unreachable, and when its primary has fewer replicas than an
+        acknowledging write waits for (:meth:`~ttsq.store.connection.Replication.check`: every submit would be
+        refused until one is back) — then the API is not ready."""
         await self.queue.ping()
+        replicas = await self.queue.replication.check()
         await self._shared_secret.keep()
         return {
             "redis": "ok",
+            **replicas,
             "workers": await self.heartbeats.live_count(),
             "queue_depth": await self.queue.depth(),
             "model": self.config.model,

@@ -20,10 +20,11 @@ from ttsq.api.service.common import ends_for_reader
 from ttsq.api.service.tasks import TaskService
 from ttsq.api.stream_admission import NoWorker
 from ttsq.api.stream_slots import StreamAborted, StreamKind, StreamSlots, hold
-from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.audio import SAMPLE_RATE, stored_as
 from ttsq.domain.captions import srt, vtt
-from ttsq.domain.encoders import StreamFormat, encoded
+from ttsq.domain.converter import converted
 from ttsq.domain.jobs import Job, Status
+from ttsq.domain.output_formats import OutputFormat, stored_format
 from ttsq.store.streams import StreamFailed, StreamGap, chunks_done, pcm_pieces
 
 log = logging.getLogger("ttsq.api")
@@ -190,7 +191,7 @@ class ListeningService:
         if job is None or not job.status.is_final:
             await self.tasks.workers.require()
 
-    async def audio(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+    async def audio(self, task_id: str, fmt: OutputFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
         """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: the task's failure ends it
         quietly (the status code is sent already; the task's status says why). Audio that cannot be delivered whole
         (:class:`StreamGap`) and the last worker gone break it off (:class:`~ttsq.api.stream_slots.StreamAborted`: a
@@ -206,11 +207,20 @@ class ListeningService:
         except NoWorker as exc:
             raise StreamAborted(str(exc)) from None
 
-    def encoded(self, task_id: str, fmt: StreamFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
-        """The task's audio in ``fmt`` as it is produced: its PCM16 pieces (``pcm``, else :meth:`pcm`) through an
-        incremental encoder (:mod:`ttsq.domain.encoders`), so that everything yielded, joined, is one file;
-        :class:`StreamFailed` if the task fails."""
-        return encoded(self.pcm(task_id) if pcm is None else pcm, fmt, SAMPLE_RATE)
+    def encoded(self, task_id: str, fmt: OutputFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The task's audio in ``fmt`` as it is produced: its PCM16 pieces (``pcm``, else :meth:`pcm`) through a
+        streaming converter (:mod:`ttsq.domain.converter`: resampled, encoded, framed), so that everything yielded,
+        joined, is one file; :class:`StreamFailed` if the task fails."""
+        return converted(self.pcm(task_id) if pcm is None else pcm, fmt)
+
+    @staticmethod
+    async def stored(job: Job, audio: bytes, fmt: OutputFormat) -> bytes:
+        """A finished task's stored file (``audio``) as ``fmt``: itself when it is that format, else converted from its
+        samples (:func:`ttsq.domain.audio.stored_as`), off the event loop (decoding and encoding a whole result costs
+        milliseconds per second of audio)."""
+        if stored_format(fmt) == job.params.format:
+            return audio
+        return await asyncio.to_thread(stored_as, audio, job.params.format, fmt)
 
     async def started(self, task_id: str) -> AsyncIterator[bytes]:
         """The task's PCM16 pieces (:meth:`pcm`) once the first one is there: a task that fails before any audio

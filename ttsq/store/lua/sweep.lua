@@ -19,7 +19,7 @@
 -- KEYS: lock, leases, processing, queue (the tally), delayed, interactive ring, batch ring, workers, claims, fences,
 --       then per id in ARGV (same order): its job key, its tenant's queue; then per id of 4: its worker's claims
 -- ARGV: clock ('' = Redis's TIME; clock.lua in front), lock_ms, orphan_grace_s, fair_prefix, holder,
---       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s, max_attempts,
+--       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s,
 --       the lapsed ids, the unleased ids, the due retries' ids, the ids of 4, then the worker of each id of 4
 -- Reply: {'skipped'} (another worker swept this interval) | {'swept', requeued, orphans, promoted, abandoned}
 if not redis.call('SET', KEYS[1], ARGV[5], 'NX', 'PX', ARGV[2]) then
@@ -28,8 +28,7 @@ end
 local now = clock(ARGV[1])
 local counts = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local ttl = tonumber(ARGV[10])
-local max_attempts = tonumber(ARGV[11])
-local FIRST_ID, FIRST_PER_ID = 12, 11  -- ARGV index of the first id; KEYS index of the first id's job key
+local FIRST_ID, FIRST_PER_ID = 11, 11  -- ARGV index of the first id; KEYS index of the first id's job key
 local total = counts[1] + counts[2] + counts[3] + counts[4]
 local rings = {interactive = KEYS[6], batch = KEYS[7]}
 
@@ -51,7 +50,7 @@ end
 -- wait behind every row the next worker has in flight, which is what a listener hears as a gap.
 local function lost_worker(job, why)
   job.error = 'worker lost during attempt ' .. job.attempts .. ' (' .. why .. ')'
-  job.isolate = max_attempts - (tonumber(job.attempts) or 0) <= 1
+  job.isolate = (tonumber(job.max_attempts) or 1) - (tonumber(job.attempts) or 0) <= 1  -- the job's own, set at enqueue
 end
 
 local function back_to_queue(id, job_key, job, queue_key)
