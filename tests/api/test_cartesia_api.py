@@ -26,7 +26,9 @@ from tests.conftest import api_client, queue_config
 from ttsq.api.cartesia import IGNORED_OPTIONS
 from ttsq.api.service import TTSService
 from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.converter import converter
 from ttsq.domain.jobs import Job
+from ttsq.domain.output_formats import OutputFormat, parse_cartesia
 from ttsq.store.cache import CachedAudio
 from ttsq.store.queue import Claim, JobQueue
 from ttsq.store.streams import AudioStreams
@@ -166,6 +168,38 @@ async def test_wav_is_the_finished_file_whose_header_states_its_sizes(redis: Red
         assert read.readframes(read.getnframes()) == b"".join(PIECES)
 
 
+def streamed_as(fmt: OutputFormat, pieces: list[bytes] = PIECES) -> bytes:
+    """What a converter into ``fmt`` makes of ``pieces`` fed one by one, as the route feeds a task's pieces."""
+    convert = converter(fmt)
+    return convert.start() + b"".join(convert.feed(piece) for piece in pieces) + convert.end()
+
+
+@pytest.mark.parametrize(
+    "output_format",
+    [
+        {"container": "raw", "encoding": "pcm_mulaw", "sample_rate": 8000},  # a phone bridge's
+        {"container": "raw", "encoding": "pcm_alaw", "sample_rate": 8000},
+        {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+        {"container": "raw", "encoding": "pcm_f32le", "sample_rate": 44100},  # the SDK's default for a context
+        {"container": "mp3", "sample_rate": 44100, "bit_rate": 128000},
+    ],
+)
+async def test_every_cartesia_format_is_the_task_audio_converted_as_it_streams(
+    redis: Redis, make_settings: Any, output_format: dict[str, Any]
+) -> None:
+    """The body is the task's pieces through the one converter (:mod:`ttsq.domain.converter`, which the formats' own
+    tests hold to the audio resampled and encoded), fed as they came: the format asked, never another."""
+    async with api_client(make_settings()) as (client, _app):
+        asking = asyncio.create_task(client.post("/tts/bytes", json=generation(output_format=output_format)))
+        job = await asyncio.wait_for(play_worker(redis), GUARD_S)
+        answer = await asyncio.wait_for(asking, GUARD_S)
+    fmt = parse_cartesia(output_format)
+    assert answer.status_code == 200, answer.text
+    assert answer.content == streamed_as(fmt)
+    assert answer.headers["content-type"] == fmt.content_type
+    assert job.params.format == "pcm", "the task keeps the PCM every format is made from"
+
+
 async def test_a_cache_hit_is_answered_from_the_stored_audio(redis: Redis, make_settings: Any) -> None:
     """The same request again is the cache's (nothing queued, no worker needed): the same audio."""
     async with api_client(make_settings()) as (client, app):
@@ -207,7 +241,8 @@ async def test_keys_are_checked_as_everywhere_and_refused_in_cartesia_shape(redi
         ({"voice": {"mode": "id", "id": LIVEKIT_DEFAULT_VOICE}}, "voice.id", "is not supported; use one of: alloy"),
         ({"voice": {"mode": "embedding", "embedding": [0.1, 0.2]}}, "voice.mode", "embeddings are not ttsq's"),
         ({"voice": {"mode": "id"}}, "voice.id", "needs an id"),
-        ({"output_format": {"container": "mp3", "sample_rate": 8000, "bit_rate": 192000}}, "output_format", "not supported"),
+        ({"output_format": {"container": "mp3", "sample_rate": 8000, "bit_rate": 192000}}, "output_format", "cannot be made"),
+        ({"output_format": {"container": "raw", "sample_rate": 24000}}, "output_format", "encoding None is not supported"),
         ({"output_format": {"container": "raw", "encoding": "pcm_s24le", "sample_rate": 24000}}, "output_format.encoding", ""),
         ({"output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 12345}}, "output_format.sample_rate", ""),
         ({"transcript": ""}, "transcript", "empty"),

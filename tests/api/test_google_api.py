@@ -11,6 +11,7 @@ import asyncio
 import base64
 import io
 import json
+import struct
 import wave
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ from tests.api.test_security import new_key
 from tests.conftest import api_client, queue_config
 from ttsq.api.google import IGNORED_OPTIONS
 from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.converter import convert_whole
 from ttsq.domain.encoders import decode_pcm16
+from ttsq.domain.output_formats import parse_google
 from ttsq.store.queue import JobQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +100,30 @@ async def test_a_key_in_the_query_and_enums_by_number_as_google_client_libraries
     assert audio_content(answer) == b"".join(PIECES)
 
 
+@pytest.mark.parametrize(
+    ("config", "tag", "rate"),
+    [
+        ({"audioEncoding": "MULAW"}, 7, 8000),  # G.711 in WAV, at 8 kHz unless asked otherwise
+        ({"audioEncoding": "ALAW", "sampleRateHertz": 16000}, 6, 16000),
+        ({"audioEncoding": "LINEAR16", "sampleRateHertz": 16000}, 1, 16000),
+    ],
+)
+async def test_wav_encodings_carry_a_header_stating_their_format_rate_and_sizes(
+    redis: Redis, make_settings: Any, config: dict[str, Any], tag: int, rate: int
+) -> None:
+    """LINEAR16, MULAW and ALAW answers carry a WAV header (Google's documented shape): its format tag (1 PCM, 6 A-law,
+    7 µ-law), its rate and its data size; the data is the task's audio converted (:mod:`ttsq.domain.converter`)."""
+    async with api_client(make_settings()) as (client, _app):
+        answer = await synthesized(client, redis, request(audioConfig=config))
+    audio = audio_content(answer)
+    assert audio[:4] == b"RIFF" and audio[8:12] == b"WAVE"
+    format_tag, channels, sample_rate = struct.unpack("<HHI", audio[20:28])
+    assert (format_tag, channels, sample_rate) == (tag, 1, rate)
+    data_size = struct.unpack("<I", audio[audio.index(b"data") + 4 : audio.index(b"data") + 8])[0]
+    expected = convert_whole(b"".join(PIECES), parse_google(config["audioEncoding"], config.get("sampleRateHertz")))
+    assert audio == expected and data_size == len(audio) - audio.index(b"data") - 8
+
+
 async def test_mp3_and_ogg_opus_decode_to_the_task_audio(redis: Redis, make_settings: Any) -> None:
     """Compressed answers are whole files: each decodes (libav) to about the samples the worker published."""
     samples = sum(len(piece) for piece in PIECES) // 2
@@ -137,6 +164,7 @@ async def test_keys_are_checked_as_everywhere_and_refused_in_google_shape(redis:
         ({"audioConfig": {"audioEncoding": "WAV"}}, "audioConfig.audioEncoding", ""),
         ({"audioConfig": {"audioEncoding": "LINEAR16", "speakingRate": 5}}, "audioConfig.speakingRate", "4"),
         ({"audioConfig": {"audioEncoding": "LINEAR16", "sampleRateHertz": 12345}}, "audioConfig.audioEncoding", "12345"),
+        ({"audioConfig": {"audioEncoding": "OGG_OPUS", "sampleRateHertz": 44100}}, "audioConfig.audioEncoding", "44100"),
         ({"audioConfig": {}}, "audioConfig.audioEncoding", "Field required"),
     ],
 )

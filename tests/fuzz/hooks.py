@@ -94,8 +94,8 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "voice.name": ("is not supported", "blend", "weight", "the same voice"),
     "voice.customVoice": ("not ttsq's",),
     "voice.voiceClone": ("not ttsq's",),
-    "output_format": ("is not supported",),
-    "audioConfig.audioEncoding": ("is not supported",),
+    "output_format": ("is not supported", "cannot be made", "has no bit rate", "WAV container"),
+    "audioConfig.audioEncoding": ("is not supported", "sampleRateHertz"),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
     "match": (
         "not a valid regular expression",
