@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
 import cartesia_api
+import dialogue_api
 import draw_api
 import google_api
 import openai_api
@@ -202,6 +203,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_api.router)
     app.include_router(cartesia_api.router)
     app.include_router(google_api.router)
+    app.include_router(dialogue_api.router)
+    app.include_router(dialogue_api.elevenlabs)
     app.include_router(realtime_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)

@@ -45,6 +45,7 @@ from ttsq.api.errors import raise_refused_body
 from ttsq.api.service import (
     ROUTE_KINDS,
     AdminService,
+    DialogueService,
     DictionaryService,
     DrawService,
     KeyRevoked,
@@ -81,6 +82,7 @@ VoicesDep = Annotated[VoiceService, Depends(_use_case("voicing"))]
 DictionaryDep = Annotated[DictionaryService, Depends(_use_case("dictionary"))]
 DrawsDep = Annotated[DrawService, Depends(_use_case("drawing"))]
 AdminDep = Annotated[AdminService, Depends(_use_case("admin"))]
+DialogueDep = Annotated[DialogueService, Depends(_use_case("dialogue"))]
 
 
 def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
@@ -139,13 +141,14 @@ class ApiKeyCaller(SecurityBase):
             raise Forbidden(self.scope)
         return principal
 
-
     def presented(self, request: Request) -> str | None:
-        """The key ``request`` carries: ``X-API-Key``, else ``Authorization: Bearer``. A route that speaks another
-        vendor's protocol may read that vendor's places too (a subclass: Google's ``x-goog-api-key`` and ``?key=``);
-        the key is then checked exactly as here, with the same scopes, limits and tenant."""
+        """The key ``request`` carries: ``X-API-Key`` (or ElevenLabs' ``xi-api-key``), else ``Authorization: Bearer``.
+        A route that speaks another vendor's protocol may read that vendor's places too (a subclass: Google's
+        ``x-goog-api-key`` and ``?key=``); the key is then checked exactly as here, with the same scopes, limits and
+        tenant."""
         headers = request.headers
-        return presented_key(headers.get("authorization"), headers.get("x-api-key"))
+        # ElevenLabs' clients send their key as xi-api-key: the same key, in their header.
+        return presented_key(headers.get("authorization"), headers.get("x-api-key") or headers.get("xi-api-key"))
 
 
 def _route_caller(dependant: Dependant) -> ApiKeyCaller | None:

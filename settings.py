@@ -195,6 +195,23 @@ class Settings(BaseSettings):
         "`/v1/tts/submit`. Either is synthesised in sentence chunks of `MAX_CHUNK_CHARS`.",
         json_schema_extra=_group("API"),
     )
+    max_dialogue_lines: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Most lines in one dialogue (`/v1/tts/dialogue`, `/v1/text-to-dialogue`); each line is its own "
+        "segment, in its speaker's voice. A JSON body holds at most 1,000 values, about 330 lines as a `lines` list; a "
+        "`script` has no such bound.",
+        json_schema_extra=_group("API"),
+    )
+    max_dialogue_chars: int = Field(
+        5_000,
+        ge=1,
+        le=200_000,
+        description="Longest dialogue: its lines' texts together, counted as `MAX_TEXT_CHARS` counts one text (after "
+        "removing invisible and control characters, digits as they are read aloud).",
+        json_schema_extra=_group("API"),
+    )
     listen_block_s: float | None = Field(
         None,
         gt=0,

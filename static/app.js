@@ -296,6 +296,7 @@ async function loadVoices(select) {
     }
     if ([...els.voice.options].some((o) => o.value === keep)) els.voice.value = keep;
     els.voiceHint.textContent = `${list.length} voice${list.length === 1 ? "" : "s"} available.`;
+    dialogueVoices([...els.voice.options].slice(1).map((o) => o.value));
     return response.status;
   } catch (err) {
     els.voiceHint.textContent = `Could not load the voices (${err.message}); a seed or a random voice still works.`;
@@ -907,6 +908,202 @@ async function saveDrawn(seed, nameInput, said, button) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Dialogue: speakers (a name and a voice each) and lines (a speaker and a text each), POSTed to
+// /v1/tts/dialogue as one task; its result is long-polled (GET /v1/tts/result/{id}?wait=) and
+// played from a blob: URL, as every other audio on this page.
+// ---------------------------------------------------------------------------------------------
+const dlg = {
+  form: $("dialogue-form"), speakers: $("dialogue-speakers"), lines: $("dialogue-lines"),
+  addSpeaker: $("add-speaker"), addLine: $("add-line"), gap: $("dialogue-gap"), format: $("dialogue-format"),
+  button: $("dialogue-generate"), status: $("dialogue-status"), player: $("dialogue-player"),
+  download: $("dialogue-download"),
+};
+let dialogueVoiceNames = [];  // the voices the caller sees, as the voice picker lists them
+let dialogueUrl = null;       // the blob URL of the dialogue's audio, revoked when replaced
+let dialogueRows = 0;         // a counter for the rows' element ids
+
+function dialogueMessage(text, isError) {
+  dlg.status.textContent = text;
+  dlg.status.classList.toggle("is-error", Boolean(isError));
+}
+
+// A <select> of `values`, keeping its current choice when it is still one of them.
+function fillSelect(select, values, fallback) {
+  const keep = select.value || fallback;
+  select.replaceChildren(...values.map((value) => {
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = value;
+    return option;
+  }));
+  if (values.includes(keep)) select.value = keep;
+}
+
+function speakerNames() {
+  return [...dlg.speakers.querySelectorAll("input.speaker-name")].map((input) => input.value.trim()).filter(Boolean);
+}
+
+// The speakers' names changed (typed, added, removed): every line's speaker list follows.
+function refreshLineSpeakers() {
+  const names = [...new Set(speakerNames())];
+  for (const select of dlg.lines.querySelectorAll("select.line-speaker")) fillSelect(select, names, names[0]);
+}
+
+function dialogueVoices(names) {
+  dialogueVoiceNames = names;
+  dlg.speakers.querySelectorAll("select.speaker-voice").forEach((select, index) => {
+    fillSelect(select, names, select.dataset.wanted || names[index % Math.max(1, names.length)]);
+  });
+}
+
+function removeButton(what, row, after) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "secondary";
+  button.textContent = "Remove";
+  button.setAttribute("aria-label", `Remove this ${what}`);
+  button.addEventListener("click", () => { row.remove(); after(); });
+  return button;
+}
+
+function addSpeaker(name, voice) {
+  const row = document.createElement("li");
+  row.className = "dialogue-speaker";
+  const number = ++dialogueRows;
+  const input = document.createElement("input");
+  Object.assign(input, { type: "text", id: `speaker-name-${number}`, value: name, maxLength: 64, autocomplete: "off" });
+  input.className = "speaker-name";
+  input.setAttribute("aria-label", "Speaker's name");
+  input.addEventListener("input", refreshLineSpeakers);
+  const select = document.createElement("select");
+  select.className = "speaker-voice";
+  select.id = `speaker-voice-${number}`;
+  select.setAttribute("aria-label", "Speaker's voice");
+  if (voice) select.dataset.wanted = voice;
+  const index = dlg.speakers.children.length;
+  fillSelect(select, dialogueVoiceNames, voice || dialogueVoiceNames[index % Math.max(1, dialogueVoiceNames.length)]);
+  row.append(input, select, removeButton("speaker", row, refreshLineSpeakers));
+  dlg.speakers.append(row);
+  refreshLineSpeakers();
+  return row;
+}
+
+function addLine(speaker, text) {
+  const row = document.createElement("li");
+  row.className = "dialogue-line";
+  const number = ++dialogueRows;
+  const select = document.createElement("select");
+  select.className = "line-speaker";
+  select.id = `line-speaker-${number}`;
+  select.setAttribute("aria-label", "Who says it");
+  const names = [...new Set(speakerNames())];
+  fillSelect(select, names, speaker || names[dlg.lines.children.length % Math.max(1, names.length)]);
+  const input = document.createElement("input");
+  Object.assign(input, { type: "text", id: `line-text-${number}`, value: text || "", autocomplete: "off" });
+  input.className = "line-text";
+  input.setAttribute("aria-label", "What they say");
+  row.append(select, input, removeButton("line", row, () => {}));
+  dlg.lines.append(row);
+  return row;
+}
+
+function dialogueBody() {
+  const voices = {};
+  for (const row of dlg.speakers.querySelectorAll("li.dialogue-speaker")) {
+    const name = row.querySelector("input.speaker-name").value.trim();
+    const voice = row.querySelector("select.speaker-voice").value;
+    if (name && voice) voices[name] = voice;
+  }
+  const lines = [...dlg.lines.querySelectorAll("li.dialogue-line")].map((row) => ({
+    speaker: row.querySelector("select.line-speaker").value,
+    text: row.querySelector("input.line-text").value,
+  }));
+  const body = { lines, voices, format: dlg.format.value };
+  const gap = dlg.gap.value.trim();
+  // Digits go as a number; anything else is sent as typed so the server's 422 names the field.
+  if (gap !== "") body.gap_ms = /^\d+$/.test(gap) ? Number(gap) : gap;
+  return body;
+}
+
+// A 422 of the dialogue: its fields are nested (lines.2.text, voices.Bob), so the message names them as sent.
+function dialogueInvalid(body) {
+  const items = Array.isArray(body && body.detail) ? body.detail : [];
+  const parts = items.map((item) => {
+    const loc = (Array.isArray(item.loc) ? item.loc : []).slice(1).join(".") || "input";
+    return `${loc}: ${String(item.msg || "invalid").replace(/^Value error, /, "")}`;
+  });
+  return parts.length ? `Please fix the dialogue — ${parts.join("; ")}` : "Please fix the dialogue.";
+}
+
+async function generateDialogue() {
+  if (dlg.button.getAttribute("aria-busy") === "true") return;
+  dlg.button.setAttribute("aria-busy", "true");
+  dlg.player.pause();
+  dlg.player.hidden = true;
+  dlg.download.hidden = true;
+  delete document.body.dataset.dialogueTaskId;
+  try {
+    dialogueMessage("Submitting the dialogue…", false);
+    const response = await postJson("/v1/tts/dialogue", dialogueBody());
+    const body = await readJson(response);
+    if (isAuthFailure(response)) {
+      handleAuthFailure(response, body, (text) => dialogueMessage(`Not submitted. ${text}`, true), dlg.button);
+      return;
+    }
+    if (response.status === 422) { dialogueMessage(dialogueInvalid(body), true); return; }
+    if (response.status === 429 || response.status === 503) { dialogueMessage(retryMessage(response, body, "Not submitted"), true); return; }
+    if (!response.ok || !body || !body.task_id) {
+      dialogueMessage(`Not submitted: ${(body && typeof body.detail === "string") ? body.detail : `HTTP ${response.status}`}.`, true);
+      return;
+    }
+    document.body.dataset.dialogueTaskId = body.task_id;
+    await dialogueResult(body.task_id);
+  } catch (err) {
+    dialogueMessage(`Could not reach the server (${err.message}).`, true);
+  } finally {
+    dlg.button.removeAttribute("aria-busy");
+  }
+}
+
+// Long-polls the result: 202 with the task's status while it runs (progress shown), 200 with the audio.
+async function dialogueResult(taskId) {
+  const id = encodeURIComponent(taskId);
+  dialogueMessage("Queued…", false);
+  for (;;) {
+    const response = await api(`/v1/tts/result/${id}?wait=20`);
+    if (response.status === 202) {
+      const status = await readJson(response);
+      const total = status && status.chunks_total;
+      dialogueMessage(total ? `Synthesising: ${status.chunks_done} of ${total} chunks done.` : "Synthesising…", false);
+      continue;
+    }
+    if (!response.ok) {
+      const body = await readJson(response);
+      if (isAuthFailure(response)) {
+        handleAuthFailure(response, body, (text) => dialogueMessage(`Could not fetch the audio. ${text}`, true), dlg.button);
+      } else if (response.status === 429 || response.status === 503) {
+        dialogueMessage(retryMessage(response, body, "Could not fetch the audio"), true);
+      } else {
+        dialogueMessage(`The dialogue failed: ${(body && (body.error || body.detail)) || `HTTP ${response.status}`}.`, true);
+      }
+      return;
+    }
+    const blob = await response.blob();
+    if (dialogueUrl) URL.revokeObjectURL(dialogueUrl);
+    dialogueUrl = URL.createObjectURL(blob);
+    const format = dlg.format.value;
+    dlg.player.src = dialogueUrl;
+    dlg.player.hidden = false;
+    dlg.download.href = dialogueUrl;
+    dlg.download.download = `ttsq-dialogue-${taskId.split(".")[0].slice(0, 8)}.${format}`;
+    dlg.download.textContent = `Download ${format.toUpperCase()} (${formatBytes(blob.size)})`;
+    dlg.download.hidden = false;
+    dialogueMessage(`Done: ${formatBytes(blob.size)} of ${format.toUpperCase()}. Press play to listen.`, false);
+    return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Wiring
 // ---------------------------------------------------------------------------------------------
 els.form.addEventListener("submit", (event) => { event.preventDefault(); generate(); });
@@ -929,6 +1126,16 @@ els.useSeed.addEventListener("click", () => {
 els.keyForm.addEventListener("submit", (event) => { event.preventDefault(); useKey(); });
 els.keyForget.addEventListener("click", forgetKey);
 drawEls.form.addEventListener("submit", (event) => { event.preventDefault(); drawVoices(); });
+dlg.form.addEventListener("submit", (event) => { event.preventDefault(); generateDialogue(); });
+dlg.addSpeaker.addEventListener("click", () => {
+  const row = addSpeaker(`Speaker ${dlg.speakers.children.length + 1}`, "");
+  row.querySelector("input").focus();
+});
+dlg.addLine.addEventListener("click", () => { addLine("", "").querySelector("input").focus(); });
+addSpeaker("Alice", "");
+addSpeaker("Bob", "");
+addLine("Alice", "Hello Bob, how are you today?");
+addLine("Bob", "Very well, thank you, Alice.");
 
 els.apiKey.value = apiKey;
 renderKeyState();

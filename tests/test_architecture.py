@@ -25,7 +25,17 @@ def test_import_contracts_hold() -> None:
     assert f"{len(declared)} kept, 0 broken" in result.stdout, result.stdout
 
 
-ROUTERS = ["submit_api", "query_api", "voices_api", "draw_api", "openai_api", "admin_api", "cartesia_api", "google_api"]
+ROUTERS = [
+    "submit_api",
+    "query_api",
+    "voices_api",
+    "draw_api",
+    "openai_api",
+    "dialogue_api",
+    "admin_api",
+    "cartesia_api",
+    "google_api",
+]
 API_ENTRY = ["app", "deps", *ROUTERS]
 
 

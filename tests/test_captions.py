@@ -38,13 +38,14 @@ def test_cue_times_cover_the_joined_audio_exactly_whatever_order_chunks_end_in()
     for index in (2, 0, 3, 1):
         audio.add(ChunkAudio(index, 4, np.ones(lengths[index], dtype=np.float32), texts[index]))
     joined = audio.samples()
-    assert len(audio.timings) == 4 and [text for *_, text in audio.timings] == texts
-    assert audio.timings[0][0] == 0 and audio.timings[-1][1] == joined.size
-    for (start, end, _), length in zip(audio.timings, lengths, strict=True):
+    assert len(audio.timings) == 4 and [timing.text for timing in audio.timings] == texts
+    assert audio.timings[0].start == 0 and audio.timings[-1].end == joined.size
+    for (start, end, *_), length in zip(audio.timings, lengths, strict=True):
         assert end - start == length
         assert np.all(joined[start:end][length // 2 : length // 2 + 1] != 0)  # the chunk's own samples, not the pause
-    for (_, end, _), (start, _, _) in zip(audio.timings, audio.timings[1:], strict=False):
-        assert joined[end:start].size == 0 or not joined[end:start].any(), "between cues: only the pause"
+    for before, after in zip(audio.timings, audio.timings[1:], strict=False):
+        between = joined[before.end : after.start]
+        assert between.size == 0 or not between.any(), "between cues: only the pause"
 
 
 def test_source_offsets_map_each_chunk_back_to_the_callers_text() -> None:

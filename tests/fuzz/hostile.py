@@ -68,6 +68,9 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/audio/speech"): {"model": "tts-1", "input": "Hostile input.", "voice": "alloy", "speed": 1.0},
     ("post", "/v1/voices/draw"): {"n": 1, "language": "en"},
     ("post", "/v1/admin/pronunciation"): {"kind": "word", "match": "hostile", "replacement": "friendly", "scope": "global"},
+    ("post", "/v1/tts/dialogue"): {"lines": [{"speaker": "A", "text": "Hostile."}], "voices": {"A": "zh_female"}, "gap_ms": 250},
+    ("post", "/v1/text-to-dialogue"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
+    ("post", "/v1/text-to-dialogue/stream"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
     ("post", "/tts/bytes"): {
         "model_id": "sonic-3",
         "transcript": "Hostile input.",

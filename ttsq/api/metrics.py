@@ -35,7 +35,17 @@ access_log = logging.getLogger("ttsq.access")
 SubmitOutcome = Literal[
     "queued", "joined", "cache_hit_l1", "cache_hit_l2", "cache_hit_l3", "invalid", "queue_full", "rate_limited", "unavailable"
 ]
-SUBMIT_ROUTES = frozenset({"/v1/tts/submit", "/v1/audio/speech", "/tts/bytes", "/v1/text:synthesize"})
+SUBMIT_ROUTES = frozenset(
+    {
+        "/v1/tts/submit",
+        "/v1/audio/speech",
+        "/v1/tts/dialogue",
+        "/v1/text-to-dialogue",
+        "/v1/text-to-dialogue/stream",
+        "/tts/bytes",
+        "/v1/text:synthesize",
+    }
+)
 """Routes whose rejections count as submit outcomes (422/400, 429, 503)."""
 
 API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

@@ -179,8 +179,9 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 def field_names(names: Iterable[str]) -> str:
     """The fields a request sent and ttsq ignored, for :data:`IGNORED_FIELDS`: each name as sent when it is a plain
-    identifier (ASCII letters, digits, ``_.-``, at most 64), else ``(unnamed)``; at most 20, then how many more."""
-    shown = sorted(name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in names)
+    identifier (ASCII letters, digits, ``_.-``, at most 64), else ``(unnamed)``; each once (a field of every line of a
+    list is named once); at most 20, then how many more."""
+    shown = sorted({name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in names})
     more = f", and {len(shown) - 20} more" if len(shown) > 20 else ""
     return ", ".join(shown[:20]) + more
 

@@ -56,6 +56,8 @@ ROUTE_KINDS: dict[str, StreamKind] = {
     "/v1/audio/speech": "speech",
     "/tts/bytes": "speech",
     "/v1/text:synthesize": "speech",
+    "/v1/text-to-dialogue": "speech",
+    "/v1/text-to-dialogue/stream": "speech",
 }
 """The kind of slot each streaming route's caller takes (``deps.py``, by the route's template)."""
 

@@ -165,24 +165,45 @@ class ChunkJoiner:
         self._silence = np.zeros(_ms_to_samples(gap_ms, sample_rate, "gap_ms"), dtype=np.float32)
         self._started = False
 
-    def add(self, chunk: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    @property
+    def gap(self) -> int:
+        """Samples of the usual pause between two chunks."""
+        return int(self._silence.size)
+
+    @property
+    def started(self) -> bool:
+        """Some speech was joined already (the usual pause goes before the next chunk)."""
+        return self._started
+
+    def add(self, chunk: npt.NDArray[np.floating], pause: int | None = None) -> npt.NDArray[np.float32]:
+        """The piece that extends the joined audio with ``chunk``: the pause before it, then the chunk faded.
+
+        ``pause``: exactly that many zero samples before it, in place of the usual pause (a segment's own pause,
+        :mod:`ttsq.domain.segments`); None, the usual pause after earlier speech and none before the first. An empty
+        chunk adds only an explicit pause."""
         faded = _as_mono_float32(chunk, "each chunk").copy()
         if faded.size == 0:
-            return faded
+            return np.zeros(pause or 0, dtype=np.float32)
         length = min(self._fade, (faded.size + 1) // 2)
         if length > 0:
             ramp = _raised_cosine(length)
             faded[:length] *= ramp
             faded[-length:] *= ramp[::-1]
-        if not self._started:
-            self._started = True
-            return faded
-        return np.concatenate([self._silence, faded])
+        silence = self._pause(pause)
+        self._started = True
+        return np.concatenate([silence, faded]) if silence.size else faded
 
-    def settled(self, partial: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    def _pause(self, pause: int | None) -> npt.NDArray[np.float32]:
+        if pause is not None:
+            if pause < 0:
+                raise ValueError(f"a pause must not be negative, got {pause}")
+            return np.zeros(pause, dtype=np.float32)
+        return self._silence if self._started else np.zeros(0, dtype=np.float32)
+
+    def settled(self, partial: npt.NDArray[np.floating], pause: int | None = None) -> npt.NDArray[np.float32]:
         """The start of what :meth:`add` will return for a chunk that begins with ``partial`` (a chunk still being
-        generated, streamed in pieces), bit for bit whatever follows: the pause before it (none before the first
-        chunk) and its faded-in samples, all but the last fade's length, where the fade-out lands if the chunk ends
+        generated, streamed in pieces) and the same ``pause``, bit for bit whatever follows: the pause before it and
+        its faded-in samples, all but the last fade's length, where the fade-out lands if the chunk ends
         there. Nothing until ``partial`` holds two fades (below that, the fade-in's length depends on the chunk's)."""
         samples = _as_mono_float32(partial, "a chunk's start")
         if samples.size == 0 or samples.size < 2 * self._fade:
@@ -190,9 +211,8 @@ class ChunkJoiner:
         head = samples[: samples.size - self._fade].copy()
         if self._fade > 0:
             head[: self._fade] *= _raised_cosine(self._fade)
-        if not self._started:
-            return head
-        return np.concatenate([self._silence, head])
+        silence = self._pause(pause)
+        return np.concatenate([silence, head]) if silence.size else head
 
 
 def join_chunks(

@@ -30,12 +30,13 @@ from collections.abc import Sequence
 
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
+from ttsq.domain.segments import Segment, VoiceFields
 
 KEY_VERSION = 1
 """Bumped whenever the meaning of a key changes, so old entries are never misread."""
 
 
-def speaker_identity(params: TTSParams) -> str:
+def speaker_identity(params: VoiceFields) -> str:
     """What produces the speaker embedding: the embedding's own hash, or the seed that draws it; for a reference
     voice, the hash of its prompt and transcript (ChatTTS reads both); for a blend, its components and weights."""
     if params.speaker_blend is not None:
@@ -61,12 +62,35 @@ def blend_identity(parts: Sequence[BlendPart]) -> str:
 
 def engine_input(params: TTSParams) -> dict[str, object]:
     """Everything the engine is handed for this job (and so everything that shapes its audio): the text,
-    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`)."""
-    material = {"text": params.text, "speaker": speaker_identity(params), "seed": params.seed, **dict(params.sampling)}
+    the speaker, the seed, and every sampling parameter by its name (:mod:`ttsq.domain.sampling`); for a job of
+    segments, each segment's (:func:`segment_input`) in place of the text and the speaker."""
+    material: dict[str, object] = {"seed": params.seed, **dict(params.sampling)}
+    if params.segments is not None:
+        material["segments"] = [segment_input(segment) for segment in params.segments]
+    else:
+        material.update(text=params.text, speaker=speaker_identity(params))
     if params.consistent_voice:  # only when set: every key made before the flag existed stays the same
         material["consistent_voice"] = True
     if params.first_chunk:  # a realtime session's later chunk samples as that chunk of the whole text
         material["first_chunk"] = params.first_chunk
+    return material
+
+
+def segment_input(segment: Segment) -> dict[str, object]:
+    """Everything of one segment that shapes the job's audio or its captions: its text and speaker identity (and the
+    voice's owner, for a tenant's own voice), its own sampling, pause, gain, speaker label and marks (the captions are
+    cached with the audio)."""
+    material: dict[str, object] = {"text": segment.text, "speaker": speaker_identity(segment)}
+    optional = {
+        "sampling": dict(segment.sampling) if segment.sampling is not None else None,
+        "consistent_voice": segment.consistent_voice or None,
+        "voice_owner": segment.voice_owner,
+        "pause_samples": segment.pause_samples,
+        "gain_db": segment.gain_db,
+        "label": segment.speaker,
+        "marks": [[mark.name, mark.offset] for mark in segment.marks] if segment.marks else None,
+    }
+    material.update((name, value) for name, value in optional.items() if value is not None)
     return material
 
 

@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ttsq.domain.blends import BlendPart
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
+from ttsq.domain.segments import Part, Segment, VoiceFields, parts
 
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "aac", "pcm"]
 Priority = Literal["interactive", "batch"]
@@ -44,32 +44,20 @@ class Status(StrEnum):
         return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
 
 
-class TTSParams(SamplingFields):
+class TTSParams(VoiceFields, SamplingFields):
     """Everything the worker needs to synthesise a job, already validated by the API.
 
     The sampling parameters are inherited (:class:`~ttsq.domain.sampling.SamplingFields`), so a job
     stores them flat, as it always has: a job written by an older release loads, and one written now
-    loads in an older worker (``.sampling`` is the record alone).
+    loads in an older worker (``.sampling`` is the record alone). So is the voice
+    (:class:`~ttsq.domain.segments.VoiceFields`): the job's voice, or, for a job of :attr:`segments`, none of its own.
     """
 
-    text: str
-    voice: str | None = None
-    voice_owner: str | None = Field(
+    text: str = Field(description="What it says; for a job of segments, their texts joined by new lines (for display).")
+    segments: list[Segment] | None = Field(
         default=None,
-        description="The tenant whose own voice this is (``tenant:NAME``/``key:ID``); None: a global voice, or none. "
-        "Part of the cache key (:func:`ttsq.domain.cache_key.cache_key`).",
-    )
-    speaker_seed: int | None = Field(default=None, description="Seed that draws the speaker (seed and built-in voices).")
-    speaker_embedding: str | None = Field(default=None, description="ChatTTS speaker embedding (embedding voices).")
-    speaker_prompt: str | None = Field(
-        default=None, description="ChatTTS speaker prompt, ``spk_smp`` (reference voices: a recording's DVAE codes)."
-    )
-    prompt_text: str | None = Field(default=None, description="What the speaker prompt says, ``txt_smp`` (reference voices).")
-    consistent_voice: bool = Field(
-        default=False, description="The first chunk's audio conditions the later chunks (one voice across the text)."
-    )
-    speaker_blend: list[BlendPart] | None = Field(
-        default=None, description="The components of a blended speaker, drawn and blended by the worker (blends)."
+        description="Runs of text each in a voice and with sampling of their own (a dialogue's lines): the job speaks "
+        "these, in order, instead of ``text`` in its own voice (:mod:`ttsq.domain.segments`).",
     )
     seed: int = Field(description="Sampling seed (always set: drawn by the API when absent).")
     first_chunk: int = Field(
@@ -87,6 +75,17 @@ class TTSParams(SamplingFields):
         description="A voice draw's preview: the worker records the speaker embedding it used on the job (Job.speaker), "
         "so the API, which has no model, can compare voices (docs/api.md#draw).",
     )
+
+    def spoken_segments(self) -> list[Segment]:
+        """What the job speaks, as segments: its :attr:`segments`, or its text in its own voice as the one segment."""
+        if self.segments is not None:
+            return self.segments
+        voice = {name: getattr(self, name) for name in VoiceFields.model_fields}
+        return [Segment.model_construct(text=self.text, **voice)]
+
+    def parts(self) -> list[Part]:
+        """What the engine is asked to speak, in order: one request per part (:func:`ttsq.domain.segments.parts`)."""
+        return parts(self.spoken_segments(), self.seed, self.first_chunk)
 
 
 class Job(BaseModel):

@@ -1,9 +1,11 @@
 """Voice resolution on the worker: which speaker a job is synthesised with, from what the API resolved at submit.
 
-The API turns a voice name into a seed, an embedding, a speaker prompt or a blend's recipe (``TTSParams``); here that
-becomes the engine's :class:`~ttsq.inference.base.SynthesisRequest`. Pure functions of a job's parameters and the
-worker's :class:`Speakers` (the speakers it drew from seeds, over its engine), so that they are tested without a
-worker. Drawing a speaker runs the model's code: :func:`synthesis_request` runs in the inference thread, never on the loop.
+The API turns a voice name into a seed, an embedding, a speaker prompt or a blend's recipe (``TTSParams``, or each
+segment of a job of segments); here each part of a job (:func:`ttsq.domain.segments.parts`) becomes the engine's
+:class:`~ttsq.inference.base.SynthesisRequest`, in its segment's voice and sampling and from its own seed. Pure
+functions of a job's parameters and the worker's :class:`Speakers` (the speakers it drew from seeds, over its engine),
+so that they are tested without a worker. Drawing a speaker runs the model's code: :func:`part_request` runs in the
+inference thread, never on the loop.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Protocol
 
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
+from ttsq.domain.segments import Part, VoiceFields
 from ttsq.inference.base import PermanentError, SynthesisRequest
 
 SPEAKER_CACHE_SIZE = 512
@@ -55,22 +58,29 @@ class Speakers:
 
 
 def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest:
-    """The engine's request for a job (runs in the inference thread: drawing a voice uses the model)."""
+    """The engine's request for a plain job, its one part (runs in the inference thread: drawing a voice uses the model)."""
+    return part_request(params, params.parts()[0], speakers)
+
+
+def part_request(params: TTSParams, part: Part, speakers: Speakers) -> SynthesisRequest:
+    """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
+    sampled as its segment says (else as the job does), from its own seed (runs in the inference thread)."""
+    voice = part.source
     return SynthesisRequest(
-        text=params.text,
-        speaker=speaker(params, speakers),
-        seed=params.seed,
-        sampling=params.sampling,
-        speaker_prompt=params.speaker_prompt,
-        prompt_text=params.prompt_text,
-        consistent=params.consistent_voice,
-        first_chunk=params.first_chunk,
+        text=part.text,
+        speaker=speaker(voice, speakers),
+        seed=part.seed,
+        sampling=voice.sampling if voice.sampling is not None else params.sampling,
+        speaker_prompt=voice.speaker_prompt,
+        prompt_text=voice.prompt_text,
+        consistent=voice.consistent_voice,
+        first_chunk=part.first_chunk,
     )
 
 
-def speaker(params: TTSParams, speakers: Speakers) -> str | None:
-    """The speaker embedding; the API resolved any voice name to a seed, an embedding or a speaker prompt at submit
-    (a reference voice is its prompt alone: no embedding)."""
+def speaker(params: VoiceFields, speakers: Speakers) -> str | None:
+    """The speaker embedding of a job's (or a segment's) voice; the API resolved any voice name to a seed, an
+    embedding or a speaker prompt at submit (a reference voice is its prompt alone: no embedding)."""
     if params.speaker_blend is not None:
         return blend(params.speaker_blend, speakers)
     if params.speaker_embedding is not None:

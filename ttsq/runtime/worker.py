@@ -34,19 +34,20 @@ import numpy.typing as npt
 
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
 from ttsq.domain.batching import MemoryHygiene, bucket_sizes, plan_batch_limit
-from ttsq.domain.captions import captions, spoken_text
+from ttsq.domain.captions import spoken_text
 from ttsq.domain.jobs import AudioFormat, Job
 from ttsq.inference.base import (
     Batcher,
     DeviceMemory,
     Engine,
     OutOfMemory,
+    PermanentError,
     PieceReady,
     RequestFailed,
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
-from ttsq.runtime.assembly import JobAudio
+from ttsq.runtime.assembly import JobAudio, part_key, parts_of_key
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -61,7 +62,7 @@ from ttsq.runtime.outcomes import (
     token,
 )
 from ttsq.runtime.sdnotify import SystemdNotifier
-from ttsq.runtime.speakers import Speakers, recorded_speaker, synthesis_request
+from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
 from ttsq.runtime.upkeep import (
     REDIS_ERRORS,
     CancelFollower,
@@ -132,6 +133,8 @@ class _InFlight:
     publisher: asyncio.Task[None] | None = None
     listener: Listener = field(default_factory=Listener)
     """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
+    keys: list[str] = field(default_factory=list)
+    """Its engine requests, one per part with something to speak (:func:`ttsq.runtime.assembly.part_key`)."""
 
     def stream(
         self, piece: Piece, publish: Callable[[Callable[[], Job], asyncio.Queue[Piece | None]], Coroutine[Any, Any, None]]
@@ -489,12 +492,21 @@ class Worker:
             if hit is not None:
                 self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
                 continue
-            self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at)
+            parts = job.params.parts()
+            spoken = [part for part in parts if not part.silent]
+            if not spoken:
+                self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
+                continue
+            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=JobAudio.of(parts))
             if job.isolate:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
-            self._thread.add(job.id, functools.partial(synthesis_request, job.params, self.speakers), alone=job.isolate)
+            # One request per part (a dialogue's lines): each its own voice and sampling, all sharing the engine's steps.
+            for part in spoken:
+                flight.keys.append(part_key(job.id, part.number))
+                request = functools.partial(part_request, job.params, part, self.speakers)
+                self._thread.add(flight.keys[-1], request, alone=job.isolate)
 
     def _adopted(self, job: Job) -> bool:
         """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
@@ -551,16 +563,19 @@ class Worker:
         self._count_out_of_memory()
         if report.broken is not None:
             for job_id in list(self._in_flight):
-                self._thread.cancel(job_id)
                 self._end(job_id, Failure(TransientError(f"the engine failed: {report.broken}")))
         for event in report.events:
-            flight = self._in_flight.get(event.key)
+            job_id, part = parts_of_key(event.key, self._in_flight)
+            flight = self._in_flight.get(job_id)
             if flight is None:
                 continue  # a job that ended already (failed, or left to the sweep)
             if isinstance(event, RequestFailed):
-                self._end(event.key, Failure(event.error))
+                self._end(job_id, Failure(event.error))
                 continue
-            released = flight.audio.add_piece(event.chunk) if isinstance(event, PieceReady) else flight.audio.add(event.chunk)
+            if isinstance(event, PieceReady):
+                released = flight.audio.add_piece(event.chunk, part)
+            else:
+                released = flight.audio.add(event.chunk, part)
             for release in released:
                 if release.samples.size:
                     heard(flight.listener, self.clock(), release.samples.size / SAMPLE_RATE, self.metrics)
@@ -570,7 +585,7 @@ class Worker:
                     cue = _cue(flight.audio.timings[release.index]) if release.final else None
                     flight.stream((release, pcm, cue), self.outcomes.publish)
             if flight.audio.complete:
-                del self._in_flight[event.key]
+                del self._in_flight[job_id]
                 self._spawn(self._finish(flight))
         self._room.set()
 
@@ -583,8 +598,8 @@ class Worker:
 
     def _cancelled_while_running(self, job_id: str) -> None:
         """Its rows leave the engine now (their slots take other rows at the next step) and the job ends as cancelled."""
-        self._thread.cancel(job_id)
-        self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
+        if job_id in self._in_flight:
+            self._end(job_id, Failure(CancelledWhileRunning("cancelled while it ran")))
 
     def _taken_back(self, job_id: str) -> None:
         """The sweep took this job's claim back while this worker's heartbeat had lapsed (it runs again, perhaps
@@ -592,7 +607,7 @@ class Worker:
         old claim would be refused anyway. A job claimed again here meanwhile holds a newer claim and is not dropped."""
         flight = self._in_flight.pop(job_id, None)
         if flight is not None:
-            self._thread.cancel(job_id)
+            self._leave_engine(flight)
             if flight.pieces is not None and flight.publisher is not None:
                 flight.pieces.put_nowait(None)
                 self._spawn(flight.publisher)
@@ -601,8 +616,15 @@ class Worker:
         self._room.set()
 
     def _end(self, job_id: str, outcome: Outcome) -> None:
+        """The job ends before its audio is complete: every request of it still in the engine leaves it (a part that
+        failed takes the job's other parts with it), and its outcome is stored."""
         flight = self._in_flight.pop(job_id)
+        self._leave_engine(flight)
         self._spawn(self._settle_flight(flight, outcome))
+
+    def _leave_engine(self, flight: _InFlight) -> None:
+        for key in flight.keys:
+            self._thread.cancel(key)
 
     async def _finish(self, flight: _InFlight) -> None:
         """All of a job's chunks ended: encode its audio (off the loop) and store it."""
@@ -611,7 +633,7 @@ class Worker:
             await self._settle_flight(flight, Failure(TransientError("model produced no audio")))
             return
         audio = await asyncio.get_running_loop().run_in_executor(self._encoder, _encoded, samples, flight.job.params.format)
-        audio = replace(audio, captions=captions(flight.job.params.text, flight.audio.timings))
+        audio = replace(audio, captions=flight.audio.captions(flight.job.params))
         busy_s = time.perf_counter() - flight.claimed_at
         await self._settle_flight(flight, Synthesised(audio, busy_s=busy_s, first_audio_at=flight.audio.first_audio_at))
 
@@ -653,7 +675,7 @@ def _encoded(samples: npt.NDArray[np.float32], fmt: AudioFormat) -> CachedAudio:
     return CachedAudio(encode_audio(samples, fmt), CONTENT_TYPES[fmt], duration_s(samples))
 
 
-def _cue(timing: tuple[int, int, str]) -> tuple[int, int, str]:
+def _cue(timing: tuple[int, int, str, int]) -> tuple[int, int, str]:
     """A chunk's live caption (``timing`` event): its place in the joined audio and its text as the stored cue has it."""
-    start, end, text = timing
+    start, end, text, _part = timing
     return start, end, spoken_text(text)

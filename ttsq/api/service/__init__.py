@@ -1,7 +1,8 @@
 """The API's use cases, one service each: tasks (submit, status, result, cancel), listening (events, audio streams,
-captions), voices (stored, blends, reference), the pronunciation dictionary, voice draws, and the operators' (dead
-letters, readiness). Each has its own small constructor (:mod:`.tasks`, :mod:`.listening`, :mod:`.voices`,
-:mod:`.dictionary`, :mod:`.draws`, :mod:`.admin`); what they share (the caller checks, the task-id signer, the
+captions), dialogues (lines in several voices as one task), voices (stored, blends, reference), the pronunciation
+dictionary, voice draws, and the operators' (dead letters, readiness). Each has its own small constructor
+(:mod:`.tasks`, :mod:`.listening`, :mod:`.dialogue`, :mod:`.voices`, :mod:`.dictionary`, :mod:`.draws`,
+:mod:`.admin`); what they share (the caller checks, the task-id signer, the
 callers' token buckets, the settings and refusals) is :mod:`.common`. :class:`TTSService` builds them all on one set
 of stores, as ``app.py`` does once per process; each router family reaches its own service through ``deps.py``.
 
@@ -21,9 +22,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ttsq.api.dialogue_schemas import DialogueLine, DialogueRequest, ElevenLabsDialogueRequest
 from ttsq.api.metrics import SubmitOutcome
 from ttsq.api.service.admin import AdminService
 from ttsq.api.service.common import Common, InvalidInput, ServiceConfig, StoreUnavailable, TaskNotFound, readable, viewed_owner
+from ttsq.api.service.dialogue import DialogueService
 from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.draws import DrawConfig, DrawLanguage, DrawnVoice, DrawOutcome, DrawService, VoiceDraws
 from ttsq.api.service.listening import CAPTION_CONTENT_TYPES, CaptionFormat, ListeningService, ServerEvent
@@ -34,7 +37,16 @@ from ttsq.api.stream_slots import ROUTE_KINDS, KeyRevoked, StreamAborted, Stream
 from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
 from ttsq.domain.jobs import MAX_SEED, Job, Status
-from ttsq.domain.output_formats import TTSQ_NAMES, OutputFormat, TtsqName, UnsupportedFormat, parse_ttsq, stored_format
+from ttsq.domain.output_formats import (
+    ELEVENLABS_DEFAULT,
+    TTSQ_NAMES,
+    OutputFormat,
+    TtsqName,
+    UnsupportedFormat,
+    parse_elevenlabs,
+    parse_ttsq,
+    stored_format,
+)
 from ttsq.domain.pronunciation import SCOPE_PATTERN, EntryKind, EntryLanguage, PronunciationEntry
 from ttsq.domain.sampling import DEFAULT_SAMPLING, MAX_SPEED, MIN_SPEED, speed_level
 from ttsq.domain.text import OPENAI_MAX_INPUT_CHARS
@@ -98,6 +110,8 @@ __all__ += [
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend", "speed_level"]
 __all__ += ["TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
+__all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
+__all__ += ["parse_elevenlabs"]
 
 __all__ += [
     "AdminService",
@@ -160,5 +174,6 @@ class TTSService:
         )
         slots = StreamSlots(config.max_streams, config.max_streams_per_key, config.max_streams_per_tenant)
         self.listening = ListeningService(self.tasks, slots)
+        self.dialogue = DialogueService(self.tasks, config)
         self.drawing = DrawService(self.common, self.tasks, voices, draws)
         self.admin = AdminService(self.common, queue, heartbeats, config)

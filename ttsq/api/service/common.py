@@ -67,6 +67,10 @@ class ServiceConfig:
     """A waiter on a job while no worker has beaten for this long is told ``no_worker`` (``NO_WORKER_S``; 0: never)."""
     stream_key_recheck_s: float
     """How often a long-poll opened with a key asks whether it is still valid (``STREAM_KEY_RECHECK_S``)."""
+    max_dialogue_lines: int
+    """Most lines in one dialogue (``MAX_DIALOGUE_LINES``)."""
+    max_dialogue_chars: int
+    """Longest dialogue, its lines together (``MAX_DIALOGUE_CHARS``)."""
 
 
 class InvalidInput(Exception):

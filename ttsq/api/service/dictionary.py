@@ -34,7 +34,15 @@ class DictionaryService:
     ) -> tuple[SubmitRequest, RateDecision | None]:
         """``body`` with its text rewritten by the caller's pronunciation dictionary, before the text is cleaned,
         normalised and split (so the job's text and its cache key are the rewritten text's); and the submit's token,
-        when it was taken here.
+        when it was taken here (:meth:`pronounced_texts`)."""
+        (text,), paid = await self.pronounced_texts([body.text], caller, max_text_chars)
+        return (body if text == body.text else body.model_copy(update={"text": text})), paid
+
+    async def pronounced_texts(
+        self, texts: list[str], caller: Principal, max_text_chars: int, fields: list[str] | None = None
+    ) -> tuple[list[str], RateDecision | None]:
+        """``texts`` (a submit's text, a dialogue's lines) rewritten by the caller's pronunciation dictionary, and the
+        submit's token, when it was taken here; ``fields`` names each text in a refusal (``text`` by default).
 
         A text already too long as sent is left to :func:`build_params` to refuse; one the dictionary made too long
         is refused here, saying so (``max_text_chars``: the route's limit). Regex entries may each run up to their
@@ -43,30 +51,35 @@ class DictionaryService:
         any other) and the entries run in a thread, the ``regex`` module releasing the GIL, off the event loop. A
         regex entry past its time limit refuses the submit naming the entry.
         """
-        if self.pronunciation is None or len(body.text) > max_text_chars:
-            return body, None
+        names = fields or ["text"] * len(texts)
+        if self.pronunciation is None:
+            return texts, None
         dictionary = await self.pronunciation.dictionary()
         key = caller.key
         scopes = caller_scopes(key.id if key else None, key.tenant if key else None)
         paid = None
-        try:
-            if dictionary.runs_regexes(body.text, scopes):
-                paid = await self._pay(caller)
-                text = await asyncio.to_thread(dictionary.apply, body.text, scopes)
-            else:
-                text = dictionary.apply(body.text, scopes)
-        except DictionaryTimeout as exc:
-            raise InvalidInput("text", str(exc), body.text[:200]) from exc
-        if text == body.text:
-            return body, paid
-        if len(text) > max_text_chars:
-            raise InvalidInput(
-                "text",
-                f"text is {len(text)} characters long once the pronunciation dictionary is applied; "
-                f"the limit is {max_text_chars}",
-                body.text[:200],
-            )
-        return body.model_copy(update={"text": text}), paid
+        rewritten = []
+        for text, field in zip(texts, names, strict=True):
+            if len(text) > max_text_chars:
+                rewritten.append(text)
+                continue
+            try:
+                if dictionary.runs_regexes(text, scopes):
+                    paid = paid or await self._pay(caller)
+                    changed = await asyncio.to_thread(dictionary.apply, text, scopes)
+                else:
+                    changed = dictionary.apply(text, scopes)
+            except DictionaryTimeout as exc:
+                raise InvalidInput(field, str(exc), text[:200]) from exc
+            if len(changed) > max_text_chars:
+                raise InvalidInput(
+                    field,
+                    f"text is {len(changed)} characters long once the pronunciation dictionary is applied; "
+                    f"the limit is {max_text_chars}",
+                    text[:200],
+                )
+            rewritten.append(changed)
+        return rewritten, paid
 
     def _dictionary(self) -> PronunciationStore:
         if self.pronunciation is None:

@@ -32,7 +32,7 @@ from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
 from ttsq.api.stream_slots import when_over
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
-from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Status, TTSParams, draw_seed
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Priority, Status, TTSParams, draw_seed
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
@@ -206,7 +206,21 @@ class TaskService:
             voice = await self.voicing.resolve_voice(body.voice, caller)
         body, paid = await self.dictionary.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         params = self.build_params(body, voice, self.sharing_scope(caller), max_text_chars, first_chunk)
-        callback_url = body.callback_url or (caller.key.callback_url if caller.key is not None else None)
+        return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
+
+    async def submit_params(
+        self,
+        params: TTSParams,
+        caller: Principal,
+        *,
+        callback_url: str | None = None,
+        priority: Priority | None = None,
+        paid: RateDecision | None = None,
+    ) -> Submitted:
+        """:meth:`submit` once a request is a job's parameters (its cache key made; a dialogue's too: its use case
+        builds them, :mod:`.dialogue`): the cache, single-flight, the queue, the caller's token (``paid``: taken
+        already)."""
+        callback_url = callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
             params.callback_url = await self.check_callback_url(callback_url)
         signer = await self.signer()
@@ -253,7 +267,7 @@ class TaskService:
             max_per_owner=self.config.max_queued_per_key,
             charge=self.rate_limiter.charge(caller.subject) if self.rate_limiter is not None and paid is None else None,
             tenant=caller.tenant,
-            priority=caller.priority(body.priority),
+            priority=caller.priority(priority),
             weight=caller.weight,
         )
         self._on_submit("joined" if result.joined else "queued")

@@ -1,0 +1,144 @@
+"""Request bodies of the dialogue routes: ttsq's own (``POST /v1/tts/dialogue``) and ElevenLabs' ``text-to-dialogue``.
+
+A line's sampling overrides are the one sampling record's fields (:class:`ttsq.domain.sampling.SamplingFields`), each
+optional: :data:`SamplingOverrides` is made from the record itself, so a parameter added there (its bounds, its
+description) is a line's override too without another edit here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic.fields import FieldInfo
+
+from ttsq.api.schemas import REQUEST_MODEL, Priority
+from ttsq.domain.jobs import MAX_SEED, AudioFormat
+from ttsq.domain.sampling import SAMPLING_FIELDS, SamplingFields
+
+__all__ = [
+    "DEFAULT_GAP_MS",
+    "DialogueLine",
+    "DialogueRequest",
+    "ElevenLabsDialogueInput",
+    "ElevenLabsDialogueRequest",
+    "SamplingOverrides",
+    "overrides",
+]
+
+DEFAULT_GAP_MS = 250.0
+"""The pause between two lines of a dialogue: a turn is a longer pause than a sentence's (120 ms)."""
+MAX_GAP_MS = 10_000.0
+"""The longest pause between two lines (ten seconds): a job's silence is held in memory like its speech."""
+
+
+def _optional(info: FieldInfo) -> tuple[Any, FieldInfo]:
+    """A sampling field as an override: its type or null, its bounds and description, no default of its own."""
+    override = copy.copy(info)
+    override.default = None
+    annotation: Any = info.annotation
+    return annotation | None, override
+
+
+if TYPE_CHECKING:
+    SamplingOverrides = BaseModel
+else:
+    SamplingOverrides = create_model(
+        "SamplingOverrides",
+        __config__=REQUEST_MODEL,
+        __doc__="A line's own sampling: any field given overrides the dialogue's.",
+        **{name: _optional(info) for name, info in SamplingFields.model_fields.items()},
+    )
+
+
+def overrides(line: BaseModel) -> dict[str, Any]:
+    """The sampling fields ``line`` gave (a null is not given)."""
+    return {name: getattr(line, name) for name in SAMPLING_FIELDS if getattr(line, name, None) is not None}
+
+
+class DialogueLine(SamplingOverrides):
+    """One line: who says it and what, and any sampling of its own (the dialogue's otherwise)."""
+
+    model_config = ConfigDict(**REQUEST_MODEL)
+
+    speaker: str = Field(min_length=1, max_length=64, description="A key of `voices`.", examples=["Alice"])
+    text: str = Field(
+        description="What the speaker says: checked as `text` on /v1/tts/submit is (prosody tokens allowed), against "
+        "MAX_DIALOGUE_CHARS for the whole dialogue.",
+        json_schema_extra={"minLength": 1},
+    )
+
+
+class DialogueRequest(SamplingFields):
+    """A dialogue: lines (or a script), each in its speaker's voice. The sampling fields are every line's defaults."""
+
+    model_config = ConfigDict(
+        **REQUEST_MODEL,
+        json_schema_extra={
+            "examples": [
+                {
+                    "lines": [{"speaker": "Alice", "text": "Hi Bob."}, {"speaker": "Bob", "text": "Hello, Alice!", "speed": 6}],
+                    "voices": {"Alice": "zh_female", "Bob": "zh_male"},
+                    "format": "mp3",
+                },
+                {"script": "Alice: Hi Bob.\nBob: Hello, Alice!", "voices": {"Alice": "zh_female", "Bob": "zh_male"}},
+            ]
+        },
+    )
+
+    lines: list[DialogueLine] | None = Field(
+        None, description="The lines in order (at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`."
+    )
+    script: str | None = Field(
+        None,
+        description="The lines as a script: one `Speaker: text` per line (blank lines skipped); exactly one of `lines` "
+        "and `script`.",
+        examples=["Alice: Hi Bob.\nBob: Hello, Alice!"],
+    )
+    voices: dict[str, str] = Field(
+        min_length=1,
+        description="Each speaker's voice: a registered voice name or a blend (`zh_female*0.7+narrator*0.3`), among "
+        "the voices the caller sees. Every speaker of the lines must have one.",
+    )
+    gap_ms: float = Field(
+        DEFAULT_GAP_MS, ge=0, le=MAX_GAP_MS, description="Silence between two lines, exactly (rounded to whole samples)."
+    )
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed (default 42: a dialogue is deterministic).")
+    format: AudioFormat = "wav"
+    callback_url: str | None = Field(
+        None, max_length=2048, description="An http(s) URL to POST the outcome to when the task ends, as on /v1/tts/submit."
+    )
+    priority: Priority | None = Field(None, description="The task's lane in the fair queue, as on /v1/tts/submit.")
+    consistent_voice: bool | None = Field(
+        None, description="Keep each line's voice across its sentences, as on /v1/tts/submit. Default: `CONSISTENT_VOICE`."
+    )
+
+    @model_validator(mode="after")
+    def _lines_or_script(self) -> DialogueRequest:
+        if (self.lines is None) == (self.script is None):
+            raise ValueError("give exactly one of `lines` and `script`")
+        return self
+
+
+# ---- ElevenLabs' text-to-dialogue ----------------------------------------------------------------------------------
+
+class ElevenLabsDialogueInput(BaseModel):
+    """One of ElevenLabs' dialogue inputs: a text and the voice that says it."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    text: str = Field(json_schema_extra={"minLength": 1})
+    voice_id: str = Field(min_length=1, description="A ttsq voice the caller sees (or a blend).")
+
+
+class ElevenLabsDialogueRequest(BaseModel):
+    """ElevenLabs' ``text-to-dialogue`` body. ``model_id``, ``settings``, ``language_code``, ``previous_text`` and the
+    other fields its SDK may send are accepted and ignored, named in the answer's ``X-TTSQ-Ignored-Fields``."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    inputs: list[ElevenLabsDialogueInput] = Field(min_length=1)
+    seed: int | None = Field(
+        None, ge=0, le=4_294_967_295, description="ElevenLabs' seed range; ttsq samples from it modulo 2^31."
+    )

@@ -1,0 +1,128 @@
+"""Dialogues: lines in several voices queued as one task, each line a segment of its job (:mod:`ttsq.domain.segments`).
+
+A dialogue is submitted like a text (:meth:`TaskService.submit_params`: the cache, single-flight, the queue, the
+caller's token, webhooks), so polling, streaming, captions and the cache serve it as they serve any task. What is
+its own is here: the lines read (a list, or a script), every speaker's voice resolved among the voices the caller
+sees (a speaker without one is refused, named), each line's text checked and rewritten by the caller's pronunciation
+dictionary as a submit's text is, the limits (``MAX_DIALOGUE_LINES``, ``MAX_DIALOGUE_CHARS``), and each line's
+sampling: the dialogue's, overridden by the line's own fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ttsq.api.auth import Principal
+from ttsq.api.dialogue_schemas import DialogueRequest, overrides
+from ttsq.api.service.common import InvalidInput, ServiceConfig
+from ttsq.api.service.tasks import Submitted, TaskService
+from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.cache_key import cache_key
+from ttsq.domain.dialogue import ScriptError, read_script
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, TTSParams
+from ttsq.domain.sampling import Sampling
+from ttsq.domain.segments import Segment
+from ttsq.domain.text import TextError, spoken_length, validate_text
+from ttsq.domain.voices import Voice
+
+__all__ = ["DialogueService", "Line"]
+
+Line = tuple[str, str, dict[str, Any]]
+"""One line as the use case takes it: speaker, text as sent, and its sampling overrides."""
+
+
+class DialogueService:
+    """Submit a dialogue (native and ElevenLabs-shaped routes alike)."""
+
+    def __init__(self, tasks: TaskService, config: ServiceConfig) -> None:
+        self.tasks = tasks
+        self.config = config
+
+    async def submit(self, body: DialogueRequest, caller: Principal, field: str | None = None) -> Submitted:
+        """Queue ``body``'s lines as one task (or answer it from the cache). ``field`` names the lines in refusals
+        (``lines``, ``script``; the ElevenLabs route's ``inputs``)."""
+        if body.lines is not None:
+            lines: list[Line] = [(line.speaker, line.text, overrides(line)) for line in body.lines]
+        else:
+            try:
+                lines = [(speaker, text, {}) for speaker, text in read_script(body.script or "")]
+            except ScriptError as exc:
+                raise InvalidInput("script", str(exc), (body.script or "")[:200]) from exc
+        field = field or ("lines" if body.lines is not None else "script")
+        limit = self.config.max_dialogue_lines
+        if len(lines) > limit:
+            raise InvalidInput(field, f"the dialogue has {len(lines)} lines; the limit is {limit} (MAX_DIALOGUE_LINES)")
+        voices = await self._voices(body, [speaker for speaker, _, _ in lines], caller)
+        names = [f"{field}.{number}.text" if field != "script" else "script" for number in range(len(lines))]
+        texts, paid = await self.tasks.dictionary.pronounced_texts(
+            [text for _, text, _ in lines], caller, self.config.max_dialogue_chars, names
+        )
+        cleaned = self._checked([speaker for speaker, _, _ in lines], texts, names)
+        consistent = self.config.consistent_voice if body.consistent_voice is None else body.consistent_voice
+        gap = round(body.gap_ms * SAMPLE_RATE / 1000)
+        segments = []
+        for number, ((speaker, _, own), text) in enumerate(zip(lines, cleaned, strict=True)):
+            voice = voices[speaker]
+            # Validated as one record again: whatever ties the sampling fields together holds for a line's own mix too.
+            sampling = Sampling.model_validate({**dict(body.sampling), **own}) if own else None
+            segments.append(
+                Segment.model_construct(
+                    text=text,
+                    voice=voice.name,
+                    voice_owner=voice.owner,
+                    speaker_seed=voice.seed,
+                    speaker_embedding=voice.embedding,
+                    speaker_prompt=voice.prompt,
+                    prompt_text=voice.transcript,
+                    speaker_blend=voice.components,
+                    consistent_voice=consistent and voice.prompt is None,
+                    sampling=None if sampling == body.sampling else sampling,
+                    pause_samples=gap if number else None,
+                    speaker=speaker,
+                )
+            )
+        params = TTSParams.model_construct(
+            text="\n".join(f"{speaker}: {text}" for (speaker, _, _), text in zip(lines, cleaned, strict=True)),
+            segments=segments,
+            seed=DEFAULT_SAMPLING_SEED if body.seed is None else body.seed,
+            format=body.format,
+            deterministic=True,
+            **dict(body.sampling),
+        )
+        params.cache_key = cache_key(params, self.config.model_identity, self.tasks.sharing_scope(caller))
+        return await self.tasks.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
+
+    async def _voices(self, body: DialogueRequest, speakers: list[str], caller: Principal) -> dict[str, Voice]:
+        """Every speaker's voice, resolved among those ``caller`` sees (each named voice once); a speaker without one
+        in ``voices`` is refused, all of them named."""
+        missing = sorted({speaker for speaker in speakers if speaker not in body.voices})
+        if missing:
+            named = ", ".join(repr(speaker) for speaker in missing)
+            raise InvalidInput("voices", f"no voice for {named}: every speaker needs one in `voices`", sorted(body.voices)[:20])
+        resolved: dict[str, Voice] = {}
+        voices: dict[str, Voice] = {}
+        for speaker in dict.fromkeys(speakers):
+            name = body.voices[speaker]
+            if name not in resolved:
+                resolved[name] = await self.tasks.voicing.resolve_voice(name, caller, f"voices.{speaker}")
+            voices[speaker] = resolved[name]
+        return voices
+
+    def _checked(self, speakers: list[str], texts: list[str], names: list[str]) -> list[str]:
+        """Each line cleaned and checked as a submit's text is, and the whole within ``MAX_DIALOGUE_CHARS`` as it will
+        be read (digits read aloud count as several characters)."""
+        limit = self.config.max_dialogue_chars
+        cleaned = []
+        for number, (speaker, text, name) in enumerate(zip(speakers, texts, names, strict=True), start=1):
+            try:
+                cleaned.append(validate_text(text, limit))
+            except TextError as exc:
+                raise InvalidInput(name, f"line {number} ({speaker}): {exc}", text[:200]) from exc
+        total = sum(spoken_length(text)[0] for text in cleaned)
+        if total > limit:
+            raise InvalidInput(
+                names[0].split(".")[0],
+                f"the dialogue reads as about {total} characters (its lines together, digits read aloud); the limit is "
+                f"{limit} (MAX_DIALOGUE_CHARS)",
+            )
+        return cleaned
