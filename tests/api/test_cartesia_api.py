@@ -241,6 +241,7 @@ async def test_keys_are_checked_as_everywhere_and_refused_in_cartesia_shape(redi
         ({"voice": {"mode": "id", "id": LIVEKIT_DEFAULT_VOICE}}, "voice.id", "is not supported; use one of: alloy"),
         ({"voice": {"mode": "embedding", "embedding": [0.1, 0.2]}}, "voice.mode", "embeddings are not ttsq's"),
         ({"voice": {"mode": "id"}}, "voice.id", "needs an id"),
+        ({"voice": ""}, "voice", "at least 1 character"),
         ({"output_format": {"container": "mp3", "sample_rate": 8000, "bit_rate": 192000}}, "output_format", "cannot be made"),
         ({"output_format": {"container": "raw", "sample_rate": 24000}}, "output_format", "encoding None is not supported"),
         ({"output_format": {"container": "raw", "encoding": "pcm_s24le", "sample_rate": 24000}}, "output_format.encoding", ""),

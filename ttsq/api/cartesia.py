@@ -110,7 +110,9 @@ class CartesiaOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
     model_id: str | None = Field(None, examples=["sonic-3"])
-    voice: CartesiaVoice | str = Field(description="A ttsq voice: `{\"mode\": \"id\", \"id\": \"alloy\"}`, or the id alone.")
+    voice: CartesiaVoice | Annotated[str, Field(min_length=1, max_length=1000)] = Field(
+        description="A ttsq voice: `{\"mode\": \"id\", \"id\": \"alloy\"}`, or the id alone."
+    )
     output_format: CartesiaOutputFormat
     language: str | None = None
     locale: str | None = None
@@ -159,9 +161,7 @@ def generation(options: CartesiaOptions) -> Generation:
 
 
 def _voice_id(voice: CartesiaVoice | str) -> str:
-    if isinstance(voice, str):
-        if not voice:
-            raise InvalidInput("voice", "the voice id is empty: name a ttsq voice", voice)
+    if isinstance(voice, str):  # never empty: the schema says so
         return voice
     if voice.mode == "embedding":
         raise InvalidInput(
