@@ -17,7 +17,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, VoicesDep
-from ttsq.api.audio_out import streamed, whole_file
+from ttsq.api.audio_out import whole_file
 from ttsq.api.cartesia import CartesiaBytesRequest, generation
 from ttsq.api.errors import CARTESIA_ERROR_RESPONSES, RATE_LIMIT_HEADERS, error_response
 from ttsq.api.schemas import IGNORED_FIELDS, SubmitRequest, field_names
@@ -90,7 +90,8 @@ async def tts_bytes(
         return error_response(request, 401, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ttsq"'})
     except StreamFailed as exc:
         return error_response(request, 500, f"synthesis failed: {exc}")
-    stream = streamed(pcm, asked.output)
+    # A failure after the first audio breaks the body off: Cartesia's clients take a clean end for the whole.
+    stream = listening.audio(task_id, asked.output, pcm, failure_aborts=True)
     if sole:
         stream = tasks.cancelled_when_abandoned(stream, task_id, caller, request.state)
     return StreamingResponse(guard(stream), media_type=asked.output.content_type, headers=headers)

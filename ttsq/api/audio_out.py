@@ -1,7 +1,8 @@
-"""The audio a route of another vendor's protocol answers with (Cartesia's ``/tts/bytes``, Google's
-``text:synthesize``): a task's PCM16 converted into the format the protocol asked for
-(:mod:`ttsq.domain.output_formats` names it, :mod:`ttsq.domain.converter` makes it), streamed as it comes or as one
-finished file, and what happens when the client goes away or the task fails once the answer has begun.
+"""The audio a route of another vendor's protocol answers with as one finished file (Cartesia's ``/tts/bytes`` in WAV,
+Google's ``text:synthesize``): a task's PCM16 converted into the format the protocol asked for
+(:mod:`ttsq.domain.output_formats` names it, :mod:`ttsq.domain.converter` makes it) once all of it has come, and
+what happens when the client goes away first. Audio streamed as it comes is
+:meth:`ttsq.api.service.ListeningService.audio`'s, as on every route.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from typing import TypeVar
 
 from starlette.types import Receive
 
-from ttsq.api.service import NoWorker, StreamAborted, StreamFailed
-from ttsq.domain.converter import convert_whole, converted
+from ttsq.domain.converter import convert_whole
 from ttsq.domain.output_formats import OutputFormat
 
-__all__ = ["streamed", "unless_disconnected", "whole_file"]
+__all__ = ["unless_disconnected", "whole_file"]
 T = TypeVar("T")
 
 
@@ -61,14 +61,3 @@ async def whole_file(pcm: AsyncIterator[bytes], fmt: OutputFormat, receive: Rece
     audio = await unless_disconnected(receive, joined())
     return None if audio is None else await asyncio.to_thread(convert_whole, audio, fmt)
 
-
-async def streamed(pcm: AsyncIterator[bytes], fmt: OutputFormat) -> AsyncIterator[bytes]:
-    """A task's audio (``pcm``) as the body of an answer whose status is sent already: converted into ``fmt`` as it
-    comes, and broken off (:class:`~ttsq.api.service.StreamAborted`) if the task fails, its audio cannot be delivered
-    whole, or no worker is left to finish it. A raw audio body has no other way to say so: an end that looks clean
-    would pass what came for the whole."""
-    try:
-        async for piece in converted(pcm, fmt):
-            yield piece
-    except (StreamFailed, NoWorker) as exc:
-        raise StreamAborted(str(exc)) from None
