@@ -88,7 +88,9 @@ class DialogueRequest(SamplingFields):
     )
 
     lines: list[DialogueLine] | None = Field(
-        None, description="The lines in order (at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`."
+        None,
+        min_length=1,
+        description="The lines in order (at least one, at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`.",
     )
     script: str | None = Field(
         None,
