@@ -35,6 +35,7 @@ from ttsq.api.headers import BodyLimitMiddleware, SecurityHeadersMiddleware
 from ttsq.api.metrics import ApiMetrics, ObservabilityMiddleware, check_single_process
 from ttsq.api.schemas import deployment_openapi
 from ttsq.api.service import TTSService, VoiceDraws, Webhooks
+from ttsq.api.sessions.engine import Sessions
 from ttsq.api.stream_slots import releasing
 from ttsq.api.uploads import multipart_as_json
 from ttsq.domain.ssrf import SsrfGuard
@@ -119,9 +120,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         service = app.state.service
         metrics.watch(service.listening.stream_slots, service.tasks.workers)
-        app.state.realtime_config = config.realtime_config()
         app.state.stream_key_recheck_s = config.stream_key_recheck_s
         app.state.authenticator = Authenticator(ApiKeyStore(redis, queue.keys), KeyPolicy(config.auth))
+        app.state.sessions = Sessions(service, app.state.authenticator, config.realtime_config())
         if config.auth == "off":
             log.warning(
                 "AUTH=off: API keys are not checked. Anyone who can reach this API can submit, read any task whose id "

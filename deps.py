@@ -3,8 +3,7 @@
 The app's lifespan (``app.py``) builds the use cases' services (:class:`ttsq.api.service.TTSService`) and the
 authenticator once and keeps them on ``app.state``; routes receive them through these aliases, each router family its
 own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``; the realtime
-WebSocket its services and authenticator, ``RealtimeServiceDep`` and ``AuthenticatorDep``, and its session limits through
-:func:`app_state`).
+WebSockets the session engine, through :func:`app_state`).
 
 FastAPI solves every dependency (and sub-dependency) of a route on every request, so a route has
 few: its use cases' services, and its caller. The caller is one security dependency that reads the key from
@@ -87,18 +86,12 @@ DialogueDep = Annotated[DialogueService, Depends(_use_case("dialogue"))]
 
 def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
     """The dependency that hands a route (or a WebSocket route) what the app's lifespan keeps on ``app.state`` as
-    ``name``: for what is neither a use case nor the caller (the realtime route's session limits)."""
+    ``name``: for what is neither a use case nor the caller (the realtime routes' session engine)."""
 
     async def provide(connection: HTTPConnection) -> Any:
         return getattr(connection.app.state, name)
 
     return provide
-
-
-RealtimeServiceDep = Annotated[TTSService, Depends(app_state("service"))]
-"""The realtime route's services: a session submits, listens and abandons, so it takes them all."""
-AuthenticatorDep = Annotated[Authenticator, Depends(app_state("authenticator"))]
-"""For the realtime route, which checks a key in its handshake itself (before ``accept``), and one in its first message."""
 
 
 class ApiKeyCaller(SecurityBase):

@@ -28,6 +28,7 @@ from ttsq.api.errors import (
 from ttsq.api.schemas import IGNORED_FIELDS, SubmitResponse, field_names, task_links
 from ttsq.api.service import (
     ELEVENLABS_DEFAULT,
+    ELEVENLABS_PATTERN,
     MAX_SEED,
     DialogueLine,
     DialogueRequest,
@@ -86,7 +87,10 @@ OutputFormatQuery = Annotated[
     str | None,
     Query(
         max_length=40,
+        # Checked here for its characters (named with the other fields a request gets wrong); its shape, which the
+        # schema states, by parse_elevenlabs, whose refusal lists the names ttsq makes.
         pattern=r"^[a-z0-9_]+$",
+        json_schema_extra={"pattern": ELEVENLABS_PATTERN},
         description="ElevenLabs' name of the audio's format (`pcm_16000`, `ulaw_8000`, `mp3_44100_128`, `opus_48000_64`, "
         f"`wav_24000`, …: docs/api.md#output-formats). Default: `{ELEVENLABS_DEFAULT}`, as ElevenLabs'.",
     ),

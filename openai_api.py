@@ -25,6 +25,7 @@ from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
 from ttsq.api.schemas import IGNORED_FIELDS, Priority, SubmitRequest, field_names, sse_schema, task_links
 from ttsq.api.service import (
+    COMMON_RATES,
     CONTENT_TYPES,
     OPENAI_MAX_INPUT_CHARS,
     OPENAI_VOICES,
@@ -78,6 +79,7 @@ class SpeechRequest(BaseModel):
         "sample rate in Hz, 8000 to 48000 (opus: 8000, 12000, 16000, 24000 or 48000), resampled from ttsq's 24 kHz. "
         "Default: 24000.",
         examples=[16000],
+        json_schema_extra={"enum": [*COMMON_RATES, None]},
     )
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4.0, mapped onto ChatTTS's speed 1-9 (1.0 → 5).")
     stream_format: Literal["audio", "sse"] = "audio"

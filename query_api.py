@@ -17,6 +17,7 @@ from ttsq.api.errors import AUTH_RESPONSES, ERROR_RESPONSES, LONG_POLL_UNAVAILAB
 from ttsq.api.schemas import CancelResponse, ErrorBody, TaskEvent, TaskStatus, TimingEvent, component_schema, sse_schema
 from ttsq.api.service import (
     CAPTION_CONTENT_TYPES,
+    COMMON_RATES,
     CONTENT_TYPES,
     TTSQ_NAMES,
     Cancelled,
@@ -47,6 +48,7 @@ SampleRateQuery = Annotated[
         description="The audio's sample rate in Hz: 8000, 11025, 12000, 16000, 22050, 24000 (ttsq's own), 32000, 44100 or "
         "48000; opus only 8000, 12000, 16000, 24000 or 48000. Default: 24000, and 8000 for mulaw and alaw. Other rates "
         "are resampled from 24 kHz with an anti-aliasing filter (docs/api.md#output-formats).",
+        json_schema_extra={"enum": list(COMMON_RATES)},
     ),
 ]
 

@@ -43,8 +43,8 @@ from ttsq.store.listener import ListenerConfig
 from ttsq.store.queue import QueueConfig
 
 if TYPE_CHECKING:  # each process imports only the configs it uses
-    from ttsq.api.realtime import RealtimeConfig
     from ttsq.api.service import DrawConfig, ServiceConfig
+    from ttsq.api.sessions.events import RealtimeConfig
     from ttsq.domain.pronunciation import DictionaryLimits
     from ttsq.inference.engines.chattts import EngineConfig
     from ttsq.inference.engines.factory import BackendConfig
@@ -264,9 +264,10 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         le=3600,
-        description="A realtime session (`/v1/tts/realtime`) with no message from its client for this long, and none of "
-        "its audio pending, is closed (code 4408, the text not yet spoken in the error's `unspoken`): the default, and "
-        "the most a session's own `idle_s` may ask for. A client keeps a pause alive with `keepalive` messages.",
+        description="A realtime connection (`/v1/tts/realtime`, whatever its contexts) with no message from its client "
+        "for this long, and none of its audio pending, is closed (code 4408, the text not yet spoken in the error's "
+        "`unspoken`): the default, and the most a client's own inactivity timeout (`idle_s`) may ask for. A client "
+        "keeps a pause alive with `keepalive` messages.",
         json_schema_extra=_group("API"),
     )
     realtime_start_s: float = Field(
@@ -315,6 +316,15 @@ class Settings(BaseSettings):
         description="Chunks a realtime session keeps queued beyond the one whose audio is streaming: the next is queued "
         "when a chunk's first audio goes out, so later sentences do not slow the first one's decode while the listener "
         "waits (docs/realtime.md). Raise it where a chunk takes longer to synthesise than the one before it lasts.",
+        json_schema_extra=_group("API"),
+    )
+    realtime_max_contexts: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="The most contexts one realtime connection holds open at once (ttsq's `context.start`, and the "
+        "contexts of the protocols built on the same engine); one more gets an error (`too_many_contexts`) and the "
+        "connection goes on. Each open context may hold `REALTIME_AHEAD` chunks queued.",
         json_schema_extra=_group("API"),
     )
     realtime_max_message_bytes: int = Field(
@@ -1161,7 +1171,7 @@ class Settings(BaseSettings):
 
     def realtime_config(self) -> RealtimeConfig:
         """The realtime sessions' limits (``REALTIME_*``), with the chunk size the workers cut text at."""
-        from ttsq.api.realtime import RealtimeConfig
+        from ttsq.api.sessions.events import RealtimeConfig
 
         return self._project(
             RealtimeConfig,

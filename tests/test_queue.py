@@ -57,6 +57,19 @@ async def test_claim_complete_stores_result_with_ttl(make_queue: Any, redis: Red
     assert await redis.zscore(queue.keys.leases, job_id) is None
 
 
+async def test_a_job_whose_lists_are_empty_loads_after_a_script_rewrote_it(make_queue: Any, redis: Redis) -> None:
+    """Lua's cjson writes an empty list back as ``{}``: the claimed, cancelled and stored job still loads."""
+    queue: JobQueue = make_queue()
+    job_id = task_id()
+    await queue.enqueue(job_id, params().model_copy(update={"segments": [], "speaker_blend": []}), single_flight=False)
+    claim = await queue.claim("w1", block_s=0.1)
+    assert claim is not None and claim.job.params.segments == [] and claim.job.params.speaker_blend == []
+    assert b'"segments":{}' in (await redis.get(queue.keys.job(job_id)) or b""), "the script no longer rewrites it"
+    assert await queue.complete(claim.job, b"RIFFaudio", "audio/wav", 1.5, 0.2, cache_key=None) is Completed.DONE
+    job = await queue.get(job_id)
+    assert job is not None and job.params.segments == []
+
+
 async def test_claim_on_empty_queue_returns_none(make_queue: Any) -> None:
     assert await make_queue().claim("w1", block_s=0.05) is None
 

@@ -65,6 +65,7 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     later: dict[str, object] = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False}
     later |= {"record_speaker": False}
     later |= {"voice_owner": None, "first_chunk": 0}
+    later |= {"segments": None}  # issue 45's dialogues: a job's speaker turns, null for one voice
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 

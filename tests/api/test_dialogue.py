@@ -98,7 +98,8 @@ async def test_every_speaker_needs_a_voice_and_each_voice_must_be_one_the_caller
         ({"voices": VOICES}, "exactly one of `lines` and `script`"),
         ({"lines": LINES, "script": "Alice: Hi.", "voices": VOICES}, "exactly one of `lines` and `script`"),
         ({"lines": LINES, "voices": {}}, "voices"),
-        ({"lines": [], "voices": VOICES}, "lines"),  # a job of no segments: nothing to speak (and none a worker can read)
+        ({"lines": [], "voices": VOICES}, "lines"),
+        ({"lines": [{"speaker": "Alice", "text": "..."}, {"speaker": "Bob", "text": "?!"}], "voices": VOICES}, "nothing to read"),
         ({"lines": [{"speaker": "Alice", "text": "Hi.", "speed": 12}], "voices": VOICES}, "lines.0.speed"),
         ({"lines": [{"speaker": "Alice", "text": "Hi.", "pitch": 2}], "voices": VOICES}, "lines.0.pitch"),
         ({"lines": LINES, "voices": VOICES, "gap_ms": -1}, "gap_ms"),

@@ -64,6 +64,7 @@ async def test_text_is_cleaned_of_invisible_characters(client: httpx.AsyncClient
     [
         ({"text": ""}, "text", "empty"),
         ({"text": "\u200b\u200c\ufeff \t"}, "text", "empty"),
+        ({"text": "¿ ' ... !?"}, "text", "nothing to read aloud"),
         ({"text": "a" * 501}, "text", "limit"),
         ({"text": "hi [Stts] there"}, "text", "[Stts]"),
         ({"text": "hi [speed_9]"}, "text", "[speed_9]"),

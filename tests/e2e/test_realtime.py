@@ -4,6 +4,7 @@ A real uvicorn API, a real worker on the tiny checkpoint, a real WebSocket clien
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import subprocess
@@ -103,6 +104,37 @@ def test_text_streamed_word_by_word_speaks_as_the_text_submitted_whole(service: 
 
     whole = submitted_pcm(service, TEXT, voice="zh_female", seed=7)
     assert len(audio) == len(whole) and audio == whole, "the session's audio is the text's submitted whole"
+
+
+def test_two_contexts_on_one_session_each_speak_as_their_text_submitted_whole(service: Service) -> None:
+    """Two contexts fed word by word in turn, with their own seeds, audio as JSON events: each context's chunks are
+    numbered from its own start (``first_chunk``), so each context's audio is its text's submitted whole, sample for
+    sample, however the two interleave."""
+    service.start_worker("realtime-contexts", BATCH_INVARIANT="true")
+    texts = {"a": TEXT, "b": "Another voice starts its turn here. It says a second sentence too."}
+    seeds = {"a": 7, "b": 9}
+    with connect(session_url(service.api_url), open_timeout=30) as ws:
+        start(ws, voice="zh_female", seed=7, audio_transport="json")
+        ws.send(json.dumps({"type": "context.start", "context_id": "a"}))
+        ws.send(json.dumps({"type": "context.start", "context_id": "b", "seed": seeds["b"]}))
+        words = {name: text.split(" ") for name, text in texts.items()}
+        for n in range(max(len(w) for w in words.values())):
+            for name in texts:
+                if n < len(words[name]):
+                    ws.send(json.dumps({"type": "text", "context_id": name, "text": words[name][n] + " "}))
+        for name in texts:
+            ws.send(json.dumps({"type": "close", "context_id": name}))
+        ws.send(json.dumps({"type": "close"}))
+        audio, events, code = drain(ws)
+    assert code == 1000 and audio == b"", "no binary frame on a json session"
+    heard = dict.fromkeys(texts, b"")
+    for said in events:
+        if said["type"] == "audio":
+            heard[said["context_id"]] += base64.b64decode(said["audio"])
+    finished = [e for e in events if e["type"] == "context.done"]
+    assert sorted(e["context_id"] for e in finished) == ["a", "b"] and not any(e["cancelled"] for e in finished), finished
+    for name, text in texts.items():
+        assert heard[name] == submitted_pcm(service, text, voice="zh_female", seed=seeds[name]), f"context {name}"
 
 
 def test_bad_messages_each_get_an_error_and_the_session_goes_on(service: Service) -> None:

@@ -74,27 +74,36 @@ INTEGRAL_FLOAT = "integral float"
 """JSON Schema calls ``6.0`` an integer and cannot say otherwise; the API takes integers only as ``6`` (strict types)."""
 
 
+_TEXT_REFUSALS = ("text is empty", "nothing", "control token", "pronunciation", "read aloud")
+"""What a refusal of a text may say once it is cleaned (its words, the dictionary, its spoken length)."""
+_VOICE_REFUSALS = ("unknown voice", "is not supported", "blend", "weight", "the same voice")
+"""What a refusal of a voice name may say: whether it is registered, and what a blend names, are the registry's."""
+
 SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
-    "voice": ("unknown voice", "is not supported", "blend", "weight", "the same voice"),
+    "voice": _VOICE_REFUSALS,
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
     "transcript": ("transcript",),  # a recording's (and Cartesia's text, whose refusals say `transcript: ...`)
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
-    "text": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
-    "input": ("text is empty", "nothing", "control token", "pronunciation", "read aloud", "exactly one of", "not supported"),
+    "text": _TEXT_REFUSALS,
+    "input": (*_TEXT_REFUSALS, "exactly one of", "not supported"),  # and Google's input: text, ssml, markup, …
+    # A dialogue's lines (`lines.N.text`, the ElevenLabs route's `inputs.N.text`, a script): each text as cleaned, and
+    # the whole as it reads aloud against MAX_DIALOGUE_CHARS; a script's shape is read by the server, not the schema.
+    "lines": (*_TEXT_REFUSALS, "the limit is"),
+    "inputs": (*_TEXT_REFUSALS, "the limit is"),
+    "script": (*_TEXT_REFUSALS, "the limit is", "names no speaker", "has no lines"),
     # Cartesia's and Google's routes: which voice is a ttsq voice, what a transcript says once cleaned, and which of the
-    # formats their schemas allow ttsq makes are no schema's either.
-    "input.text": ("text is empty", "nothing", "control token", "pronunciation", "read aloud"),
+    # formats their schemas allow ttsq makes are no schema's either (their refusals name the field by its path).
+    "input.text": _TEXT_REFUSALS,
     "input.ssml": ("not supported",),
     "input.markup": ("not supported",),
     "input.multiSpeakerMarkup": ("not supported",),
     "input.prompt": ("not supported",),
-    "voice.id": ("is not supported", "blend", "weight", "the same voice", "needs an id"),
+    "voice.id": (*_VOICE_REFUSALS, "needs an id"),
     "voice.mode": ("embeddings are not ttsq's",),
-    "voice.name": ("is not supported", "blend", "weight", "the same voice"),
+    "voice.name": _VOICE_REFUSALS,
     "voice.customVoice": ("not ttsq's",),
     "voice.voiceClone": ("not ttsq's",),
-    "output_format": ("is not supported", "cannot be made", "has no bit rate", "WAV container"),
     "audioConfig.audioEncoding": ("is not supported", "sampleRateHertz"),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
     "match": (
@@ -107,6 +116,14 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
         "ran past its time limit",
     ),
     "replacement": ("refers to a group", "control token", "the limit is"),
+    # The rates a format is made at depend on the format asked for beside it (opus has fewer): the schema lists every
+    # rate some format takes.
+    "sample_rate": ("is not supported", "have no sample rate"),
+    # ElevenLabs' names (and Cartesia's output_format object): the schema states their shape; which rate and bit rate
+    # each encoding is made at is ttsq's.
+    "output_format": ("is not supported", "take a bit rate", "cannot be made", "has no bit rate", "WAV container"),
+    # A dialogue's speakers' voices (`voices.<speaker>`): whether a name is registered is the registry's.
+    "voices": (*_VOICE_REFUSALS, "every speaker needs one"),
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
 """Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;
@@ -124,7 +141,8 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
             if error.get("type") == "int_type" and isinstance(value, float) and value.is_integer():
                 reasons.append((INTEGRAL_FLOAT, INTEGRAL_FLOAT))
                 continue
-            reasons.append((str(error["loc"][-1]), str(error.get("msg", ""))))
+            # A field inside a mapping is named by its key after a dot (`voices.Alice`): the mapping's field decides.
+            reasons.append((str(error["loc"][-1]).split(".")[0], str(error.get("msg", ""))))
         return reasons
     if isinstance(body, dict) and isinstance(body.get("error"), dict) and body["error"].get("details"):  # Google's
         violations = [v for d in body["error"]["details"] if isinstance(d, dict) for v in d.get("fieldViolations", [])]

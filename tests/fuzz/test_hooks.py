@@ -38,6 +38,9 @@ def test_a_plain_error_and_an_echo_of_the_input_are_not_leaks() -> None:
         (422, {"detail": [{"loc": ["body", "text"], "msg": "text is 41 characters long as sent; the limit is 40"}]}, False),
         (422, {"detail": [{"loc": ["body", "seed"], "msg": "give exactly one of seed or embedding"}]}, False),
         (400, {"error": {"param": "voice", "message": "voice: String should have at least 1 character"}}, False),
+        (422, {"detail": [{"loc": ["body", "voices.Alice"], "msg": "unknown voice 'x'; available: zh_male"}]}, True),
+        (422, {"detail": [{"loc": ["body", "voices.Alice"], "msg": "String should have at least 1 character"}]}, False),
+        (422, {"detail": [{"loc": ["query", "sample_rate"], "msg": "opus at 11025 Hz is not supported; opus is made at"}]}, True),
         (500, {"detail": "internal error"}, False),
     ],
 )

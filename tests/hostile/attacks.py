@@ -199,6 +199,35 @@ async def flooding_sessions(ws_url: str, keys: list[str], seconds: float) -> Flo
     return flood
 
 
+async def churning_contexts(ws_url: str, keys: list[str], rounds: int) -> Counter[str]:
+    """A realtime session per key in ``keys``, each opening and cancelling ``rounds`` contexts in a loop, then asking
+    for ``rounds`` more at once and never closing them, reading every answer as it comes; then a ``cancel``. What the
+    sessions were told, counted by event type (or error code), and how each ended."""
+    told: Counter[str] = Counter()
+
+    async def one(key: str) -> None:
+        async with connect(ws_url, additional_headers={"Authorization": f"Bearer {key}"}, compression=None) as ws:
+            await ws.send(json.dumps({"type": "session.start", "audio_transport": "json"}))
+
+            async def send_all() -> None:
+                for n in range(rounds):
+                    await ws.send(json.dumps({"type": "context.start", "context_id": f"churn-{n}"}))
+                    await ws.send(json.dumps({"type": "cancel", "context_id": f"churn-{n}"}))
+                for n in range(rounds):
+                    await ws.send(json.dumps({"type": "context.start", "context_id": f"held-{n}"}))
+                await ws.send(json.dumps({"type": "cancel"}))
+
+            sending = asyncio.ensure_future(send_all())
+            async for message in ws:
+                event = json.loads(message)
+                told[event.get("code", event["type"])] += 1
+            await sending
+            told[f"closed {ws.close_code}"] += 1
+
+    await asyncio.gather(*(one(key) for key in keys))
+    return told
+
+
 @dataclass
 class Idle:
     opened: int = 0

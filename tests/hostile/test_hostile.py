@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.hostile.attacks import BOMB_BYTES, bombs, handshake, idle_connections
+from tests.hostile.attacks import BOMB_BYTES, bombs, churning_contexts, handshake, idle_connections
 from tests.hostile.deployment import Api, deployment
 
 pytestmark = pytest.mark.e2e
@@ -122,6 +122,38 @@ async def test_a_connection_that_sends_nothing_or_trickles_its_headers_is_closed
             writer.close()
         kept = await asyncio.to_thread(httpx.get, f"{api.url}/healthz", timeout=HANG_GUARD_S)
         assert kept.status_code == 200, "a request that comes whole is served as ever"
+
+
+async def test_sessions_churning_a_thousand_contexts_each_get_their_limits_and_leave_nothing_behind(tmp_path: Path) -> None:
+    """Two sessions each open and cancel a thousand contexts and then ask for a thousand more at once: every context is
+    answered (``context.started``/``context.done``) or refused (``too_many_contexts`` past ``REALTIME_MAX_CONTEXTS``),
+    the API's memory stays bounded, and once the sessions are gone their stream slots and listener subscriptions are
+    back to zero (``/metrics``)."""
+    sessions, rounds, limit = 2, 1000, 8
+    with deployment(tmp_path) as api:
+        keys = [api.create_key("tts") for _ in range(sessions)]
+        metrics_key = api.create_key("metrics")
+        with peak_rss(api.process.pid) as rss:
+            told = await asyncio.wait_for(churning_contexts(api.ws_url, keys, rounds), 3 * HANG_GUARD_S)
+        assert rss[1] - rss[0] < RSS_GROWTH_BOUND, f"the API grew by {(rss[1] - rss[0]) / 2**20:.0f} MiB: {told}"
+        opened = sessions * (rounds + limit)
+        assert told == {
+            "session.started": sessions,
+            "context.started": opened,
+            "context.done": opened,  # the churn's as they were cancelled, the held ones' at the session's cancel
+            "too_many_contexts": sessions * (rounds - limit),
+            "session.done": sessions,
+            "closed 1000": sessions,
+        }, told
+
+        def held() -> dict[str, float]:
+            answer = httpx.get(f"{api.url}/metrics", headers={"Authorization": f"Bearer {metrics_key}"}, timeout=HANG_GUARD_S)
+            assert answer.status_code == 200, answer.text
+            wanted = ('ttsq_stream_slots{state="in_use"}', "ttsq_listener_subscriptions ")
+            return {line.split(" ")[0]: float(line.split(" ")[1]) for line in answer.text.splitlines() if line.startswith(wanted)}
+
+        zero = {'ttsq_stream_slots{state="in_use"}': 0.0, "ttsq_listener_subscriptions": 0.0}
+        await until(lambda: held() == zero, "the sessions' slots and subscriptions are given back")
 
 
 def test_the_deployment_runs_the_api_as_shipped(tmp_path: Path) -> None:

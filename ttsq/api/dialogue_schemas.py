@@ -83,14 +83,17 @@ class DialogueRequest(SamplingFields):
                     "format": "mp3",
                 },
                 {"script": "Alice: Hi Bob.\nBob: Hello, Alice!", "voices": {"Alice": "zh_female", "Bob": "zh_male"}},
-            ]
+            ],
+            # Exactly one of the two, as JSON Schema says it: a branch holds where its field is present and not null.
+            "oneOf": [
+                {"title": "lines", "required": ["lines"], "properties": {"lines": {"type": "array"}}},
+                {"title": "a script", "required": ["script"], "properties": {"script": {"type": "string"}}},
+            ],
         },
     )
 
     lines: list[DialogueLine] | None = Field(
-        None,
-        min_length=1,
-        description="The lines in order (at least one, at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`.",
+        None, min_length=1, description="The lines in order (at most MAX_DIALOGUE_LINES); exactly one of `lines` and `script`."
     )
     script: str | None = Field(
         None,

@@ -397,7 +397,7 @@ def _refuse_nul(node: Any) -> None:
         node.setdefault("propertyNames", dict(NO_NUL))
         if node.get("additionalProperties", True) in (True, {}):
             node["additionalProperties"] = dict(JSON_WITHOUT_NUL_REF)
-    for key in ("properties", "anyOf", "oneOf", "allOf", "items"):
+    for key in ("properties", "anyOf", "oneOf", "allOf", "items", "additionalProperties"):
         child = node.get(key)
         _refuse_nul(list(child.values()) if key == "properties" and isinstance(child, dict) else child)
 

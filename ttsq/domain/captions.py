@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ttsq.domain.stored import StoredList
+
 __all__ = ["Cue", "CueMark", "captions", "segment_captions", "source_spans", "spoken_text", "srt", "vtt"]
 
 
@@ -52,7 +54,7 @@ class Cue(BaseModel):
     """The segment it speaks (a dialogue's line), for a job of segments; None for a plain text."""
     speaker: str | None = None
     """Who speaks it (a dialogue's speaker), where its segment names one."""
-    marks: list[CueMark] | None = None
+    marks: StoredList[CueMark] | None = None
     """The marks that fall in it (or after it, before the next cue), in order; None when there are none."""
 
     def as_json(self, sample_rate: int) -> dict[str, object]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 from ttsq.domain.segments import Part, Segment, VoiceFields, parts
+from ttsq.domain.stored import StoredList
 
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "aac", "pcm"]
 Priority = Literal["interactive", "batch"]
@@ -54,7 +55,7 @@ class TTSParams(VoiceFields, SamplingFields):
     """
 
     text: str = Field(description="What it says; for a job of segments, their texts joined by new lines (for display).")
-    segments: list[Segment] | None = Field(
+    segments: StoredList[Segment] | None = Field(
         default=None,
         description="Runs of text each in a voice and with sampling of their own (a dialogue's lines): the job speaks "
         "these, in order, instead of ``text`` in its own voice (:mod:`ttsq.domain.segments`).",
@@ -102,7 +103,7 @@ class Job(BaseModel):
     finished_at: float | None = None
     worker: str | None = None
     duration_s: float | None = None
-    captions: list[Cue] | None = None
+    captions: StoredList[Cue] | None = None
     """One cue per synthesised chunk (:mod:`ttsq.domain.captions`), recorded with the result."""
     speaker: str | None = None
     """The speaker embedding the worker used, recorded with the result of a job that asked (``params.record_speaker``)."""
@@ -110,7 +111,7 @@ class Job(BaseModel):
     result_bytes: int | None = None
     not_before: float | None = Field(default=None, description="Set while a failed attempt waits out its retry backoff.")
     owner: str | None = Field(default=None, description="Who submitted it (an API key id or a client address): counted per owner.")
-    readers: list[str] | None = Field(
+    readers: StoredList[str] | None = Field(
         default=None, description="API key ids that may read or cancel it (None: anyone holding its id)."
     )
     isolate: bool = Field(
@@ -119,7 +120,7 @@ class Job(BaseModel):
         "crashes its process cannot take batch-mates down with it.",
     )
     requeues: int = Field(default=0, description="Times an operator put it back from the dead letters.")
-    holders: list[str] | None = Field(
+    holders: StoredList[str] | None = Field(
         default=None,
         description="Owners who asked for it (submitter, single-flight joiners): a cancel by one of several only detaches it.",
     )

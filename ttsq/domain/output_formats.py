@@ -36,6 +36,7 @@ from typing import Literal, get_args
 __all__ = [
     "COMMON_RATES",
     "ELEVENLABS_DEFAULT",
+    "ELEVENLABS_PATTERN",
     "NATIVE_RATE",
     "OPUS_RATES",
     "TTSQ_NAMES",
@@ -231,6 +232,8 @@ def stored_format(fmt: OutputFormat) -> TtsqName | None:
 ELEVENLABS_DEFAULT = "mp3_44100_128"
 """ElevenLabs' ``output_format`` when a request names none (its SDK sends none unless told)."""
 _ELEVENLABS = re.compile(r"(?P<kind>mp3|opus|pcm|ulaw|alaw|wav)_(?P<rate>[0-9]{4,6})(?:_(?P<kbps>[0-9]{1,3}))?")
+ELEVENLABS_PATTERN = "^" + re.sub(r"\?P<\w+>", "", _ELEVENLABS.pattern) + "$"
+"""The shape of an ElevenLabs ``output_format`` name, for a schema (whether ttsq makes that rate is :func:`parse_elevenlabs`'s)."""
 _ELEVENLABS_KINDS: dict[str, tuple[Encoding, bool]] = {
     "mp3": ("mp3", False),
     "opus": ("opus", False),

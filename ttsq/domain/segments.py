@@ -40,11 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ttsq.domain.blends import BlendPart
 from ttsq.domain.sampling import Sampling
+from ttsq.domain.stored import StoredList
 
 __all__ = [
     "MAX_GAIN_DB",
     "MAX_PAUSE_SAMPLES",
     "MIN_GAIN_DB",
+    "NOTHING_TO_READ",
     "Mark",
     "Part",
     "Segment",
@@ -88,7 +90,7 @@ class VoiceFields(BaseModel):
     consistent_voice: bool = Field(
         default=False, description="The first chunk's audio conditions the later chunks (one voice across the text)."
     )
-    speaker_blend: list[BlendPart] | None = Field(
+    speaker_blend: StoredList[BlendPart] | None = Field(
         default=None, description="The components of a blended speaker, drawn and blended by the worker (blends)."
     )
 
@@ -118,7 +120,7 @@ class Segment(VoiceFields):
     )
     gain_db: float | None = Field(default=None, ge=MIN_GAIN_DB, le=MAX_GAIN_DB, description="Gain on its samples, in dB.")
     speaker: str | None = Field(default=None, max_length=200, description="Who speaks it, for its captions (WebVTT `<v>`).")
-    marks: list[Mark] | None = None
+    marks: StoredList[Mark] | None = None
 
     @field_validator("gain_db")
     @classmethod
@@ -133,6 +135,10 @@ class Segment(VoiceFields):
             if mark.offset > len(self.text):
                 raise ValueError(f"mark {mark.name!r} is at offset {mark.offset}, past the end of its text ({len(self.text)})")
         return self
+
+
+NOTHING_TO_READ = "text has nothing to read aloud: it holds no letter, digit or ideograph"
+"""Why a text that is not :func:`speakable` is refused where it would be a whole job."""
 
 
 def speakable(text: str) -> bool:

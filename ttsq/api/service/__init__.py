@@ -38,7 +38,9 @@ from ttsq.domain.audio import CONTENT_TYPES
 from ttsq.domain.blends import MAX_BLEND_COMPONENTS, is_blend
 from ttsq.domain.jobs import MAX_SEED, Job, Status
 from ttsq.domain.output_formats import (
+    COMMON_RATES,
     ELEVENLABS_DEFAULT,
+    ELEVENLABS_PATTERN,
     TTSQ_NAMES,
     OutputFormat,
     TtsqName,
@@ -108,10 +110,10 @@ __all__ += [
     "validate_voice_name",
 ]
 __all__ += ["MAX_BLEND_COMPONENTS", "is_blend", "speed_level"]
-__all__ += ["TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
+__all__ += ["COMMON_RATES", "TTSQ_NAMES", "OutputFormat", "TtsqName", "UnsupportedFormat", "parse_ttsq", "stored_format"]
 __all__ += ["ROUTE_KINDS", "KeyRevoked", "NoWorker", "StreamAborted"]
 __all__ += ["ELEVENLABS_DEFAULT", "DialogueLine", "DialogueRequest", "DialogueService", "ElevenLabsDialogueRequest"]
-__all__ += ["parse_elevenlabs"]
+__all__ += ["ELEVENLABS_PATTERN", "parse_elevenlabs"]
 
 __all__ += [
     "AdminService",

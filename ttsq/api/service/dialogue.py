@@ -21,7 +21,7 @@ from ttsq.domain.cache_key import cache_key
 from ttsq.domain.dialogue import ScriptError, read_script
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, TTSParams
 from ttsq.domain.sampling import Sampling
-from ttsq.domain.segments import Segment
+from ttsq.domain.segments import Segment, speakable
 from ttsq.domain.text import TextError, spoken_length, validate_text
 from ttsq.domain.voices import Voice
 
@@ -118,6 +118,9 @@ class DialogueService:
                 cleaned.append(validate_text(text, limit))
             except TextError as exc:
                 raise InvalidInput(name, f"line {number} ({speaker}): {exc}", text[:200]) from exc
+        if not any(speakable(text) for text in cleaned):  # a line of punctuation alone is a pause; all of them, nothing
+            said = "the dialogue has nothing to read aloud: no line holds a letter, digit or ideograph"
+            raise InvalidInput(names[0].split(".")[0], said)
         total = sum(spoken_length(text)[0] for text in cleaned)
         if total > limit:
             raise InvalidInput(

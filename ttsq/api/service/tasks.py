@@ -33,6 +33,7 @@ from ttsq.api.stream_slots import when_over
 from ttsq.domain import context
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Priority, Status, TTSParams, draw_seed
+from ttsq.domain.segments import NOTHING_TO_READ, speakable
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
 from ttsq.domain.voices import Voice
@@ -80,6 +81,8 @@ def build_params(
         text = validate_text(body.text, max_text_chars)
     except TextError as exc:
         raise InvalidInput("text", str(exc), body.text[:200]) from exc
+    if not speakable(text):  # a worker would fail it: punctuation alone is no engine request
+        raise InvalidInput("text", NOTHING_TO_READ, body.text[:200])
     deterministic = voice is not None or body.seed is not None
     speaker_embedding = None
     if voice is not None:
