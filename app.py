@@ -17,10 +17,12 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
+import cartesia_api
 import dialogue_api
 import draw_api
 import elevenlabs_api
 import elevenlabs_ws_api
+import google_api
 import openai_api
 import prosody_api
 import query_api
@@ -173,7 +175,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=origins,
             allow_credentials="*" not in origins,  # never credentials with a wildcard
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "X-API-Key", "xi-api-key", "Content-Type", "X-Request-ID"],
+            allow_headers=[
+                "Authorization",
+                "X-API-Key",
+                "xi-api-key",
+                "Cartesia-Version",
+                "X-Goog-Api-Key",
+                "Content-Type",
+                "X-Request-ID",
+            ],
             expose_headers=[
                 "X-Request-ID",
                 "Retry-After",
@@ -206,6 +216,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(prosody_api.router)
     app.include_router(openai_api.router)
     app.include_router(elevenlabs_api.router)
+    app.include_router(cartesia_api.router)
+    app.include_router(google_api.router)
     app.include_router(dialogue_api.router)
     app.include_router(dialogue_api.elevenlabs)
     app.include_router(realtime_api.router)

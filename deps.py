@@ -132,13 +132,20 @@ class ApiKeyCaller(SecurityBase):
             principal = known
         else:
             authenticator = cast(Authenticator, request.app.state.authenticator)
-            headers = request.headers
-            # ElevenLabs' clients send their key as xi-api-key: the same key, in their header.
-            presented = presented_key(headers.get("authorization"), headers.get("x-api-key") or headers.get("xi-api-key"))
+            presented = self.presented(request)
             principal = await authenticator.principal(presented, request.client.host if request.client else "unknown")
         if self.scope is not None and not principal.allows(self.scope):
             raise Forbidden(self.scope)
         return principal
+
+    def presented(self, request: Request) -> str | None:
+        """The key ``request`` carries: ``X-API-Key`` (or ElevenLabs' ``xi-api-key``), else ``Authorization: Bearer``.
+        A route that speaks another vendor's protocol may read that vendor's places too (a subclass: Google's
+        ``x-goog-api-key`` and ``?key=``); the key is then checked exactly as here, with the same scopes, limits and
+        tenant."""
+        headers = request.headers
+        # ElevenLabs' clients send their key as xi-api-key: the same key, in their header.
+        return presented_key(headers.get("authorization"), headers.get("x-api-key") or headers.get("xi-api-key"))
 
 
 def _route_caller(dependant: Dependant) -> ApiKeyCaller | None:

@@ -33,7 +33,7 @@ from ttsq.api.errors import (
     UNSUPPORTED_MEDIA_TYPE_RESPONSE,
     elevenlabs_error,
 )
-from ttsq.api.schemas import SubmitResponse, task_links
+from ttsq.api.schemas import IGNORED_FIELDS, SubmitResponse, field_names, task_links
 from ttsq.api.service import (
     DialogueLine,
     DialogueRequest,
@@ -152,7 +152,7 @@ async def _speak(
         extra |= {f"inputs.{name}": value for name, value in (line.model_extra or {}).items()}
     ignored = ignored_options(extra)
     if ignored:
-        headers["X-TTSQ-Ignored-Fields"] = ", ".join(ignored)
+        headers[IGNORED_FIELDS] = field_names(ignored)
     stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     sole = stored is None and not submitted.answer.joined
     try:

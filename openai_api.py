@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
-import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -23,16 +21,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from deps import Guarded, ListeningDep, StreamCaller, TasksDep, TTSCaller, VoicesDep
-from ttsq.api.auth import Principal
 from ttsq.api.errors import OPENAI_ERROR_RESPONSES, OPENAI_SPEECH_ERROR_RESPONSES, RATE_LIMIT_HEADERS, openai_error
-from ttsq.api.schemas import Priority, SubmitRequest, sse_schema, task_links
+from ttsq.api.schemas import IGNORED_FIELDS, Priority, SubmitRequest, field_names, sse_schema, task_links
 from ttsq.api.service import (
     COMMON_RATES,
     CONTENT_TYPES,
-    DEFAULT_SAMPLING,
     LEVELS,
-    MAX_SPEED,
-    MIN_SPEED,
     OPENAI_MAX_INPUT_CHARS,
     OPENAI_VOICES,
     STYLE_NAME,
@@ -48,10 +42,8 @@ from ttsq.api.service import (
     Status,
     StreamFailed,
     UnsupportedFormat,
-    Voice,
-    VoiceService,
-    is_blend,
     parse_ttsq,
+    speed_level,
     stored_format,
 )
 
@@ -127,14 +119,9 @@ class SpeechRequest(BaseModel):
         (only when sent, so that a style's speed stands otherwise), the refine levels, the style."""
         said: dict[str, Any] = {"style": self.style}
         if "speed" in self.model_fields_set:
-            said["speed"] = chattts_speed(self.speed)
+            said["speed"] = speed_level(self.speed)
         levels = zip(LEVELS, (self.oral, self.laugh, self.break_), strict=True)
         return said | {name: value for name, value in levels if value is not None}
-
-
-def chattts_speed(speed: float) -> int:
-    """OpenAI's speed factor → ChatTTS's [speed_N]: each doubling is two steps from the default (0.25 → 1, 1 → 5, 4 → 9)."""
-    return max(MIN_SPEED, min(MAX_SPEED, round(DEFAULT_SAMPLING.speed + 2 * math.log2(speed))))
 
 
 _SPEECH_EVENT = {
@@ -181,18 +168,6 @@ _SPEECH_EVENT = {
 worker is left alive to finish it)."""
 
 
-async def _voice(name: str, voices: VoiceService, caller: Principal) -> Voice:
-    """OpenAI's names map onto built-in voices, ttsq's names are themselves (those the caller sees: docs/voices.md);
-    a blend may mix both."""
-    if is_blend(name):
-        return await voices.resolve_blend(name, caller, "voice", OPENAI_VOICES)
-    voice = await voices.resolve_named_voice(OPENAI_VOICES.get(name, name), caller)
-    if voice is None:
-        known = ", ".join([*OPENAI_VOICES, *(v.name for v in await voices.list_voices(caller))])
-        raise InvalidInput("voice", f"{name!r} is not supported; use one of: {known}", name)
-    return voice
-
-
 @router.post(
     "/speech",
     operation_id="openai_speech",
@@ -221,7 +196,7 @@ async def speech(
     request: Request,
 ) -> Response:
     fmt = _output_format(body)
-    voice = await _voice(body.voice, voices, caller)
+    voice = await voices.resolve_any(body.voice, caller)
     native = SubmitRequest.model_validate(
         {
             "text": body.input,
@@ -239,7 +214,7 @@ async def speech(
     media_type = fmt.content_type
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     if body.model_extra:
-        headers["X-TTSQ-Ignored-Fields"] = _field_names(body.model_extra)
+        headers[IGNORED_FIELDS] = field_names(body.model_extra)
     # A cache hit is done at once: its stored file is the answer (never decoded and encoded again).
     stored = await tasks.download(task_id, caller) if submitted.answer.status is Status.DONE else None
     # This request is the only listener of a job it queued: when its client goes away, the job goes too (unless a
@@ -289,17 +264,6 @@ async def _answer(listening: ListeningService, stored: Download, fmt: OutputForm
     """A finished task's stored file as ``fmt`` (itself, or converted from it); None when it has no audio."""
     return None if stored.audio is None else await listening.stored(stored.job, stored.audio, fmt)
 
-
-
-def _field_names(extra: dict[str, Any]) -> str:
-    """The unknown fields a request sent, for a header: each name as sent when it is a plain identifier (ASCII
-    letters, digits, ``_.-``, at most 64), else ``(unnamed)``; at most 20, then how many more."""
-    names = sorted(name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in extra)
-    more = f", and {len(names) - 20} more" if len(names) > 20 else ""
-    return ", ".join(names[:20]) + more
-
-
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _usage(text: str) -> dict[str, int]:

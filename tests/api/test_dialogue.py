@@ -5,6 +5,7 @@ real workers, the bit-equality of lines and the ``elevenlabs`` SDK: ``tests/e2e/
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from redis.asyncio import Redis
 
+from tests.api.test_cartesia_api import GUARD_S, PIECES, play_worker
 from tests.api.test_security import bearer, new_key
 from tests.api.test_voices import embedding
 from tests.conftest import api_client, queue_config
@@ -200,3 +202,18 @@ async def test_a_dialogue_of_no_lines_is_refused_never_queued(client: httpx.Asyn
     field, said = refusal(await client.post(ROUTE, json={"script": "\n\n", "voices": VOICES}))
     assert field == "script" and "no lines" in said
     assert await JobQueue(redis, queue_config()).depth() == 0
+async def test_the_elevenlabs_route_names_each_ignored_field_once(redis: Redis, make_settings: Any) -> None:
+    """What ttsq does not use (the body's and every input's) is named in ``X-TTSQ-Ignored-Fields``, each name once
+    however many inputs sent it (``schemas.field_names``, as every route of another vendor's protocol names them)."""
+    inputs = [
+        {"text": "Hi.", "voice_id": "zh_female", "voice_settings": {}},
+        {"text": "Hey.", "voice_id": "zh_male", "voice_settings": {}},
+    ]
+    body = {"inputs": inputs, "model_id": "eleven_v3", "bad name": 1}
+    async with api_client(make_settings()) as (client, _):
+        asking = asyncio.create_task(client.post("/v1/text-to-dialogue", json=body, params={"output_format": "pcm_24000"}))
+        await asyncio.wait_for(play_worker(redis), GUARD_S)
+        answer = await asyncio.wait_for(asking, GUARD_S)
+    assert answer.status_code == 200, answer.text
+    assert answer.content == b"".join(PIECES)
+    assert answer.headers["X-TTSQ-Ignored-Fields"] == "(unnamed), inputs.voice_settings, model_id"

@@ -17,11 +17,11 @@ import pytest
 import soundfile as sf
 from openai.types.audio import Voice
 
-from openai_api import chattts_speed
 from tests.conftest import queue_config, settings
 from tests.service import Service, Worker, wait_for
 from ttsq.domain.audio import SAMPLE_RATE, encode_audio
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
+from ttsq.domain.sampling import speed_level
 from ttsq.store.connection import create_redis
 from ttsq.store.queue import JobQueue
 from ttsq.store.streams import AudioStreams
@@ -267,4 +267,6 @@ def test_openai_sdk_streams_mp3_and_opus_from_a_real_worker(service: Service) ->
 
 
 def test_speed_mapping() -> None:
-    assert [chattts_speed(s) for s in (0.25, 0.5, 1.0, 2.0, 4.0)] == [1, 3, 5, 7, 9]
+    """One rule for every protocol's speed factor (OpenAI's speed, Cartesia's generation_config.speed, Google's
+    speakingRate): each doubling two of ChatTTS's steps from 5, clamped."""
+    assert [speed_level(s) for s in (0.1, 0.25, 0.5, 0.6, 1.0, 1.5, 2.0, 4.0)] == [1, 1, 3, 4, 5, 6, 7, 9]

@@ -84,10 +84,10 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "style": ("unknown style",),
     "components": ("unknown voice", "blend", "the same voice"),
     "audio": ("audio", "recording", "not base64"),
-    "transcript": ("transcript",),
+    "transcript": ("transcript",),  # a recording's (and Cartesia's text, whose refusals say `transcript: ...`)
     "embedding": ("not a ChatTTS speaker embedding", "empty or truncated", "non-finite", "this model's speakers have"),
     "text": _TEXT_REFUSALS,
-    "input": _TEXT_REFUSALS,
+    "input": (*_TEXT_REFUSALS, "exactly one of", "not supported"),  # and Google's input: text, ssml, markup, …
     # A dialogue's lines (`lines.N.text`, the ElevenLabs route's `inputs.N.text`, a script): each text as cleaned, and
     # the whole as it reads aloud against MAX_DIALOGUE_CHARS; a script's shape is read by the server, not the schema.
     # (A line's own text, `lines.N.text`, is read as `text`; the dialogue's whole is refused as `lines` or `inputs`.)
@@ -97,6 +97,19 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     # An SSML document: whether it is well-formed XML, what its elements and attributes are, the voices it names and
     # what it says once read are the reader's (its length as sent, MAX_SSML_CHARS, is the schema's maxLength).
     "ssml": ("ssml is not well-formed", "ssml must not", "ssml has ", "ssml nests", "line ", "the document's"),
+    # Cartesia's and Google's routes: which voice is a ttsq voice, what a transcript says once cleaned, and which of the
+    # formats their schemas allow ttsq makes are no schema's either (their refusals name the field by its path).
+    "input.text": _TEXT_REFUSALS,
+    "input.ssml": ("not supported",),
+    "input.markup": ("not supported",),
+    "input.multiSpeakerMarkup": ("not supported",),
+    "input.prompt": ("not supported",),
+    "voice.id": (*_VOICE_REFUSALS, "needs an id"),
+    "voice.mode": ("embeddings are not ttsq's",),
+    "voice.name": _VOICE_REFUSALS,
+    "voice.customVoice": ("not ttsq's",),
+    "voice.voiceClone": ("not ttsq's",),
+    "audioConfig.audioEncoding": ("is not supported", "sampleRateHertz"),
     # A dictionary entry: whether a pattern compiles, what it matches and how long it may be (settings) are no schema's.
     "match": (
         "not a valid regular expression",
@@ -113,8 +126,9 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     "sample_rate": ("is not supported", "have no sample rate"),
     # A sample_rate alone converts the stored file in its own format, which only the task knows (ogg has none to keep).
     "format": ("name the format to convert it to",),
-    # ElevenLabs' names: the schema states their shape; which rate and bit rate each encoding is made at is ttsq's.
-    "output_format": ("is not supported", "take a bit rate", "cannot be made at", "has no bit rate"),
+    # ElevenLabs' names (and Cartesia's output_format object): the schema states their shape; which rate and bit rate
+    # each encoding is made at is ttsq's.
+    "output_format": ("is not supported", "take a bit rate", "cannot be made", "has no bit rate", "WAV container"),
     # A dialogue's speakers' voices: whether `voices` names every speaker of the lines is no schema's (a speaker's own
     # voice, `voices.<speaker>`, is read as `voice`).
     "voices": (*_VOICE_REFUSALS, "every speaker needs one", "no voice for"),
@@ -137,11 +151,16 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
                 continue
             reasons.append((_field_name(str(error["loc"][-1])), str(error.get("msg", ""))))
         return reasons
+    if isinstance(body, dict) and isinstance(body.get("error"), dict) and body["error"].get("details"):  # Google's
+        violations = [v for d in body["error"]["details"] if isinstance(d, dict) for v in d.get("fieldViolations", [])]
+        return [(str(v.get("field")), str(v.get("description", ""))) for v in violations] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = str(body["error"].get("message", ""))
         if _OPENAI_INTEGRAL_FLOAT.search(message):  # the same strict-integer refusal, in OpenAI's shape
             return [(INTEGRAL_FLOAT, INTEGRAL_FLOAT)]
         return [(str(body["error"].get("param")), message)]
+    if isinstance(body, dict) and "error_code" in body and body.get("param"):  # Cartesia's, with ttsq's param
+        return [(str(body["param"]), str(body.get("message", "")))]
     return None
 
 

@@ -77,6 +77,17 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/tts/dialogue"): {"lines": [{"speaker": "A", "text": "Hostile."}], "voices": {"A": "zh_female"}, "gap_ms": 250},
     ("post", "/v1/text-to-dialogue"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
     ("post", "/v1/text-to-dialogue/stream"): {"inputs": [{"text": "Hostile input.", "voice_id": "zh_female"}], "seed": 1},
+    ("post", "/tts/bytes"): {
+        "model_id": "sonic-3",
+        "transcript": "Hostile input.",
+        "voice": {"mode": "id", "id": "alloy"},
+        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+    },
+    ("post", "/v1/text:synthesize"): {
+        "input": {"text": "Hostile input."},
+        "voice": {"name": "alloy"},
+        "audioConfig": {"audioEncoding": "LINEAR16"},
+    },
 }
 """A valid body of every operation that takes one; an operation with a body missing here fails the run."""
 
@@ -378,14 +389,26 @@ def _named(answer: httpx.Response) -> set[str]:
         names.add("Content-Type")
     if isinstance(body, dict) and isinstance(body.get("detail"), dict):  # ElevenLabs' {"detail": {"status", "message"}}
         names |= {"Content-Type"} if "Content-Type" in str(body["detail"].get("message", "")) else set()
+    if isinstance(body, dict) and "error_code" in body:  # Cartesia's shape, with ttsq's param
+        names |= _and_parents(str(body["param"])) if body.get("param") else set()
+        names |= {"Content-Type"} if "Content-Type" in str(body.get("message", "")) else set()
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
+        for detail in error.get("details") or []:  # Google's shape: a BadRequest detail names each field
+            for violation in detail.get("fieldViolations", []) if isinstance(detail, dict) else []:
+                names |= _and_parents(str(violation.get("field", "")))
         if error.get("param"):
             names.add(str(error["param"]))
         message = str(error.get("message", ""))
         names |= {"Content-Type"} if "Content-Type" in message else set()
         names |= {"body"} if "body" in message else set()
     return names
+
+
+def _and_parents(path: str) -> set[str]:
+    """A dotted field path (``voice.id``, as Cartesia's and Google's routes name nested fields) and each field above it."""
+    parts = path.split(".")
+    return {".".join(parts[:end]) for end in range(1, len(parts) + 1)}
 
 
 def judge(case: Case, answer: httpx.Response) -> str | None:

@@ -10,6 +10,10 @@ Three shapes, chosen by route family:
 * ElevenLabs' routes (``/v1/text-to-speech/...``, ``/v1/text-to-dialogue``) answer ElevenLabs'
   ``{"detail": {"status", "message"}}``, and for invalid input the 422 of FastAPI's list, which is ElevenLabs' own (its
   API is FastAPI's too); a voice the caller sees none of is its ``404 voice_not_found``.
+* Cartesia's routes (``/tts/...``) answer Cartesia's ``{"error_code", "title", "message", "request_id"}`` (and
+  ``param``, the field at fault), 400 for invalid input;
+* Google Cloud's route (``/v1/text:synthesize``) answers ``{"error": {"code", "message", "status"}}`` (a
+  ``google.rpc.Status``: ``INVALID_ARGUMENT`` with a ``BadRequest`` detail naming each field, ``UNAUTHENTICATED``, …).
 
 A Redis outage becomes ``503`` with ``Retry-After`` (the client's job is not lost: it was either
 never acknowledged, or it is safe in Redis). A submit the store refuses — the queue full, the key at its
@@ -28,6 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
@@ -35,7 +40,14 @@ from starlette.routing import Match, Mount
 from ttsq.api.auth import Forbidden, Unauthorized
 from ttsq.api.bodies import REFUSAL
 from ttsq.api.metrics import SUBMIT_ROUTES, SubmitOutcome
-from ttsq.api.schemas import ElevenLabsErrorBody, ErrorBody, OpenAIErrorBody, ValidationErrorBody
+from ttsq.api.schemas import (
+    CartesiaErrorBody,
+    ElevenLabsErrorBody,
+    ErrorBody,
+    GoogleErrorBody,
+    OpenAIErrorBody,
+    ValidationErrorBody,
+)
 from ttsq.api.service import InvalidInput, NoWorker, TaskNotFound, UnknownVoice
 from ttsq.api.stream_slots import TooManyStreams
 from ttsq.domain import context
@@ -48,6 +60,8 @@ log = logging.getLogger(__name__)
 OPENAI_PREFIX = "/v1/audio"
 ELEVENLABS_PREFIXES = ("/v1/text-to-speech/", "/v1/text-to-dialogue")
 """ElevenLabs' routes: text-to-speech (``elevenlabs_api.py``) and text-to-dialogue (``dialogue_api.py``)."""
+CARTESIA_PREFIX = "/tts/"
+GOOGLE_PREFIX = "/v1/text:"
 
 _RETRY_AFTER = {
     "Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}
@@ -215,6 +229,17 @@ def elevenlabs_error(status: int, message: str, headers: dict[str, str] | None =
     return JSONResponse(status_code=status, content={"detail": {"status": kind, "message": message}}, headers=headers)
 
 
+
+
+def _in_shape(responses: dict[int | str, dict[str, Any]], model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    return {status: {**response, "model": model} for status, response in responses.items()}
+
+
+CARTESIA_ERROR_RESPONSES = _in_shape(OPENAI_SPEECH_ERROR_RESPONSES, CartesiaErrorBody)
+"""The errors of Cartesia's routes: those of OpenAI's speech, in Cartesia's shape."""
+GOOGLE_ERROR_RESPONSES = _in_shape(OPENAI_SPEECH_ERROR_RESPONSES, GoogleErrorBody)
+"""The errors of Google's route: those of OpenAI's speech, in Google's shape."""
+
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -235,6 +260,66 @@ def openai_error(
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
+_CARTESIA_KINDS = {
+    400: ("invalid_request", "Invalid request"),
+    401: ("unauthorized", "Unauthorized"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+    408: ("request_timeout", "Request timeout"),
+    413: ("request_too_large", "Request too large"),
+    415: ("unsupported_media_type", "Unsupported media type"),
+    429: ("rate_limited", "Too many requests"),
+    500: ("internal_error", "Internal error"),
+    503: ("unavailable", "Service unavailable"),
+}
+
+_GOOGLE_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+"""HTTP status → ``google.rpc.Code`` name, as Google's own mapping of the codes pairs them."""
+
+
+def cartesia_error(
+    status: int,
+    message: str,
+    *,
+    request_id: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+) -> JSONResponse:
+    kind, title = _CARTESIA_KINDS.get(status, ("internal_error" if status >= 500 else "invalid_request", "Error"))
+    body = {"error_code": code or kind, "title": title, "message": message, "request_id": request_id, "param": param}
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+def google_error(
+    status: int, message: str, *, fields: list[tuple[str, str]] | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """``fields``: (field path, what is wrong with it) of an invalid request, as Google's ``BadRequest`` detail."""
+    error: dict[str, Any] = {"code": status, "message": message, "status": _GOOGLE_STATUSES.get(status, "UNKNOWN")}
+    if fields:
+        violations = [{"field": field, "description": description} for field, description in fields]
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": violations}]
+    return JSONResponse(status_code=status, content={"error": error}, headers=headers)
+
+
+def _request_id(request: Request) -> str:
+    return getattr(request.state, "request_id", None) or context.request_id.get() or "unknown"
+
+
 def error_response(
     request: Request,
     status: int,
@@ -246,10 +331,15 @@ def error_response(
 ) -> JSONResponse:
     """``{"detail": message}`` (with ``code`` when the error has one a client can branch on), or OpenAI's error body on
     the OpenAI-compatible routes."""
-    if request.url.path.startswith(OPENAI_PREFIX):
+    path = request.url.path
+    if path.startswith(OPENAI_PREFIX):
         return openai_error(status, message, param, headers, code)
     if request.url.path.startswith(ELEVENLABS_PREFIXES):
         return elevenlabs_error(status, message, headers, code)
+    if path.startswith(CARTESIA_PREFIX):
+        return cartesia_error(status, message, request_id=_request_id(request), param=param, headers=headers, code=code)
+    if path.startswith(GOOGLE_PREFIX):
+        return google_error(status, message, fields=[(param, message)] if param else None, headers=headers)
     content = {"detail": message} if code is None else {"detail": message, "code": code}
     return JSONResponse(status_code=status, content=content, headers=headers)
 
@@ -266,6 +356,20 @@ def raise_refused_body(request: Request) -> None:
 def invalid_field(field: str, message: str, value: Any = None) -> RequestValidationError:
     """A 422 in FastAPI's own format, for a check that cannot live in the request model."""
     return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message, "input": value}])
+
+
+def _field_path(loc: Any, names: dict[str, str]) -> str:
+    """A validation error's place as the protocols that name nested fields write it: ``voice.id``, ``body`` for the
+    body as a whole (FastAPI's ``loc`` starts with where the value came from, ``body``); a native field that a check
+    of the submit names (``text``) by the protocol's own name (``names``)."""
+    parts = [str(part) for part in loc]
+    inner = parts[1:] if parts and parts[0] in ("body", "query", "header") else parts
+    path = ".".join(inner) or "body"
+    return names.get(path, path)
+
+
+_CARTESIA_FIELD_NAMES = {"text": "transcript"}
+_GOOGLE_FIELD_NAMES = {"text": "input.text"}
 
 
 _OPENAI_FIELD_NAMES = {"text": "input", "format": "response_format"}
@@ -417,8 +521,7 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
     async def unexpected(request: Request, exc: Exception) -> Response:
         """A bug: the log gets the traceback (with the request id), the client a sentence and the id, never the trace."""
         log.exception("unhandled error")
-        request_id = getattr(request.state, "request_id", None) or context.request_id.get() or "unknown"
-        return error_response(request, 500, f"internal error; quote request id {request_id} when reporting it")
+        return error_response(request, 500, f"internal error; quote request id {_request_id(request)} when reporting it")
 
     async def voice_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, VoiceError)
@@ -437,7 +540,16 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected_submit:
         assert isinstance(exc, RequestValidationError)
         rejected(request, "invalid")
         exc = RequestValidationError([_encodable(_explained(error)) for error in exc.errors()], body=exc.body)
-        if not request.url.path.startswith(OPENAI_PREFIX):
+        path = request.url.path
+        if path.startswith((CARTESIA_PREFIX, GOOGLE_PREFIX)):
+            names = _GOOGLE_FIELD_NAMES if path.startswith(GOOGLE_PREFIX) else _CARTESIA_FIELD_NAMES
+            fields = [(_field_path(error.get("loc") or (), names), str(error["msg"])) for error in exc.errors()]
+            fields = fields or [("body", "invalid")]
+            message = "; ".join(f"{field}: {msg}" for field, msg in fields)
+            if path.startswith(GOOGLE_PREFIX):
+                return google_error(400, message, fields=fields)
+            return cartesia_error(400, message, request_id=_request_id(request), param=fields[0][0])
+        if not path.startswith(OPENAI_PREFIX):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         loc = first.get("loc") or ()

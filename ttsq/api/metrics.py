@@ -36,7 +36,15 @@ SubmitOutcome = Literal[
     "queued", "joined", "cache_hit_l1", "cache_hit_l2", "cache_hit_l3", "invalid", "queue_full", "rate_limited", "unavailable"
 ]
 SUBMIT_ROUTES = frozenset(
-    {"/v1/tts/submit", "/v1/audio/speech", "/v1/tts/dialogue", "/v1/text-to-dialogue", "/v1/text-to-dialogue/stream"}
+    {
+        "/v1/tts/submit",
+        "/v1/audio/speech",
+        "/v1/tts/dialogue",
+        "/v1/text-to-dialogue",
+        "/v1/text-to-dialogue/stream",
+        "/tts/bytes",
+        "/v1/text:synthesize",
+    }
     | ELEVENLABS_TTS_ROUTES
 )
 """Routes whose rejections count as submit outcomes (422/400, 404, 429, 503)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -219,6 +221,52 @@ class ElevenLabsErrorBody(BaseModel):
     ElevenLabs' is)."""
 
     detail: ElevenLabsError
+IGNORED_FIELDS = "X-TTSQ-Ignored-Fields"
+"""The header that names what a request sent and ttsq did not use (the routes of other vendors' protocols)."""
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def field_names(names: Iterable[str]) -> str:
+    """The fields a request sent and ttsq ignored, for :data:`IGNORED_FIELDS`: each name as sent when it is a plain
+    identifier (ASCII letters, digits, ``_.-``, at most 64), else ``(unnamed)``; each once (a field of every line of a
+    list is named once); at most 20, then how many more."""
+    shown = sorted({name if _PLAIN_NAME.fullmatch(name) else "(unnamed)" for name in names})
+    more = f", and {len(shown) - 20} more" if len(shown) > 20 else ""
+    return ", ".join(shown[:20]) + more
+
+
+class CartesiaErrorBody(BaseModel):
+    """Errors on Cartesia's routes (``/tts/...``), in Cartesia's HTTP error shape (its ``Cartesia-Version`` 2026-03-01
+    and later), so its SDK and the frameworks' Cartesia plugins read them as they read Cartesia's own."""
+
+    error_code: str | None = Field(description="A machine-readable code (`invalid_request`, `unauthorized`, `no_worker`, …).")
+    title: str
+    message: str
+    request_id: str
+    param: str | None = Field(None, description="ttsq's own: the request field at fault, where one is (`voice.id`).")
+
+
+class GoogleFieldViolation(BaseModel):
+    field: str
+    description: str
+
+
+class GoogleErrorDetail(BaseModel):
+    type: str = Field(alias="@type", description="`type.googleapis.com/google.rpc.BadRequest`.")
+    fieldViolations: list[GoogleFieldViolation]
+
+
+class GoogleError(BaseModel):
+    code: int
+    message: str
+    status: str = Field(description="The google.rpc.Code name: `INVALID_ARGUMENT`, `UNAUTHENTICATED`, `UNAVAILABLE`, …")
+    details: list[GoogleErrorDetail] | None = None
+
+
+class GoogleErrorBody(BaseModel):
+    """Errors on Google Cloud's route (``/v1/text:synthesize``), in Google's shape (``google.rpc.Status`` as JSON)."""
+
+    error: GoogleError
 
 
 class DeadLetter(BaseModel):
@@ -328,9 +376,12 @@ LIMITED_TEXT_FIELDS = (
     ("SubmitRequest", SSML_FIELD, "max_ssml_chars"),
     ("SpeechRequest", "input", "openai_max_input_chars"),
     ("RefineRequest", TEXT_FIELD, "max_text_chars"),
+    ("CartesiaBytesRequest", "transcript", "openai_max_input_chars"),
+    ("GoogleSynthesisInput", "text", "openai_max_input_chars"),
 )
 """The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit, refine), ``MAX_SSML_CHARS``
-(the submit's SSML), ``OPENAI_MAX_INPUT_CHARS`` (OpenAI speech)."""
+(the submit's SSML), ``OPENAI_MAX_INPUT_CHARS`` (every route that answers a whole text's audio: OpenAI's speech,
+Cartesia's bytes, Google's synthesize)."""
 
 
 WEBHOOK_FIELDS = (("SubmitRequest", "callback_url"),)

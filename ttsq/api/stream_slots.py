@@ -48,7 +48,8 @@ HELD = "ttsq_stream_slots"
 
 StreamKind = Literal["session", "events", "audio", "speech", "long_poll"]
 KINDS: tuple[StreamKind, ...] = ("session", "events", "audio", "speech", "long_poll")
-"""What holds a slot: a realtime session, an event stream, an audio stream, an OpenAI speech request, a long-poll."""
+"""What holds a slot: a realtime session, an event stream, an audio stream, a speech request (OpenAI's, Cartesia's
+``/tts/bytes``, Google's ``text:synthesize``), a long-poll."""
 
 ELEVENLABS_TTS_ROUTES = frozenset(
     f"/v1/text-to-speech/{{voice_id}}{tail}" for tail in ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
@@ -61,6 +62,8 @@ ROUTE_KINDS: dict[str, StreamKind] = {
     "/v1/tts/stream/{task_id}": "audio",
     "/v1/audio/speech": "speech",
     **dict.fromkeys(ELEVENLABS_TTS_ROUTES, "speech"),
+    "/tts/bytes": "speech",
+    "/v1/text:synthesize": "speech",
     "/v1/text-to-dialogue": "speech",
     "/v1/text-to-dialogue/stream": "speech",
 }

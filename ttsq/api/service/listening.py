@@ -191,18 +191,23 @@ class ListeningService:
         if job is None or not job.status.is_final:
             await self.tasks.workers.require()
 
-    async def audio(self, task_id: str, fmt: OutputFormat, pcm: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+    async def audio(
+        self, task_id: str, fmt: OutputFormat, pcm: AsyncIterator[bytes] | None = None, *, failure_aborts: bool = False
+    ) -> AsyncIterator[bytes]:
         """The task's audio in ``fmt`` as it is produced (:meth:`encoded`), for a raw body: the task's failure ends it
-        quietly (the status code is sent already; the task's status says why). Audio that cannot be delivered whole
-        (:class:`StreamGap`) and the last worker gone break it off (:class:`~ttsq.api.stream_slots.StreamAborted`: a
-        raw body has no way to say so but an unfinished end, so that no client takes what it received for the whole
-        file)."""
+        quietly (the status code is sent already; the task's status says why), or, with ``failure_aborts``, breaks it
+        off (for a protocol whose clients have no task to ask: Cartesia's take a clean end for the whole utterance).
+        Audio that cannot be delivered whole (:class:`StreamGap`) and the last worker gone break it off
+        (:class:`~ttsq.api.stream_slots.StreamAborted`: a raw body has no way to say so but an unfinished end, so that
+        no client takes what it received for the whole file)."""
         try:
             async for piece in self.encoded(task_id, fmt, pcm):
                 yield piece
         except StreamGap as exc:
             raise StreamAborted(str(exc)) from None
-        except StreamFailed:
+        except StreamFailed as exc:
+            if failure_aborts:
+                raise StreamAborted(str(exc)) from None
             return
         except NoWorker as exc:
             raise StreamAborted(str(exc)) from None
