@@ -247,3 +247,47 @@ async def test_the_key_comes_in_the_handshake_and_is_checked_before_accepting(re
             async with connect(url, additional_headers=headers, open_timeout=GUARD_S) as ws:
                 await ws.send(json.dumps({"context_id": "nobody", "cancel": True}))
                 assert (await reply(ws))["error_code"] == "unknown_context", "accepted, and answering"
+
+
+async def test_a_thousand_contexts_opened_and_cancelled_leave_nothing_behind(redis: Redis, make_settings: Any) -> None:
+    """Contexts opened and cancelled in a loop (one in 25 with a chunk queued, then abandoned), then a thousand held at
+    once: each past ``REALTIME_MAX_CONTEXTS`` gets ``too_many_contexts``; neither the engine nor the adapter ever holds
+    more than the limit, and once the client hangs up, nothing is left: contexts, tasks, stream slot, jobs."""
+    limit = 4
+    config = make_settings(realtime_max_contexts=limit, rate_limit_burst=1000, realtime_inbox_messages=8)
+    async with served(config) as (realtime, app):
+        sessions = app.state.sessions
+        ws = await connect(url_of(realtime), open_timeout=GUARD_S)
+        rounds = 1000
+        outgoing: list[dict[str, Any]] = []
+        for n in range(rounds):
+            text = f"Sentence {n}." if n % 25 == 0 else ""
+            outgoing.append(options(f"c{n}", transcript=text, flush=n % 25 == 0, **{"continue": True}))
+            outgoing.append({"context_id": f"c{n}", "cancel": True})
+        outgoing += [options(f"held{n}", transcript="", **{"continue": True}) for n in range(rounds)]
+        sending = asyncio.ensure_future(_send_all(ws, outgoing))
+        most = {"contexts": 0, "pieces": 0}
+        refused = 0
+        while refused < rounds - limit:
+            said = await reply(ws)
+            assert said["type"] == "error" and said["error_code"] == "too_many_contexts", said
+            refused += 1
+            for connection in sessions.connections:
+                most["pieces"] = max(most["pieces"], len(connection.adapter.pieces))
+            most["contexts"] = max(most["contexts"], sessions.counts().contexts)
+        await sending
+        assert sessions.counts().contexts == limit
+
+        ws.transport.abort()  # gone without a word, its contexts open
+        await asyncio.wait_for(ws.wait_closed(), GUARD_S)
+        slots = app.state.service.listening.stream_slots
+        async with asyncio.timeout(GUARD_S):
+            while sessions.counts().connections or slots.open:  # noqa: ASYNC110 - the app's own state
+                await asyncio.sleep(0.02)
+        assert sessions.counts() == type(sessions.counts())(0, 0, 0)
+        assert most["contexts"] <= limit and most["pieces"] <= limit, most
+
+
+async def _send_all(ws: ClientConnection, messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        await ws.send(json.dumps(message))
