@@ -116,7 +116,6 @@ def test_livekit_and_pipecat_cartesia_streams_get_ttsqs_session_audio_before_the
     url = service.start_api("uncached", CACHE_ENABLED="false")
     key = service.create_key("cartesia-ws", "tts")
     found = run_clients(agents_python, url, key, tmp_path, "livekit-stream", "pipecat-ws")
-    print(json.dumps(found))
 
     livekit = found["livekit-stream"]
     assert livekit["error"] is None and livekit["sample_rate"] == RATE, livekit
