@@ -82,9 +82,6 @@ are accepted too (its clients add new ones) and ignored."""
 SENTENCE_ENDS = frozenset(".!?;:。！？；：…")
 """A piece ending in one of these, followed by a piece that starts a word, gets a space between them."""
 
-CONTEXT_FAILURES = frozenset({"synthesis_failed", "invalid_text"})
-"""The engine's errors about an open context's own chunks (the others refuse a message, or a context that never opened)."""
-
 STATUS: dict[str, int] = {
     "invalid_message": 400,
     "invalid_context": 400,
@@ -212,9 +209,6 @@ class Piece:
 
     ended_sentence: bool = False
     flushes: int = 0
-    cancelled: bool = False
-    """Its client cancelled it: nothing more is sent for it, whatever the engine still says of it (a chunk that fails
-    because it was abandoned)."""
 
 
 def _json(reply: dict[str, Any]) -> str:
@@ -254,8 +248,6 @@ class CartesiaProtocol:
             if request.context_id is None:
                 await connection.refuse("invalid_message", "context_id: a cancel names the context it stops")
                 return
-            if (piece := self.pieces.get(request.context_id)) is not None:
-                piece.cancelled = True
             await connection.cancel_context(request.context_id)
             return
         await self._generate(connection, request)
@@ -291,8 +283,6 @@ class CartesiaProtocol:
             await connection.close_context(context_id)
 
     def render(self, event: Event) -> Sequence[Frame]:
-        if isinstance(event, Audio | Flushed | Failure) and not self._speaking(event):
-            return []  # a cancelled context, or one that is over, is told nothing more
         if isinstance(event, Audio):
             data = base64.b64encode(event.audio).decode("ascii")
             return [_json({"type": "chunk", "context_id": event.context_id, "data": data, "done": False, "status_code": 206})]
@@ -301,23 +291,14 @@ class CartesiaProtocol:
             return [_json({"type": "flush_done", "context_id": event.context_id, "done": False, **flush})]
         if isinstance(event, ContextDone):
             piece = self.pieces.pop(event.context_id, None) if event.context_id is not None else None
-            if piece is None or event.cancelled or piece.cancelled:
-                return []  # a cancelled context is told nothing more; one that is over, nothing again
+            if piece is None or event.cancelled:
+                return []  # a cancelled context is told nothing more (the engine sends nothing after a cancel but this)
             return [_json({"type": "done", "context_id": event.context_id, "done": True, "status_code": 200})]
         if isinstance(event, Failure | Ended):
             context_id = event.context_id if isinstance(event, Failure) else None
             error = {"status_code": STATUS.get(event.code, 400), "title": event.code, "error_code": event.code}
             return [_json({"type": "error", "context_id": context_id, "done": False, **error, "message": event.message})]
         return []  # Opened, ContextStarted, SegmentQueued, SegmentDone, ConnectionDone: Cartesia has no word for them
-
-    def _speaking(self, event: Audio | Flushed | Failure) -> bool:
-        """Whether ``event`` is of a context its client still hears: one open and not cancelled, or a refusal (of a
-        message, or of a context that never opened). A context's sender may still say something of a chunk abandoned
-        by its cancel after the cancel; the client asked for nothing more."""
-        if isinstance(event, Failure) and event.code not in CONTEXT_FAILURES:
-            return True
-        piece = self.pieces.get(event.context_id) if event.context_id is not None else None
-        return piece is not None and not piece.cancelled
 
     def close_code(self, code: str) -> int:
         return CLOSE_CODES.get(code, 1011)
