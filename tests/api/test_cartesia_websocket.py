@@ -291,3 +291,23 @@ async def test_a_thousand_contexts_opened_and_cancelled_leave_nothing_behind(red
 async def _send_all(ws: ClientConnection, messages: list[dict[str, Any]]) -> None:
     for message in messages:
         await ws.send(json.dumps(message))
+
+
+async def test_every_raw_encoding_at_every_rate_is_the_audio_converted_in_one_piece(redis: Redis, make_settings: Any) -> None:
+    """Each of Cartesia's raw encodings at each of its rates, a context apiece on one socket: its chunks joined are the
+    24 kHz audio converted in one piece (resampled with the converter's filter, then encoded)."""
+    worker = Worker(redis)
+    speech = _speech(3)
+    async with served(make_settings()) as (realtime, _app), connect(url_of(realtime), open_timeout=GUARD_S) as ws:
+        for encoding in ("pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"):
+            for rate in (8000, 16000, 22050, 24000, 44100, 48000):
+                fmt = {"container": "raw", "encoding": encoding, "sample_rate": rate}
+                text = f"Spoken as {encoding} at {rate} hertz."
+                await say(ws, f"{encoding}-{rate}", text, more=False, output_format=fmt)
+                (task,) = (await claim_by_text(worker, 1)).values()
+                await worker.speak(task, speech)
+                heard = bytearray()
+                while (said := await reply(ws))["type"] == "chunk":
+                    heard += base64.b64decode(said["data"])
+                assert said["type"] == "done" and said["context_id"] == f"{encoding}-{rate}", said
+                assert bytes(heard) == convert_whole(speech, OutputFormat(encoding, rate)), (encoding, rate)
