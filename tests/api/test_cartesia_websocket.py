@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from websockets.exceptions import InvalidStatus
 from tests.api.test_realtime_contexts import Worker, _speech, pcm
 from tests.api.test_realtime_session import GUARD_S, served
 from tests.api.test_security import new_key
+from ttsq.api.sessions.cartesia_protocol import IGNORED_OPTIONS
 from ttsq.domain.converter import convert_whole
 from ttsq.domain.output_formats import OutputFormat
 
@@ -311,3 +313,20 @@ async def test_every_raw_encoding_at_every_rate_is_the_audio_converted_in_one_pi
                     heard += base64.b64decode(said["data"])
                 assert said["type"] == "done" and said["context_id"] == f"{encoding}-{rate}", said
                 assert bytes(heard) == convert_whole(speech, OutputFormat(encoding, rate)), (encoding, rate)
+
+
+def test_every_ignored_option_is_named_in_the_protocols_page() -> None:
+    """Options ttsq accepts and does nothing with are said where a client's author looks, never silently dropped."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "protocols" / "cartesia-websocket.md").read_text(encoding="utf-8")
+    assert [name for name in IGNORED_OPTIONS if f"`{name}`" not in page] == []
+
+
+async def test_an_idle_socket_says_what_each_context_never_spoke(make_settings: Any) -> None:
+    config = make_settings(realtime_idle_s=0.3, realtime_clause_wait_s=30)
+    async with served(config) as (realtime, _app), connect(url_of(realtime), open_timeout=GUARD_S) as ws:
+        await say(ws, "tool", "Let me look that up")
+        said = await reply(ws)
+        assert said["type"] == "error" and said["context_id"] is None and said["error_code"] == "timeout", said
+        assert said["unspoken_contexts"] == {"tool": "Let me look that up"} and said["status_code"] == 408, said
+        await ws.wait_closed()
+    assert ws.close_code == 4408

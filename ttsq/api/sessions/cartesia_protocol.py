@@ -297,7 +297,8 @@ class CartesiaProtocol:
         if isinstance(event, Failure | Ended):
             context_id = event.context_id if isinstance(event, Failure) else None
             error = {"status_code": STATUS.get(event.code, 400), "title": event.code, "error_code": event.code}
-            return [_json({"type": "error", "context_id": context_id, "done": False, **error, "message": event.message})]
+            said = {"message": event.message, **event.details}  # a timeout's: the text never spoken (unspoken...)
+            return [_json({"type": "error", "context_id": context_id, "done": False, **error, **said})]
         return []  # Opened, ContextStarted, SegmentQueued, SegmentDone, ConnectionDone: Cartesia has no word for them
 
     def close_code(self, code: str) -> int:
