@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import admin_api
 import cartesia_api
+import cartesia_ws_api
 import dialogue_api
 import draw_api
 import elevenlabs_api
@@ -222,6 +223,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dialogue_api.elevenlabs)
     app.include_router(realtime_api.router)
     app.include_router(elevenlabs_ws_api.router)
+    app.include_router(cartesia_ws_api.router)
     app.include_router(admin_api.router)
     app.include_router(admin_api.pronunciation)
 

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-TURN_2 = "This is the second turn. It plays to the very end without interruption."
-"""Pipecat's second turn, spoken whole."""
+TURN_2 = os.environ.get("CARTESIA_TURN_2") or "This is the second turn. It plays to the very end without interruption."
+"""Pipecat's second turn, spoken whole (``CARTESIA_TURN_2``: another, e.g. one long enough to be still written when its
+first audio comes)."""
 LLM_PACE_S = 0.03
 """Between two tokens, as an LLM writes them."""
 

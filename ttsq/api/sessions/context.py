@@ -275,6 +275,8 @@ class Context:
             pieces = self.host.service.listening.pcm(segment.task_id)
             try:
                 async for piece in pieces:
+                    if self.over:  # cancelled, its cancellation lost beneath (below)
+                        return
                     self.host.check_allowed()
                     if start == self.samples and start > 0:  # the pause between sentences, as a joined text has
                         await self._out(GAP)
@@ -284,6 +286,10 @@ class Context:
                         segment.started = True
                         await self._pump()  # the next chunk, now that this one's audio is out
             except StreamFailed as exc:
+                if self.over:
+                    # Cancelled: the cancel abandoned this chunk's job, and a cancellation can be lost while the stream
+                    # beneath reads the job's end (the sender then sees the job cancelled instead). Nothing more is said.
+                    return
                 segment.sent = True
                 await self._pump()
                 await self.host.emit(Failure(self.id, "synthesis_failed", str(exc), index=segment.index))
