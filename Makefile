@@ -36,22 +36,8 @@ test: install lint typecheck pytest
 
 # The unit tests: in one process, no worker loop and no process started, with at most a real redis-server (the bundled
 # one) and the tiny checkpoint; none needs chromium, prometheus, the TLS redis-server, the agents' venv or the deployment
-# tools. By wing, as they will move to tests/unit/<wing>/ (then this list becomes that folder).
-UNIT_TESTS := \
-	tests/test_text.py tests/test_text_stream.py tests/test_cache_key.py tests/test_audio.py tests/test_reference_audio.py \
-	tests/test_encoders.py tests/test_draw.py tests/test_pronunciation.py tests/test_sampling.py \
-	tests/test_queue.py tests/test_claims.py tests/test_fairness.py tests/test_cache.py tests/test_listener.py \
-	tests/test_shards.py tests/test_replies.py tests/test_heartbeats.py tests/test_clock.py tests/test_deliveries.py \
-	tests/test_upkeep.py tests/test_collector.py tests/test_sdnotify.py tests/test_speakers.py \
-	tests/test_inference_thread.py tests/test_voice_encoder_loop.py tests/test_poison_isolation.py \
-	tests/test_background.py tests/test_playback.py tests/test_streaming_audio.py tests/test_lead_audio.py \
-	tests/test_piecewise_audio.py tests/test_normalize.py tests/test_checkpoint_sizes.py tests/test_reference_voices.py \
-	tests/test_consistent_voice.py tests/test_prosody.py \
-	tests/api/test_submit.py tests/api/test_query.py tests/api/test_events.py tests/api/test_voices.py \
-	tests/api/test_cache_api.py tests/api/test_long_poll.py tests/api/test_abandon.py tests/api/test_tenants.py \
-	tests/api/test_stream_slots.py tests/api/test_stream_admission_api.py tests/api/test_openai_errors.py \
-	tests/api/test_voice_tenancy.py tests/api/test_key_policy.py tests/api/test_until_revoked.py \
-	tests/test_architecture.py tests/test_docs.py tests/test_settings.py tests/test_make.py
+# tools. By wing, mirroring ttsq/ (tests/unit/<wing>/), and the checks on the repository itself (tests/project/).
+UNIT_TESTS := tests/unit tests/project
 
 ## The fast loop: lint, types and the unit tests (UNIT_TESTS), with none of the heavy installs (under 3 minutes here).
 unit: install lint types

@@ -9,7 +9,7 @@ config objects it needs (:meth:`Settings.queue_config`, ...), so the library can
 without any environment at all. Each config is built from the settings it mirrors (by field name
 where the names agree: :meth:`Settings._project`), and its fields carry no defaults of their own,
 but one: ``EngineConfig.warmup_text``, the text a worker speaks once before its first job, which no
-setting drives (``tests/test_settings.py`` holds every config built here to that). Fixed values that
+setting drives (``tests/project/test_settings.py`` holds every config built here to that). Fixed values that
 are not settings stay with the code they shape, defaults included, for example the supervisor's
 restart backoff (:class:`ttsq.runtime.supervise.Policy`, which ``make up`` uses as it is), the
 automatic batch limit on a CPU (``CPU_AUTO_BATCH`` in :mod:`ttsq.runtime.replica`), and a request's

@@ -3,7 +3,7 @@
 ``settings.py`` is the one source of the settings' defaults; these two files are its output.
 
     python scripts/settings_docs.py --write   # rewrite both
-    python scripts/settings_docs.py --check   # exit 1 if either is out of date (tests/test_settings.py does the same)
+    python scripts/settings_docs.py --check   # exit 1 if either is out of date (tests/project/test_settings.py does the same)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Generate docs/ssml.md's conformance table from what the SSML reader enforces (``ttsq/domain/ssml_conformance.py``).
 
     python scripts/ssml_docs.py --write   # rewrite the table between its markers
-    python scripts/ssml_docs.py --check   # exit 1 if it is out of date (tests/test_ssml.py does the same)
+    python scripts/ssml_docs.py --check   # exit 1 if it is out of date (tests/unit/domain/test_ssml.py does the same)
 """
 
 from __future__ import annotations

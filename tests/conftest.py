@@ -1,7 +1,7 @@
 """Shared fixtures: a real redis-server per test session, clients, queues and API apps on it.
 
 Engine fixtures (the generated tiny ChatTTS checkpoint, a loaded engine) live in
-``tests/conftest_engine.py``; the real-process deployment in ``tests/service.py``. Library configs
+``tests/support/conftest_engine.py``; the real-process deployment in ``tests/support/service.py``. Library configs
 are always built through :class:`settings.Settings`, the one place that holds their defaults.
 """
 
@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from settings import Settings
-from tests.redis_server import RedisServer, start_redis_server
+from tests.support.redis_server import RedisServer, start_redis_server
 from ttsq.domain.jobs import TTSParams
 from ttsq.inference.engines.faults import FaultConfig
 from ttsq.store.connection import create_redis
@@ -29,7 +29,7 @@ from ttsq.store.leases import Claim
 from ttsq.store.listener import JobListener, ListenerConfig
 from ttsq.store.queue import JobQueue, QueueConfig
 
-pytest_plugins = ["tests.conftest_engine", "tests.service"]
+pytest_plugins = ["tests.support.conftest_engine", "tests.support.service"]
 
 
 SUMMARY: dict[str, list[str]] = {}
@@ -42,9 +42,9 @@ SLOWEST_FILES = (
     "tests/chaos/test_chaos.py",
     "tests/fuzz/test_fuzz_api.py",
     "tests/e2e/test_processes.py",
-    "tests/test_bench_gpu.py",
+    "tests/integration/bench/test_bench_gpu.py",
     "tests/web/test_page.py",
-    "tests/test_client.py",
+    "tests/integration/client/test_client.py",
     "tests/e2e/test_realtime.py",
     "tests/e2e/test_make_up.py",
     "tests/e2e/test_agent_clients.py",
@@ -167,7 +167,7 @@ def make_queue(redis: Redis, clock: FakeClock) -> Any:
 def make_settings(redis_server: RedisServer, tmp_path: Path) -> Any:
     def build(**overrides: Any) -> Settings:
         # An in-process app runs with no worker, and its tests hold streams and long-polls on queued jobs on purpose: the
-        # no-worker refusal (NO_WORKER_S) is off unless a test sets it (tests/api/test_no_worker.py).
+        # no-worker refusal (NO_WORKER_S) is off unless a test sets it (tests/integration/api/test_no_worker.py).
         values: dict[str, Any] = {
             "redis_url": redis_server.url,
             "model": "tiny",

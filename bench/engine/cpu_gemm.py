@@ -16,8 +16,8 @@ one thread, through:
   ATen for each shape by timing them (the autotuner's choices are in the log it prints).
 
 Every path is float32 in and out with float32 accumulation (no bf16/tf32 math mode): a path that only changes the
-summation order keeps the plain path's tokens (as the packed default does, ``tests/test_decoder.py``). The paths run
-interleaved, round by round, CPU time of the thread; the largest difference from the plain path's outputs is shown.
+summation order keeps the plain path's tokens (as the packed default does, ``tests/integration/inference/gpt/test_decoder.py``). The
+paths run interleaved, round by round, CPU time of the thread; the largest difference from the plain path's outputs is shown.
 Writes ``bench/results/<name>.md`` and ``.json``.
 """
 

@@ -82,7 +82,7 @@ SENTENCES = (
 """Plain sentences of 33-75 characters (no digits: text normalization plays no part)."""
 
 
-# ---- the listener's arithmetic (pure: tests/test_bench_realtime.py) -------------------------------------------------
+# ---- the listener's arithmetic (pure: tests/unit/bench/test_bench_realtime.py) -------------------------------------------------
 
 
 @dataclass(frozen=True)

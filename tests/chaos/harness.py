@@ -32,7 +32,7 @@ import psutil
 import redis
 import redis.asyncio
 
-from tests.redis_server import server_binary
+from tests.support.redis_server import server_binary
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 from ttsq.store.api_keys import ApiKeyStore
 from ttsq.store.keys import Keys
@@ -393,7 +393,7 @@ class Deployment:
 
 
 def wait_slowly(check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.25) -> None:
-    """:func:`tests.service.wait_for` for checks that cost several HTTP calls (every worker's probe): polled
+    """:func:`tests.support.service.wait_for` for checks that cost several HTTP calls (every worker's probe): polled
     four times a second rather than twenty, so waiting does not eat the CPU the workers need."""
     deadline = time.monotonic() + timeout_s
     while not check():

@@ -41,7 +41,7 @@ import redis
 import soundfile as sf
 
 from tests.chaos.harness import Deployment, WorkerSlot
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.store.keys import Keys
 
 # fmt: off

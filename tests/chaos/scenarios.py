@@ -47,7 +47,7 @@ from tests.chaos.ledger import (
     samples,
     settle,
 )
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.domain.audio import decode_to_pcm16
 from ttsq.store.keys import Keys
 

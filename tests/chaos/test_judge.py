@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from tests.chaos.ledger import Client, Expect, Figures, Requests, judge
-from tests.service import Service
+from tests.support.service import Service
 
 SUBMITS = 5
 

@@ -21,7 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import queue_config, settings, task_id
-from tests.redis_server import free_port
+from tests.support.redis_server import free_port
 from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.runtime.worker import Worker
 from ttsq.store.local_redis import RedisServer, start_redis_server

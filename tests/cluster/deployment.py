@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from tests.chaos.harness import ENGINE_ENV, OPEN_LIMITS_ENV, TIMING_ENV
-from tests.service import ROOT, wait_for
+from tests.support.service import ROOT, wait_for
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok, worker_command
 
 QUICK = {

@@ -29,8 +29,8 @@ from redis.crc import key_slot
 from tests.chaos.harness import ROOT
 from tests.cluster.deployment import Processes
 from tests.cluster.sessions import SESSION_DEADLINE_S, Session, run_session, session_text, whole_text_pcm
-from tests.redis_server import server_binary
-from tests.service import wait_for
+from tests.support.redis_server import server_binary
+from tests.support.service import wait_for
 from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 from ttsq.store.keys import Shards
 from ttsq.store.local_topology import start_redis_cluster

@@ -23,7 +23,7 @@ from tests.chaos.harness import background
 from tests.chaos.ledger import Client, Expect, Figures, Requests, completions_in, judge, samples, settle_through_api
 from tests.cluster.deployment import Processes
 from tests.conftest import api_client, params, queue_config, settings, task_id
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.domain.audio import encode_audio
 from ttsq.store.connection import ClusterClient, ClusterPipelineClient, RedisClient, cluster_nodes, create_redis, torn_connection
 from ttsq.store.dead_letters import DeadLetters

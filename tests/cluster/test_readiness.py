@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.deployment import Processes
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.store.keys import Keys
 from ttsq.store.local_topology import LocalCluster
 

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 from tests.chaos.harness import background
 from tests.chaos.ledger import Client, Requests, settle_through_api
 from tests.cluster.deployment import Processes, StandIn
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.store.keys import Shards
 from ttsq.store.local_topology import LocalCluster
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tests.cluster.deployment import Processes, submit
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.store.keys import Shards, shard_label
 from ttsq.store.local_topology import LocalCluster
 

@@ -223,8 +223,8 @@ def test_compose_and_units_give_the_worker_longer_than_its_drain() -> None:
 
 def test_every_shipped_launch_of_the_api_runs_the_launch_command(objects: dict[str, list[Manifest]]) -> None:
     """The server's limits (WebSocket message size and compression, header and idle timeouts, the connection cap) are
-    set by ``api_server.py`` from the settings (``tests/test_api_server.py``): every launch must run it. The image and the
-    unit run ``api_command`` (above, and ``test_systemd``); compose and the Kubernetes API deployment add no command or
+    set by ``api_server.py`` from the settings (``tests/integration/api/test_api_server.py``): every launch must run it. The image
+    and the unit run ``api_command`` (above, and ``test_systemd``); compose and the Kubernetes API deployment add no command or
     arguments of their own, so they run the image's."""
     assert api_command(API_PORT)[1] == "api_server.py"
     api = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["api"]

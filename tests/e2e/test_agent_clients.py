@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect
 
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 
 pytestmark = pytest.mark.e2e
 

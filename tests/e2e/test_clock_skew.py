@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from tests.service import Service, wait_for
+from tests.support.service import Service, wait_for
 from ttsq.runtime.launch import free_port
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,7 @@ import pytest
 import soundfile as sf
 import webvtt
 
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 
 pytestmark = pytest.mark.e2e
 

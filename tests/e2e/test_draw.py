@@ -14,7 +14,7 @@ import numpy as np
 from redis.asyncio import Redis
 
 from tests.conftest import queue_config
-from tests.service import Service
+from tests.support.service import Service
 from ttsq.domain.draw import speaker_vector
 from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.store.queue import JobQueue

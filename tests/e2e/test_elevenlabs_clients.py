@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_agent_clients import AGENTS_PYTHON
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 from ttsq.domain.converter import convert_whole
 from ttsq.domain.output_formats import parse_elevenlabs
 

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.e2e.test_agent_clients import AGENTS_PYTHON
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 
 pytestmark = pytest.mark.e2e
 

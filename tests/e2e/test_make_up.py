@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.service import ROOT, Service, wait_for
+from tests.support.service import ROOT, Service, wait_for
 from ttsq.runtime.launch import CONFIG_ERROR_EXIT, free_port, spawn
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ import soundfile as sf
 from openai.types.audio import Voice
 
 from tests.conftest import queue_config, settings
-from tests.service import Service, Worker, wait_for
+from tests.support.service import Service, Worker, wait_for
 from ttsq.domain.audio import SAMPLE_RATE, encode_audio
 from ttsq.domain.encoders import StreamFormat, decode_pcm16, stream_encoder
 from ttsq.domain.sampling import speed_level

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.service import ROOT, Service, wait_for
+from tests.support.service import ROOT, Service, wait_for
 from ttsq.runtime.launch import CONFIG_ERROR_EXIT
 
 pytestmark = pytest.mark.e2e
@@ -193,7 +193,7 @@ def test_a_killed_worker_s_job_is_taken_back_by_its_heartbeat_not_its_lease(serv
     """``LEASE_S=600``: only the heartbeat can bring the job back in time. The first worker hangs inside inference and
     is SIGKILLed with a second worker already up; the second's sweep finds the first's heartbeat lapsed and requeues the
     job, which it then runs."""
-    from tests.api.test_metrics import samples, value
+    from tests.integration.api.test_metrics import samples, value
 
     doomed = service.start_worker("doomed", FAULT_MODE="hang", FAULT_MATCH="SLOW", LEASE_S="600")
     task_id = service.submit(text="A SLOW job whose worker dies.", seed=4)

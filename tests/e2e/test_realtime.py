@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.service import ROOT, Service, wait_for
+from tests.support.service import ROOT, Service, wait_for
 from ttsq.domain.audio import SAMPLE_RATE, SENTENCE_GAP_MS
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ import redis
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.service import ROOT, Service, wait_for
+from tests.support.service import ROOT, Service, wait_for
 from ttsq.runtime.launch import free_port
 
 # Debian's redis-server, built with TLS (the bundled one is not); scripts/install_debian_redis.sh.

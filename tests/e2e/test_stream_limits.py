@@ -17,7 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from settings import Settings
 from tests.e2e.test_realtime import drain, session_url, start
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 from ttsq.store.connection import RedisClient, create_redis
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue

@@ -21,8 +21,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.e2e.test_realtime import session_url, start, submitted_pcm
-from tests.redis_server import server_binary
-from tests.service import Service, Worker, wait_for
+from tests.support.redis_server import server_binary
+from tests.support.service import Service, Worker, wait_for
 from ttsq.store.local_redis import start_redis_server
 
 pytestmark = pytest.mark.e2e

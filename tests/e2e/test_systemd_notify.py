@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service import Service, wait_for
+from tests.support.service import Service, wait_for
 
 pytestmark = pytest.mark.e2e
 

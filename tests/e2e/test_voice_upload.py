@@ -8,8 +8,8 @@ import base64
 import httpx
 import pytest
 
-from tests.api.test_reference_voice_api import TRANSCRIPT, audio_file
-from tests.service import Service
+from tests.integration.api.test_reference_voice_api import TRANSCRIPT, audio_file
+from tests.support.service import Service
 
 pytestmark = pytest.mark.e2e
 

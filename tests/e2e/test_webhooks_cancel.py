@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service import Service, wait_for
+from tests.support.service import Service, wait_for
 from ttsq.domain.webhooks import SignatureError, verify
 
 pytestmark = pytest.mark.e2e

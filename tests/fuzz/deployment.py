@@ -1,6 +1,6 @@
 """A real deployment to fuzz: redis-server, ``uvicorn app:app`` and one ``python worker.py`` on the tiny checkpoint.
 
-Started the way :mod:`tests.service` starts the end-to-end tests' processes. The worker is real
+Started the way :mod:`tests.support.service` starts the end-to-end tests' processes. The worker is real
 because the API's answers depend on it: an audio stream or an OpenAI speech request lasts until its
 job is synthesised. Its settings keep every job small (short texts, few audio tokens), so the queue
 the fuzzer fills drains quickly on two cores. Two API replicas share the Redis and the worker: one
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from settings import Settings
-from tests.redis_server import start_redis_server
-from tests.service import Service
+from tests.support.redis_server import start_redis_server
+from tests.support.service import Service
 from ttsq.domain.jobs import TTSParams
 from ttsq.store.connection import create_redis
 from ttsq.store.queue import JobQueue
@@ -35,7 +35,7 @@ FUZZ_SETTINGS = {
     "MAX_NEW_TOKEN": "8",
     "MIN_NEW_TOKEN": "8",
     "REFINE_MAX_NEW_TOKEN": "8",
-    # The fuzzer submits far faster than a person: the rate limit is tested elsewhere (tests/api/test_security.py),
+    # The fuzzer submits far faster than a person: the rate limit is tested elsewhere (tests/integration/api/test_security.py),
     # and here it would only hide the task routes behind 429s.
     "RATE_LIMIT_PER_S": "100000",
     "RATE_LIMIT_BURST": "100000",

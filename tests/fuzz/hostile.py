@@ -240,7 +240,7 @@ def _multipart(fields: dict[str, str], files: dict[str, bytes], boundary: str = 
 def abuse_cases(spec: dict[str, Any], max_voice_body_bytes: int = 8 * 2**20) -> list[Case]:
     """Inputs that cost work rather than break parsing, on the operations of ``spec`` that take them (see the module's
     docstring); each must be refused naming its field (a 413 for the oversize form)."""
-    from tests.test_reference_audio import long_flac, wav
+    from tests.unit.domain.test_reference_audio import long_flac, wav
 
     documented = {(method, path): frozenset(op.get("responses", {})) for method, path, op in operations(spec)}
     found: list[Case] = []

@@ -38,7 +38,7 @@ import psutil
 
 from tests.fuzz import hostile
 from tests.fuzz.deployment import Deployment, Target, deployment
-from tests.service import ROOT
+from tests.support.service import ROOT
 
 CHECKS = "all"
 """Every check schemathesis has: not_a_server_error, status_code_conformance, content_type_conformance,

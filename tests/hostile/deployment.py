@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.redis_server import start_redis_server
+from tests.support.redis_server import start_redis_server
 from ttsq.runtime.launch import api_command, free_port, spawn, wait_until_ok
 
 ROOT = Path(__file__).resolve().parents[2]

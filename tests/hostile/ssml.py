@@ -5,7 +5,7 @@ kind. Targets: every answer a 422, the slowest under 100 ms, the API's memory wi
 
     python -m tests.hostile.ssml [--rounds 50] [--output bench/results/hostile-ssml.md]
 
-Exits 1 when a target is missed. (``tests/test_ssml.py`` bounds the reader's allocations for the same documents in
+Exits 1 when a target is missed. (``tests/unit/domain/test_ssml.py`` bounds the reader's allocations for the same documents in
 ``make test``; this is the process as a caller meets it.)
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.redis_server import start_redis_server
-from tests.service import ROOT, Service
-from tests.test_ssml import DEEP, EXTERNAL, LAUGHS, LONG_ATTRIBUTE
+from tests.support.redis_server import start_redis_server
+from tests.support.service import ROOT, Service
+from tests.unit.domain.test_ssml import DEEP, EXTERNAL, LAUGHS, LONG_ATTRIBUTE
 
 SLOWEST_TARGET_MS = 100.0
 RSS_GROWTH_TARGET_MB = 20.0

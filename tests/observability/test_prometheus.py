@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.service import Service, wait_for
+from tests.support.service import Service, wait_for
 from ttsq.runtime.launch import free_port, wait_until_ok
 
 ROOT = Path(__file__).resolve().parent.parent.parent

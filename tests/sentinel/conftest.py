@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.redis_server import server_binary
+from tests.support.redis_server import server_binary
 from ttsq.store.local_topology import LocalSentinel, start_redis_sentinel
 
 

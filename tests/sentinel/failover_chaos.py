@@ -36,8 +36,8 @@ from tests.chaos.harness import ROOT, background
 from tests.chaos.ledger import Client, Request, Requests, settle_through_api
 from tests.cluster.deployment import Processes
 from tests.cluster.sessions import SESSION_DEADLINE_S, Session, run_session, session_text
-from tests.redis_server import server_binary
-from tests.service import wait_for
+from tests.support.redis_server import server_binary
+from tests.support.service import wait_for
 from ttsq.inference.engines.checkpoint import build_tiny_checkpoint
 from ttsq.store.local_topology import start_redis_sentinel
 

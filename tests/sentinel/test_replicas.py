@@ -20,12 +20,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from tests.api.test_cache_api import warm_cache
 from tests.cluster.deployment import Processes
 from tests.conftest import api_client, queue_config, settings
-from tests.redis_proxy import RedisProxy, redis_proxy
-from tests.redis_server import server_binary
-from tests.service import wait_for
+from tests.support.redis_proxy import RedisProxy, redis_proxy
+from tests.support.redis_server import server_binary
+from tests.support.service import wait_for
+from tests.unit.api.test_cache_api import warm_cache
 from ttsq.store.connection import RedisClient, RedisConfig, create_redis
 from ttsq.store.local_redis import RedisServer
 from ttsq.store.local_topology import LocalReplicated, start_redis_sentinel, start_replicated

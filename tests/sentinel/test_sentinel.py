@@ -18,7 +18,7 @@ from tests.chaos.ledger import Client, Expect, Figures, Requests, judge, samples
 from tests.cluster.deployment import Processes
 from tests.conftest import api_client, params, queue_config, task_id
 from tests.conftest import settings as settings_of
-from tests.service import wait_for
+from tests.support.service import wait_for
 from ttsq.domain.audio import encode_audio
 from ttsq.store.connection import NotReplicatedError, RedisClient, cluster_nodes, create_redis, sentinel_service
 from ttsq.store.keys import Keys

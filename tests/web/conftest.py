@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
-from tests.service import Service
+from tests.support.service import Service
 from tests.web.pages import CHROMIUM, CHROMIUM_FLAGS, OpenPage
 
 

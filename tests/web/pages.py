@@ -12,7 +12,7 @@ import httpx
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.service import ROOT, Service
+from tests.support.service import ROOT, Service
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.service import Service
+from tests.support.service import Service
 from tests.web.pages import WAIT_MS, OpenPage
 
 DIALOGUE_PLAYABLE = """() => {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.service import Service
+from tests.support.service import Service
 from tests.web.pages import WAIT_MS, OpenPage, wait_for_voices
 
 PREVIEW_PLAYABLE = """() => {

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Request
 
-from tests.service import Service
+from tests.support.service import Service
 from tests.web.pages import (
     NO_HORIZONTAL_OVERFLOW,
     WAIT_MS,

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request
 
-from tests.service import Service
+from tests.support.service import Service
 from tests.web.pages import OpenPage, assert_download_link, screenshot, wait_for_audio, wait_for_voices
 
 pytestmark = pytest.mark.e2e

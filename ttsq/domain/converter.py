@@ -24,7 +24,7 @@ What it does, per piece:
    with its cutoff at :data:`RESAMPLE_CUTOFF` of the lower Nyquist frequency (libsoxr's default pass band), so that
    nothing above the new Nyquist frequency folds back. swresample keeps the filter's history between pieces and
    flushes it at the end, so a stream cut into any pieces resamples to exactly the bytes of the whole in one piece
-   (``tests/test_converter.py`` proves it for every rate, with hypothesis): no click, no gap, no sample lost or
+   (``tests/unit/domain/test_converter.py`` proves it for every rate, with hypothesis): no click, no gap, no sample lost or
    doubled at a piece boundary. libsoxr (python-soxr) was the other candidate: as good a filter, but a new
    dependency for what libswresample, with a longer filter than its default, already does.
 2. **Sample encoding**: s16 and f32 little-endian are written as they are; µ-law and A-law by libavcodec's

@@ -111,7 +111,7 @@ EXACT_FORMATS = frozenset({"pcm", "wav"})
 """Stored formats whose samples are the streamed PCM16 exactly (libsndfile converts the same float samples the pieces
 were written from to PCM_16 the same way, and keeps them as they are): a reader may continue from any sample offset of
 the stored file. Not FLAC: lossless, but libsndfile's float-to-integer conversion for it differs from the raw one by a
-step here and there (``tests/test_delivery.py`` checks both)."""
+step here and there (``tests/integration/store/test_delivery.py`` checks both)."""
 
 
 class AudioCursor:

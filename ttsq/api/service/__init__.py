@@ -8,7 +8,7 @@ as ``app.py`` does once per process; each router family reaches its own service 
 
 Nothing here knows about HTTP, and routers import nothing below ``ttsq.api``: what they name of the layers beneath (a
 job's status, a cancel's outcome, a voice, a stream's format) is re-exported here, in ``__all__``
-(``tests/test_architecture.py`` holds them to it).
+(``tests/project/test_architecture.py`` holds them to it).
 
 Failures are the service's own exceptions (:class:`InvalidInput`, :class:`TaskNotFound`,
 :class:`ttsq.domain.voices.VoiceError`), the store's refusals (:class:`ttsq.store.queue.QueueFullError`,

@@ -1,0 +1,1 @@
+"""Integration tests of ttsq/inference/gpt/."""

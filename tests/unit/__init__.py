@@ -1,0 +1,1 @@
+"""Unit tests, mirroring ttsq/: one process, no worker loop, no process started (``make unit``)."""
