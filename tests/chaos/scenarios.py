@@ -79,7 +79,7 @@ class Sizes:
     crash_attempts: int
     settle_s: float
     late_jobs: int
-    """Jobs held by the worker that is frozen past its lease (issue 19 froze one with eight)."""
+    """Jobs held by the worker that is frozen past its lease (the fault as first reported froze one with eight)."""
 
 
 BOUNDED = Sizes(
@@ -945,7 +945,7 @@ def not_applied_ids(slot: WorkerSlot) -> set[str]:
 
 
 def late_worker(chaos: Chaos) -> Figures:
-    """Scenario 9 (issue 19): a worker frozen by SIGSTOP past its lease while it runs jobs. The sweep requeues
+    """Scenario 9 (fencing tokens): a worker frozen by SIGSTOP past its lease while it runs jobs. The sweep requeues
     them and a second worker takes them; when the frozen one is woken (SIGCONT) and finishes its inference,
     everything it sends for a job another worker now holds carries a stale fencing token and is refused — its
     renewals, its audio, its completions — so the new owner's leases and results are untouched: every job is

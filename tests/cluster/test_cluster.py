@@ -1,6 +1,6 @@
 """ttsq on a real Redis Cluster (three masters, each with a replica): every part of the protocol through
 redis-py's cluster client, outages answered 503 (never 500), and a slot migration and a master failover
-under load with the chaos ledger's judgement (issue 19).
+under load with the chaos ledger's judgement.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def raised(action: Callable[[], object]) -> BaseException:
 
 
 def test_only_redis_pys_own_errors_of_a_torn_connection_count_as_an_outage() -> None:
-    """Issue 28: mid slot move, redis-py (before 8) raised ``RuntimeError`` and ``AttributeError`` from connections it
+    """Mid slot move, redis-py (before 8) raised ``RuntimeError`` and ``AttributeError`` from connections it
     had closed under running commands; ttsq did not count them as a Redis outage, and two workers exited. Raised in
     redis-py's code they are one now (a ``ConnectionError``); raised anywhere else, or a ``NotImplementedError``, they
     are bugs, and stay what they are."""

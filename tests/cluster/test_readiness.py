@@ -1,4 +1,4 @@
-"""A worker that cannot claim is not ready; liveness stays local (issue 19).
+"""A worker that cannot claim is not ready; liveness stays local.
 
 Pointed with a plain client at a cluster node that does not serve the queue's slot, every command a
 worker sends is answered ``MOVED``: it logs the outage, claims nothing — and used to keep ``/readyz``

@@ -1,4 +1,4 @@
-"""A Redis Cluster resharded under load is a pause, not a crash (issue 28, finding 10).
+"""A Redis Cluster resharded under load is a pause, not a crash.
 
 The queue's slots are moved back and forth between masters by hand, as a managed Redis does when it
 reshards (``CLUSTER SETSLOT … IMPORTING/MIGRATING``, ``MIGRATE`` batch by batch, ``SETSLOT … NODE``), while

@@ -1,5 +1,5 @@
 """Queue shards on a real Redis Cluster: with QUEUE_SHARDS=3 the shards land on the three masters, and jobs and
-memory spread over them (issue 19: one hash tag put the whole service on one shard, whatever the cluster's size)."""
+memory spread over them (one hash tag once put the whole service on one shard, whatever the cluster's size)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Processes whose host clocks disagree share one clock, Redis's (issue 19), tested with real processes.
+"""Processes whose host clocks disagree share one clock, Redis's, tested with real processes.
 
 ``FAULT_CLOCK_SKEW_S`` runs a whole process's wall clock off (:mod:`ttsq.runtime.clock_skew`), as on a
 host whose clock drifted. Two API replicas two seconds apart once let a 1/s, burst-5 limit pass 40 of

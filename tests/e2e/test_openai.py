@@ -86,7 +86,7 @@ def in_flight(worker: Worker) -> float:
 
 
 def test_a_stream_whose_client_went_away_cancels_its_job_and_frees_the_worker(service: Service) -> None:
-    """Issue 28's finding 8: a 3,000-character ``with_streaming_response`` request closed after its first bytes left
+    """A 3,000-character ``with_streaming_response`` request closed after its first bytes used to leave
     its job running, holding the worker. Its request was the job's only listener, so the job is cancelled; the worker
     stops its rows at its next lease renewal. Long chunks (400 tokens each) keep the job running well past the close."""
     worker = service.start_worker("openai-gone", MIN_NEW_TOKEN="400", MAX_NEW_TOKEN="400")

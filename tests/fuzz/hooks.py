@@ -135,7 +135,7 @@ SEMANTIC_REFUSALS: dict[str, tuple[str, ...]] = {
     INTEGRAL_FLOAT: (INTEGRAL_FLOAT,),
 }
 """Field → what a refusal of a schema-valid value may say: it depends on the registry, or on the text once cleaned;
-or on what a recording holds once decoded (length, silence; issue 22), or on the voices a blend names."""
+or on what a recording holds once decoded (length, silence: a reference voice's recording), or on the voices a blend names."""
 
 
 def _reasons(body: Any) -> list[tuple[str, str]] | None:

@@ -13,7 +13,7 @@ query parameters (raw percent-encoded bytes among them) and a hostile body it ma
 fixed corpus (``make test`` sends it all); :func:`random_cases` draws combinations — several hostile values at
 once, nested at random depths, beside unknown fields — ``make fuzz`` sends many.
 
-:func:`abuse_cases` are the inputs that cost the API work rather than break its parser (issue 28): recordings whose
+:func:`abuse_cases` are the inputs that cost the API work rather than break its parser: recordings whose
 header claims 1 Hz to 10 MHz, 64 channels or an hour of FLAC, truncated files, a form over
 ``MAX_VOICE_BODY_BYTES``, dictionary regexes that compile to gigabytes or match nothing, and texts of digits that
 read aloud for minutes. Each must be refused with a 4xx naming its field. :func:`unsent_bodies` declares bodies it

@@ -1,4 +1,4 @@
-"""Redis Sentinel for real (issue 19, item 7): ``REDIS_URL=redis+sentinel://…`` finds the primary through the
+"""Redis Sentinel for real: ``REDIS_URL=redis+sentinel://…`` finds the primary through the
 sentinels, follows it across a failover, and ``SUBMIT_WAIT_REPLICAS`` makes an acknowledged job survive the loss of
 its primary. Every server and sentinel is a real ``redis-server`` process (``ttsq.store.local_topology``)."""
 

@@ -1,4 +1,4 @@
-"""How the API reads a body, on real uvicorn: the caller first, then within a deadline (issue 28, findings 3 and 9).
+"""How the API reads a body, on real uvicorn: the caller first, then within a deadline.
 
 A tester's unauthenticated 8 MiB JSON array of integers to ``POST /v1/voices`` held the API's event loop for 8.3 s
 (parsed and walked before the key was checked) and ``/healthz`` with it; with a ``tts`` key, 4.8 s before the 403.

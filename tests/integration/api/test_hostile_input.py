@@ -1,6 +1,6 @@
 """Hostile input gets a 4xx that names the field, never a 500, and nothing is logged above WARNING.
 
-The requests of issue 20 (each answered 500, with two ERROR tracebacks, before ``ttsq.api.bodies``), the
+The hostile requests a tester sent (each answered 500, with two ERROR tracebacks, before ``ttsq.api.bodies``), the
 content types, the order of the checks (a caller without a valid key gets its 401 first), and the whole fixed
 hostile-JSON corpus of the fuzz suite (``tests/fuzz/hostile.py``) on every route — through the real app, in
 process, where an exception would surface in the test. ``tests/fuzz/test_fuzz_api.py`` sends the same corpus
@@ -40,7 +40,7 @@ ISSUE_CASES = [
     ("/v1/voices", b'{"name":"\\ud800","seed":1}', "name"),
     ("/v1/voices", b'{"name":"x","embedding":"\\ud800"}', "embedding"),
 ]
-"""Issue 20's requests, and one of each other kind: (route, body, the field the answer must name)."""
+"""The tester's hostile requests, and one of each other kind: (route, body, the field the answer must name)."""
 
 
 def above_warning(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -123,7 +123,7 @@ async def test_the_fixed_hostile_corpus_on_every_route(
 async def test_inputs_that_cost_work_are_refused_naming_their_field(
     redis: Redis, make_settings: Any, caplog: pytest.LogCaptureFixture, auth: str
 ) -> None:
-    """Issue 28's costly inputs (:func:`tests.fuzz.hostile.abuse_cases`): pathological recordings, an oversize form,
+    """The costly inputs (:func:`tests.fuzz.hostile.abuse_cases`): pathological recordings, an oversize form,
     regexes that compile to gigabytes or match nothing, texts of digits that read aloud for minutes."""
     async with api_client(make_settings(auth=auth)) as (client, _):
         key = await new_key(redis, "admin") if auth == "on" else None
@@ -138,7 +138,7 @@ async def test_inputs_that_cost_work_are_refused_naming_their_field(
 
 async def test_an_echo_that_json_cannot_carry_is_made_safe_not_a_500() -> None:
     """The 422 echoes what was sent; whatever a validator echoes — a non-finite number, a lone surrogate, bytes that are
-    not UTF-8 — the answer is still strict JSON in UTF-8 (the cause of issue 20's 500s, behind the strict reader)."""
+    not UTF-8 — the answer is still strict JSON in UTF-8 (the cause of the hostile requests' 500s, behind the strict reader)."""
     app = FastAPI()
     install_error_handlers(app, 5, lambda outcome: None)
 

@@ -1,4 +1,4 @@
-"""What a request may cost is bounded by what it is charged or allowed before anything is queued (issue 28, finding 9).
+"""What a request may cost is bounded by what it is charged or allowed before anything is queued.
 
 A voice draw paid one rate-limit token and queued 24 jobs; it now pays one per job it queues. A text of 500 digits
 (within ``MAX_TEXT_CHARS``) was 383 s of audio once its numbers were read aloud; the limit now holds for the text

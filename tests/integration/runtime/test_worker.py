@@ -219,7 +219,7 @@ async def proxied(redis_server: RedisServer) -> AsyncIterator[tuple[RedisProxy, 
 async def test_a_result_redis_refuses_to_store_is_retried_and_the_worker_is_not_ready_meanwhile(
     redis_server: RedisServer, redis: Redis, tiny_engine: ChatTTSEngine
 ) -> None:
-    """Issue 28: a result write that failed left the worker holding the job while ``/readyz`` said 200. Now the write
+    """A result write that failed used to leave the worker holding the job while ``/readyz`` said 200. Now the write
     is retried until Redis takes it, and meanwhile the worker says it is not ready, and why."""
     port = free_port()
     job_id = task_id()
@@ -251,8 +251,8 @@ async def test_a_result_redis_refuses_to_store_is_retried_and_the_worker_is_not_
 async def test_an_outcome_that_cannot_be_stored_releases_the_job_to_run_again(
     redis_server: RedisServer, redis: Redis, tiny_engine: ChatTTSEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 28: a store that failed with something other than a Redis outage (redis-py's own ``AttributeError`` mid
-    slot move) killed the storing task and left the job in the worker's hands, its lease renewed for as long as the
+    """A store that failed with something other than a Redis outage (redis-py's own ``AttributeError`` mid
+    slot move) used to kill the storing task and leave the job in the worker's hands, its lease renewed for as long as the
     worker lived. Here the completion gets a reply the worker cannot read: the job is released at once, as a retryable
     failure saying why, and its next attempt stores it."""
     job_id = task_id()

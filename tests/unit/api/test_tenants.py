@@ -50,7 +50,7 @@ async def run_next_job(app: FastAPI) -> str:
 
 
 async def test_another_key_can_neither_join_nor_hit_what_a_key_synthesised(redis: Redis, make_settings: Any) -> None:
-    """The oracle of issue 20: B submitting A's text learns nothing — not A's task id, not ``joined``, not ``cached``."""
+    """The cross-tenant oracle: B submitting A's text learns nothing — not A's task id, not ``joined``, not ``cached``."""
     async with api(make_settings) as (client, app):
         alice, bob = await new_key(redis, "tts"), await new_key(redis, "tts")
         first = (await submit(client, alice, **SECRET)).json()

@@ -157,7 +157,7 @@ def test_every_stream_format_has_a_content_type_and_an_encoder() -> None:
 
 @pytest.mark.parametrize("fmt", [*COMPRESSED, "wav", "pcm"])
 def test_many_small_pieces_encode_as_the_same_samples_in_one_piece_do(fmt: StreamFormat) -> None:
-    """Audio within a chunk (issue 31) comes in many pieces of a few hundred ms, some of a sample or two (a chunk's
+    """Audio streamed within a chunk comes in many pieces of a few hundred ms, some of a sample or two (a chunk's
     rest after its last piece): the stream decodes to what the same samples fed at once decode to."""
     fed = speechlike(60_000)
     cuts = np.cumsum([16_384, 1, 239, 16_128, 2, 9_000, 3_333])

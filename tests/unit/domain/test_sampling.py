@@ -52,14 +52,14 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     """Flat, as always: an old job loads with its own parameters, and what is stored now an older worker reads alike."""
     job = Job.model_validate_json(STORED_BEFORE)
     assert job.params.sampling == Sampling(speed=9, temperature=1.0, top_p=1.0, top_k=5, refine_text=True)
-    # The fields added since load with their defaults from a record without them (issue 19's fencing token, null
-    # until the job is claimed; issue 20's tenant and lane; issue 21's captions), and an older worker ignores them (pydantic ignores
-    # fields it does not know).
-    # Issue 22's reference voices add the speaker prompt and its text to the parameters, null for every other voice;
+    # The fields added since load with their defaults from a record without them (the fencing token, null until the
+    # job is claimed; the tenant and lane; the captions), and an older worker ignores them (pydantic ignores fields it
+    # does not know).
+    # Reference voices add the speaker prompt and its text to the parameters, null for every other voice;
     # its blends add the blend's recipe (null for other voices) and its one-voice-across-the-text flag (false); its
     # voice draw, whether the worker records the speaker it drew (false but for a draw's preview) and that speaker.
-    # Issue 28's tenant voices add the voice's owner (null for a global voice) and the count of submits that joined
-    # the job (0); issue 32's realtime sessions, where a job's chunks stand in a longer text (0: at its start).
+    # Tenant voices add the voice's owner (null for a global voice) and the count of submits that joined the job (0);
+    # realtime sessions, where a job's chunks stand in a longer text (0: at its start).
     added = {"claim": None, "tenant": None, "priority": "interactive", "captions": None, "speaker": None, "joins": 0}
     before = json.loads(STORED_BEFORE)
     later: dict[str, object] = {"speaker_prompt": None, "prompt_text": None, "speaker_blend": None, "consistent_voice": False}

@@ -12,8 +12,8 @@ from ttsq.runtime.inference_thread import InferenceThread, StepReport
 
 
 def test_a_cancel_that_empties_the_engine_is_reported(tiny_decoder_engine: DecoderEngine) -> None:
-    """Issue 28: a worker with no room (rows waiting for slots) sleeps until a report. A job cancelled while it ran
-    dropped every row between two steps; the step before had reported rows still waiting, nothing was reported after,
+    """A worker with no room (rows waiting for slots) sleeps until a report. A job cancelled while it ran
+    once dropped every row between two steps; the step before had reported rows still waiting, nothing was reported after,
     and the worker never claimed again. Here the request and its cancel are taken between the same two steps, so no
     step runs: the cancel alone must be reported, with the engine idle."""
     reported = threading.Event()

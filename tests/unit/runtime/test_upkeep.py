@@ -193,7 +193,7 @@ async def test_a_chore_that_never_returns_is_cancelled_after_the_wait() -> None:
 
 
 async def test_a_chore_that_called_no_redis_never_ends_an_outage() -> None:
-    """Issue 19: a worker pointed at a Redis that refused every command logged "reachable again" once a second,
+    """A worker pointed at a Redis that refused every command once logged "reachable again" once a second,
     because a chore with nothing to do (no lease to renew, a memory chore) counted as a Redis success."""
     redis = outage()
     calls: list[str] = []

@@ -1,4 +1,4 @@
-"""A claim is safe to repeat: a lost answer never strands a job (issue 19: a timed-out BLMOVE re-sent by redis-py).
+"""A claim is safe to repeat: a lost answer never strands a job (as a timed-out BLMOVE re-sent by redis-py was).
 
 The queue runs on a real redis-server, behind a proxy that loses chosen replies on their way back
 (:mod:`tests.support.redis_proxy`): Redis does the work, the client never hears of it and times out, and
@@ -98,7 +98,7 @@ async def test_a_retried_wait_for_work_moves_nothing(redis_server: Any, redis: R
 async def test_a_shard_that_fails_after_another_answered_keeps_the_claims_already_taken(
     redis_server: Any, redis: Redis, caplog: Any
 ) -> None:
-    """Issue 28: with two shards, the claim on the second failed (its slot moving in a resharded cluster) and
+    """With two shards, the claim on the second failed (its slot moving in a resharded cluster) and
     ``claim_more`` raised, dropping the job it had just claimed on the first: leased to a worker that never knew,
     it waited out its lease. Now the first shard's claim is kept, and the failed one is asked again next time."""
     async with redis_proxy(redis_server.port) as proxy:

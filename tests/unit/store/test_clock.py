@@ -1,4 +1,4 @@
-"""One clock: leases, the sweep and the token bucket go by Redis's time, never by a host's (issue 19).
+"""One clock: leases, the sweep and the token bucket go by Redis's time, never by a host's.
 
 Each test runs the production clock (no pinned time: the scripts read Redis's ``TIME``) and gives one
 side a host clock that is off — ``time.time`` shifted for its calls only, as on a drifted machine —
@@ -36,7 +36,7 @@ async def redis_now(redis: Redis) -> float:
 
 
 async def test_two_replicas_two_seconds_apart_share_one_bucket(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 19's numbers: 1/s, burst 5, 40 requests alternating between a replica and one whose clock runs 2 s
+    """The skewed-clock case as found: 1/s, burst 5, 40 requests alternating between a replica and one whose clock runs 2 s
     ahead. By the replicas' clocks each switch refilled two tokens and all 40 passed; by Redis's, the bucket
     holds what a bucket may: the burst, plus one token per second that really passed."""
     keys = Keys(queue_config().namespace)

@@ -1,4 +1,4 @@
-"""Fair share of the workers (issue 20, part 2): per-tenant queues in two lanes, deficit round robin in the claim
+"""Fair share of the workers between tenants: per-tenant queues in two lanes, deficit round robin in the claim
 script, on a real redis-server (docs/fairness.md).
 
 Every test drives the queue itself (enqueue, claim, sweep, cancel) on the test's pinned clock, so a lease lapses

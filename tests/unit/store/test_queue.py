@@ -315,7 +315,7 @@ async def test_a_sole_cancel_ends_only_a_job_nobody_joined(make_queue: Any) -> N
 async def test_a_stale_owner_is_refused_and_cannot_touch_the_new_owners_lease(
     make_queue: Any, redis: Redis, clock: FakeClock
 ) -> None:
-    """Issue 19's late worker: it stalled past its lease, the sweep requeued its job and another worker claimed it.
+    """The late worker: it stalled past its lease, the sweep requeued its job and another worker claimed it.
     Everything the stale owner sends with its old fencing token is refused; the new owner's lease is untouched."""
     queue: JobQueue = make_queue(lease_s=10)
     job_id = task_id()

@@ -1,5 +1,5 @@
 """Queue shards (``QUEUE_SHARDS``) on a real redis-server: where jobs go, how workers claim across shards, and that
-the sweep, dead letters, counts, heartbeats, webhooks, the cache and the API cover every shard (issue 19).
+the sweep, dead letters, counts, heartbeats, webhooks, the cache and the API cover every shard.
 
 One server holds every shard here (the shards' tags are just names to it); ``tests/cluster/`` runs them on a
 real Redis Cluster, where each shard lands on its own master.
