@@ -16,7 +16,8 @@
 // ---------------------------------------------------------------------------------------------
 const $ = (id) => document.getElementById(id);
 const els = {
-  form: $("tts-form"), text: $("text"), voice: $("voice"), voiceHint: $("voice-hint"), seed: $("seed"),
+  form: $("tts-form"), modeText: $("mode-text"), modeSsml: $("mode-ssml"), textField: $("text-field"),
+  ssmlField: $("ssml-field"), ssml: $("ssml"), text: $("text"), voice: $("voice"), voiceHint: $("voice-hint"), seed: $("seed"),
   speed: $("speed"), speedValue: $("speed-value"), format: $("format"), generate: $("generate"),
   notice: $("notice"), error: $("error"), status: $("status"), progress: $("progress"),
   player: $("player"), download: $("download"), seedPanel: $("seed-panel"), seedInfo: $("seed-info"),
@@ -27,7 +28,7 @@ const els = {
 
 const PCM_RATE = 24000;       // the stream endpoint sends PCM16 LE mono at 24 kHz
 const POLL_MS = 800;          // fallback polling interval when the event stream is not available
-const FIELD_NAMES = { text: "Text", voice: "Voice", seed: "Seed", speed: "Speed", format: "Format", name: "Voice name" };
+const FIELD_NAMES = { text: "Text", ssml: "SSML", voice: "Voice", seed: "Seed", speed: "Speed", format: "Format", name: "Voice name" };
 
 // A new Generate supersedes the previous run: everything a run starts is torn down through
 // `current.cancel()`, and every async step checks `run.cancelled` before touching the page.
@@ -190,7 +191,7 @@ function clearInvalid(controls, messageId) {
 function clearErrors() {
   els.error.textContent = "";
   authErrorShown = false;
-  clearInvalid([els.text, els.voice, els.seed, els.speed, els.format], "error");
+  clearInvalid([els.text, els.ssml, els.voice, els.seed, els.speed, els.format], "error");
 }
 
 function formatBytes(n) {
@@ -307,12 +308,21 @@ async function loadVoices(select) {
 // ---------------------------------------------------------------------------------------------
 // Generate: submit, follow progress, stream, fetch the final result
 // ---------------------------------------------------------------------------------------------
+// Which input the form sends: "text", or "ssml" (an SSML document, sent in place of the text).
+function inputMode() { return els.modeSsml.checked ? "ssml" : "text"; }
+
+// Show the chosen input's field only: the hidden one is neither focusable nor sent.
+function showInputMode() {
+  const ssml = inputMode() === "ssml";
+  els.ssmlField.hidden = !ssml;
+  els.textField.hidden = ssml;
+}
+
 function requestBody() {
-  const body = {
-    text: els.text.value,
-    speed: parseInt(els.speed.value, 10),
-    format: els.format.value,
-  };
+  // Exactly one of "text" and "ssml": the API refuses both, or neither.
+  const body = inputMode() === "ssml" ? { ssml: els.ssml.value } : { text: els.text.value };
+  body.speed = parseInt(els.speed.value, 10);
+  body.format = els.format.value;
   if (els.voice.value) body.voice = els.voice.value;
   const seed = els.seed.value.trim();
   // Digits go as a number; anything else is sent as typed so the server's 422 names the field.
@@ -382,7 +392,7 @@ async function generate() {
     return;
   }
   if (response.status === 422) {
-    const fields = { text: "text", voice: "voice", seed: "seed", speed: "speed", format: "format" };
+    const fields = { text: "text", ssml: "ssml", voice: "voice", seed: "seed", speed: "speed", format: "format" };
     const { text, first } = validationMessage(body, fields, "error");
     showError(text);
     setStatus("Not submitted: the input needs a fix.");
@@ -1107,10 +1117,13 @@ async function dialogueResult(taskId) {
 // Wiring
 // ---------------------------------------------------------------------------------------------
 els.form.addEventListener("submit", (event) => { event.preventDefault(); generate(); });
-els.text.addEventListener("keydown", (event) => {
-  // Enter writes a new line in the text; Ctrl/Cmd+Enter generates.
-  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); generate(); }
-});
+for (const textarea of [els.text, els.ssml]) {
+  textarea.addEventListener("keydown", (event) => {
+    // Enter writes a new line; Ctrl/Cmd+Enter generates.
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); generate(); }
+  });
+}
+for (const radio of [els.modeText, els.modeSsml]) radio.addEventListener("change", showInputMode);
 els.speed.addEventListener("input", () => {
   els.speedValue.textContent = els.speed.value;
   els.speed.setAttribute("aria-valuetext", `speed ${els.speed.value} of 9`);
@@ -1137,6 +1150,7 @@ addSpeaker("Bob", "");
 addLine("Alice", "Hello Bob, how are you today?");
 addLine("Bob", "Very well, thank you, Alice.");
 
+showInputMode();               // a reload may restore the SSML choice
 els.apiKey.value = apiKey;
 renderKeyState();
 loadVoices();

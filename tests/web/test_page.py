@@ -76,7 +76,9 @@ def test_keyboard_only_tab_to_every_field_enter_and_space_generate(service: Serv
     focused = "() => document.activeElement && document.activeElement.id"
 
     page.keyboard.press("Tab")
-    assert page.evaluate(focused) == "text"
+    assert page.evaluate(focused) == "mode-text", "the input choice (Text or SSML) comes first, Text chosen"
+    page.keyboard.press("Tab")
+    assert page.evaluate(focused) == "text", "one Tab stop for the radio group, then the text"
     page.keyboard.type("Keyboard only. 键盘。")
     page.keyboard.press("Tab")
     assert page.evaluate(focused) == "voice"
