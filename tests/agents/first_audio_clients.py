@@ -12,10 +12,13 @@ and its session starts), then TEXT is written a word at a time, ``PACE_S`` secon
 space, as an LLM writes it. Once the first audio frame comes the client stops (LiveKit closes its stream, Pipecat is
 interrupted, ttsq's session is cancelled), so nothing of this path is still synthesising when the next path is timed.
 
-Prints one JSON line: ``complete`` (``time.monotonic()`` just after the word that ends TEXT's first sentence was
-handed to the client), ``first_audio`` (``time.monotonic()`` when the first audio frame reached the application), their
-difference ``first_audio_after_complete_s``, and ``error`` (null when none). Both clocks are read in this process, so
-the figure is what an agent's process sees. Imports only the clients (never the ttsq package).
+Prints one JSON line: ``complete`` (``time.monotonic()`` just before the word that ends TEXT's first sentence was
+handed to the client), ``sent`` (when the client's socket first sent a message holding that word: the clients are
+watched, never changed, by wrapping the socket libraries' send methods, aiohttp's and websockets'), ``first_audio``
+(when the first audio frame reached the application), ``first_audio_after_complete_s`` (first audio - complete, the
+figure), ``client_hold_s`` (sent - complete: what the client's own text buffering adds) and ``error`` (null when none).
+All clocks are read in this process, so the figures are what an agent's process sees. Imports only the clients (never
+the ttsq package).
 """
 
 from __future__ import annotations
@@ -42,12 +45,19 @@ def first_sentence_words(words: list[str]) -> int:
     return len(words)
 
 
+def first_sentence_end(text: str) -> str:
+    """The word that ends TEXT's first sentence (what :func:`watch_sends` looks for)."""
+    words = text.split(" ")
+    return words[first_sentence_words(words) - 1]
+
+
 class Timing:
     """The two moments the benchmark reads, and the error if the path failed."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.complete: float | None = None
+        self.sent: float | None = None
         self.first_audio: float | None = None
         self.error: str | None = None
         self.heard = asyncio.Event()
@@ -60,13 +70,34 @@ class Timing:
     def line(self) -> dict[str, Any]:
         after = None if self.complete is None or self.first_audio is None else self.first_audio - self.complete
         error = self.error or (None if after is not None else "no audio")
+        hold = None if self.complete is None or self.sent is None else self.sent - self.complete
         return {
             "path": self.path,
             "complete": self.complete,
+            "sent": self.sent,
             "first_audio": self.first_audio,
             "first_audio_after_complete_s": after,
+            "client_hold_s": hold,
             "error": error,
         }
+
+
+def watch_sends(timing: Timing, word: str) -> None:
+    """Note in ``timing.sent`` when a socket first sends a text message holding ``word`` (the first sentence's last):
+    aiohttp's ``send_str`` (LiveKit) and websockets' ``send`` (Pipecat, ttsq's own client), wrapped, not replaced."""
+    import aiohttp
+    from websockets.asyncio.client import ClientConnection
+
+    def noting(send: Any) -> Any:
+        async def wrapped(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+            if timing.sent is None and isinstance(data, str) and word in data:
+                timing.sent = time.monotonic()
+            return await send(self, data, *args, **kwargs)
+
+        return wrapped
+
+    aiohttp.ClientWebSocketResponse.send_str = noting(aiohttp.ClientWebSocketResponse.send_str)
+    ClientConnection.send = noting(ClientConnection.send)  # type: ignore[method-assign]
 
 
 async def write_words(timing: Timing, text: str, pace_s: float, push: Any) -> None:
@@ -76,9 +107,9 @@ async def write_words(timing: Timing, text: str, pace_s: float, push: Any) -> No
     for index, word in enumerate(words, start=1):
         if timing.heard.is_set():
             return
-        await push(word + " ")
         if index == ends_first:
             timing.complete = time.monotonic()
+        await push(word + " ")
         await asyncio.sleep(pace_s)
 
 
@@ -86,6 +117,7 @@ async def ttsq_realtime(root: str, key: str, voice: str, text: str, pace_s: floa
     from websockets.asyncio.client import connect
 
     timing = Timing("ttsq-realtime")
+    watch_sends(timing, first_sentence_end(text))
     url = root.replace("http://", "ws://", 1) + "/v1/tts/realtime"
     async with connect(url, additional_headers={"X-API-Key": key}, max_size=None, open_timeout=60) as ws:
         await ws.send(json.dumps({"type": "session.start", "voice": voice}))
@@ -120,6 +152,7 @@ async def livekit(plugin: str, root: str, key: str, voice: str, text: str, pace_
     from livekit.agents import APIConnectOptions
 
     timing = Timing(f"livekit-{plugin}")
+    watch_sends(timing, first_sentence_end(text))
     async with aiohttp.ClientSession() as session:
         if plugin == "elevenlabs":
             from livekit.plugins import elevenlabs
@@ -171,6 +204,7 @@ async def pipecat(service: str, root: str, key: str, voice: str, text: str, pace
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
     timing = Timing(f"pipecat-{service}")
+    watch_sends(timing, first_sentence_end(text))
     errors: list[str] = []
     ws_root = root.replace("http://", "ws://", 1)
 
