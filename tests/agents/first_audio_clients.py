@@ -16,7 +16,8 @@ Prints one JSON line: ``complete`` (``time.monotonic()`` just before the word th
 handed to the client), ``sent`` (when the client's socket first sent a message holding that word: the clients are
 watched, never changed, by wrapping the socket libraries' send methods, aiohttp's and websockets'), ``first_audio``
 (when the first audio frame reached the application), ``first_audio_after_complete_s`` (first audio - complete, the
-figure), ``client_hold_s`` (sent - complete: what the client's own text buffering adds) and ``error`` (null when none).
+figure), ``client_hold_s`` (sent - complete: what the client's own text buffering adds), ``sent_message`` (that
+message, as the server got it) and ``error`` (null when none).
 All clocks are read in this process, so the figures are what an agent's process sees. Imports only the clients (never
 the ttsq package).
 """
@@ -58,6 +59,7 @@ class Timing:
         self.path = path
         self.complete: float | None = None
         self.sent: float | None = None
+        self.sent_message: str | None = None
         self.first_audio: float | None = None
         self.error: str | None = None
         self.heard = asyncio.Event()
@@ -78,6 +80,7 @@ class Timing:
             "first_audio": self.first_audio,
             "first_audio_after_complete_s": after,
             "client_hold_s": hold,
+            "sent_message": self.sent_message,
             "error": error,
         }
 
@@ -92,6 +95,7 @@ def watch_sends(timing: Timing, word: str) -> None:
         async def wrapped(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
             if timing.sent is None and isinstance(data, str) and word in data:
                 timing.sent = time.monotonic()
+                timing.sent_message = data[:300]
             return await send(self, data, *args, **kwargs)
 
         return wrapped
