@@ -1,7 +1,7 @@
 """First audio after the first sentence is complete, through the stock streaming clients agents ship and through
 ttsq's own protocol, in one run.
 
-    python -m bench.listening.protocols [--rounds N] [--pace-s S]
+    python -m bench.listening.protocols [--rounds N] [--pace-s S] [--ttsq-env KEY=VALUE ...] [--results PATH]
 
 One redis-server, one worker on the tiny checkpoint (``BATCH_INVARIANT=true``, the cache and single-flight off, so
 every context is synthesised afresh) and one ``uvicorn app:app``. Per round, one after another, the same reply is
@@ -18,7 +18,8 @@ The figure is measured in the client's process: from the moment the word that en
 the client to the moment its first audio frame reached the application. Each path stops once its first audio came, so
 nothing is left synthesising when the next is timed. The paths take turns round-robin (the first path of each round
 moves on by one), so drift in the machine's load hits all alike; compare each path with ttsq's own in the same run.
-Writes ``bench/results/protocols-first-audio.md`` and ``.json``.
+Writes ``bench/results/protocols-first-audio.md`` and ``.json`` (``--results``: elsewhere); ``--ttsq-env`` sets more of
+the API's and the worker's settings (e.g. ``REALTIME_CLAUSE_WAIT_S=0.05``, to see what the text cut's wait adds).
 """
 
 from __future__ import annotations
@@ -177,7 +178,9 @@ def drive(path: str, url: str, pace_s: float, timeout_s: float) -> dict[str, Any
     return {"path": path, **found}
 
 
-def measure(rounds: int, pace_s: float, settle_s: float, timeout_s: float, tmp: Path) -> dict[str, list[dict[str, Any]]]:
+def measure(
+    rounds: int, pace_s: float, settle_s: float, timeout_s: float, tmp: Path, extra: Mapping[str, str]
+) -> dict[str, list[dict[str, Any]]]:
     redis = start_redis_server(tmp / "redis")
     env = service_env(
         redis.url,
@@ -188,7 +191,7 @@ def measure(rounds: int, pace_s: float, settle_s: float, timeout_s: float, tmp: 
         MAX_NEW_TOKEN=str(TOKENS_PER_CHUNK),
         MAX_CHUNK_CHARS=str(MAX_CHUNK_CHARS),
         NORMALIZE_TEXT="false",
-    )
+    ) | dict(extra)
     stack = Stack(tmp)
     runs: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS}
     try:
@@ -210,6 +213,7 @@ def measure(rounds: int, pace_s: float, settle_s: float, timeout_s: float, tmp: 
 def report(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, command: str, loads: tuple[Any, Any]) -> str:
     summaries = summarize(runs)
     spec = machine()
+    extra = "".join(f", `{kv}`" for kv in args.ttsq_env)
     stock = [s for s in summaries if s.path != REFERENCE]
     lines = [
         "# First audio after the first sentence: stock clients vs ttsq's own protocol",
@@ -220,11 +224,12 @@ def report(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, comm
         "at the end (shared with other work: read the differences between paths, not the milliseconds).",
         "",
         f"One redis-server, one worker (tiny checkpoint, `BATCH_INVARIANT=true`, `MIN_NEW_TOKEN=MAX_NEW_TOKEN="
-        f"{TOKENS_PER_CHUNK}`, `MAX_CHUNK_CHARS={MAX_CHUNK_CHARS}`, cache and single-flight off), one API. {args.rounds} rounds, "
-        f"paths round-robin; each path in its own var/agents-venv process; a {len(TEXT.split())}-word reply written a word "
-        f"every {args.pace_s * 1000:.0f} ms, voice `{VOICE}`. Figure: first audio frame at the application − the moment "
-        "the first sentence's last word was handed to the client (time.monotonic in the client's process). Split in two: "
-        "the client's own hold (until its socket sent a message holding that word: LiveKit's sentence tokenizer and "
+        f"{TOKENS_PER_CHUNK}`, `MAX_CHUNK_CHARS={MAX_CHUNK_CHARS}`, cache and single-flight off{extra}), one API. "
+        f"{args.rounds} rounds, paths round-robin; each path in its own var/agents-venv process; a "
+        f"{len(TEXT.split())}-word reply written a word every {args.pace_s * 1000:.0f} ms, voice `{VOICE}`. "
+        "Figure: first audio frame at the application − the moment the first sentence's last word was handed to the "
+        "client (time.monotonic in the client's process). Split in two: the client's own hold (until its socket sent a "
+        "message holding that word: LiveKit's sentence tokenizer and "
         "Pipecat's text aggregator wait for text after a sentence end) and the rest (ttsq, and the client's way back).",
         "",
         *table(summaries),
@@ -246,18 +251,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pace-s", type=float, default=0.04, help="seconds between two words (an LLM's pace)")
     parser.add_argument("--settle-s", type=float, default=1.0, help="pause before each path's turn")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest one path's process may run")
+    parser.add_argument("--ttsq-env", action="append", default=[], metavar="KEY=VALUE", help="extra ttsq settings")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="markdown report (its numbers beside it as .json)")
     args = parser.parse_args(argv)
     if not AGENTS_PYTHON.exists():
         raise SystemExit(f"{AGENTS_PYTHON} is missing: run `make agent-clients`")
     command = "python -m bench.listening.protocols " + " ".join(sys.argv[1:] if argv is None else argv)
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="protocols-") as tmp:
-        runs = measure(args.rounds, args.pace_s, args.settle_s, args.timeout_s, Path(tmp))
+        extra = dict(kv.split("=", 1) for kv in args.ttsq_env)
+        runs = measure(args.rounds, args.pace_s, args.settle_s, args.timeout_s, Path(tmp), extra)
     text = report(runs, args, command.strip(), (load_start, os.getloadavg()))
     summaries = [asdict(s) | {"within_target": s.within_target} for s in summarize(runs)]
     data = {"command": command.strip(), "date": utc_now(), "machine": machine(), "runs": runs, "summary": summaries}
     data |= {"load_average": {"start": load_start, "end": os.getloadavg()}}
-    record(RESULTS, text, data)
+    record(args.results, text, data)
     print(text)
 
 
