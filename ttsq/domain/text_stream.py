@@ -84,13 +84,17 @@ class TextStream:
     def _keep(self, pending: str) -> None:
         self.pending, self._silent = pending, 0
 
-    def feed(self, piece: str) -> list[str]:
+    def feed(self, piece: str, whole: bool = False) -> list[str]:
         """Add ``piece``; the chunks it completes. A lone surrogate (JSON may carry one; no encoding can) is dropped
-        as it arrives: it is never spoken, and a chunk holding it could not be sent back as UTF-8."""
+        as it arrives: it is never spoken, and a chunk holding it could not be sent back as UTF-8.
+
+        ``whole``: the sender sends whole sentences (a client that cuts its text itself, as the ElevenLabs protocol's
+        ``auto_mode`` says and Cartesia's clients do), so a sentence end at the very end of ``piece`` is final now:
+        no mark or quote of the same sentence can follow it in another piece."""
         if not piece.isprintable():
             piece = LONE_SURROGATE.sub("", piece)
         self.pending += piece
-        return self._cut(final=False)
+        return self._cut(final=False, ends_whole=whole)
 
     def clauses(self) -> list[str]:
         """The chunks up to the last sentence end or clause mark (",", "、", ":"), for text whose sentence is slow to
@@ -114,8 +118,9 @@ class TextStream:
         self._keep("")
         return chunks
 
-    def _cut(self, final: bool) -> list[str]:
-        """Take the chunks that the text received so far completes (``final``: all of it is there)."""
+    def _cut(self, final: bool, ends_whole: bool = False) -> list[str]:
+        """Take the chunks that the text received so far completes (``final``: all of it is there; ``ends_whole``: a
+        sentence end at its very end is final)."""
         chunks: list[str] = []
         while (speech := self._speech()) is not None:
             text = self.pending
@@ -123,7 +128,7 @@ class TextStream:
             first = speech.start()
             # The chunk's room: max_chars from its start, or from its first word where marks alone fill that.
             limit = start + self.max_chars if first < start + self.max_chars else first + self.max_chars
-            end = self._sentence_end(text, first, final)
+            end = self._sentence_end(text, first, final or ends_whole)
             if end is not None and end <= limit:
                 cut = end
             elif _NON_SPACE.search(text, limit) is not None:

@@ -121,6 +121,16 @@ async def test_pieces_that_end_sentences_are_joined_with_a_space(redis: Redis, m
         assert set(await claim_by_text(worker, 1)) == {"It plays to the end, with tokens."}
 
 
+async def test_a_sentence_that_ends_a_transcript_is_queued_before_the_next_one(redis: Redis, make_settings: Any) -> None:
+    """Cartesia's clients send whole sentences and no flush: the sentence is spoken now, not when the next arrives."""
+    worker = Worker(redis)
+    # No timed way out meanwhile: what is queued is what the text's own cuts make.
+    settings = make_settings(realtime_clause_wait_s=60)
+    async with served(settings) as (realtime, _app), connect(url_of(realtime), open_timeout=GUARD_S) as ws:
+        await say(ws, "lk", "Nothing follows this yet. ")
+        assert set(await claim_by_text(worker, 1)) == {"Nothing follows this yet."}
+
+
 async def test_a_new_context_while_the_last_is_sending_and_a_cancel_stops_only_its_own(
     redis: Redis, make_settings: Any
 ) -> None:

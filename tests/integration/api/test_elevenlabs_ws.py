@@ -119,6 +119,25 @@ async def test_two_contexts_on_one_socket_as_livekit_and_pipecat_use_them(redis:
         assert sessions.counts() == type(sessions.counts())(0, 0, 0)
 
 
+async def test_in_auto_mode_a_sentence_that_ends_a_piece_is_queued_at_once(redis: Redis, make_settings: Any) -> None:
+    """``auto_mode``: the client sends whole sentences (Pipecat, without flush), so its sentence is spoken before the next
+    piece comes; without ``auto_mode`` pieces are tokens, and a sentence end that ends one waits for what follows."""
+    jobs = Jobs(redis)
+    # No timed way out meanwhile: what is queued is what the text's own cuts make.
+    async with served(make_settings(realtime_clause_wait_s=60)) as (url, _app):
+        async with connect(multi(url), open_timeout=GUARD_S) as ws:
+            await say(ws, text=" ", voice_settings={}, context_id="pc")
+            await say(ws, text="Nothing follows this yet.", context_id="pc")
+            assert set(await jobs.by_text(1)) == {"Nothing follows this yet."}
+        tokens = QUERY.replace("auto_mode=true", "auto_mode=false")
+        async with connect(multi(url, query=tokens), open_timeout=GUARD_S) as ws:
+            await say(ws, text=" ", voice_settings={}, context_id="tk")
+            await say(ws, text="A token stream waits.", context_id="tk")
+            await say(ws, text='"', context_id="tk")
+            await say(ws, text=" Then", context_id="tk")
+            assert 'A token stream waits."' in await jobs.by_text(1), "the quote stayed with its sentence"
+
+
 async def test_malformed_messages_and_unknown_contexts_get_an_error_and_the_socket_goes_on(
     redis: Redis, make_settings: Any
 ) -> None:

@@ -131,6 +131,16 @@ def test_a_sentence_end_at_the_end_of_what_arrived_waits_for_the_next_character(
     assert stream.pending == ""
 
 
+def test_a_sender_of_whole_sentences_has_a_sentence_that_ends_its_piece_spoken_at_once() -> None:
+    """ElevenLabs' ``auto_mode`` and Cartesia's clients cut their text into sentences themselves: a sentence end at the
+    very end of such a piece is final now; a piece that ends mid-sentence still waits for the rest."""
+    stream = TextStream(MAX)
+    assert stream.feed("It rained all day.", whole=True) == ["It rained all day."]
+    assert stream.feed("We stayed", whole=True) == []
+    assert stream.feed(" in. ", whole=True) == ["We stayed in."]
+    assert TextStream(MAX).feed("It rained all day.") == [], "a token stream's end waits for what follows it"
+
+
 def test_clauses_and_flush_speak_what_has_no_sentence_end() -> None:
     stream = TextStream(MAX)
     assert stream.feed("Well, I think that") == []

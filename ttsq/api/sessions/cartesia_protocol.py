@@ -236,7 +236,9 @@ class CartesiaProtocol:
             if piece.ended_sentence and not text[0].isspace():
                 text = " " + text
             piece.ended_sentence = text.rstrip() == text and text[-1] in SENTENCE_ENDS
-            await connection.add_text(context_id, text)
+            # Cartesia's clients send whole sentences (LiveKit's and Pipecat's cut them first), as Cartesia's own
+            # buffering assumes: one that ends a transcript is spoken now, not once the next transcript arrives.
+            await connection.add_text(context_id, text, whole=True)
         if request.flush:
             piece.flushes += 1
             await connection.flush(context_id, piece.flushes)

@@ -209,8 +209,9 @@ class Connection:
         await self.emit(ContextStarted(context_id))
         return context
 
-    async def add_text(self, context_id: ContextId, text: str) -> None:
-        """More text for a context (an empty one is a keep-alive, nothing more)."""
+    async def add_text(self, context_id: ContextId, text: str, whole: bool = False) -> None:
+        """More text for a context (an empty one is a keep-alive, nothing more); ``whole``: the client sends whole
+        sentences, so one that ends this text is spoken now (:meth:`ttsq.domain.text_stream.TextStream.feed`)."""
         if self.chars + len(text) > self.config.max_chars:
             raise ConnectionEnded(
                 "too_much_text", f"a session may send at most {self.config.max_chars} characters (REALTIME_MAX_CHARS)"
@@ -222,7 +223,7 @@ class Connection:
             await self.refuse("context_closed", "this context is closed: no more text", context_id)
             return
         self.chars += len(text)
-        await context.feed(text)
+        await context.feed(text, whole)
 
     async def flush(self, context_id: ContextId, mark: object = None) -> None:
         """Speak what a context has received now, sentence or not; with a ``mark`` (any value but None),

@@ -142,9 +142,10 @@ class Context:
         left = [segment.text for segment in self.segments if not segment.sent] + [text for _, text in self.waiting]
         return " ".join([*left, self.text.pending.strip() if self.text.has_speech else ""]).strip()
 
-    async def feed(self, piece: str) -> None:
+    async def feed(self, piece: str, whole: bool = False) -> None:
+        """More text; ``whole``: its sender cuts its text into whole sentences (:meth:`TextStream.feed`)."""
         self.chars += len(piece)
-        await self._queue(self.text.feed(piece))
+        await self._queue(self.text.feed(piece, whole))
         self.clause_due = self.host.clock() + self.host.config.clause_wait_s if self.text.has_speech else None
 
     async def flush(self, mark: object = None) -> None:

@@ -23,8 +23,10 @@ context as after a flush, then the close (1000). A message without a ``context_i
 (``{"text": ""}`` alone: the keep-alive). ``stream-input`` has one context, the default one: its ``{"text": ""}`` ends
 the input.
 
-In ``auto_mode`` each text piece is whole words (Pipecat sends each sentence without the space after it), so a piece
-that follows another with no space between them gets one; otherwise pieces are joined as they come (tokens).
+In ``auto_mode`` each text piece is whole words and sentences (Pipecat sends each sentence without the space after
+it), so a piece that follows another with no space between them gets one, and a sentence that ends a piece is spoken
+at once (ElevenLabs' own meaning of ``auto_mode``: no waiting for more text); otherwise pieces are joined as they come
+(tokens), and a sentence end that ends a piece waits for what follows it (a closing quote or a mark may).
 
 Replies: ``{"audio": "<base64 in output_format>", "contextId": ID, "alignment": null, "normalizedAlignment": null}``
 (never binary frames: Pipecat's reader crashes on them); ``{"isFinal": true, "contextId": ID}`` in a message of its
@@ -243,7 +245,7 @@ class ElevenLabsProtocol:
         written = self.written.setdefault(context_id, Written())
         if self.auto_mode and written.in_word and not text[0].isspace():
             text = " " + text  # whole words and sentences, sent without the space between them
-        await connection.add_text(context_id, text)
+        await connection.add_text(context_id, text, whole=self.auto_mode)
         written.in_word = not text[-1].isspace()
         written.flushed = False
 
