@@ -191,6 +191,9 @@ async def task_result(
     is that format)."""
     if format in CAPTION_CONTENT_TYPES and sample_rate is not None:
         raise _query_error("sample_rate", f"captions ({format}) have no sample rate", sample_rate)
+    if sample_rate is not None and sample_rate not in COMMON_RATES:  # whatever the task turns out to hold
+        rates = ", ".join(map(str, COMMON_RATES))
+        raise _query_error("sample_rate", f"{sample_rate} Hz is not supported; ttsq makes audio at {rates} Hz", sample_rate)
     asked = _output_format(format, sample_rate) if format in TTSQ_NAMES else None
     if wait:
         _waits(await tasks.job(task_id, caller), wait, listening, caller, request)

@@ -69,6 +69,12 @@ _ONE_SPEAKER: list[JsonValue] = [
 ]
 """Exactly one of ``seed``, ``embedding``, ``components`` or ``audio`` (with its ``transcript``), as JSON Schema says it."""
 
+_SHARED_AND_TENANT: dict[str, JsonValue] = {
+    "required": ["shared", "tenant"],
+    "properties": {"shared": {"const": True}, "tenant": {"type": "string"}},
+}
+"""Not a global voice and one tenant's at once (``shared: true`` beside a ``tenant``), as JSON Schema says it."""
+
 
 _REFERENCE_FORM: dict[str, JsonValue] = {
     "type": "object",
@@ -101,7 +107,8 @@ class VoiceCreate(BaseModel):
     """Exactly one of ``seed`` (keep a voice you drew at random) or ``embedding``."""
 
     model_config = ConfigDict(
-        **REQUEST_MODEL, json_schema_extra={"examples": [{"name": "narrator", "seed": 1234}], "oneOf": _ONE_SPEAKER}
+        **REQUEST_MODEL,
+        json_schema_extra={"examples": [{"name": "narrator", "seed": 1234}], "oneOf": _ONE_SPEAKER, "not": _SHARED_AND_TENANT},
     )
 
     name: str = Field(description="1-64 letters, digits, '_' or '-'.", json_schema_extra=_NAME_SCHEMA)

@@ -48,10 +48,10 @@ def test_openai_sdk_speech_in_every_supported_format(service: Service) -> None:
     assert len(pcm.content) > 0 and len(pcm.content) % 2 == 0
     assert "X-TTSQ-Ignored-Fields" not in pcm.response.headers
     newer = client.audio.speech.create(
-        model="tts-1", voice="nova", input="Raw samples please.", response_format="pcm", extra_body={"style": 2, "x y": 1}
+        model="tts-1", voice="nova", input="Raw samples please.", response_format="pcm", extra_body={"emotion": 2, "x y": 1}
     )
     assert newer.content == pcm.content, "a field OpenAI added later is ignored..."
-    assert newer.response.headers["X-TTSQ-Ignored-Fields"] == "(unnamed), style", "...and said to be"
+    assert newer.response.headers["X-TTSQ-Ignored-Fields"] == "(unnamed), emotion", "...and said to be"
 
 
 def test_openai_sdk_streaming_equals_the_whole_response(service: Service) -> None:

@@ -153,7 +153,12 @@ def _reasons(body: Any) -> list[tuple[str, str]] | None:
         return reasons
     if isinstance(body, dict) and isinstance(body.get("error"), dict) and body["error"].get("details"):  # Google's
         violations = [v for d in body["error"]["details"] if isinstance(d, dict) for v in d.get("fieldViolations", [])]
-        return [(str(v.get("field")), str(v.get("description", ""))) for v in violations] or None
+        return [
+            (INTEGRAL_FLOAT, INTEGRAL_FLOAT)  # the strict-integer refusal, in Google's shape
+            if _OPENAI_INTEGRAL_FLOAT.search(str(v.get("description", "")))
+            else (str(v.get("field")), str(v.get("description", "")))
+            for v in violations
+        ] or None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = str(body["error"].get("message", ""))
         if _OPENAI_INTEGRAL_FLOAT.search(message):  # the same strict-integer refusal, in OpenAI's shape

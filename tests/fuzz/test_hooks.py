@@ -59,6 +59,30 @@ def test_a_plain_error_and_an_echo_of_the_input_are_not_leaks() -> None:
         (422, {"detail": [{"loc": ["body", "inputs.0.text"], "msg": "line 1 (zh_female): text is empty"}]}, True),
         (422, {"detail": [{"loc": ["query", "output_format"], "msg": "opus at 44100 Hz is not supported; opus is made at"}]}, True),
         (422, {"detail": [{"loc": ["query", "output_format"], "msg": "unknown output_format 'x'; use one of pcm_8000"}]}, False),
+        (
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "message": "audioConfig.sampleRateHertz: expected an integer (a JSON number without a fraction, not a "
+                    "string), got the number 26106.0",
+                    "status": "INVALID_ARGUMENT",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.BadRequest",
+                            "fieldViolations": [
+                                {
+                                    "field": "audioConfig.sampleRateHertz",
+                                    "description": "expected an integer (a JSON number without a fraction, not a string), "
+                                    "got the number 26106.0",
+                                }
+                            ],
+                        }
+                    ],
+                }
+            },
+            True,
+        ),
         (500, {"detail": "internal error"}, False),
     ],
 )

@@ -54,6 +54,8 @@ async def test_a_refine_answers_the_refined_text_and_a_submit_takes_it(
         for query in ("format=aac", "format=srt", "format=wav&sample_rate=16000", "sample_rate=8000"):
             asked = await client.get(f"/v1/tts/result/{body['task_id']}?{query}", headers=bearer(key))
             assert asked.status_code == 200 and asked.json() == {"text": body["text"]}, f"no audio to convert: {query}"
+        refused = await client.get(f"/v1/tts/result/{body['task_id']}?sample_rate=-58800", headers=bearer(key))
+        assert refused.status_code == 422 and "sample_rate" in refused.text, "a rate no task could be asked for is refused"
 
         submitted = await client.post("/v1/tts/submit", json={"text": body["text"]}, headers=bearer(key))
         assert submitted.status_code == 202, f"the refined text is a submit's: {submitted.text}"

@@ -127,7 +127,7 @@ async def test_wait_answers_the_current_status_at_its_deadline(app: tuple[httpx.
 
 
 async def test_a_wait_is_capped_by_max_wait_s(redis: Redis, make_settings: Any) -> None:
-    async with api_client(make_settings(max_wait_s=0)) as (client, app):
+    async with api_client(make_settings(max_wait_s=0, refine_wait_s=0)) as (client, app):
         app.state.service.tasks.monotonic = FakeClock()  # frozen: an uncapped wait on a queued task would never return
         task_id = await queued_task(client)
         status = await asyncio.wait_for(client.get(f"/v1/tts/tasks/{task_id}", params={"wait": 30}), HANG_GUARD_S)
