@@ -65,7 +65,7 @@ PYTEST_PROCESSES ?= 2
 
 ## Every test (what make test runs after lint and types), with everything the tests need installed first.
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
-	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40 -rfE
 
 ## LiveKit Agents' and Pipecat's own TTS clients (OpenAI, ElevenLabs, Cartesia) and the elevenlabs and cartesia SDKs in their
 ## own venv (var/agents-venv), with ttsq's plugins (integrations/, type-checked there), for tests/e2e/test_*_clients.py.

@@ -274,6 +274,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_text_chars=config.max_text_chars,
             openai_max_input_chars=config.openai_max_input_chars,
             max_ssml_chars=config.max_ssml_chars,
+            max_document_chars=config.max_document_chars,
             anonymous_allowed=anonymous,
             webhooks=webhooks_on,
         )

@@ -236,6 +236,34 @@ class Settings(BaseSettings):
         "removing invisible and control characters, digits as they are read aloud).",
         json_schema_extra=_group("API"),
     )
+    max_document_chars: int = Field(
+        200_000,
+        ge=1,
+        le=2_000_000,
+        description="Longest `text` of a submit that says `\"document\": true` (a whole document: docs/documents.md), "
+        "counted as `MAX_TEXT_CHARS` counts one text. It pays one rate-limit token per `MAX_TEXT_CHARS` characters.",
+        json_schema_extra=_group("API"),
+    )
+    document_part_chars: int = Field(
+        500,
+        ge=20,
+        le=10_000,
+        description="A document is cut into parts of at most this many characters, at sentence ends (its paragraphs, "
+        "headings and list items first): each part is prepared and synthesised on its own, its progress counted in parts, "
+        "and a worker that dies costs only the parts it had in hand.",
+        json_schema_extra=_group("API"),
+    )
+    document_code: Literal["phrase", "skip"] = Field(
+        "phrase",
+        description="A Markdown document's code blocks and tables: `phrase` says that one is skipped (docs/markdown.md), "
+        "`skip` leaves them out silently.",
+        json_schema_extra=_group("API"),
+    )
+    document_emoji: Literal["remove", "name"] = Field(
+        "remove",
+        description="Emoji in a document: `remove` drops them, `name` reads their names (\"party popper\").",
+        json_schema_extra=_group("API"),
+    )
     listen_block_s: float | None = Field(
         None,
         gt=0,
@@ -819,6 +847,14 @@ class Settings(BaseSettings):
         120,
         ge=8,
         description="Long text is synthesised in sentence chunks of at most this many characters.",
+        json_schema_extra=_group("Model"),
+    )
+    document_parts_in_flight: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Parts of one document a worker has in its engine at once (docs/documents.md): the next part enters "
+        "as one ends, so a document's text is prepared part by part, and a worker that dies costs at most these.",
         json_schema_extra=_group("Model"),
     )
     max_new_token: int = Field(2048, ge=1, description="Most audio tokens per chunk.", json_schema_extra=_group("Model"))

@@ -60,4 +60,3 @@ async def whole_file(pcm: AsyncIterator[bytes], fmt: OutputFormat, receive: Rece
 
     audio = await unless_disconnected(receive, joined())
     return None if audio is None else await asyncio.to_thread(convert_whole, audio, fmt)
-

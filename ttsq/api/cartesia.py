@@ -111,7 +111,7 @@ class CartesiaOptions(BaseModel):
 
     model_id: str | None = Field(None, examples=["sonic-3"])
     voice: CartesiaVoice | Annotated[str, Field(min_length=1, max_length=1000)] = Field(
-        description="A ttsq voice: `{\"mode\": \"id\", \"id\": \"alloy\"}`, or the id alone."
+        description='A ttsq voice: `{"mode": "id", "id": "alloy"}`, or the id alone.'
     )
     output_format: CartesiaOutputFormat
     language: str | None = None
@@ -208,4 +208,3 @@ def _ignored(options: CartesiaOptions) -> list[str]:
             sent += ["voice.__experimental_controls.emotion"] if "emotion" in controls.model_fields_set else []
             sent += _extras("voice.__experimental_controls.", controls)
     return sent
-

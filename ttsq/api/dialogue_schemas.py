@@ -158,6 +158,7 @@ class DialogueRequest(StyledSampling):
 
 # ---- ElevenLabs' text-to-dialogue ----------------------------------------------------------------------------------
 
+
 class ElevenLabsDialogueInput(BaseModel):
     """One of ElevenLabs' dialogue inputs: a text and the voice that says it."""
 
@@ -174,6 +175,4 @@ class ElevenLabsDialogueRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
     inputs: list[ElevenLabsDialogueInput] = Field(min_length=1)
-    seed: int | None = Field(
-        None, ge=0, le=4_294_967_295, description="ElevenLabs' seed range; ttsq samples from it modulo 2^31."
-    )
+    seed: int | None = Field(None, ge=0, le=4_294_967_295, description="ElevenLabs' seed range; ttsq samples from it modulo 2^31.")

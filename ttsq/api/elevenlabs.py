@@ -59,7 +59,6 @@ parse_output_format = parse_elevenlabs
 what it can make (:func:`ttsq.domain.output_formats.parse_elevenlabs`)."""
 
 
-
 def _offered(name: str) -> str:
     """``output_format`` checked with the other parameters, so that a request wrong in several places hears of each."""
     parse_output_format(name)

@@ -63,9 +63,7 @@ ELEVENLABS_PREFIXES = ("/v1/text-to-speech/", "/v1/text-to-dialogue")
 CARTESIA_PREFIX = "/tts/"
 GOOGLE_PREFIX = "/v1/text:"
 
-_RETRY_AFTER = {
-    "Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}
-}
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True, "description": "Seconds to wait."}}
 RATE_LIMIT_HEADERS: dict[str, Any] = {
     "RateLimit-Limit": {"schema": {"type": "integer", "minimum": 0}, "description": "Submits this caller may make at once."},
     "RateLimit-Remaining": {"schema": {"type": "integer", "minimum": 0}, "description": "Submits left before the limit applies."},
@@ -227,8 +225,6 @@ def elevenlabs_error(status: int, message: str, headers: dict[str, str] | None =
     has one a client can branch on (``no_worker``, ``voice_not_found``)."""
     kind = code or _ELEVENLABS_STATUSES.get(status, "internal_error" if status >= 500 else "invalid_request")
     return JSONResponse(status_code=status, content={"detail": {"status": kind, "message": message}}, headers=headers)
-
-
 
 
 def _in_shape(responses: dict[int | str, dict[str, Any]], model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:

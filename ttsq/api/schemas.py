@@ -67,6 +67,18 @@ class SubmitRequest(StyledSampling):
         examples=['<speak>Hello <break time="700ms"/> <prosody rate="slow">world</prosody>.</speak>'],
         json_schema_extra={"minLength": 1},
     )
+    document: bool = Field(
+        False,
+        description="A whole document (docs/documents.md): `text` may then hold up to MAX_DOCUMENT_CHARS characters; it "
+        "is spoken part by part, its status reports the parts done and the audio so far, its audio is streamed as it is "
+        "made and served from that stream, and a worker's death costs only the parts it had in hand. It pays one "
+        "rate-limit token per MAX_TEXT_CHARS characters, and its `format` is one ttsq streams (not `ogg`).",
+    )
+    text_format: Literal["plain", "markdown"] = Field(
+        "plain",
+        description="`markdown`: `text` is Markdown, read as a person reads it aloud (headings with a pause, lists item by "
+        "item, links by their text, code blocks and tables skipped: docs/markdown.md). With `text` only.",
+    )
     voice: str | None = Field(
         None, description="A registered voice name, or a blend of 2-8 of them (`zh_female*0.7+narrator*0.3`); fixes the speaker."
     )
@@ -148,12 +160,19 @@ class TaskStatus(BaseModel):
     result_bytes: int | None = None
     seed: int
     voice: str | None = None
-    chunks_done: int | None = Field(None, description="Sentence chunks synthesised so far (current attempt).")
-    chunks_total: int | None = None
+    chunks_done: int | None = Field(
+        None,
+        description="Sentence chunks synthesised so far (current attempt); of a document, its parts published whole so far "
+        "(across attempts: a document's next attempt goes on after them).",
+    )
+    chunks_total: int | None = Field(None, description="The chunks known so far; of a document, all its parts.")
+    audio_s: float | None = Field(None, description="Of a document: seconds of its audio published so far.")
     webhook: WebhookStatus | None = Field(None, description="The completion webhook's deliveries, when one was asked for.")
 
     @classmethod
-    def of(cls, job: Job, position: int | None, progress: tuple[int, int] | None = None) -> TaskStatus:
+    def of(
+        cls, job: Job, position: int | None, progress: tuple[int, int] | None = None, audio_s: float | None = None
+    ) -> TaskStatus:
         return cls(
             task_id=job.id,
             status=job.status,
@@ -173,6 +192,7 @@ class TaskStatus(BaseModel):
             voice=job.params.voice,
             chunks_done=progress[0] if progress else None,
             chunks_total=progress[1] if progress else None,
+            audio_s=audio_s,
         )
 
 
@@ -221,6 +241,8 @@ class ElevenLabsErrorBody(BaseModel):
     ElevenLabs' is)."""
 
     detail: ElevenLabsError
+
+
 IGNORED_FIELDS = "X-TTSQ-Ignored-Fields"
 """The header that names what a request sent and ttsq did not use (the routes of other vendors' protocols)."""
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -324,6 +346,7 @@ class TaskEvent(BaseModel):
     error: str | None
     chunks_done: int | None
     chunks_total: int | None
+    audio_s: float | None = None
 
 
 class TimingEvent(BaseModel):
@@ -372,14 +395,15 @@ def task_links(task_id: str) -> dict[str, Any]:
 
 
 LIMITED_TEXT_FIELDS = (
-    ("SubmitRequest", TEXT_FIELD, "max_text_chars"),
+    ("SubmitRequest", TEXT_FIELD, "max_document_chars"),
     ("SubmitRequest", SSML_FIELD, "max_ssml_chars"),
     ("SpeechRequest", "input", "openai_max_input_chars"),
     ("RefineRequest", TEXT_FIELD, "max_text_chars"),
     ("CartesiaBytesRequest", "transcript", "openai_max_input_chars"),
     ("GoogleSynthesisInput", "text", "openai_max_input_chars"),
 )
-"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit, refine), ``MAX_SSML_CHARS``
+"""The request fields whose ``maxLength`` is a setting: ``MAX_TEXT_CHARS`` (native submit, refine; a submit's ``text`` is
+``MAX_DOCUMENT_CHARS`` long with ``document: true`` and ``MAX_TEXT_CHARS`` without, :func:`deployment_openapi`), ``MAX_SSML_CHARS``
 (the submit's SSML), ``OPENAI_MAX_INPUT_CHARS`` (every route that answers a whole text's audio: OpenAI's speech,
 Cartesia's bytes, Google's synthesize)."""
 
@@ -462,11 +486,12 @@ def deployment_openapi(
     anonymous_allowed: bool,
     webhooks: bool,
     max_ssml_chars: int,
+    max_document_chars: int | None = None,
 ) -> dict[str, Any]:
     """The OpenAPI document of this deployment: ``base`` (generated from the routes) with what settings decide.
 
     * ``maxLength`` of the texts is ``MAX_TEXT_CHARS`` (``OPENAI_MAX_INPUT_CHARS`` on OpenAI's speech, ``MAX_SSML_CHARS``
-      on the submit's ``ssml``);
+      on the submit's ``ssml``); a submit's ``text`` may be ``MAX_DOCUMENT_CHARS`` long where it says ``document: true``;
     * where callers may come without a key (``AUTH=off``, or ``auto`` on loopback), every operation's
       security lists the empty requirement ``{}`` as well: the key is optional, as OpenAPI says it;
     * without webhooks (no ``WEBHOOK_SECRET`` or ``PUBLIC_URL``) there is no ``callback_url``: it is refused,
@@ -479,11 +504,23 @@ def deployment_openapi(
         _refuse_nul(components.get(name, {}))
     if any(node.get("additionalProperties") == JSON_WITHOUT_NUL_REF for node in components.values()):
         components[JSON_WITHOUT_NUL] = copy.deepcopy(JSON_WITHOUT_NUL_SCHEMA)
-    limits = {"max_text_chars": max_text_chars, "openai_max_input_chars": openai_max_input_chars, "max_ssml_chars": max_ssml_chars}
+    documents = max(max_text_chars, max_document_chars or max_text_chars)
+    limits = {
+        "max_text_chars": max_text_chars,
+        "openai_max_input_chars": openai_max_input_chars,
+        "max_ssml_chars": max_ssml_chars,
+        "max_document_chars": documents,
+    }
     for model, field, setting in LIMITED_TEXT_FIELDS:
         prop = components.get(model, {}).get("properties", {}).get(field)
         if prop is not None:
             prop["maxLength"] = limits[setting]
+    submit = components.get("SubmitRequest")
+    if submit is not None and documents > max_text_chars:  # a longer text is a document's only
+        submit["anyOf"] = [
+            {"properties": {TEXT_FIELD: {"maxLength": max_text_chars}}},
+            {"properties": {"document": {"const": True}}, "required": ["document"]},
+        ]
     if not webhooks:
         for model, field in WEBHOOK_FIELDS:
             components.get(model, {}).get("properties", {}).pop(field, None)

@@ -175,6 +175,10 @@ class ChunkJoiner:
         """Some speech was joined already (the usual pause goes before the next chunk)."""
         return self._started
 
+    def resume(self) -> None:
+        """Go on after speech joined elsewhere (an earlier attempt's): the usual pause goes before the next chunk."""
+        self._started = True
+
     def add(self, chunk: npt.NDArray[np.floating], pause: int | None = None) -> npt.NDArray[np.float32]:
         """The piece that extends the joined audio with ``chunk``: the pause before it, then the chunk faded.
 

@@ -76,6 +76,12 @@ class TTSParams(VoiceFields, SamplingFields):
         description="A voice draw's preview: the worker records the speaker embedding it used on the job (Job.speaker), "
         "so the API, which has no model, can compare voices (docs/api.md#draw).",
     )
+    document: bool = Field(
+        default=False,
+        description="A whole document (docs/documents.md): its segments go to the engine a few at a time, finished ones "
+        "stay in its audio stream across a worker's death, and its audio is served from that stream "
+        "(:mod:`ttsq.runtime.documents`).",
+    )
     refine_only: bool = Field(
         default=False,
         description="A refine job (``POST /v1/tts/refine``): the worker runs ChatTTS's refine pass alone and stores the "

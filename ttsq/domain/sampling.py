@@ -277,9 +277,7 @@ def _level_checked(value: int | None, info: ValidationInfo) -> int | None:
 
 
 _ATTRIBUTES: tuple[str, ...] = tuple(SamplingFields.model_fields)
-_WIRE_NAMES: dict[str, str] = {
-    name: field.alias for name, field in SamplingFields.model_fields.items() if field.alias is not None
-}
+_WIRE_NAMES: dict[str, str] = {name: field.alias for name, field in SamplingFields.model_fields.items() if field.alias is not None}
 
 _ATTRIBUTE_OF: dict[str, str] = {alias: name for name, alias in _WIRE_NAMES.items()}
 

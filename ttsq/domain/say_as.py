@@ -53,9 +53,7 @@ _NUMBER = re.compile(r"(?P<sign>[+-]?)(?P<whole>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<
 _ORDINAL = re.compile(r"(?P<whole>\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th|\.)?", re.IGNORECASE)
 _DIGITS = re.compile(r"[\d\s]+")
 _DATE = re.compile(r"(\d{1,4})([-/.])(\d{1,4})\2(\d{1,4})")
-_TIME = re.compile(
-    r"(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?\s*(?P<half>[ap]\.?m\.?)?", re.IGNORECASE
-)
+_TIME = re.compile(r"(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?\s*(?P<half>[ap]\.?m\.?)?", re.IGNORECASE)
 _TELEPHONE = re.compile(r"\+?[\d\s().-]*\d[\d\s().-]*")
 _PHONE_GROUP = re.compile(r"\d+")
 

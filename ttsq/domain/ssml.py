@@ -533,4 +533,3 @@ class _Builder:
         )
         context = span.context
         self.done.append(Span(text, context.voice, context.speed, context.gain_db, span.pause, marks))
-

@@ -126,8 +126,7 @@ ELEMENTS: dict[str, ElementRule] = {
         {
             "time": AttributeRule(
                 "`Nms` or `Ns` (`700ms`, `1.5s`), up to a minute",
-                "Exactly that long, rounded to the nearest sample: `700ms` is 16,800 zero samples. `time` wins over "
-                "`strength`.",
+                "Exactly that long, rounded to the nearest sample: `700ms` is 16,800 zero samples. `time` wins over `strength`.",
             ),
             "strength": AttributeRule(
                 ", ".join(f"`{name}`" for name in STRENGTH_MS),
@@ -229,7 +228,6 @@ REFUSED_ATTRIBUTES: dict[str, dict[str, str]] = {
     "say-as": {"detail": "not read"},
 }
 """Standard attributes of supported elements that ttsq refuses (422), and why; any other is refused as unknown."""
-
 
 
 # ---- what the values mean ---------------------------------------------------------------------------
@@ -350,4 +348,3 @@ def conformance_markdown() -> str:
         rows.append(f"| `<{name}>` | | | 422: {why}. |")
     rows.append("| any other element or attribute | | | 422, naming it and the supported list. |")
     return "\n".join(rows)
-

@@ -48,6 +48,7 @@ class StyledSampling(SamplingFields):
         examples=["chat"],
     )
 
+
 _FORGE: dict[str, tuple[int, int, int | None, int]] = {
     # name: (speed, oral, laugh or None, break), from Speech-AI-Forge's data/styles.csv (speed 0 read as 1)
     "assistant": (5, 7, 1, 2),

@@ -78,6 +78,10 @@ class Release:
     """Where they start in the joined audio (samples): a reader of a re-run attempt skips what it has heard by it."""
     final: bool
     """The chunk's last release: its caption (:attr:`JobAudio.timings`) is known."""
+    part: int = 0
+    """The part its chunk belongs to."""
+    parts_done: int = 0
+    """The job's parts wholly released once it is (a document's next attempt goes on from there)."""
 
 
 @dataclass
@@ -95,6 +99,8 @@ class JobAudio:
     part: its silence). Where its marks are."""
     pieced: bool = False
     """Some of its audio was released before its chunk ended."""
+    keep: bool = True
+    """Keep the joined audio for :meth:`samples` (a document keeps none: its audio is its stream's)."""
     _totals: dict[int, int] = field(default_factory=dict)
     """Chunks of each part, as its first event said (0 for a silent part)."""
     _known: int = 0
@@ -119,9 +125,26 @@ class JobAudio:
     gap before the next chunk."""
 
     @classmethod
-    def of(cls, parts: Sequence[Part]) -> JobAudio:
+    def of(cls, parts: Sequence[Part], *, keep: bool = True) -> JobAudio:
         """The audio of a job spoken as ``parts`` (:meth:`ttsq.domain.jobs.TTSParams.parts`)."""
-        return cls([PartLayout(part.pause, gain_factor(part.source.gain_db), part.silent) for part in parts])
+        return cls([PartLayout(part.pause, gain_factor(part.source.gain_db), part.silent) for part in parts], keep=keep)
+
+    def resume(self, parts_done: int, index: int, at: int, timings: Sequence[tuple[int, int, str, int]]) -> None:
+        """Go on after an earlier attempt that released the first ``parts_done`` parts whole: ``index`` chunks, up to
+        sample ``at``, with those chunks' ``timings`` (a document's stream has them: :mod:`ttsq.runtime.documents`).
+        The next chunk is the first of part ``parts_done``, after the usual gap (speech came before it)."""
+        if not 0 < parts_done <= len(self.parts) or self._joined or self._partial or self._pending:
+            raise ValueError(f"cannot resume a job of {len(self.parts)} parts after {parts_done} of them")
+        for number in range(parts_done):
+            self._totals.setdefault(number, 0)
+        self._known = index
+        self._part, self._chunk, self._joined, self._start = parts_done, 0, index, at
+        self._lead, self._paused = 0, False
+        self.joiner.resume()
+        self.timings.extend(ChunkTiming(*timing) for timing in timings)
+        for start, end, _text, part in timings:  # where each published part's speech lies (its marks' places)
+            first, _ = self.spans.get(part, (start, end))
+            self.spans[part] = (first, end)
 
     def __post_init__(self) -> None:
         if not self.parts:
@@ -183,8 +206,9 @@ class JobAudio:
                 piece = np.concatenate([piece, np.zeros(silence, dtype=np.float32)])
         else:
             self._chunk += 1
-        self._pieces.append(piece)
-        release = self._release(piece[self._sent :], final=True)
+        if self.keep:
+            self._pieces.append(piece)
+        release = self._release(piece[self._sent :], final=True, part=number)
         self._joined += 1
         self._start, self._sent = self._start + piece.size, 0
         return release
@@ -233,14 +257,15 @@ class JobAudio:
         if settled.size <= self._sent:
             return []
         self.pieced = True
-        release = self._release(settled[self._sent :], final=False)
+        release = self._release(settled[self._sent :], final=False, part=self._part)
         self._sent = settled.size
         return [release]
 
-    def _release(self, samples: npt.NDArray[np.float32], *, final: bool) -> Release:
-        if self._joined == 0 and self.first_audio_at is None:
+    def _release(self, samples: npt.NDArray[np.float32], *, final: bool, part: int) -> Release:
+        if self.first_audio_at is None:
             self.first_audio_at = time.perf_counter()
-        return Release(self._joined, self._known_total(), samples, at=self._start + self._sent, final=final)
+        at = self._start + self._sent
+        return Release(self._joined, self._known_total(), samples, at=at, final=final, part=part, parts_done=self._part)
 
     def _known_total(self) -> int:
         """Chunks known, and one for each part not begun (kept as a sum, not counted again: a document has thousands)."""
@@ -249,6 +274,11 @@ class JobAudio:
     @property
     def complete(self) -> bool:
         return self._part >= len(self.parts)
+
+    @property
+    def length(self) -> int:
+        """Samples of the joined audio released whole so far (all of it once :attr:`complete`)."""
+        return self._start
 
     def captions(self, params: TTSParams) -> list[Cue]:
         """The finished job's cues: each chunk's, with its segment and speaker (a job of segments), and the marks'

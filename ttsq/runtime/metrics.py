@@ -132,6 +132,14 @@ class WorkerMetrics:
             "ttsq_batch_size", "Rows (sentence chunks) per engine step: occupied slots.", buckets=BATCH_BUCKETS, registry=registry
         )
         self.audio_seconds = Counter("ttsq_audio_seconds", "Seconds of audio produced.", registry=registry)
+        self.chunks = Counter(
+            "ttsq_chunks_synthesised", "Sentence chunks this worker's engine synthesised to their end.", registry=registry
+        )
+        self.document_parts_kept = Counter(
+            "ttsq_document_parts_kept",
+            "Parts of documents an earlier attempt had published whole, which this worker did not synthesise again.",
+            registry=registry,
+        )
         self.tenant_claims = Counter(
             "ttsq_tenant_jobs_claimed",
             "Jobs this worker claimed, by tenant (the first TENANT_LABELS tenants it saw by name, the rest as 'other') "

@@ -249,7 +249,8 @@ class Outcomes:
         (``Worker._adopted``) publishes on under its new claim. Stopping past the grace period drops what is left: the
         lease lapses and the job runs again.
         """
-        fresh = current().attempts > 1
+        # A document's attempts continue one stream: the next goes on after the parts the last one published whole.
+        fresh = current().attempts > 1 and not current().params.document
         while (piece := await pieces.get()) is not None:
             published = await self._persist(functools.partial(self._append, current, piece, fresh), "publish a job's audio")
             if published is None:
@@ -268,7 +269,17 @@ class Outcomes:
         job = current()
         ongoing = not release.final
         return await self.streams.publish(
-            job.id, token(job), release.index, release.total, pcm, fresh=fresh, spoken=spoken, at=release.at, partial=ongoing
+            job.id,
+            token(job),
+            release.index,
+            release.total,
+            pcm,
+            fresh=fresh,
+            spoken=spoken,
+            at=release.at,
+            partial=ongoing,
+            part=release.part,
+            parts_done=release.parts_done,
         )
 
     # ---- writing outcomes through a Redis outage -------------------------------------------

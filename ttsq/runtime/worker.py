@@ -37,6 +37,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE, duration_s, encode_audio
 from ttsq.domain.captions import spoken_text
 from ttsq.domain.jobs import AudioFormat, Job
+from ttsq.domain.segments import Part
 from ttsq.inference.base import (
     Batcher,
     Engine,
@@ -48,6 +49,7 @@ from ttsq.inference.base import (
 )
 from ttsq.inference.playback import Listener, StepCost, stream_room
 from ttsq.runtime.assembly import JobAudio, RefinedChunks, part_key, parts_of_key
+from ttsq.runtime.documents import DocumentFeed, resume
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -110,6 +112,8 @@ class WorkerConfig:
     """``wait``/``refuse``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`);
     the room left goes in the heartbeat, for the API's ``refuse``."""
     max_new_token: int
+    document_parts_in_flight: int
+    """A document's parts in the engine at once (:mod:`ttsq.runtime.documents`)."""
     compile: bool
     batch_wait_ms: float
     oom_recover_s: float
@@ -141,6 +145,8 @@ class _InFlight:
     """Its engine requests, one per part with something to speak (:func:`ttsq.runtime.assembly.part_key`)."""
     refined: RefinedChunks | None = None
     """A refine job's text, chunk by chunk (None for every job that makes audio)."""
+    feed: DocumentFeed | None = None
+    """A document's parts as they go into the engine (None for every other job)."""
 
     def stream(
         self, piece: Piece, publish: Callable[[Callable[[], Job], asyncio.Queue[Piece | None]], Coroutine[Any, Any, None]]
@@ -390,18 +396,50 @@ class Worker:
             if not spoken:
                 self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
                 continue
-            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=JobAudio.of(parts))
+            audio = JobAudio.of(parts, keep=not job.params.document)
+            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=audio)
             if job.params.refine_only:
                 flight.refined = RefinedChunks()
             if job.isolate:
                 # It may be what killed its last worker: it shares no step with another job until it succeeds once.
                 log.info("%s runs alone: its worker was lost during its last attempt", job.id)
                 self.metrics.isolated.inc()
+            if job.params.document:  # a few parts at a time, after what an earlier attempt published (an await)
+                flight.feed = DocumentFeed(job.id, spoken, self.config.document_parts_in_flight)
+                self._spawn(self._start_document(flight, len(parts)))
+                continue
             # One request per part (a dialogue's lines): each its own voice and sampling, all sharing the engine's steps.
             for part in spoken:
-                flight.keys.append(part_key(job.id, part.number))
-                request = functools.partial(part_request, job.params, part, self.speakers)
-                self._thread.add(flight.keys[-1], request, alone=job.isolate)
+                self._add_part(flight, part)
+
+    def _add_part(self, flight: _InFlight, part: Part) -> None:
+        flight.keys.append(part_key(flight.job.id, part.number))
+        request = functools.partial(part_request, flight.job.params, part, self.speakers)
+        self._thread.add(flight.keys[-1], request, alone=flight.job.isolate)
+
+    async def _start_document(self, flight: _InFlight, parts: int) -> None:
+        """A document's first parts into the engine: from the first one its stream does not hold whole (an earlier
+        attempt's, :mod:`ttsq.runtime.documents`). If its stream cannot be read, the attempt fails to run again."""
+        job = flight.job
+        first = 0
+        if job.attempts > 1:
+            try:
+                point = await self.streams.resume_point(job.id)
+            except REDIS_ERRORS as exc:
+                if self._in_flight.get(job.id) is flight:
+                    self._end(job.id, Failure(TransientError(f"its earlier attempts' audio could not be read: {exc}")))
+                return
+            if self._in_flight.get(job.id) is not flight:
+                return  # cancelled or taken back meanwhile
+            first = resume(job.id, flight.audio, point, parts)
+            self.metrics.document_parts_kept.inc(first)
+        if flight.audio.complete:  # every part was published: only its outcome was not stored
+            del self._in_flight[job.id]
+            await self._finish(flight)
+            return
+        assert flight.feed is not None
+        for part in flight.feed.start(first):
+            self._add_part(flight, part)
 
     def _adopted(self, job: Job) -> bool:
         """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
@@ -477,6 +515,10 @@ class Worker:
                 released = flight.audio.add_piece(event.chunk, part)
             else:
                 released = flight.audio.add(event.chunk, part)
+                self.metrics.chunks.inc()
+                if flight.feed is not None:
+                    for added in flight.feed.ended(part, event.chunk.total):
+                        self._add_part(flight, added)
             for release in released:
                 if release.samples.size:
                     heard(flight.listener, self.clock(), release.samples.size / SAMPLE_RATE, self.metrics)
@@ -521,7 +563,17 @@ class Worker:
             self._thread.cancel(key)
 
     async def _finish(self, flight: _InFlight) -> None:
-        """All of a job's chunks ended: encode its audio (off the loop) and store it."""
+        """All of a job's chunks ended: encode its audio (off the loop) and store it. A document's audio is its
+        stream's: its result records its length and captions (:mod:`ttsq.runtime.documents`)."""
+        if flight.job.params.document:
+            length = flight.audio.length
+            fmt = flight.job.params.format
+            kept = CachedAudio(b"", CONTENT_TYPES[fmt], length / SAMPLE_RATE, captions=flight.audio.captions(flight.job.params))
+            outcome: Outcome = Synthesised(kept, busy_s=time.perf_counter() - flight.claimed_at)
+            if length == 0:
+                outcome = Failure(TransientError("model produced no audio"))
+            await self._settle_flight(flight, outcome)
+            return
         samples = flight.audio.samples()
         if samples.size == 0:
             await self._settle_flight(flight, Failure(TransientError("model produced no audio")))

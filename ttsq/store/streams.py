@@ -15,7 +15,9 @@ listener asked for (:mod:`ttsq.domain.encoders`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
@@ -28,6 +30,10 @@ from ttsq.store.queue import JobQueue
 from ttsq.store.replies import appended, text
 
 _PCM16_BYTES = 2
+_PAGE_ENTRIES = 256
+"""Entries read at once from a stream that is read whole (a finished job's, a document's on resume): a bound on memory."""
+_PROGRESS_LOOKBACK = 8
+"""Entries a progress read looks back over for the newest piece (past the markers of attempts starting)."""
 
 
 class AudioStreams:
@@ -57,18 +63,21 @@ class AudioStreams:
         spoken: tuple[int, int, str] | None = None,
         at: int | None = None,
         partial: bool = False,
+        part: int = 0,
+        parts_done: int = 0,
     ) -> bool:
         """Append one piece of PCM16 audio (readers see it at once); ``fresh`` starts the stream afresh
         (a retried attempt re-synthesises from its first piece); ``spoken`` is where the chunk's speech starts and
         ends in the joined audio (samples) and its text as spoken, for live captions (``timing`` events); ``at`` is
         where the piece starts in the joined audio (samples; readers of a re-run attempt skip what they heard by it);
-        ``partial``: its chunk is still being generated (more of chunk ``index`` follows). False: the claim ``token``
-        is stale, and nothing was written."""
+        ``partial``: its chunk is still being generated (more of chunk ``index`` follows); ``part``: the job's part its
+        chunk belongs to, ``parts_done``: the parts wholly in the stream once this piece is (a document's next attempt
+        goes on from there, :meth:`resume_point`). False: the claim ``token`` is stale, and nothing was written."""
         start, end, words = spoken if spoken is not None else (-1, -1, "")
         placed = (-1 if at is None else at, "1" if partial else "0")
         reply = await self._append(
             keys=[self.shards.of(job_id).job(job_id), self.shards.of(job_id).stream(job_id)],
-            args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm, start, end, words, *placed],
+            args=[token, self.ttl_s, "1" if fresh else "0", index, total, pcm, start, end, words, *placed, part, parts_done],
         )
         return appended(reply)
 
@@ -82,10 +91,66 @@ class AudioStreams:
                 return None  # an attempt starts (or waits to): none of its pieces yet
         return None
 
-    async def entries(self, job_id: str) -> list[Entry]:
-        """Every entry of the job's stream, at once (a finished job's: nothing more will come)."""
-        reply: Any = await self.redis.xrange(self.shards.of(job_id).stream(job_id))
+    async def entries(self, job_id: str, after: str | None = None, count: int | None = None) -> list[Entry]:
+        """The entries of the job's stream after the entry id ``after`` (from its start: None), at most ``count`` of
+        them (all: None). A finished job's stream is read in pages (:func:`pcm_pieces`): a document's holds all its audio."""
+        low = "-" if after is None else f"({after}"
+        reply: Any = await self.redis.xrange(self.shards.of(job_id).stream(job_id), min=low, count=count)
         return [(text(entry_id), {text(k): v for k, v in fields.items()}) for entry_id, fields in reply]
+
+    async def document_progress(self, job_id: str) -> tuple[int, int] | None:
+        """A document's progress as its stream has it: (parts wholly published, samples published), from its newest
+        piece, whichever attempt wrote it (a document's attempts continue one stream); None before its first piece."""
+        reply: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=_PROGRESS_LOOKBACK)
+        for _entry_id, fields in reply:
+            if b"parts_done" in fields:
+                at = int(fields.get(b"at", b"0"))
+                return int(fields[b"parts_done"]), max(at, 0) + len(fields.get(b"pcm", b"")) // _PCM16_BYTES
+        return None
+
+    async def resume_point(self, job_id: str) -> ResumePoint:
+        """Where a document's next attempt goes on: after the last part its stream holds whole (read in pages, so a
+        document's audio never sits in memory at once), with the captions of what it holds."""
+        point = ResumePoint()
+        after: str | None = None
+        while page := await self.entries(job_id, after, _PAGE_ENTRIES):
+            after = page[-1][0]
+            point.read(page)
+        return point
+
+
+@dataclass
+class ResumePoint:
+    """Where a document's audio stream stands: what its next attempt need not synthesise again.
+
+    A document's stream is the joined audio in order, so what its finished parts said is a prefix of it: the parts
+    up to :attr:`parts_done` are there whole, the next chunk's job-wide index is :attr:`index`, and the next speech
+    starts at sample :attr:`at`. :attr:`timings` are the captions of those chunks (start, end, text, part), by index.
+    A piece may be in the stream twice (an append retried across an outage, a part that an attempt had begun and
+    the next one spoke again); the same chunk's final piece says the same each time.
+    """
+
+    parts_done: int = 0
+    index: int = 0
+    at: int = 0
+    timings: dict[int, tuple[int, int, str, int]] = field(default_factory=dict)
+
+    def read(self, entries: list[Entry]) -> None:
+        """Take the next entries of the stream, in order."""
+        for _entry_id, fields in entries:
+            if "pcm" not in fields or "parts_done" not in fields:
+                continue  # an attempt's marker, the end, or a piece of a worker that kept no parts
+            index, start = int(fields["index"]), int(fields["start"])
+            if fields.get("partial") == b"0" and start >= 0:
+                self.timings[index] = (start, int(fields["end_at"]), text(fields["text"]), int(fields["part"]))
+            done = int(fields["parts_done"])
+            if done > self.parts_done and fields.get("partial") == b"0":
+                self.parts_done, self.index = done, index + 1
+                self.at = int(fields["at"]) + len(fields["pcm"]) // _PCM16_BYTES
+
+    def captions(self) -> list[tuple[int, int, str, int]]:
+        """The timings of the chunks before :attr:`index`, in order."""
+        return [self.timings[index] for index in range(self.index) if index in self.timings]
 
 
 def chunks_done(fields: Mapping[Any, bytes]) -> int:
@@ -181,9 +246,12 @@ async def pcm_pieces(streams: AudioStreams, listener: JobListener, queue: JobQue
     job = await listener.read(lambda: queue.get(job_id))
     if job is None:
         return
-    if job.status.is_final:
-        for piece in cursor.take(await listener.read(lambda: streams.entries(job_id))):
-            yield piece
+    if job.status.is_final:  # read in pages: a document's stream is all its audio
+        after: str | None = None
+        while not cursor.ended and (page := await listener.read(functools.partial(streams.entries, job_id, after, _PAGE_ENTRIES))):
+            after = page[-1][0]
+            for piece in cursor.take(page):
+                yield piece
     else:
         async with listener.follow(job_id) as subscription:
             entries = subscription.backlog
@@ -224,6 +292,8 @@ async def _rest_of_result(queue: JobQueue, listener: JobListener, job: Job, curs
     heard_all = delivered > 0 and not cursor.missed if total is None else delivered >= total
     if heard_all:
         return b""
+    if job.params.document:
+        raise StreamGap("the document's audio stream is incomplete (it expired, or the job store lost part of it)")
     audio = await listener.read(lambda: queue.result(job.id))
     if audio is None:
         raise StreamGap("the task's audio expired before all of it was streamed (RESULT_TTL_S); submit it again")

@@ -77,6 +77,13 @@ class ServiceConfig:
     """Most lines in one dialogue (``MAX_DIALOGUE_LINES``)."""
     max_dialogue_chars: int
     """Longest dialogue, its lines together (``MAX_DIALOGUE_CHARS``)."""
+    max_document_chars: int
+    """Longest document (``MAX_DOCUMENT_CHARS``): a submit with ``document: true``."""
+    document_part_chars: int
+    """A document's parts are at most this long (``DOCUMENT_PART_CHARS``)."""
+    document_code: Literal["phrase", "skip"]
+    document_emoji: Literal["remove", "name"]
+    """How a document's code blocks, tables and emoji are read (``DOCUMENT_CODE``, ``DOCUMENT_EMOJI``)."""
 
 
 class InvalidInput(Exception):

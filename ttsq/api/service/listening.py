@@ -36,7 +36,7 @@ CAPTION_CONTENT_TYPES: dict[str, str] = {
     "json": "application/json",
 }
 
-STATUS_EVENT_FIELDS = {"task_id", "status", "queue_position", "chunks_done", "chunks_total", "error"}
+STATUS_EVENT_FIELDS = {"task_id", "status", "queue_position", "chunks_done", "chunks_total", "audio_s", "error"}
 """What a ``status`` event says of a task (:class:`ttsq.api.schemas.TaskEvent`)."""
 _ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 
@@ -75,9 +75,7 @@ class ListeningService:
             return vtt(job.captions, SAMPLE_RATE)
         return json.dumps([cue.as_json(SAMPLE_RATE) for cue in job.captions], ensure_ascii=False)
 
-    async def events(
-        self, job: Job, caller: Principal, last_event_id: str | None = None
-    ) -> AsyncGenerator[list[ServerEvent]]:
+    async def events(self, job: Job, caller: Principal, last_event_id: str | None = None) -> AsyncGenerator[list[ServerEvent]]:
         """The task's ``status``, as ``caller`` sees it, each time it changes, and a ``timing`` event (a live caption
         cue) as each chunk's audio is published, until the task ends.
 
@@ -127,6 +125,8 @@ class ListeningService:
                     if ends_for_reader(fields):
                         current = await self.tasks.job(job.id, caller)
                         event = await self._status_event(current)
+                    elif job.params.document:
+                        event = _document_progress(last, fields)
                     else:
                         event = await self._follow(job.id, last, fields)
                     if event != last:
@@ -265,3 +265,15 @@ def _timing(fields: dict[str, bytes]) -> dict[str, Any] | None:
     if "pcm" not in fields or int(fields.get("start", b"-1")) < 0:
         return None
     return _cue_event(int(fields["index"]), int(fields["start"]), int(fields["end_at"]), fields["text"].decode())
+
+
+def _document_progress(last: dict[str, Any], fields: dict[str, bytes]) -> dict[str, Any]:
+    """A document's status event after one stream entry that does not end it: its parts published whole and its audio
+    so far, which only grow (a next attempt goes on after them); an attempt starting or waiting changes only its status."""
+    if "parts_done" in fields and "pcm" in fields:
+        audio_s = (max(int(fields["at"]), 0) + len(fields["pcm"]) // 2) / SAMPLE_RATE
+        done = int(fields["parts_done"])
+        return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": done, "audio_s": audio_s}
+    if fields.get("status") in (b"running", b"queued"):
+        return {**last, "status": fields["status"].decode(), "queue_position": None}
+    return last

@@ -7,6 +7,7 @@ streams that follow a task as it runs are :mod:`.listening`'s.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -33,8 +34,11 @@ from ttsq.api.service.voices import VoiceService
 from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
 from ttsq.api.stream_slots import when_over
 from ttsq.domain import context
+from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
+from ttsq.domain.documents import document_segments, read_document
 from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Priority, Status, TTSParams, draw_seed
+from ttsq.domain.output_formats import TTSQ_NAMES
 from ttsq.domain.segments import NOTHING_TO_READ, speakable
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
 from ttsq.domain.text import TextError, validate_text
@@ -225,6 +229,8 @@ class TaskService:
             body = await self.styling.applied(body, caller, body.style)
         if voice is None and body.voice is not None:
             voice = await self.voicing.resolve_voice(body.voice, caller)
+        if body.document or body.text_format == "markdown":
+            return await self._submit_document(body, caller, voice, max_text_chars)
         paid = None
         document = await self.ssml.read(body, caller) if body.ssml is not None else None
         if document is not None:  # its text is the document's, already rewritten and checked span by span
@@ -235,6 +241,34 @@ class TaskService:
         params = self.build_params(body, voice, scope, max_text_chars, first_chunk, refine_only)
         if document is not None:
             params = document.with_segments(params, self.config.model_identity, scope)
+        return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
+
+    async def _submit_document(
+        self, body: SubmitRequest, caller: Principal, voice: Voice | None, max_text_chars: int | None
+    ) -> Submitted:
+        """A document (``document: true``, up to ``MAX_DOCUMENT_CHARS``) or a Markdown text: read into blocks and cut
+        into parts (:mod:`ttsq.domain.documents`), each one of the job's segments in the request's voice. A document
+        pays a token per ``MAX_TEXT_CHARS`` of it, has no cache entry (its audio is its stream's), and is streamed in a
+        format ttsq encodes piece by piece."""
+        if body.ssml is not None:
+            field = "document" if body.document else "text_format"
+            raise InvalidInput(field, f"`{field}` applies to a `text`; an `ssml` document is sent without it", None)
+        if body.document and body.format not in TTSQ_NAMES:
+            names = ", ".join(TTSQ_NAMES)
+            raise InvalidInput("format", f"a document is streamed as it is made: `format` is one of {names}", body.format)
+        config = self.config
+        limit = config.max_document_chars if body.document else (max_text_chars or config.max_text_chars)
+        try:
+            blocks = read_document(body.text, body.text_format, limit, code=config.document_code, emoji=config.document_emoji)
+        except TextError as exc:
+            raise InvalidInput("text", str(exc), body.text[:200]) from exc
+        spoken = body.model_copy(update={"text": "\n".join(block.text for block in blocks)})
+        paid = await self._pay(caller, math.ceil(len(body.text) / config.max_text_chars)) if body.document else None
+        scope = self.sharing_scope(caller)
+        params = self.build_params(spoken, voice, scope, limit)
+        params.segments = document_segments(blocks, config.document_part_chars, params)
+        params.document = body.document
+        params.cache_key = None if body.document else cache_key(params, config.model_identity, scope)
         return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
 
     async def submit_params(
@@ -451,8 +485,13 @@ class TaskService:
 
     async def status(self, job: Job) -> TaskStatus:
         position = await self.queue.position(job.id) if job.status is Status.QUEUED else None
-        progress = await self.streams.progress(job.id) if job.status is not Status.QUEUED else None
-        status = TaskStatus.of(job, position, progress)
+        if job.params.document:  # its parts, across attempts: a document's next attempt goes on after them
+            parts, published = await self.streams.document_progress(job.id) or (0, 0)
+            total = len(job.params.segments or ())
+            status = TaskStatus.of(job, position, (total if job.status is Status.DONE else parts, total), published / SAMPLE_RATE)
+        else:
+            progress = await self.streams.progress(job.id) if job.status is not Status.QUEUED else None
+            status = TaskStatus.of(job, position, progress)
         if job.params.callback_url is not None and self.webhooks is not None:
             summary = DeliverySummary.of(await self.webhooks.deliveries.log(job.id))
             status.webhook = WebhookStatus.model_validate(summary, from_attributes=True)  # the body is the summary, field for field

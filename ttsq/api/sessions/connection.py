@@ -377,7 +377,7 @@ class Connection:
             raise timed_out(
                 self.contexts,
                 f"no message for {self.idle_s:g} s (the session's idle_s, at most REALTIME_IDLE_S): send keepalive "
-                "during a pause in the text, close when it ends"
+                "during a pause in the text, close when it ends",
             )
 
     async def _watch_key(self, still_valid: Callable[[], Awaitable[bool]]) -> None:

@@ -260,4 +260,3 @@ def rotary_tables(
         per_head(cos[0], identity[0], rotated, blocks.num_kv_heads),
         per_head(sin[0] * sign, identity[1], rotated, blocks.num_kv_heads),
     )
-

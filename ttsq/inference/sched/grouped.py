@@ -76,8 +76,6 @@ class GroupedBatcher:
     def active_rows(self) -> int:
         return len(self._group)
 
-
-
     @property
     def busy(self) -> bool:
         return bool(self._queue)
