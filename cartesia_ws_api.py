@@ -8,18 +8,12 @@ comes in the handshake (``X-API-Key`` or ``Authorization: Bearer``) and is check
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, WebSocket
 
-from fastapi import APIRouter, Depends, WebSocket
-
-from deps import app_state
+from deps import SessionsDep
 from ttsq.api.sessions.cartesia_protocol import CartesiaProtocol
-from ttsq.api.sessions.engine import Sessions
 
 router = APIRouter(tags=["cartesia"])
-
-SessionsDep = Annotated[Sessions, Depends(app_state("sessions"))]
-"""The session engine (its limits, ``REALTIME_*``), built once by the app's lifespan."""
 
 
 @router.websocket("/tts/websocket")

@@ -3,7 +3,8 @@
 The app's lifespan (``app.py``) builds the use cases' services (:class:`ttsq.api.service.TTSService`) and the
 authenticator once and keeps them on ``app.state``; routes receive them through these aliases, each router family its
 own service (``TasksDep``, ``ListeningDep``, ``VoicesDep``, ``DictionaryDep``, ``DrawsDep``, ``AdminDep``, ``StylesDep``,
-``RefineDep``; the realtime WebSockets the session engine, through :func:`app_state`).
+``RefineDep``; the streaming-text WebSockets the session engine, ``SessionsDep``, which takes each connection's stream
+slot from ``ListeningService`` as the streaming routes' caller does).
 
 FastAPI solves every dependency (and sub-dependency) of a route on every request, so a route has
 few: its use cases' services, and its caller. The caller is one security dependency that reads the key from
@@ -55,6 +56,7 @@ from ttsq.api.service import (
     TTSService,
     VoiceService,
 )
+from ttsq.api.sessions.engine import Sessions
 
 BEARER_SCHEME = "HTTPBearer"
 HEADER_SCHEME = "APIKeyHeader"
@@ -96,6 +98,11 @@ def app_state(name: str) -> Callable[[HTTPConnection], Awaitable[Any]]:
         return getattr(connection.app.state, name)
 
     return provide
+
+
+SessionsDep = Annotated[Sessions, Depends(app_state("sessions"))]
+"""The session engine under every streaming-text WebSocket (its limits, ``REALTIME_*``), built once by the app's
+lifespan."""
 
 
 class ApiKeyCaller(SecurityBase):

@@ -9,18 +9,12 @@ with the voice and the query's options, before the WebSocket is accepted: a refu
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, WebSocket
 
-from fastapi import APIRouter, Depends, WebSocket
-
-from deps import app_state
+from deps import SessionsDep
 from ttsq.api.sessions.elevenlabs_protocol import ElevenLabsProtocol
-from ttsq.api.sessions.engine import Sessions
 
 router = APIRouter(prefix="/v1/text-to-speech", tags=["elevenlabs"])
-
-SessionsDep = Annotated[Sessions, Depends(app_state("sessions"))]
-"""The session engine (its limits, ``REALTIME_*``), built once by the app's lifespan."""
 
 
 @router.websocket("/{voice_id}/multi-stream-input")

@@ -9,18 +9,12 @@ cannot set headers) is checked when it comes: a refusal is then an ``error`` eve
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, WebSocket
 
-from fastapi import APIRouter, Depends, WebSocket
-
-from deps import app_state
-from ttsq.api.sessions.engine import Sessions
+from deps import SessionsDep
 from ttsq.api.sessions.ttsq_protocol import TtsqProtocol
 
 router = APIRouter(prefix="/v1/tts", tags=["tts"])
-
-SessionsDep = Annotated[Sessions, Depends(app_state("sessions"))]
-"""The session engine (its limits, ``REALTIME_*``), built once by the app's lifespan."""
 
 
 @router.websocket("/realtime")

@@ -37,6 +37,9 @@ ROUTERS = [
     "prosody_api",
     "cartesia_api",
     "google_api",
+    "realtime_api",
+    "elevenlabs_ws_api",
+    "cartesia_ws_api",
 ]
 API_ENTRY = ["app", "deps", *ROUTERS]
 
@@ -67,12 +70,20 @@ ROUTER_IMPORTS = {"ttsq.api.service", "ttsq.api.schemas", "ttsq.api.errors", "tt
 name of the layers beneath, the bodies (ElevenLabs' among them, with what its options mean), the error answers, and who
 is calling."""
 
+DEPS_IMPORTS = {"ttsq.api.sessions.engine"}
+"""What ``deps.py`` alone may import besides: the session engine it hands the WebSocket routes (``SessionsDep``), so a
+WebSocket router takes it from there as every router takes its service."""
+
 PROTOCOL_IMPORTS = {
     "cartesia_api": {"ttsq.api.cartesia", "ttsq.api.audio_out"},
     "google_api": {"ttsq.api.google", "ttsq.api.audio_out"},
+    "realtime_api": {"ttsq.api.sessions.ttsq_protocol"},
+    "elevenlabs_ws_api": {"ttsq.api.sessions.elevenlabs_protocol"},
+    "cartesia_ws_api": {"ttsq.api.sessions.cartesia_protocol"},
 }
 """What a router of another vendor's protocol may import besides: that protocol's words (its options read into
-ttsq's), and the audio it answers with in the format the protocol asks."""
+ttsq's), and the audio it answers with in the format the protocol asks; a WebSocket router, its protocol's adapter on
+the session engine."""
 
 SERVICE_INTERNALS = {"queue", "cache", "voices", "rate_limiter", "webhooks", "streams", "heartbeats"}
 """The service's stores: a router that reaches ``service.queue`` has a use case of its own, outside the service."""
@@ -84,7 +95,7 @@ def test_routers_talk_only_to_the_use_cases(module: str) -> None:
     or ttsq.domain (nor the Redis client) imported, and no reaching through the service into its stores."""
     imported = imported_modules(module)
     ours = {name for name in imported if name.split(".")[0] == "ttsq"}
-    allowed = ROUTER_IMPORTS | PROTOCOL_IMPORTS.get(module, set())
+    allowed = ROUTER_IMPORTS | PROTOCOL_IMPORTS.get(module, set()) | (DEPS_IMPORTS if module == "deps" else set())
     assert ours - allowed == set(), "import it from ttsq.api.service (re-export it there)"
     assert {name for name in imported if name.split(".")[0] == "redis"} == set()
     reaching = [

@@ -1,5 +1,5 @@
-"""Whether the workers can serve what a caller is about to wait on: any worker at all (``NO_WORKER_S``), and room for
-one more real-time stream (``STREAM_ADMISSION=refuse``).
+"""Whether the workers can serve what a caller is about to wait on: any worker at all (``NO_WORKER_S``), and stream
+admission's API side, stream room for one more real-time stream (``STREAM_ADMISSION=refuse``).
 
 **No worker.** A stream, a long-poll or a realtime session waits on a job's audio or its end. With no worker alive
 nothing will ever come: the caller used to wait in silence for as long as its limits allowed (a realtime session
@@ -13,12 +13,13 @@ that asks meanwhile, so a thousand waiters cost what one does. A read that fails
 about the workers, and neither does the window after it: workers whose beats could not land during an outage get
 ``NO_WORKER_S`` to beat again before their silence counts.
 
-**No room.** Each worker with admission on reports in its heartbeat how many more streams it can start and keep ahead
-of playback (``stream_room``: :func:`ttsq.inference.playback.stream_room`, from its measured decode steps). A submit
-while those add up to nothing would wait in the queue behind streams that fill every worker; with ``refuse`` it is
-turned away at once instead, so a voice agent can fall back or retry, and the streams admitted keep their promise.
-The figure is as fresh as the last heartbeats (``HEARTBEAT_INTERVAL_S``); with no worker reporting one, nothing is
-refused.
+**No stream room.** Each worker with stream admission on reports in its heartbeat its stream room: how many more
+streams it can start and keep ahead of playback (``stream_room``, from its measured decode steps: the worker's side is
+:mod:`ttsq.runtime.stream_admission`, which lists the whole chain). A submit while those add up to nothing would wait in
+the queue behind streams that fill every worker; with ``refuse`` it is turned away at once instead
+(:func:`refuse_without_stream_room`), so a voice agent can fall back or retry, and the streams already started keep
+their promise. The figure is as fresh as the last heartbeats (``HEARTBEAT_INTERVAL_S``); with no worker reporting
+one, nothing is refused.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import QueueFullError
 
-__all__ = ["NoWorker", "StreamsFullError", "WorkerWatch", "beating_within", "refuse_past_stream_capacity"]
+__all__ = ["NoStreamRoom", "NoWorker", "WorkerWatch", "beating_within", "refuse_without_stream_room"]
 
 T = TypeVar("T")
 
@@ -42,19 +43,20 @@ REFRESHES_PER_WINDOW = 5
 that much younger than the window it judges."""
 
 
-class StreamsFullError(QueueFullError):
-    """Every live worker's real-time streams are taken (a 429 with ``Retry-After``, like a full queue)."""
+class NoStreamRoom(QueueFullError):
+    """The live workers report no stream room: every one's real-time streams are taken (a 429 with ``Retry-After``,
+    like a full queue)."""
 
     def __init__(self) -> None:
         Exception.__init__(self, "every worker is streaming as many voices as it can keep real-time; try again shortly")
         self.depth = 0
 
 
-async def refuse_past_stream_capacity(heartbeats: Heartbeats) -> None:
-    """Raise :class:`StreamsFullError` when the live workers report no room for another stream."""
+async def refuse_without_stream_room(heartbeats: Heartbeats) -> None:
+    """Raise :class:`NoStreamRoom` when the live workers report no stream room (none reporting one: nothing refused)."""
     room = await heartbeats.stream_room()
     if room is not None and room <= 0:
-        raise StreamsFullError
+        raise NoStreamRoom
 
 
 class NoWorker(Exception):

@@ -1,4 +1,4 @@
-"""Playback accounting: when each stream's listener runs dry, and how many streams one decode loop keeps ahead of them.
+"""Playback accounting: when each stream's listener runs dry, and how many rows one decode step keeps ahead of them.
 
 A listener starts playing at a stream's first audio and plays on without pause while it has audio. Whether it stutters
 depends only on when each next piece of audio arrives against the audio it already has: :class:`Listener` keeps that
@@ -6,12 +6,13 @@ account for one stream, server-side (the moment a piece is handed to the job's s
 worker can count the underruns its listeners would hear and the slack each delivery had (``ttsq_stream_underruns_total``,
 ``ttsq_stream_slack_seconds``: docs/operations.md).
 
-Admission keeps the promise to streams already running: a decode step advances every row by one token, 512 samples at
-24 kHz (:data:`TOKEN_AUDIO_S`, ~21.3 ms of audio), so rows stay ahead of playback while a step takes less than that.
-:class:`StepCost` fits the step's cost to the rows it ran (recent steps, least squares ``a + b × rows``) and
-:meth:`StepCost.real_time_rows` says how many rows fit under ``headroom × TOKEN_AUDIO_S``; the worker admits no new
-stream past that (``STREAM_ADMISSION``: docs/configuration.md). Pure arithmetic on times it is given: every clock is
-the caller's, so tests inject theirs.
+A decode step advances every row by one token, 512 samples at 24 kHz (:data:`TOKEN_AUDIO_S`, ~21.3 ms of audio), so
+rows stay ahead of playback while a step takes less than that. :class:`StepCost` is the measurement: it fits the step's
+cost to the rows it ran (recent steps, least squares ``a + b × rows``), and :meth:`StepCost.real_time_rows` says how
+many rows fit under ``headroom × TOKEN_AUDIO_S``. What the worker does with that figure — its stream room, the claims
+it allows, the room its heartbeat reports — is stream admission's (``STREAM_ADMISSION``:
+:mod:`ttsq.runtime.stream_admission`). Pure arithmetic on times it is given: every clock is the caller's, so tests
+inject theirs.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from dataclasses import dataclass
 
 from ttsq.domain.audio import SAMPLE_RATE, SAMPLES_PER_TOKEN
 
-__all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost", "stream_room"]
+__all__ = ["TOKEN_AUDIO_S", "Listener", "StepCost"]
 
 TOKEN_AUDIO_S = SAMPLES_PER_TOKEN / SAMPLE_RATE
 """Seconds of audio one decode step adds to each row (DVAE + Vocos: 512 samples per audio token at 24 kHz)."""
 MAX_ROWS = 1 << 16
-"""Bound on :meth:`StepCost.real_time_rows` (a fit whose per-row cost rounds to nothing would admit without end)."""
+"""Bound on :meth:`StepCost.real_time_rows` (a fit whose per-row cost rounds to nothing would leave room without end)."""
 
 
 @dataclass
@@ -69,7 +70,7 @@ class StepCost:
 
     With steps at one row count only, the cost is taken as proportional to rows (``seconds / rows`` each): on a CPU a
     step's cost grows about linearly with its rows, and on a GPU, where it hardly grows, that errs on the side of
-    admitting fewer streams until steps at other sizes have been seen."""
+    starting fewer streams until steps at other sizes have been seen."""
 
     def __init__(self, window: int = 256) -> None:
         self._steps: deque[tuple[int, float]] = deque(maxlen=window)
@@ -100,7 +101,7 @@ class StepCost:
 
     def real_time_rows(self, headroom: float) -> int | None:
         """The most rows whose step stays within ``headroom × TOKEN_AUDIO_S`` (every row then makes audio faster than a
-        listener plays it); None before any step (nothing is known: admit)."""
+        listener plays it); None before any step (nothing is known yet)."""
         fitted = self.fit()
         if fitted is None:
             return None
@@ -111,16 +112,3 @@ class StepCost:
         if b <= budget / MAX_ROWS:
             return MAX_ROWS
         return int(budget / b)
-
-
-def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int) -> int:
-    """How many more streams may start now: rows are what a step costs, and a new stream brings at least one.
-
-    ``capacity_rows`` is :meth:`StepCost.real_time_rows` (None: no step measured yet). With nothing in hand one stream
-    may always start (a worker never idles for want of a measurement, and its steps are what teach the model); before
-    any step, only that one."""
-    if jobs_in_hand == 0:
-        return max(1, capacity_rows or 0)
-    if capacity_rows is None:
-        return 0
-    return max(0, capacity_rows - rows_in_hand)

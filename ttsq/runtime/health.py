@@ -74,7 +74,8 @@ class HeartbeatRecord:
     largest_batch: int = 0
     current_job: CurrentJob | None = None
     stream_room: int | None = None
-    """With ``STREAM_ADMISSION`` on: more streams this worker can start and keep real-time (the API's ``refuse``)."""
+    """With ``STREAM_ADMISSION`` on: this worker's stream room, the streams it can still start and keep real-time
+    (:mod:`ttsq.runtime.stream_admission`), summed by the API for its ``refuse``."""
 
     def tick(self) -> None:
         self.last_tick = time.time()

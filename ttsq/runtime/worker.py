@@ -47,7 +47,7 @@ from ttsq.inference.base import (
     RequestFailed,
     TransientError,
 )
-from ttsq.inference.playback import Listener, StepCost, stream_room
+from ttsq.inference.playback import Listener, StepCost
 from ttsq.runtime.assembly import JobAudio, RefinedChunks, part_key, parts_of_key
 from ttsq.runtime.documents import DocumentFeed, resume
 from ttsq.runtime.health import HeartbeatRecord, health_server
@@ -66,6 +66,7 @@ from ttsq.runtime.outcomes import (
 from ttsq.runtime.replica import ModelReplica
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
+from ttsq.runtime.stream_admission import StreamAdmission
 from ttsq.runtime.upkeep import (
     REDIS_ERRORS,
     CancelFollower,
@@ -109,8 +110,8 @@ class WorkerConfig:
     batch_memory_headroom: float
     stream_rtf_target: float
     stream_admission: Literal["off", "wait", "refuse"]
-    """``wait``/``refuse``: claim no new job past the rows a decode step keeps real-time (:mod:`ttsq.inference.playback`);
-    the room left goes in the heartbeat, for the API's ``refuse``."""
+    """``wait``/``refuse``: claim no new job past the stream room, the streams a decode step keeps real-time
+    (:mod:`ttsq.runtime.stream_admission`); that room goes in the heartbeat, for the API's ``refuse``."""
     max_new_token: int
     document_parts_in_flight: int
     """A document's parts in the engine at once (:mod:`ttsq.runtime.documents`)."""
@@ -200,6 +201,8 @@ class Worker:
         """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
         self.step_cost = StepCost()
         """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
+        self.stream_admission = StreamAdmission(config.stream_admission, self.step_cost, self.record)
+        """``STREAM_ADMISSION``: the claims held to the streams that stay real-time, that room reported (:meth:`_free_room`)."""
         self.stream_target = config.stream_rtf_target
         """The share of a token's audio a decode step may take for streams to keep ahead of their listeners: the
         setting, or the engine's pieces' own bound on a row's start where that is tighter (``Batcher.keep_ahead``)."""
@@ -355,7 +358,8 @@ class Worker:
     def _free_room(self) -> int:
         """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
         stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
-        else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows)."""
+        else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows), and with stream admission
+        on no more than the stream room (:mod:`ttsq.runtime.stream_admission`)."""
         batcher = self._batcher
         if batcher is None or self._alone:
             return 0
@@ -364,12 +368,8 @@ class Worker:
         if batcher.waiting_rows >= limit:
             return 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
-        if self.config.stream_admission != "off":
-            rows = batcher.active_rows + batcher.waiting_rows
-            streams = stream_room(self.step_cost.real_time_rows(self.stream_target), rows, len(self._in_flight))
-            self.record.stream_room = streams
-            room = min(room, streams)
-        return room
+        rows = batcher.active_rows + batcher.waiting_rows
+        return self.stream_admission.claim_limit(room, self.stream_target, rows, len(self._in_flight))
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,

@@ -96,8 +96,9 @@ class Heartbeats:
         return int(await self.redis.zcount(self.keys.workers, await self.live_since(), "+inf"))
 
     async def stream_room(self) -> int | None:
-        """Streams the live workers can still start real-time, summed from their records' ``stream_room``; None when
-        none reports it (admission off)."""
+        """The live workers' stream room: streams they can still start real-time, summed from their records'
+        ``stream_room`` (:mod:`ttsq.runtime.stream_admission` writes it); None when none reports it (stream admission
+        off)."""
         ids = await self.redis.zrangebyscore(self.keys.workers, await self.live_since(), "+inf")
         if not ids:
             return None

@@ -370,3 +370,24 @@ async def test_a_client_that_goes_away_at_any_point_logs_no_error(
         await asyncio.sleep(0)
     problems = [f"{r.name} {r.levelname}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert problems == [], problems
+
+
+async def test_a_session_holds_one_of_the_stream_slots_the_http_streams_hold_and_gives_it_back(
+    redis: Redis, make_settings: Any
+) -> None:
+    """A session takes the same stream slots as the streaming routes (``ListeningService.open_session``), counted as a
+    ``session``: past its caller's share (``MAX_STREAMS_PER_KEY``) another is ``too_many_requests`` (4429), and once it
+    ends, its slot is back."""
+    async with served(make_settings(auth="on", max_streams_per_key=1)) as (url, app):
+        slots = app.state.service.listening.stream_slots
+        key = await new_key(redis, "tts")
+        async with connect(url, additional_headers=bearer(key), open_timeout=GUARD_S) as first:
+            await started(first)
+            assert (slots.open, slots.counts().by_kind["session"]) == (1, 1)
+            async with connect(url, additional_headers=bearer(key), open_timeout=GUARD_S) as second:
+                await second.send(json.dumps({"type": "session.start"}))
+                _, events, code = await drain(second)
+            assert code == 4429 and "MAX_STREAMS_PER_KEY=1" in events[-1]["message"], events
+        async with asyncio.timeout(GUARD_S):
+            while slots.open:  # noqa: ASYNC110 - the session's slot is what says it has ended
+                await asyncio.sleep(0.02)

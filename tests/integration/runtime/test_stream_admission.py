@@ -71,7 +71,7 @@ async def test_beyond_the_real_time_rows_new_streams_wait_in_the_queue(redis: Re
     assert await _most_together(redis, tiny_decoder_engine, "off") == 3
 
 
-async def test_admission_keeps_to_the_bound_a_rows_start_sets_where_it_is_tighter(
+async def test_stream_admission_keeps_to_the_bound_a_rows_start_sets_where_it_is_tighter(
     redis: Redis, tiny_decoder_engine: DecoderEngine
 ) -> None:
     # The tiny decoder's 9-token field with the default pieces (32 after 40, streamed runs of 64): its exact audio

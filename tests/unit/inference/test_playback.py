@@ -1,5 +1,6 @@
-"""Playback accounting (ttsq/inference/playback.py): a listener's clock, the step-cost model, admission, and the scheduler's
-playback-aware ranking of waiting rows — on given times, no model."""
+"""Playback accounting (ttsq/inference/playback.py): a listener's clock, the step-cost model, and the scheduler's
+playback-aware ranking of waiting rows — on given times, no model (what the worker makes of the step cost, its stream
+room: tests/unit/runtime/test_stream_admission.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import pytest
 
 from ttsq.inference.base import SynthesisRequest
-from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost, stream_room
+from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost
 from ttsq.inference.sched.requests import RequestState as _Request
 from ttsq.inference.sched.requests import RowState as _Row
 
@@ -49,7 +50,7 @@ def test_step_cost_at_one_row_count_is_taken_as_proportional_to_rows() -> None:
     assert cost.real_time_rows(1.0) == 4  # 21.3 ms / 5 ms
 
 
-def test_a_step_slower_than_real_time_at_no_rows_admits_nothing_and_a_free_one_is_bounded() -> None:
+def test_a_step_slower_than_real_time_at_no_rows_keeps_no_row_real_time_and_a_free_one_is_bounded() -> None:
     slow = StepCost()
     for rows, seconds in ((1, 0.05), (2, 0.05)):
         slow.observe(rows, seconds)
@@ -66,54 +67,6 @@ def test_step_cost_keeps_only_its_window_of_recent_steps() -> None:
     cost.observe(2, 0.004)
     cost.observe(4, 0.008)
     assert cost.fit() == pytest.approx((0.0, 0.002))
-
-
-def test_stream_room_starts_one_stream_on_an_idle_worker_and_none_past_the_real_time_rows() -> None:
-    assert stream_room(None, 0, 0) == 1  # nothing measured, nothing in hand: one, to measure
-    assert stream_room(None, 1, 1) == 0  # nothing measured yet: wait for the first step
-    assert stream_room(0, 0, 0) == 1  # even a model that admits nothing lets an idle worker work
-    assert stream_room(5, 3, 3) == 2
-    assert stream_room(5, 7, 4) == 0
-
-
-def _simulate(admission: bool, streams: int = 10, chunks: int = 3, tokens: int = 48) -> list[tuple[float | None, Listener]]:
-    """A decode loop on a fixed-cost engine (2 ms a step + 3 ms a row), on an injected clock: ``streams`` requests queued
-    at 0, each ``chunks`` chunks of ``tokens`` steps decoded one after another, each chunk's audio delivered to its
-    listener when it ends. Returns each stream's (admission time, listener)."""
-    clock = 0.0
-    cost = StepCost()
-    queued = list(range(streams))
-    admitted: dict[int, float] = {}
-    progress = dict.fromkeys(range(streams), 0)  # tokens decoded of the stream's whole text
-    listeners = [Listener() for _ in range(streams)]
-    active: list[int] = []
-    while queued or active:
-        room = stream_room(cost.real_time_rows(0.8), len(active), len(active)) if admission else len(queued)
-        for _ in range(min(room, len(queued))):
-            stream = queued.pop(0)
-            admitted[stream] = clock
-            active.append(stream)
-        seconds = 0.002 + 0.003 * len(active)
-        clock += seconds
-        cost.observe(len(active), seconds)
-        for stream in list(active):
-            progress[stream] += 1
-            if progress[stream] % tokens == 0:
-                listeners[stream].deliver(clock, tokens * TOKEN_AUDIO_S)
-                if progress[stream] == chunks * tokens:
-                    active.remove(stream)
-    return [(admitted.get(n), listeners[n]) for n in range(streams)]
-
-
-def test_beyond_capacity_new_streams_wait_and_the_admitted_ones_never_run_dry() -> None:
-    # Ten rows at once: 32 ms a step, 48 steps a chunk (1.54 s) for 1.02 s of audio: every listener stalls.
-    unchecked = _simulate(admission=False)
-    assert all(listener.underruns == 2 for _, listener in unchecked)  # at its second and third chunks
-    # Admission: a step may take 0.8 × 21.3 ms, so 5 rows; the other streams wait in the queue, then start.
-    checked = _simulate(admission=True)
-    assert all(listener.underruns == 0 and listener.delivered_s > 0 for _, listener in checked)
-    waited = [at for at, _ in checked if at is not None and at > 0]
-    assert len(waited) >= 5, checked
 
 
 def _request(key: str, arrival: int, arrived_at: float, margin_s: float | None = 0.5) -> _Request:

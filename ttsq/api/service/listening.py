@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,6 +183,12 @@ class ListeningService:
         as long as its task lasts, so this process serves ``MAX_STREAMS`` at once, ``MAX_STREAMS_PER_KEY`` of them to one
         caller and ``MAX_STREAMS_PER_TENANT`` to one tenant."""
         hold(self.stream_slots, caller.subject, request_state, caller.tenant, kind)
+
+    def open_session(self, caller: Principal) -> Callable[[], None]:
+        """Take one of the same stream slots as :meth:`open_stream` for ``caller``'s realtime session (kind ``session``),
+        or raise :class:`ttsq.api.stream_slots.TooManyStreams`. Returns what gives it back: a WebSocket has no response
+        whose end would, so the session engine calls it when the connection ends, whatever ended it."""
+        return self.stream_slots.take(caller.subject, caller.tenant, "session")
 
     async def require_workers(self, job: Job | None = None) -> None:
         """Before a response that waits on ``job`` (None: one just queued) starts:

@@ -31,7 +31,7 @@ from ttsq.api.service.dictionary import DictionaryService
 from ttsq.api.service.ssml import SsmlService
 from ttsq.api.service.styles import StyleService
 from ttsq.api.service.voices import VoiceService
-from ttsq.api.stream_admission import WorkerWatch, refuse_past_stream_capacity
+from ttsq.api.stream_admission import WorkerWatch, refuse_without_stream_room
 from ttsq.api.stream_slots import when_over
 from ttsq.domain import context
 from ttsq.domain.audio import SAMPLE_RATE
@@ -320,7 +320,7 @@ class TaskService:
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
         if self.config.stream_admission == "refuse" and not params.refine_only:
-            await refuse_past_stream_capacity(self.heartbeats)
+            await refuse_without_stream_room(self.heartbeats)
         result = await self.queue.enqueue(
             signer.new(shard),
             params,

@@ -163,7 +163,7 @@ class Opening:
         context id."""
         sessions = self.sessions
         try:
-            self.release = sessions.service.listening.stream_slots.take(caller.subject, caller.tenant)
+            self.release = sessions.service.listening.open_session(caller)
         except TooManyStreams as exc:
             raise ConnectionEnded("too_many_requests" if exc.per_key else "unavailable", str(exc)) from None
         key = caller.key
