@@ -203,11 +203,11 @@ async def task_result(
         return Response(content=download.audio, media_type=download.job.content_type)
     if download.audio is not None and download.job.params.document and format not in CAPTION_CONTENT_TYPES:
         # A document's audio is its stream's (docs/documents.md): encoded as it is read, never held whole.
-        fmt = asked or _output_format(download.job.params.format, sample_rate)  # type: ignore[arg-type]  # a ttsq name
+        streamed = asked or _output_format(download.job.params.format, sample_rate)  # type: ignore[arg-type]  # a ttsq name
         return StreamingResponse(
-            listening.audio(task_id, fmt),
-            media_type=fmt.content_type,
-            headers={"Content-Disposition": f'attachment; filename="{task_id}.{fmt.extension}"'},
+            listening.audio(task_id, streamed),
+            media_type=streamed.content_type,
+            headers={"Content-Disposition": f'attachment; filename="{task_id}.{streamed.extension}"'},
         )
     if download.audio is not None and format in CAPTION_CONTENT_TYPES:
         captions = listening.captions(download.job, format)  # type: ignore[arg-type]  # a caption format

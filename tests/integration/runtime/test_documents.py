@@ -90,7 +90,9 @@ async def test_a_document_goes_on_after_the_parts_a_failed_attempt_published(red
     assert cues[0].start == 0 and cues[-1].end == samples.size
 
 
-async def test_a_document_cancelled_while_it_runs_leaves_no_part_in_the_engine(redis: Redis, invariant_engine: DecoderEngine) -> None:
+async def test_a_document_cancelled_while_it_runs_leaves_no_part_in_the_engine(
+    redis: Redis, invariant_engine: DecoderEngine
+) -> None:
     async with running_worker(redis, invariant_engine, document_parts_in_flight=2) as worker:
         job_id = task_id()
         await worker.queue.enqueue(job_id, document("nothing"), single_flight=False)

@@ -17,7 +17,9 @@ from ttsq.store.streams import ResumePoint
 
 
 def document(pauses: list[int | None]) -> list[Segment]:
-    return [Segment(text=f"Part {number} says something.", speaker_seed=1, pause_samples=pause) for number, pause in enumerate(pauses)]
+    return [
+        Segment(text=f"Part {number} says something.", speaker_seed=1, pause_samples=pause) for number, pause in enumerate(pauses)
+    ]
 
 
 def chunk(part: int, index: int, total: int, length: int) -> ChunkAudio:
@@ -68,7 +70,10 @@ def test_a_resumed_attempt_releases_exactly_what_one_attempt_releases_from_there
 ) -> None:
     segments = document(pauses)
     job_parts = parts(segments, seed=5)
-    chunks = {part.number: [chunk(part.number, i, counts[part.number], 40 + 7 * i) for i in range(counts[part.number])] for part in job_parts}
+    chunks = {
+        part.number: [chunk(part.number, i, counts[part.number], 40 + 7 * i) for i in range(counts[part.number])]
+        for part in job_parts
+    }
     whole = JobAudio.of(job_parts)
     reference = feed_all(whole, chunks)
     done = data.draw(st.integers(1, len(job_parts)), label="parts published whole by the first attempt")
