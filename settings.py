@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # each process imports only the configs it uses
     from ttsq.inference.engines.factory import BackendConfig
     from ttsq.inference.engines.faults import FaultConfig
     from ttsq.runtime.deliverer import WebhookConfig
-    from ttsq.runtime.worker import WorkerConfig
+    from ttsq.runtime.worker_config import WorkerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent
 ENV_FILE = ".env"
@@ -1310,7 +1310,7 @@ class Settings(BaseSettings):
         return self._project(BackendConfig, playback_margin_s=self.playback_margin_s if playback else None)
 
     def worker_config(self) -> WorkerConfig:
-        from ttsq.runtime.worker import WorkerConfig
+        from ttsq.runtime.worker_config import WorkerConfig
 
         auto = self.max_batch == "auto"
         return self._project(

@@ -16,7 +16,7 @@ from ttsq.api.service import ServiceConfig
 from ttsq.inference.engines.chattts import EngineConfig
 from ttsq.inference.engines.faults import FaultConfig
 from ttsq.runtime.deliverer import WebhookConfig
-from ttsq.runtime.worker import WorkerConfig
+from ttsq.runtime.worker_config import WorkerConfig
 from ttsq.store.cache import CacheConfig
 from ttsq.store.connection import RedisConfig
 from ttsq.store.deliveries import DeliveryConfig

@@ -18,15 +18,20 @@ seam, and a worker's death costs only the parts it had in hand.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ttsq.domain.audio import SAMPLE_RATE
+from ttsq.domain.audio import CONTENT_TYPES, SAMPLE_RATE
+from ttsq.domain.jobs import Job, TTSParams
 from ttsq.domain.segments import Part
+from ttsq.inference.base import TransientError
 from ttsq.runtime.assembly import JobAudio
-from ttsq.store.streams import ResumePoint
+from ttsq.runtime.outcomes import Failure, Outcome, Synthesised
+from ttsq.store.cache import CachedAudio
+from ttsq.store.streams import AudioStreams
 
-__all__ = ["DocumentFeed", "resume"]
+__all__ = ["DocumentFeed", "document_outcome", "resume"]
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +80,27 @@ class DocumentFeed:
         return added
 
 
-def resume(job_id: str, audio: JobAudio, point: ResumePoint, parts: int) -> int:
-    """Set ``audio`` to go on after what ``point`` says the document's stream holds; the first part number to speak."""
+async def resume(streams: AudioStreams, job: Job, audio: JobAudio, parts: int) -> int:
+    """Set ``audio`` to go on after what the document's stream holds whole (an earlier attempt's parts); the first
+    part number to speak. Redis errors are the caller's."""
+    point = await streams.resume_point(job.id)
     if point.parts_done <= 0:
         return 0
     audio.resume(point.parts_done, point.index, point.at, point.captions())
     log.info(
         "%s goes on after %d of its %d parts (%.1f s of audio kept in its stream)",
-        job_id,
+        job.id,
         point.parts_done,
         parts,
         point.at / SAMPLE_RATE,
     )
     return point.parts_done
+
+
+def document_outcome(audio: JobAudio, params: TTSParams, claimed_at: float) -> Outcome:
+    """A finished document's outcome: its audio is its stream's, so its result records only the length and the
+    captions of the whole document (the ``format`` it is served in is encoded as it is read)."""
+    if audio.length == 0:
+        return Failure(TransientError("model produced no audio"))
+    kept = CachedAudio(b"", CONTENT_TYPES[params.format], audio.length / SAMPLE_RATE, captions=audio.captions(params))
+    return Synthesised(kept, busy_s=time.perf_counter() - claimed_at)

@@ -22,7 +22,7 @@ from ttsq.runtime.inference_thread import InferenceThread
 from ttsq.runtime.metrics import WorkerMetrics
 
 if TYPE_CHECKING:  # types only: the worker builds its replica
-    from ttsq.runtime.worker import WorkerConfig
+    from ttsq.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger("ttsq.runtime.worker")  # the worker's story, one logger: its start-up reads in order
 

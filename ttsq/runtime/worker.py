@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ from ttsq.inference.base import (
 )
 from ttsq.inference.playback import Listener, StepCost
 from ttsq.runtime.assembly import JobAudio, RefinedChunks, part_key, parts_of_key
-from ttsq.runtime.documents import DocumentFeed, resume
+from ttsq.runtime.documents import DocumentFeed, document_outcome, resume
 from ttsq.runtime.health import HeartbeatRecord, health_server
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 from ttsq.runtime.metrics import WorkerMetrics
@@ -78,6 +78,7 @@ from ttsq.runtime.upkeep import (
 )
 from ttsq.runtime.voice_encoder import VoiceEncoderLoop
 from ttsq.runtime.worker_claims import WorkerClaims
+from ttsq.runtime.worker_config import WorkerConfig
 from ttsq.store.cache import CachedAudio, ResultCache
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.queue import JobQueue
@@ -89,45 +90,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _ROOM_PER_SLOT = 2
 """Jobs in hand per slot at most: the rows decoding, and as many claimed to take their slots."""
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """The worker's timings and limits. Built from settings by ``worker.py``, which validates them."""
-
-    worker_id: str
-    heartbeat_interval_s: float
-    sweep_interval_s: float
-    job_timeout_s: float
-    shutdown_grace_s: float
-    health_host: str
-    health_port: int
-    max_batch: int
-    """The largest batch ever run; with ``auto_batch`` the worker may choose less."""
-    auto_batch: bool
-    """Size the batch from the device at start (on CUDA); on a CPU run at most
-    :data:`~ttsq.runtime.replica.CPU_AUTO_BATCH`."""
-    batch_memory_headroom: float
-    stream_rtf_target: float
-    stream_admission: Literal["off", "wait", "refuse"]
-    """``wait``/``refuse``: claim no new job past the stream room, the streams a decode step keeps real-time
-    (:mod:`ttsq.runtime.stream_admission`); that room goes in the heartbeat, for the API's ``refuse``."""
-    max_new_token: int
-    document_parts_in_flight: int
-    """A document's parts in the engine at once (:mod:`ttsq.runtime.documents`)."""
-    compile: bool
-    batch_wait_ms: float
-    oom_recover_s: float
-    release_memory_above: float
-    release_memory_idle_s: float
-    notify_socket: str | None
-    """systemd's ``NOTIFY_SOCKET`` (a ``Type=notify`` unit): ready and watchdog pings (:mod:`ttsq.runtime.sdnotify`)."""
-
-    @property
-    def stall_after_s(self) -> float:
-        """How long the event loop may go without a liveness tick before the worker counts as stalled (``/healthz``,
-        systemd's watchdog)."""
-        return max(5 * self.heartbeat_interval_s, 10.0)
 
 
 @dataclass
@@ -421,25 +383,21 @@ class Worker:
         """A document's first parts into the engine: from the first one its stream does not hold whole (an earlier
         attempt's, :mod:`ttsq.runtime.documents`). If its stream cannot be read, the attempt fails to run again."""
         job = flight.job
-        first = 0
-        if job.attempts > 1:
-            try:
-                point = await self.streams.resume_point(job.id)
-            except REDIS_ERRORS as exc:
-                if self._in_flight.get(job.id) is flight:
-                    self._end(job.id, Failure(TransientError(f"its earlier attempts' audio could not be read: {exc}")))
-                return
-            if self._in_flight.get(job.id) is not flight:
-                return  # cancelled or taken back meanwhile
-            first = resume(job.id, flight.audio, point, parts)
-            self.metrics.document_parts_kept.inc(first)
+        try:
+            first = await resume(self.streams, job, flight.audio, parts) if job.attempts > 1 else 0
+        except REDIS_ERRORS as exc:
+            if self._in_flight.get(job.id) is flight:
+                self._end(job.id, Failure(TransientError(f"its earlier attempts' audio could not be read: {exc}")))
+            return
+        if self._in_flight.get(job.id) is not flight:
+            return  # cancelled or taken back meanwhile
+        self.metrics.document_parts_kept.inc(first)
         if flight.audio.complete:  # every part was published: only its outcome was not stored
             del self._in_flight[job.id]
             await self._finish(flight)
-            return
-        assert flight.feed is not None
-        for part in flight.feed.start(first):
-            self._add_part(flight, part)
+        elif flight.feed is not None:
+            for part in flight.feed.start(first):
+                self._add_part(flight, part)
 
     def _adopted(self, job: Job) -> bool:
         """Whether ``job`` was claimed again while this worker's earlier, lapsed claim on it is still in the engine
@@ -566,13 +524,7 @@ class Worker:
         """All of a job's chunks ended: encode its audio (off the loop) and store it. A document's audio is its
         stream's: its result records its length and captions (:mod:`ttsq.runtime.documents`)."""
         if flight.job.params.document:
-            length = flight.audio.length
-            fmt = flight.job.params.format
-            kept = CachedAudio(b"", CONTENT_TYPES[fmt], length / SAMPLE_RATE, captions=flight.audio.captions(flight.job.params))
-            outcome: Outcome = Synthesised(kept, busy_s=time.perf_counter() - flight.claimed_at)
-            if length == 0:
-                outcome = Failure(TransientError("model produced no audio"))
-            await self._settle_flight(flight, outcome)
+            await self._settle_flight(flight, document_outcome(flight.audio, flight.job.params, flight.claimed_at))
             return
         samples = flight.audio.samples()
         if samples.size == 0:

@@ -22,7 +22,8 @@ from ttsq.domain.jobs import Job, Status, TTSParams
 from ttsq.inference.base import Engine
 from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.inference.engines.faults import FaultInjectingEngine
-from ttsq.runtime.worker import Worker, WorkerConfig
+from ttsq.runtime.worker import Worker
+from ttsq.runtime.worker_config import WorkerConfig
 from ttsq.store.connection import create_redis
 from ttsq.store.dead_letters import DeadLetters
 from ttsq.store.heartbeats import Heartbeats

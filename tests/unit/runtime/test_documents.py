@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ttsq.domain.segments import Segment, parts
 from ttsq.inference.base import ChunkAudio
 from ttsq.runtime.assembly import JobAudio, Release
-from ttsq.runtime.documents import DocumentFeed, resume
+from ttsq.runtime.documents import DocumentFeed
 from ttsq.store.streams import ResumePoint
 
 
@@ -84,7 +84,8 @@ def test_a_resumed_attempt_releases_exactly_what_one_attempt_releases_from_there
     for index, timing in enumerate(whole.timings[: point.index]):  # the worker publishes each chunk's caption
         point.timings[index] = tuple(timing)  # type: ignore[assignment]
     again = JobAudio.of(job_parts, keep=False)
-    first = resume("doc", again, point, len(job_parts))
+    again.resume(point.parts_done, point.index, point.at, point.captions())
+    first = point.parts_done
     assert first == done and point.at == reference[cut - 1].at + reference[cut - 1].samples.size
     rest = feed_all(again, chunks, first)
     assert [(r.index, r.at, r.final, r.part, r.parts_done) for r in rest] == [
@@ -115,9 +116,7 @@ def test_the_feed_keeps_its_limit_of_parts_in_the_engine_and_starts_after_what_w
 
 
 def test_a_stream_without_a_whole_part_resumes_at_the_start() -> None:
-    job_parts = parts(document([None, None]), seed=1)
-    audio = JobAudio.of(job_parts)
     partial = [Release(0, 2, np.zeros(10, np.float32), at=0, final=False, part=0, parts_done=0)]
     point = ResumePoint()
     point.read(entries(partial))
-    assert resume("doc", audio, point, 2) == 0 and point.parts_done == 0
+    assert point.parts_done == 0 and point.index == 0 and point.at == 0
