@@ -7,6 +7,7 @@ streams that follow a task as it runs are :mod:`.listening`'s.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -258,8 +259,9 @@ class TaskService:
             raise InvalidInput("format", f"a document is streamed as it is made: `format` is one of {names}", body.format)
         config = self.config
         limit = config.max_document_chars if body.document else (max_text_chars or config.max_text_chars)
-        try:
-            blocks = read_document(body.text, body.text_format, limit, code=config.document_code, emoji=config.document_emoji)
+        reading = functools.partial(read_document, code=config.document_code, emoji=config.document_emoji)
+        try:  # in a thread: reading a long document is CPU work the event loop must not wait on
+            blocks = await asyncio.to_thread(reading, body.text, body.text_format, limit)
         except TextError as exc:
             raise InvalidInput("text", str(exc), body.text[:200]) from exc
         spoken = body.model_copy(update={"text": "\n".join(block.text for block in blocks)})
