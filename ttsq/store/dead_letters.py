@@ -30,7 +30,7 @@ class DeadLetters:
     async def newest(self, limit: int = 100) -> list[Job]:
         """The newest dead-lettered jobs' final records, newest first (over every shard)."""
         lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
-        jobs = [Job.model_validate_json(item) for raw in lists for item in raw]
+        jobs = [Job.stored(item) for raw in lists for item in raw]
         if self.shards.count > 1:
             jobs.sort(key=lambda job: job.finished_at or 0.0, reverse=True)
         return jobs[:limit]
@@ -42,7 +42,7 @@ class DeadLetters:
     async def get(self, job_id: str) -> Job | None:
         """One dead letter's final record (its reason and attempts), or None."""
         raw = await self.redis.lrange(self.shards.of(job_id).dead, 0, -1)
-        return next((job for job in (Job.model_validate_json(item) for item in raw) if job.id == job_id), None)
+        return next((job for job in (Job.stored(item) for item in raw) if job.id == job_id), None)
 
     async def requeue(self, job_id: str) -> Requeued:
         """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
@@ -77,6 +77,6 @@ class DeadLetters:
         dead = self.shards.of(job_id).dead
         removed = 0
         for raw in await self.redis.lrange(dead, 0, -1):
-            if Job.model_validate_json(raw).id == job_id:
+            if Job.stored(raw).id == job_id:
                 removed += int(await self.redis.lrem(dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
         return removed
