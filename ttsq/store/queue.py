@@ -421,4 +421,3 @@ class JobQueue:
         ]
         args: list[Any] = [job.id, reader or "", self.clock.arg(), self.config.result_ttl_s, keys_of.prefix, holder or ""]
         return Cancelled.parse(await self._cancel(keys=keys, args=[*args, "1" if sole else "0", _CANCELS_KEPT]))
-

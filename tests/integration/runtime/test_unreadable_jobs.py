@@ -8,6 +8,7 @@ leave it: its parameters hold a seed of a type this release does not take.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -48,7 +49,8 @@ async def test_a_job_whose_record_does_not_load_fails_with_why_and_the_worker_se
         scrape = samples(worker.metrics.exposition().decode())
         assert worker.record.jobs_failed == 1 and value(scrape, "ttsq_jobs_total", outcome="failed", attempt="1") == 1
     assert await redis.get(queue.keys.owner_jobs(OWNER)) is None, "its owner's count was not released"
-    assert [fields for _, fields in await redis.xrange(queue.keys.stream(bad))][-1] == {b"end": b"failed"}
+    entries: Any = await redis.xrange(queue.keys.stream(bad))
+    assert entries[-1][1] == {b"end": b"failed"}, "its stream has no end marker"
     assert bad.encode() in await redis.lrange(queue.keys.deliveries, 0, -1), "its webhook was not queued"
     assert [letter.id for letter in await DeadLetters(queue).newest()] == [bad]
 

@@ -46,7 +46,8 @@ async def test_a_claimed_job_whose_record_does_not_load_is_failed_for_good_with_
     assert stored is not None and stored.status is Status.FAILED and stored.error == job.unreadable
     assert await redis.get(queue.keys.owner_jobs(OWNER)) is None, "its owner's count was not released"
     assert await redis.get(queue.keys.inflight("k-unreadable")) is None, "its single-flight marker was kept"
-    assert [fields for _, fields in await redis.xrange(queue.keys.stream(job_id))][-1] == {b"end": b"failed"}
+    entries: Any = await redis.xrange(queue.keys.stream(job_id))
+    assert entries[-1][1] == {b"end": b"failed"}, "its stream has no end marker"
     dead = await DeadLetters(queue).newest()
     assert [letter.id for letter in dead] == [job_id] and dead[0].error == job.unreadable
 
@@ -70,3 +71,19 @@ def test_a_claimed_record_that_is_no_job_at_all_is_left_out_not_raised() -> None
     reply = ClaimReply.parse([b"claimed", [b"run", b"[1, 2]"], [b"run", good.encode()], [b"run", b'{"id": 5}']])
     assert [started.job.id for started in reply.started] == ["good"]
     assert len(reply.strays) == 2
+
+
+async def test_a_dead_letter_that_is_no_job_at_all_hides_no_other(make_queue: Any, redis: Redis) -> None:
+    queue: JobQueue = make_queue()
+    job_id = task_id()
+    await queue.enqueue(job_id, params(), single_flight=False)
+    await written_by_a_newer_release(redis, queue, job_id)
+    claim = await queue.leases.claim("w", block_s=0.1)
+    assert claim is not None and claim.job.unreadable is not None
+    await queue.leases.fail(claim.job, claim.job.unreadable, retryable=False, cache_key=None)
+    await redis.lpush(queue.keys.dead, b'{"attempts": 1}', b"not json")
+    letters = DeadLetters(queue)
+    assert [letter.id for letter in await letters.newest()] == [job_id]
+    found = await letters.get(job_id)
+    assert found is not None and found.error == claim.job.unreadable
+    assert await letters.purge(job_id) == 1 and await letters.count() == 2
