@@ -6,16 +6,17 @@ in :mod:`ttsq.store.queue`; nothing outside that module writes a job.
 
 from __future__ import annotations
 
+import json
 import secrets
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from ttsq.domain.captions import Cue
 from ttsq.domain.sampling import SamplingFields
 from ttsq.domain.segments import Part, Segment, VoiceFields, parts
-from ttsq.domain.stored import StoredList
+from ttsq.domain.stored import StoredList, salvaged, unreadable_reason
 
 AudioFormat = Literal["wav", "mp3", "ogg", "flac", "opus", "aac", "pcm"]
 Priority = Literal["interactive", "batch"]
@@ -156,6 +157,44 @@ class Job(BaseModel):
     priority: Priority = Field(
         default="interactive", description="Its lane: interactive is served first, batch gets a bounded share."
     )
+    _unreadable: str | None = PrivateAttr(default=None)
+
+    @property
+    def unreadable(self) -> str | None:
+        """Why its stored record did not load as it is, for a person; None when it did. This job is then a stand-in
+        (:meth:`stored`): a worker that claimed it fails it for good with this reason, and never runs it."""
+        return self._unreadable
+
+    @classmethod
+    def stored(cls, raw: str | bytes) -> Job:
+        """A job record as stored in Redis.
+
+        A record that does not load as it is (written by a newer or older release; a field of a type this one does not
+        take) still loads, as a stand-in made of the fields that did, with :attr:`unreadable` saying why: a worker that
+        claimed it must be able to fail it (its id, claim, owner and single-flight key end it through the queue's one
+        failure path) and go on with the others, and the API must answer its status rather than a 500. A field that
+        did not load takes its default, except an access list, which takes an empty one (the task is then readable by
+        no key but an admin's: a list that cannot be read must not open the task to everyone), and the parameters,
+        which keep what of them did load. Raises only for what is no job record at all: not a JSON object, or one
+        without a string ``id``.
+        """
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            error = exc
+        data = json.loads(raw)
+        stored_params = data.get("params") if isinstance(data, dict) else None
+        try:
+            params = salvaged(TTSParams, stored_params, {"text": "", "seed": 0})
+        except ValidationError:
+            params = TTSParams(text="", seed=0)
+        fallbacks = {"params": params, "readers": [], "holders": [], "created_at": 0.0, "max_attempts": 0}
+        try:
+            job = salvaged(cls, data, fallbacks)
+        except ValidationError:
+            raise error from None
+        job._unreadable = unreadable_reason("the job record", error)
+        return job
 
 
 def draw_seed() -> int:

@@ -35,6 +35,7 @@ __all__ = [
     "Outcomes",
     "Piece",
     "Synthesised",
+    "UnreadableJob",
     "failure_reason",
     "heard",
     "token",
@@ -71,9 +72,14 @@ class CancelledWhileRunning(Exception):
     """A caller cancelled the job while it ran; the worker stopped its work (``fail`` ends it as cancelled)."""
 
 
+class UnreadableJob(Exception):
+    """The claimed job's record does not load as it is (:attr:`Job.unreadable`, the message): no attempt could run
+    it, on any worker of this release, so it fails for good, saying why."""
+
+
 def failure_reason(error: BaseException) -> tuple[str, bool]:
     """How a failure is recorded on the job, and whether another attempt may succeed."""
-    if isinstance(error, CancelledWhileRunning):
+    if isinstance(error, CancelledWhileRunning | UnreadableJob):
         return str(error), False
     if isinstance(error, OutOfMemory):
         return f"out of memory: {error}", True

@@ -60,6 +60,7 @@ from ttsq.runtime.outcomes import (
     Outcomes,
     Piece,
     Synthesised,
+    UnreadableJob,
     heard,
     token,
 )
@@ -336,11 +337,19 @@ class Worker:
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
         else into the engine (alone, if its last worker was lost while running it). The jobs claimed
-        together reach the engine together (no await between them), so they start in one step."""
+        together reach the engine together (no await between them), so they start in one step.
+
+        A job whose record did not load (:attr:`Job.unreadable`: another release wrote it) is failed for good with
+        that reason, through the one failure path (its owner's count, webhook, stream end, dead letter, metrics);
+        the jobs claimed with it go on: one such record must not take its batch, or the worker, down with it."""
         if not jobs:
             return
         claimed_at = time.perf_counter()
         self._running.update((job.id, token(job)) for job in jobs)
+        for job in jobs:
+            if job.unreadable is not None:
+                self._spawn(self.outcomes.settle(job, Failure(UnreadableJob(job.unreadable)), claimed_at))
+        jobs = [job for job in jobs if job.unreadable is None]
         self._alone.update(job.id for job in jobs if job.isolate)
         jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ttsq.domain.jobs import Job
@@ -15,6 +16,16 @@ from ttsq.store.replies import Requeued, RequeueReply
 from ttsq.store.scripts import home_queue, lua_script
 
 log = logging.getLogger("ttsq.store.queue")  # where a requeue was logged before it had a module of its own
+
+
+def _letters(raw: Iterable[bytes | str]) -> Iterator[Job]:
+    """The letters as jobs (a stand-in for a record that does not load as it is: :meth:`Job.stored`). One that is no
+    job record at all is skipped with a warning: it must not hide every other letter from the operator."""
+    for item in raw:
+        try:
+            yield Job.stored(item)
+        except ValueError as exc:  # pydantic's ValidationError and json's JSONDecodeError are ValueErrors
+            log.warning("a dead letter is no job record at all (%s): skipped", str(exc)[:300])
 
 
 class DeadLetters:
@@ -30,7 +41,7 @@ class DeadLetters:
     async def newest(self, limit: int = 100) -> list[Job]:
         """The newest dead-lettered jobs' final records, newest first (over every shard)."""
         lists = await asyncio.gather(*(self.redis.lrange(keys.dead, 0, limit - 1) for keys in self.shards.all))
-        jobs = [Job.model_validate_json(item) for raw in lists for item in raw]
+        jobs = [job for raw in lists for job in _letters(raw)]
         if self.shards.count > 1:
             jobs.sort(key=lambda job: job.finished_at or 0.0, reverse=True)
         return jobs[:limit]
@@ -42,7 +53,7 @@ class DeadLetters:
     async def get(self, job_id: str) -> Job | None:
         """One dead letter's final record (its reason and attempts), or None."""
         raw = await self.redis.lrange(self.shards.of(job_id).dead, 0, -1)
-        return next((job for job in (Job.model_validate_json(item) for item in raw) if job.id == job_id), None)
+        return next((job for job in _letters(raw) if job.id == job_id), None)
 
     async def requeue(self, job_id: str) -> Requeued:
         """Put a dead letter back in its shard's queue under its own id (see ``lua/requeue_dead.lua``)."""
@@ -77,6 +88,6 @@ class DeadLetters:
         dead = self.shards.of(job_id).dead
         removed = 0
         for raw in await self.redis.lrange(dead, 0, -1):
-            if Job.model_validate_json(raw).id == job_id:
+            if any(job.id == job_id for job in _letters([raw])):
                 removed += int(await self.redis.lrem(dead, 0, raw))  # type: ignore[arg-type]  # bytes are fine
         return removed

@@ -225,6 +225,8 @@ class Leases:
         return []
 
     async def _claimed(self, keys: Keys, worker_id: str, reply: ClaimReply) -> list[Claim]:
+        for stray in reply.strays:
+            log.error("a job claimed on shard %r has a record that is no job at all (%s): its lease lapses", keys.label, stray)
         claims = [Claim(job=started.job, started=started.started) for started in reply.started]
         seen = (worker_id, keys.prefix)
         for claim in claims:

@@ -363,8 +363,10 @@ class JobQueue:
         return reply
 
     async def get(self, job_id: str) -> Job | None:
+        """The job's record; a stand-in saying why when it does not load as it is (:meth:`Job.stored`), so that a
+        caller asking after such a task is answered its status, not an error."""
         raw = await self.redis.get(self.shards.of(job_id).job(job_id))
-        return None if raw is None else Job.model_validate_json(raw)
+        return None if raw is None else Job.stored(raw)
 
     async def position(self, job_id: str) -> int | None:
         """About how many claims on its shard come before this job (0 = next), or None when it is not waiting in

@@ -13,7 +13,7 @@ strings).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Self
 
@@ -163,12 +163,13 @@ class StartReply:
 
     started: Started
     job: Job
-    """The job as the script left it."""
+    """The job as the script left it: a stand-in when its record does not load as it is (:meth:`Job.stored`,
+    :attr:`Job.unreadable`), which the worker fails instead of running."""
 
     @classmethod
     def parse(cls, raw: Any) -> StartReply:
         name, values = _outcome(raw)
-        return cls(Started(name), Job.model_validate_json(values[0]))
+        return cls(Started(name), Job.stored(values[0]))
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,25 @@ class ClaimReply:
     repeated: bool
     """The request had been answered already (its first answer was lost): these are the same jobs again."""
     started: list[StartReply]
+    strays: list[str] = field(default_factory=list)
+    """Why each job claimed whose record is no job record at all (not a JSON object, no id: not even a stand-in
+    loads) was left out of :attr:`started`. Raising instead would lose every job of the claim from its worker's hands,
+    the readable ones too; left out, such a job's lease lapses, the sweep requeues it, and a claim dead-letters it
+    once its attempts are spent (the script does that without Python reading it)."""
 
     @classmethod
     def parse(cls, raw: Any) -> ClaimReply:
         name, values = _outcome(raw)
         if name not in ("claimed", "repeated"):
             raise ValueError(f"claim.lua answered {name!r}")
-        return cls(name == "repeated", [StartReply.parse(item) for item in values])
+        started: list[StartReply] = []
+        strays: list[str] = []
+        for item in values:
+            try:
+                started.append(StartReply.parse(item))
+            except ValueError as exc:  # pydantic's ValidationError and json's JSONDecodeError are ValueErrors
+                strays.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        return cls(name == "repeated", started, strays)
 
 
 @dataclass(frozen=True)

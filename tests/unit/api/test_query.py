@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from typing import Any
 
@@ -73,6 +74,27 @@ async def test_failed_task_is_409_with_its_reason(client: httpx.AsyncClient, red
     response = await client.get(f"/v1/tts/result/{task_id}")
     assert response.status_code == 409
     assert response.json()["status"] == "failed" and response.json()["error"] == "inference failed: boom"
+
+
+async def test_a_task_whose_record_does_not_load_answers_its_status_and_its_failure(
+    client: httpx.AsyncClient, redis: Redis
+) -> None:
+    """A record another release wrote (a seed of another type) is answered, queued then failed with why, never a 500."""
+    task_id = await queued_task(client)
+    queue = JobQueue(redis, queue_config())
+    record = json.loads(await redis.get(queue.keys.job(task_id)) or b"{}")
+    record["params"]["seed"] = {"draw": 7}
+    await redis.set(queue.keys.job(task_id), json.dumps(record))
+    queued = await client.get(f"/v1/tts/tasks/{task_id}")
+    assert queued.status_code == 200 and queued.json()["status"] == "queued"
+    held = await claimed(queue)
+    assert held.job.unreadable is not None
+    await queue.leases.fail(held.job, held.job.unreadable, retryable=False, cache_key=None)
+    status = await client.get(f"/v1/tts/tasks/{task_id}")
+    assert status.status_code == 200 and status.json()["status"] == "failed"
+    assert status.json()["error"].startswith("the job record could not be read: params.seed: ")
+    result = await client.get(f"/v1/tts/result/{task_id}")
+    assert result.status_code == 409 and result.json()["error"] == status.json()["error"]
 
 
 async def test_expired_result_is_404(client: httpx.AsyncClient, redis: Redis) -> None:
