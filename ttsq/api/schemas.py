@@ -166,7 +166,9 @@ class TaskStatus(BaseModel):
         "(across attempts: a document's next attempt goes on after them).",
     )
     chunks_total: int | None = Field(None, description="The chunks known so far; of a document, all its parts.")
-    audio_s: float | None = Field(None, description="Of a document: seconds of its audio published so far.")
+    audio_s: float | None = Field(
+        None, description="Of a document: seconds of audio its parts published whole make (only grows, across attempts)."
+    )
     webhook: WebhookStatus | None = Field(None, description="The completion webhook's deliveries, when one was asked for.")
 
     @classmethod

@@ -32,8 +32,8 @@ from ttsq.store.replies import appended, text
 _PCM16_BYTES = 2
 _PAGE_ENTRIES = 256
 """Entries read at once from a stream that is read whole (a finished job's, a document's on resume): a bound on memory."""
-_PROGRESS_LOOKBACK = 8
-"""Entries a progress read looks back over for the newest piece (past the markers of attempts starting)."""
+_PROGRESS_LOOKBACK = 64
+"""Entries a document's progress read looks back over for the newest piece that completed a part."""
 
 
 class AudioStreams:
@@ -99,13 +99,14 @@ class AudioStreams:
         return [(text(entry_id), {text(k): v for k, v in fields.items()}) for entry_id, fields in reply]
 
     async def document_progress(self, job_id: str) -> tuple[int, int] | None:
-        """A document's progress as its stream has it: (parts wholly published, samples published), from its newest
-        piece, whichever attempt wrote it (a document's attempts continue one stream); None before its first piece."""
+        """A document's progress as its stream has it: (parts published whole, the samples they make), from the newest
+        piece that completed a part, whichever attempt wrote it; None before one did. Both only grow: parts complete in
+        order, and a next attempt goes on after the last one complete (a part begun again is not counted twice)."""
         reply: Any = await self.redis.xrevrange(self.shards.of(job_id).stream(job_id), count=_PROGRESS_LOOKBACK)
         for _entry_id, fields in reply:
-            if b"parts_done" in fields:
-                at = int(fields.get(b"at", b"0"))
-                return int(fields[b"parts_done"]), max(at, 0) + len(fields.get(b"pcm", b"")) // _PCM16_BYTES
+            done = completed_parts(fields)
+            if done is not None:
+                return done
         return None
 
     async def resume_point(self, job_id: str) -> ResumePoint:
@@ -151,6 +152,19 @@ class ResumePoint:
     def captions(self) -> list[tuple[int, int, str, int]]:
         """The timings of the chunks before :attr:`index`, in order."""
         return [self.timings[index] for index in range(self.index) if index in self.timings]
+
+
+def completed_parts(fields: Mapping[Any, bytes]) -> tuple[int, int] | None:
+    """(parts published whole, the samples they make) once this stream entry is, if it is the piece that completed a
+    part (keys as bytes or str); None for any other entry."""
+
+    def get(name: str) -> bytes | None:
+        return fields.get(name.encode(), fields.get(name))
+
+    done, part, partial, pcm = get("parts_done"), get("part"), get("partial"), get("pcm")
+    if done is None or part is None or pcm is None or partial != b"0" or int(part) != int(done) - 1:
+        return None
+    return int(done), max(int(get("at") or b"0"), 0) + len(pcm) // _PCM16_BYTES
 
 
 def chunks_done(fields: Mapping[Any, bytes]) -> int:

@@ -13,7 +13,7 @@ from ttsq.domain.segments import Segment, parts
 from ttsq.inference.base import ChunkAudio
 from ttsq.runtime.assembly import JobAudio, Release
 from ttsq.runtime.documents import DocumentFeed
-from ttsq.store.streams import ResumePoint
+from ttsq.store.streams import ResumePoint, completed_parts
 
 
 def document(pauses: list[int | None]) -> list[Segment]:
@@ -76,24 +76,29 @@ def test_a_resumed_attempt_releases_exactly_what_one_attempt_releases_from_there
     }
     whole = JobAudio.of(job_parts)
     reference = feed_all(whole, chunks)
-    done = data.draw(st.integers(1, len(job_parts)), label="parts published whole by the first attempt")
-    # What the first attempt published before it died: everything up to the release that completed part done - 1.
-    cut = next(i for i, release in enumerate(reference) if release.parts_done >= done) + 1
+    published = data.draw(st.integers(1, len(reference)), label="releases the first attempt published before it died")
     point = ResumePoint()
-    point.read(entries(reference[:cut]))
+    point.read(entries(reference[:published]))
+    # It goes on after the last release that completed a part (what came after it, of a part begun, is spoken again).
+    cut = max((i + 1 for i, r in enumerate(reference[:published]) if r.final and r.part == r.parts_done - 1), default=0)
     for index, timing in enumerate(whole.timings[: point.index]):  # the worker publishes each chunk's caption
         point.timings[index] = tuple(timing)  # type: ignore[assignment]
     again = JobAudio.of(job_parts, keep=False)
-    again.resume(point.parts_done, point.index, point.at, point.captions())
-    first = point.parts_done
-    assert first == done and point.at == reference[cut - 1].at + reference[cut - 1].samples.size
-    rest = feed_all(again, chunks, first)
+    if point.parts_done:
+        again.resume(point.parts_done, point.index, point.at, point.captions())
+        assert point.at == reference[cut - 1].at + reference[cut - 1].samples.size
+    assert point.parts_done == (reference[cut - 1].parts_done if cut else 0)
+    rest = feed_all(again, chunks, point.parts_done)
     assert [(r.index, r.at, r.final, r.part, r.parts_done) for r in rest] == [
         (r.index, r.at, r.final, r.part, r.parts_done) for r in reference[cut:]
     ]
     assert all(np.array_equal(a.samples, b.samples) for a, b in zip(rest, reference[cut:], strict=True))
     assert again.complete and again.length == whole.samples().size
     assert again.timings == whole.timings, "the captions cover the whole document"
+    stream = entries(reference[:published]) + entries(rest)
+    progress = [found for _, fields in stream if (found := completed_parts(fields)) is not None]
+    assert progress == sorted(progress), "the parts done and their audio only grow, across the two attempts"
+    assert progress[-1] == (len(job_parts), whole.samples().size)
 
 
 def test_a_document_keeps_none_of_its_joined_audio() -> None:

@@ -25,7 +25,7 @@ from ttsq.domain.captions import srt, vtt
 from ttsq.domain.converter import converted
 from ttsq.domain.jobs import Job, Status
 from ttsq.domain.output_formats import OutputFormat, stored_format
-from ttsq.store.streams import StreamFailed, StreamGap, chunks_done, pcm_pieces
+from ttsq.store.streams import StreamFailed, StreamGap, chunks_done, completed_parts, pcm_pieces
 
 log = logging.getLogger("ttsq.api")
 
@@ -274,12 +274,19 @@ def _timing(fields: dict[str, bytes]) -> dict[str, Any] | None:
 
 
 def _document_progress(last: dict[str, Any], fields: dict[str, bytes]) -> dict[str, Any]:
-    """A document's status event after one stream entry that does not end it: its parts published whole and its audio
-    so far, which only grow (a next attempt goes on after them); an attempt starting or waiting changes only its status."""
-    if "parts_done" in fields and "pcm" in fields:
-        audio_s = (max(int(fields["at"]), 0) + len(fields["pcm"]) // 2) / SAMPLE_RATE
-        done = int(fields["parts_done"])
-        return {**last, "status": Status.RUNNING.value, "queue_position": None, "chunks_done": done, "audio_s": audio_s}
+    """A document's status event after one stream entry that does not end it: on the piece that completes a part, its
+    parts published whole and the audio they make, which only grow (a next attempt goes on after them); an attempt
+    starting or waiting changes only its status."""
+    completed = completed_parts(fields)
+    if completed is not None:
+        done, samples = completed
+        return {
+            **last,
+            "status": Status.RUNNING.value,
+            "queue_position": None,
+            "chunks_done": done,
+            "audio_s": samples / SAMPLE_RATE,
+        }
     if fields.get("status") in (b"running", b"queued"):
         return {**last, "status": fields["status"].decode(), "queue_position": None}
     return last
