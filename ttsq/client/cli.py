@@ -94,8 +94,13 @@ def cmd_say(client: TTSClient, args: argparse.Namespace) -> int:
     fmt = output_format(args.output, args.format)
     if args.stream and fmt not in ("wav", "pcm"):
         raise UsageError(f"--stream writes wav or pcm only, not {fmt}")
+    if (args.text is None) == (args.file is None):
+        raise UsageError("give the text to say, or --file PATH (- for standard input), not both")
+    text = args.text if args.file is None else (sys.stdin.read() if str(args.file) == "-" else args.file.read_text("utf-8"))
     submitted = client.submit(
-        args.text,
+        text,
+        document=True if args.document else None,
+        text_format="markdown" if args.markdown else None,
         voice=args.voice,
         seed=args.seed,
         speed=args.speed,
@@ -184,7 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     say = commands.add_parser("say", parents=[common], help="synthesise a text into an audio file")
-    say.add_argument("text")
+    say.add_argument("text", nargs="?", help="what to say (or --file)")
+    say.add_argument("--file", type=Path, help="read the text from this file (- for standard input)")
+    say.add_argument(
+        "--document", action="store_true", help="a whole document, up to the server's MAX_DOCUMENT_CHARS (docs/documents.md)"
+    )
+    say.add_argument("--markdown", action="store_true", help="the text is Markdown, read as a person reads it (docs/markdown.md)")
     say.add_argument("-o", "--output", type=Path, help="output file; its extension picks the format (default: TASK.wav)")
     say.add_argument("--voice", help="a registered voice, e.g. zh_female")
     say.add_argument("--seed", type=int, help="sampling seed; without --voice it also picks the speaker")

@@ -95,6 +95,11 @@ class SynthesisOptions(TypedDict, total=False):
     server's ``CONSISTENT_VOICE``."""
     ssml: str | None
     """An SSML document (``<speak>…</speak>``) spoken in place of a text: pass ``None`` as the text (docs/ssml.md)."""
+    document: bool | None
+    """A whole document, up to the server's ``MAX_DOCUMENT_CHARS`` (docs/documents.md): spoken part by part, its
+    progress in parts, a worker's death costing only the parts it had in hand."""
+    text_format: Literal["plain", "markdown"] | None
+    """``"markdown"``: the text is Markdown, read as a person reads it aloud (docs/markdown.md)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,8 @@ class TaskStatus:
     voice: str | None = None
     chunks_done: int | None = None
     chunks_total: int | None = None
+    audio_s: float | None = None
+    """Of a document: seconds of audio its parts published whole make."""
 
     @property
     def is_final(self) -> bool:

@@ -162,6 +162,17 @@ def test_cli_says_into_files_and_explains_bad_input(service: Service, tmp_path: 
     assert said.returncode == 0, said.stderr + service.logs()
     assert sf.info(str(streamed)).samplerate == SAMPLE_RATE and sf.info(str(streamed)).frames > 0
 
+    book = tmp_path / "book.md"
+    book.write_text("# A short book\n\nIts first paragraph is here.\n\n- an item\n- another item\n", "utf-8")
+    read = tmp_path / "book.wav"
+    said = run_cli("say", "--file", str(book), "--document", "--markdown", "-o", str(read), TTSQ_URL=url)
+    assert said.returncode == 0, said.stderr + service.logs()
+    assert sf.info(str(read)).samplerate == SAMPLE_RATE and sf.info(str(read)).frames > 0
+    document = run_cli("status", said.stdout.split()[1], TTSQ_URL=url)
+    assert "done" in document.stdout, document.stdout
+    both = run_cli("say", "text", "--file", str(book), TTSQ_URL=url)
+    assert both.returncode == 2 and "not both" in both.stderr
+
     status = run_cli("status", task_id, TTSQ_URL=url)
     assert status.returncode == 0 and "done" in status.stdout
     added = run_cli("voice-add", "narrator", "--seed", "77", "--url", url)
