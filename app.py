@@ -203,7 +203,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=config.max_body_bytes,
-        larger={"/v1/voices": (config.max_voice_body_bytes, "MAX_VOICE_BODY_BYTES")},
+        larger={
+            "/v1/voices": (config.max_voice_body_bytes, "MAX_VOICE_BODY_BYTES"),
+            # A document of MAX_DOCUMENT_CHARS characters, each at most six bytes in JSON (a \uXXXX escape), and the rest.
+            "/v1/tts/submit": (6 * config.max_document_chars + config.max_body_bytes, "MAX_DOCUMENT_CHARS"),
+        },
         read_timeout_s=config.body_read_timeout_s,
     )
     app.add_middleware(SecurityHeadersMiddleware)

@@ -17,7 +17,7 @@ async def test_an_oversized_body_gets_401_without_a_key_and_413_with_one(redis: 
             for declared in ({}, {"content-length": "200000000"}):
                 answer = await client.post(
                     "/v1/tts/submit",
-                    content=b"{" + b" " * 200_000 + b"}" if not declared else b"{}",
+                    content=b"{" + b" " * 2_000_000 + b"}" if not declared else b"{}",
                     headers={"content-type": "application/json", **headers, **declared},
                 )
                 assert answer.status_code == status, (headers, declared, answer.text)
