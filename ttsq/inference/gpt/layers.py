@@ -96,7 +96,12 @@ def _pack(weight: torch.Tensor, precision: Precision = "fp32") -> Weight:
         scales, zeros = observer.calculate_qparams()
         quantized = torch.quantize_per_channel(weight, scales.double(), zeros.long(), 0, torch.qint8)
         return Int8(torch.ops.quantized.linear_prepack(quantized, None))
-    return onednn(weight.to(torch.bfloat16) if precision == "bf16" else weight)
+    if precision == "bf16":
+        try:
+            return onednn(weight.to(torch.bfloat16))
+        except RuntimeError:  # a CPU without oneDNN's bf16 kernels (no AVX512-BF16 nor AVX-NE-CONVERT): torch's own
+            return weight.to(torch.bfloat16)
+    return onednn(weight)
 
 
 def onednn(weight: torch.Tensor) -> torch.Tensor:
@@ -122,6 +127,8 @@ def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
         if weight.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, None, "none", [], "").float()  # type: ignore[no-any-return]
         return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")  # type: ignore[no-any-return]
+    if weight.dtype == torch.bfloat16 and x.dtype != torch.bfloat16:  # bf16 where oneDNN has no bf16 kernels here
+        return F.linear(x.to(torch.bfloat16), weight).float()
     return F.linear(x, weight)
 
 
