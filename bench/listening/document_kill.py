@@ -23,7 +23,6 @@ import argparse
 import json
 import random
 import re
-import signal
 import tempfile
 import time
 from collections import Counter
@@ -34,7 +33,7 @@ import httpx
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.listening.worker_kill_gap import job_record
+from bench.listening.worker_kill_gap import job_record, kill_holder
 from bench.machine import machine
 from bench.stacks import RESULTS, Stack, record, service_env, utc_now
 from ttsq.runtime.launch import worker_command
@@ -154,12 +153,9 @@ def measure(chars: int, tokens: int) -> dict[str, Any]:
                     break
                 done, total = status["chunks_done"] or 0, status["chunks_total"] or 1
                 if not killed and done >= total / 2:
-                    holder = str(job_record(client, task_id).get("worker") or "").split("~", 1)[0]
-                    if holder in stack.processes:
-                        process = stack.processes.pop(holder)
-                        process.send_signal(signal.SIGKILL)
-                        process.wait()
-                        killed, killed_at = holder, (now, done, status["audio_s"])
+                    killed, _ = kill_holder(client, stack, task_id)
+                    if killed:
+                        killed_at = (now, done, status["audio_s"])
                 time.sleep(0.5)
             finished_s = time.monotonic() - started
             result_bytes = 0

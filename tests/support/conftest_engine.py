@@ -65,3 +65,13 @@ def tiny_decoder_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
     engine.warm_up()
     yield engine
     engine.release_memory()
+
+
+@pytest.fixture(scope="module")
+def invariant_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
+    """ttsq's decoder, batch-invariant: a row's audio is the same bits whatever shares its steps (one per module, its
+    memory released after it)."""
+    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False, batch_invariant=True, first_chunk_slots=1, overlap=False)
+    engine.load()
+    yield engine
+    engine.release_memory()

@@ -229,9 +229,7 @@ async def test_keys_are_checked_as_everywhere_and_refused_in_cartesia_shape(redi
         assert "not valid" in assert_cartesia_error(wrong, 401)["message"]
         scoped = await client.post("/tts/bytes", json=generation(), headers=cartesia_headers(metrics_only))
         assert assert_cartesia_error(scoped, 403)["error_code"] == "forbidden"
-        not_json = await client.post(
-            "/tts/bytes", content=b"{}", headers={**cartesia_headers(None), "Content-Type": "text/plain"}
-        )
+        not_json = await client.post("/tts/bytes", content=b"{}", headers={**cartesia_headers(None), "Content-Type": "text/plain"})
         assert assert_cartesia_error(not_json, 401)["error_code"] == "unauthorized", "the key first, the body after"
         assert await JobQueue(redis, queue_config()).depth() == 0, "nothing was queued"
 

@@ -131,9 +131,7 @@ async def test_a_sentence_that_ends_a_transcript_is_queued_before_the_next_one(r
         assert set(await claim_by_text(worker, 1)) == {"Nothing follows this yet."}
 
 
-async def test_a_new_context_while_the_last_is_sending_and_a_cancel_stops_only_its_own(
-    redis: Redis, make_settings: Any
-) -> None:
+async def test_a_new_context_while_the_last_is_sending_and_a_cancel_stops_only_its_own(redis: Redis, make_settings: Any) -> None:
     """Pipecat's barge-in: turn 1 is cancelled while its audio streams and turn 2 opens on the same socket: turn 1's job
     is abandoned and nothing more comes for it (not even a ``done``); turn 2 is spoken to its end."""
     worker = Worker(redis)

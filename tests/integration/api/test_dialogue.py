@@ -42,9 +42,7 @@ def refusal(answer: httpx.Response) -> tuple[str, str]:
     return ".".join(str(part) for part in error["loc"][1:]), str(error["msg"])
 
 
-async def test_each_line_is_a_segment_in_its_speakers_voice_with_the_gap_between(
-    client: httpx.AsyncClient, redis: Redis
-) -> None:
+async def test_each_line_is_a_segment_in_its_speakers_voice_with_the_gap_between(client: httpx.AsyncClient, redis: Redis) -> None:
     lines = [*LINES, {"speaker": "Alice", "text": "Glad to hear.", "speed": 7}]
     job = await job_of(redis, await client.post(ROUTE, json={"lines": lines, "voices": VOICES, "gap_ms": 500, "format": "mp3"}))
     segments = job.params.segments or []
@@ -202,6 +200,8 @@ async def test_a_dialogue_of_no_lines_is_refused_never_queued(client: httpx.Asyn
     field, said = refusal(await client.post(ROUTE, json={"script": "\n\n", "voices": VOICES}))
     assert field == "script" and "no lines" in said
     assert await JobQueue(redis, queue_config()).depth() == 0
+
+
 async def test_the_elevenlabs_route_names_each_ignored_field_once(redis: Redis, make_settings: Any) -> None:
     """What ttsq does not use (the body's and every input's) is named in ``X-TTSQ-Ignored-Fields``, each name once
     however many inputs sent it (``schemas.field_names``, as every route of another vendor's protocol names them)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,7 +19,6 @@ from redis.asyncio import Redis
 from tests.conftest import api_client
 from tests.integration.api.test_dialogue import job_of, refusal
 from tests.integration.runtime.test_worker import running_worker, wait_final
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.documents import PAUSE_MS
 from ttsq.domain.jobs import Status
 from ttsq.inference.engines.decoder_engine import DecoderEngine
@@ -63,9 +61,7 @@ async def test_a_markdown_document_is_read_into_parts_with_the_pauses_of_its_str
     assert {segment.speaker_seed for segment in segments} == {job.params.speaker_seed}, "each part in the request's voice"
 
 
-async def test_a_document_may_be_longer_than_a_text_and_is_cut_at_sentence_ends(
-    redis: Redis, make_settings: Any
-) -> None:
+async def test_a_document_may_be_longer_than_a_text_and_is_cut_at_sentence_ends(redis: Redis, make_settings: Any) -> None:
     sentence = "This sentence is part of a long document. "
     text = sentence * 60  # 2,520 characters: five times MAX_TEXT_CHARS
     async with api_client(make_settings(max_text_chars=500, document_part_chars=200)) as (client, _):
@@ -113,14 +109,6 @@ async def test_the_schema_says_a_document_may_be_longer(client: httpx.AsyncClien
 
 
 # ---- spoken by a real worker ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def invariant_engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False, batch_invariant=True, first_chunk_slots=1, overlap=False)
-    engine.load()
-    yield engine
-    engine.release_memory()
 
 
 async def test_a_spoken_document_reports_its_parts_and_is_served_from_its_stream(

@@ -101,7 +101,7 @@ async def test_two_contexts_on_one_socket_as_livekit_and_pipecat_use_them(redis:
         await jobs.speak(queued["Hello there, this is the first sentence."], pcm(4))
         first = await reply(ws)
         assert first["contextId"] == "lk" and base64.b64decode(first["audio"]) == pcm(4)
-        second_text = (await jobs.by_text(1))
+        second_text = await jobs.by_text(1)
         await jobs.speak(second_text["And the second sentence comes."], pcm(6))
         gap, spoken = await reply(ws), await reply(ws)
         assert set(base64.b64decode(gap["audio"])) == {0} and base64.b64decode(spoken["audio"]) == pcm(6)

@@ -172,9 +172,7 @@ async def test_a_replica_sees_another_replicas_change_after_its_refresh_interval
     config = settings()
 
     def replica() -> PronunciationStore:
-        return PronunciationStore(
-            redis, Keys("ttsq"), config.pronunciation_limits(), max_entries=10, refresh_s=5.0, clock=clock
-        )
+        return PronunciationStore(redis, Keys("ttsq"), config.pronunciation_limits(), max_entries=10, refresh_s=5.0, clock=clock)
 
     writer, reader = replica(), replica()
     assert (await reader.dictionary()).apply("SQL", ["global"]) == "SQL"

@@ -233,8 +233,10 @@ async def test_a_flood_of_messages_to_a_session_whose_client_reads_nothing_holds
         frame = Frame(Opcode.TEXT, json.dumps({"type": "x" * 40}).encode()).serialize(mask=True, extensions=[])
         ws.transport.write(frame * flood)
         await traffic.until(
-            lambda: traffic.sending > 0  # the session waits on its socket (an answer the client does not read)
-            and traffic.received - traffic.sent >= inbox + 1  # and its inbox is full
+            lambda: (
+                traffic.sending > 0  # the session waits on its socket (an answer the client does not read)
+                and traffic.received - traffic.sent >= inbox + 1
+            )  # and its inbox is full
         )
         assert traffic.received - traffic.sent <= inbox + 2, "the server went on reading a flood it did not answer"
         assert ws.transport.get_write_buffer_size() > 0, "TCP holds the rest back, client-side"

@@ -7,7 +7,6 @@ result's captions, the volume as gain on the samples."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,7 +18,6 @@ from tests.conftest import api_client, queue_config
 from tests.integration.api.test_dialogue import job_of, refusal
 from tests.integration.api.test_security import bearer, new_key
 from tests.integration.runtime.test_worker import running_worker, wait_final
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
 from tests.unit.api.test_voices import embedding
 from tests.unit.domain.test_ssml import DEEP, EXTERNAL, LAUGHS, LONG_ATTRIBUTE
 from ttsq.client.sdk import AsyncTTSClient, TTSError
@@ -149,15 +147,6 @@ async def test_hostile_documents_are_refused_under_the_widest_limits_and_a_megab
 
 
 # ---- spoken by a real worker ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def invariant_engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    """ttsq's decoder, batch-invariant: a run's audio is the same bits whatever else the job says."""
-    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False, batch_invariant=True, first_chunk_slots=1, overlap=False)
-    engine.load()
-    yield engine
-    engine.release_memory()
 
 
 async def spoken(client: httpx.AsyncClient, redis: Redis, engine: DecoderEngine, ssml: str) -> tuple[np.ndarray, list[Any]]:

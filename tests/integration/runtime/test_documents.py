@@ -6,16 +6,12 @@ are exactly those of one attempt that never failed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
-import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import fault_config, queue_config, task_id
 from tests.integration.runtime.test_worker import running_worker, wait_final, wait_until
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.jobs import Status, TTSParams
 from ttsq.domain.segments import Segment
 from ttsq.inference.engines.decoder_engine import DecoderEngine
@@ -23,14 +19,6 @@ from ttsq.inference.engines.faults import FaultInjectingEngine
 from ttsq.store.streams import AudioCursor, AudioStreams
 
 FAILING_PART = 3
-
-
-@pytest.fixture(scope="module")
-def invariant_engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False, batch_invariant=True, first_chunk_slots=1, overlap=False)
-    engine.load()
-    yield engine
-    engine.release_memory()
 
 
 def document(marker: str) -> TTSParams:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import html
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,6 @@ from redis.asyncio import Redis
 
 from tests.conftest import fault_config, queue_config, task_id
 from tests.integration.runtime.test_worker import running_worker, wait_final, wait_until
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.audio import SAMPLE_RATE, ChunkJoiner
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.captions import segment_captions
@@ -248,15 +246,6 @@ def test_everything_of_a_segment_that_changes_the_audio_or_its_captions_changes_
 
 
 # ---- a real worker ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def invariant_engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    """ttsq's decoder, batch-invariant: a row's audio is the same bits whatever shares its steps."""
-    engine = DecoderEngine(TINY_ENGINE_CONFIG, cuda_graphs=False, batch_invariant=True, first_chunk_slots=1, overlap=False)
-    engine.load()
-    yield engine
-    engine.release_memory()
 
 
 def lines_audio(samples: np.ndarray, captions: list[Any], segment: int) -> np.ndarray:

@@ -123,9 +123,7 @@ def test_a_killed_process_is_restarted_after_a_backoff_and_the_rest_keeps_runnin
     assert worker.history[:2] == ["exited with code -9", "restart 1"]
 
 
-def test_a_process_that_stops_being_live_is_killed_and_restarted_but_not_one_still_starting(
-    fleet: Fleet, clock: FakeClock
-) -> None:
+def test_a_process_that_stops_being_live_is_killed_and_restarted_but_not_one_still_starting(fleet: Fleet, clock: FakeClock) -> None:
     hung, starting = fleet.child("hung"), fleet.child("starting")
     fleet.unhealthy(starting)  # a worker loading its model: never live yet
     supervisor = Supervisor(fleet.children, Policy(unhealthy_after_s=15), clock=clock)

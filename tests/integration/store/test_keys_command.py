@@ -23,8 +23,7 @@ def listed(redis_server: RedisServer) -> list[dict[str, str]]:
     starts = [match.start() for match in re.finditer(r"\S+", header)]
     names = header.split()
     return [
-        {name: row[start:end].strip() for name, start, end in zip(names, starts, [*starts[1:], None], strict=True)}
-        for row in rows
+        {name: row[start:end].strip() for name, start, end in zip(names, starts, [*starts[1:], None], strict=True)} for row in rows
     ]
 
 
