@@ -105,13 +105,16 @@ def test_an_event_stream_that_loses_redis_ends_with_an_error_event_not_a_broken_
 
 
 async def test_the_text_limits_are_declared_and_the_api_refuses_exactly_what_they_refuse(redis: Redis, make_settings: Any) -> None:
-    """maxLength is MAX_TEXT_CHARS (a setting; OPENAI_MAX_INPUT_CHARS on OpenAI's speech), counted on the text as
+    """maxLength is MAX_TEXT_CHARS (a setting; OPENAI_MAX_INPUT_CHARS on OpenAI's speech; MAX_DOCUMENT_CHARS for a
+    document), counted on the text as
     sent: a text over it is refused even when cleaning would bring it under (it used to pass, so the schema could
     not be true)."""
     async with api_client(make_settings(max_text_chars=10, openai_max_input_chars=12)) as (client, _):
         document = await spec(client)
         text = document["components"]["schemas"]["SubmitRequest"]["properties"]["text"]
-        assert (text["minLength"], text["maxLength"]) == (1, 10)
+        # A document may be MAX_DOCUMENT_CHARS long; any other text MAX_TEXT_CHARS (the body's anyOf).
+        assert (text["minLength"], text["maxLength"]) == (1, 200_000)
+        assert {"properties": {"text": {"maxLength": 10}}} in document["components"]["schemas"]["SubmitRequest"]["anyOf"]
         speech_input = document["components"]["schemas"]["SpeechRequest"]["properties"]["input"]
         assert (speech_input["minLength"], speech_input["maxLength"]) == (1, 12)
         validator = body_validator(document, "/v1/tts/submit")
@@ -119,6 +122,8 @@ async def test_the_text_limits_are_declared_and_the_api_refuses_exactly_what_the
             assert validator.is_valid({"text": candidate, "seed": 1}) is served, candidate
             answer = await client.post("/v1/tts/submit", json={"text": candidate, "seed": 1})
             assert answer.status_code == (202 if served else 422), (candidate, answer.text)
+        longer = {"text": "Eleven or more.", "seed": 1, "document": True}
+        assert validator.is_valid(longer) and (await client.post("/v1/tts/submit", json=longer)).status_code == 202
         too_long = await client.post("/v1/tts/submit", json={"text": "a" * 9 + "\u200b\u200b", "seed": 1})
         assert too_long.json()["detail"][0]["msg"] == "text is 11 characters long as sent; the limit is 10"
 
