@@ -155,7 +155,7 @@ async def test_a_recording_larger_than_the_default_body_limit_is_accepted_on_thi
     assert len(recording) > 65_536 * 4
     created = await client.post("/v1/voices", json=body("big", recording))
     assert created.status_code == 201, created.text
-    too_big = await client.post("/v1/tts/submit", json={"text": "x" * 70_000})
+    too_big = await client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "x" * 70_000})
     assert too_big.status_code == 413
 
 

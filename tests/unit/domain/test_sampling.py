@@ -68,6 +68,7 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     # The refine prompt's levels (unset: null) and the refine job's flag (false for every job that makes audio).
     later |= {"oral": None, "laugh": None, "break": None, "refine_only": False}
     later |= {"segments": None}  # dialogues: a job's speaker turns, null for one voice
+    later |= {"document": False}  # whole documents: false for every other job
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 
@@ -84,7 +85,19 @@ def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None
     for name, most in levels.items():
         bounds = schema["properties"][name]["anyOf"][0]
         assert (bounds["minimum"], bounds["maximum"], schema["properties"][name]["default"]) == (0, most, None)
-    own = {"text", "ssml", "voice", "seed", "format", "callback_url", "priority", "consistent_voice", "style"}
+    own = {
+        "text",
+        "ssml",
+        "document",
+        "text_format",
+        "voice",
+        "seed",
+        "format",
+        "callback_url",
+        "priority",
+        "consistent_voice",
+        "style",
+    }
     assert set(schema["properties"]) == {*own, *SCHEMA_BEFORE, *levels} == {*own, *SAMPLING_FIELDS}
     assert "required" not in schema and schema["oneOf"] == [{"required": ["text"]}, {"required": ["ssml"]}]
 
