@@ -55,8 +55,9 @@ def test_an_oversized_body_is_refused_before_it_is_read_and_the_api_keeps_servin
             # would wait here for the other 199.99 MB, and the socket timeout would fail the test.
             assert status_of(declared_200_mb) == 413, repr(length)
 
+    # A route that keeps MAX_BODY_BYTES (the submit's may hold a whole document: MAX_DOCUMENT_CHARS).
     chunked_head = (
-        b"POST /v1/tts/submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"POST /v1/tts/dialogue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
     chunk = b"%x\r\n%s\r\n" % (16_384, b" " * 16_384)
     with open_request(url, chunked_head, chunk * 5) as streaming:  # 80 KiB sent, no final chunk: the stream goes on
@@ -67,7 +68,9 @@ def test_an_oversized_body_is_refused_before_it_is_read_and_the_api_keeps_servin
         slow.sendall(b"0\r\n\r\n")
         assert status_of(slow) == 422, "an under-limit body is read and judged as usual"
 
-    refused = httpx.post(f"{url}/v1/tts/submit", content=b"{" + b" " * 70_000 + b"}", headers={"content-type": "application/json"})
+    refused = httpx.post(
+        f"{url}/v1/tts/dialogue", content=b"{" + b" " * 70_000 + b"}", headers={"content-type": "application/json"}
+    )
     assert refused.status_code == 413 and "MAX_BODY_BYTES" in refused.json()["detail"]
     openai = httpx.post(f"{url}/v1/audio/speech", content=b" " * 70_000, headers={"content-type": "application/json"})
     assert openai.status_code == 413 and openai.json()["error"]["message"], "OpenAI routes answer in OpenAI's shape"

@@ -518,6 +518,11 @@ def deployment_openapi(
         if prop is not None:
             prop["maxLength"] = limits[setting]
     submit = components.get("SubmitRequest")
+    if submit is not None:  # a document, and Markdown, are texts: neither goes with `ssml`
+        submit["allOf"] = [
+            {"not": {"required": [SSML_FIELD, "document"], "properties": {"document": {"const": True}}}},
+            {"not": {"required": [SSML_FIELD, "text_format"], "properties": {"text_format": {"const": "markdown"}}}},
+        ]
     if submit is not None and documents > max_text_chars:  # a longer text is a document's only
         submit["anyOf"] = [
             {"properties": {TEXT_FIELD: {"maxLength": max_text_chars}}},

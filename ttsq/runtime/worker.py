@@ -490,7 +490,7 @@ class Worker:
                 if release.samples.size:
                     heard(flight.listener, self.clock(), release.samples.size / SAMPLE_RATE, self.metrics)
                 # A one-chunk job decoded whole has nothing to stream ahead of its result; one decoded in pieces has.
-                if release.total > 1 or flight.audio.pieced:
+                if release.total > 1 or flight.audio.pieced or flight.feed is not None:  # a document's stream is its audio
                     pcm = encode_audio(release.samples, "pcm") if release.samples.size else b""
                     cue = _cue(flight.audio.timings[release.index]) if release.final else None
                     flight.stream((release, pcm, cue), self.outcomes.publish)

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import numpy as np
 import pytest
 import soundfile as sf
@@ -106,6 +107,10 @@ async def test_the_schema_says_a_document_may_be_longer(client: httpx.AsyncClien
     schema = (await client.get("/openapi.json")).json()["components"]["schemas"]["SubmitRequest"]
     assert schema["properties"]["text"]["maxLength"] == 200_000
     assert {"properties": {"text": {"maxLength": 500}}} in schema["anyOf"]
+    validator = jsonschema_rs.validator_for(schema)
+    assert not validator.is_valid({"ssml": "<speak>Hi.</speak>", "document": True}), "a document is a text"
+    assert not validator.is_valid({"ssml": "<speak>Hi.</speak>", "text_format": "markdown"})
+    assert validator.is_valid({"ssml": "<speak>Hi.</speak>", "document": False})
 
 
 # ---- spoken by a real worker ---------------------------------------------------------------------------------------
@@ -116,9 +121,13 @@ async def test_a_spoken_document_reports_its_parts_and_is_served_from_its_stream
 ) -> None:
     answer = await client.post(ROUTE, json={"text": MARKDOWN, "text_format": "markdown", "document": True, "format": "pcm"})
     task_id = answer.json()["task_id"]
+    short = await client.post(ROUTE, json={"text": "One short line.", "document": True, "format": "pcm"})
     async with running_worker(redis, invariant_engine, document_parts_in_flight=2) as worker:
         job = await wait_final(worker.queue, task_id, timeout_s=300)
+        one = await wait_final(worker.queue, short.json()["task_id"], timeout_s=300)
     assert job.status is Status.DONE, job.error
+    one_part = (await client.get(f"/v1/tts/result/{one.id}")).content
+    assert one.status is Status.DONE and len(one_part) == round((one.duration_s or 0) * 24_000) * 2 > 0, "a one-chunk document"
     status = (await client.get(f"/v1/tts/tasks/{task_id}")).json()
     samples = np.frombuffer((await client.get(f"/v1/tts/result/{task_id}")).content, dtype="<i2")
     assert (status["chunks_done"], status["chunks_total"]) == (5, 5)
