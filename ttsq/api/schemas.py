@@ -519,7 +519,8 @@ def deployment_openapi(
             prop["maxLength"] = limits[setting]
     submit = components.get("SubmitRequest")
     if submit is not None:  # a document, and Markdown, are texts: neither goes with `ssml`
-        submit["allOf"] = [
+        submit["allOf"] = [  # beside the rules the model states already (a prosody level needs refinement)
+            *submit.get("allOf", []),
             {"not": {"required": [SSML_FIELD, "document"], "properties": {"document": {"const": True}}}},
             {"not": {"required": [SSML_FIELD, "text_format"], "properties": {"text_format": {"const": "markdown"}}}},
         ]

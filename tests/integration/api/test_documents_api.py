@@ -111,6 +111,7 @@ async def test_the_schema_says_a_document_may_be_longer(client: httpx.AsyncClien
     assert not validator.is_valid({"ssml": "<speak>Hi.</speak>", "document": True}), "a document is a text"
     assert not validator.is_valid({"ssml": "<speak>Hi.</speak>", "text_format": "markdown"})
     assert validator.is_valid({"ssml": "<speak>Hi.</speak>", "document": False})
+    assert not validator.is_valid({"text": "Hi.", "refine_text": False, "oral": 2}), "the model's own rules are kept"
 
 
 # ---- spoken by a real worker ---------------------------------------------------------------------------------------
