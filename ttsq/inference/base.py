@@ -85,6 +85,9 @@ class SynthesisRequest:
     refine_only: bool = False
     """ChatTTS's refine pass alone (``refine_text_only``), steered by ``sampling.refine_prompt``: each chunk comes as a
     :class:`ChunkAudio` without samples whose ``text`` is the chunk refined (a refine job's answer); no speaker needed."""
+    chunks: tuple[str, ...] | None = None
+    """Its text already cut into chunks and normalised (:meth:`Batcher.prepared`, in a thread beside the decode loop);
+    None: the batcher does it when the request is added."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:
@@ -252,6 +255,13 @@ class Batcher(Protocol):
 
     def add(self, key: str, request: SynthesisRequest, *, alone: bool = False) -> list[BatchEvent]:
         """Queue ``request`` under ``key``; ``alone``: it never shares a step with another request."""
+        ...
+
+    def prepared(self, request: SynthesisRequest) -> SynthesisRequest:
+        """``request`` with the work :meth:`add` would do on its text done now (the normaliser and the sentence split:
+        tens of milliseconds a sentence, held under the GIL), so that a caller does it beside the thread that steps, not
+        in a stall of every row in flight. Any thread may call it. A batcher with nothing to prepare returns it as it
+        is; an unusable text raises, as :meth:`add` would fail the request."""
         ...
 
     def cancel(self, key: str) -> None:

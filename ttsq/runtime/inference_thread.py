@@ -5,7 +5,10 @@ ChatTTS is not thread-safe and a decode step must not wait on the event loop, so
 this thread commands (add a request, cancel one, run a chore such as releasing memory) through a
 queue and hears back through a callback that it calls with each step's events. Between two steps
 the thread takes every command waiting, so a request claimed while others decode joins them at
-the next step boundary. While rows are in flight, :attr:`HeartbeatRecord.current_job` names the
+the next step boundary. A request is built (its voice drawn) and its text prepared (normalised and cut into chunks:
+tens of milliseconds a sentence, most of it under the GIL) in a second thread, the preparation thread, so that a new
+request never stalls the steps of those already playing; it joins the batcher once prepared, in the order added. While
+rows are in flight, :attr:`HeartbeatRecord.current_job` names the
 latest step with a deadline, so a hung device shows in the liveness probe; when the engine is
 idle nothing is current.
 """
@@ -17,12 +20,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ttsq.domain import context
-from ttsq.inference.base import Batcher, BatchEvent, RequestFailed, SynthesisRequest
+from ttsq.inference.base import Batcher, BatchEvent, RequestFailed, SynthesisRequest, TransientError
 from ttsq.runtime.health import CurrentJob, HeartbeatRecord
 
 __all__ = ["InferenceThread", "StepReport"]
@@ -47,8 +50,13 @@ class StepReport:
 @dataclass(frozen=True)
 class _Add:
     key: str
-    build: Callable[[], SynthesisRequest]
+    request: Future[SynthesisRequest]
+    """Being built and prepared in the preparation thread."""
     alone: bool
+
+
+class _Wake:
+    """A request's preparation ended: the thread, asleep when idle, takes it."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class _Stop:
     pass
 
 
-_Command = _Add | _Cancel | _Call | _Stop
+_Command = _Add | _Cancel | _Call | _Stop | _Wake
 
 
 class InferenceThread:
@@ -88,6 +96,9 @@ class InferenceThread:
         self.batcher: Batcher | None = None
         self._freed = False
         """A cancel dropped rows since the last report (read and written in this thread only)."""
+        self._prepare = ThreadPoolExecutor(1, thread_name_prefix="ttsq-prepare")
+        self._preparing: list[_Add] = []
+        """Requests added and not yet in the batcher, in the order added (this thread's own)."""
 
     def start(self, setup: Callable[[], Batcher]) -> Future[Batcher]:
         """Start the thread; the future completes when ``setup`` has returned the batcher (or failed)."""
@@ -97,8 +108,21 @@ class InferenceThread:
         return ready
 
     def add(self, key: str, build: Callable[[], SynthesisRequest], *, alone: bool = False) -> None:
-        """Queue a request; ``build`` runs in this thread (it may use the model, e.g. to draw a voice)."""
-        self._inbox.put(_Add(key, build, alone))
+        """Queue a request: ``build`` (which may draw a voice with the model's code) and the batcher's preparation of
+        its text run in the preparation thread; the request joins the batcher at a step boundary once both are done."""
+        try:
+            request = self._prepare.submit(self._built, key, build)
+        except RuntimeError:  # stopping: the preparation thread takes no more
+            request = Future()
+            request.set_exception(TransientError("the worker is stopping"))
+        self._inbox.put(_Add(key, request, alone))
+        request.add_done_callback(lambda _: self._inbox.put(_Wake()))
+
+    def _built(self, key: str, build: Callable[[], SynthesisRequest]) -> SynthesisRequest:
+        """In the preparation thread: the request, its text prepared by the batcher (:meth:`Batcher.prepared`)."""
+        with context.working_on(key):
+            request = build()
+            return self.batcher.prepared(request) if self.batcher is not None else request
 
     def cancel(self, key: str) -> None:
         self._inbox.put(_Cancel(key))
@@ -111,6 +135,7 @@ class InferenceThread:
 
     def stop(self) -> None:
         """Let the thread end after its current step; it is a daemon, so a hung step does not hold the process."""
+        self._prepare.shutdown(wait=False, cancel_futures=True)
         self._inbox.put(_Stop())
 
     def join(self, timeout: float) -> bool:
@@ -165,23 +190,35 @@ class InferenceThread:
             try:
                 command = self._inbox.get(block=block)
             except queue.Empty:
+                self._add_prepared(batcher, events)
                 return True
             block = False
             if isinstance(command, _Stop):
                 return False
             if isinstance(command, _Add):
-                with context.working_on(command.key):
-                    try:
-                        request = command.build()
-                    except Exception as exc:  # noqa: BLE001 - the request's own failure
-                        events.append(RequestFailed(command.key, exc))
-                        continue
-                    events += batcher.add(command.key, request, alone=command.alone)
+                self._preparing.append(command)
             elif isinstance(command, _Cancel):
+                # One still being prepared never joins the batcher (its preparation ends unheard).
+                self._preparing = [add for add in self._preparing if add.key != command.key]
                 batcher.cancel(command.key)
                 self._freed = True
+            elif isinstance(command, _Wake):
+                continue
             else:
                 try:
                     command.done.set_result(command.fn())
                 except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the call
                     command.done.set_exception(exc)
+
+    def _add_prepared(self, batcher: Batcher, events: list[BatchEvent]) -> None:
+        """The requests prepared, into the batcher in the order they were added (one still being prepared holds back
+        those added after it); one whose building or preparation failed fails."""
+        while self._preparing and self._preparing[0].request.done():
+            add = self._preparing.pop(0)
+            with context.working_on(add.key):
+                try:
+                    request = add.request.result()
+                except Exception as exc:  # noqa: BLE001 - the request's own failure
+                    events.append(RequestFailed(add.key, exc))
+                    continue
+                events += batcher.add(add.key, request, alone=add.alone)

@@ -5,7 +5,7 @@ segment of a job of segments); here each part of a job (:func:`ttsq.domain.segme
 :class:`~ttsq.inference.base.SynthesisRequest`, in its segment's voice and sampling and from its own seed. Pure
 functions of a job's parameters and the worker's :class:`Speakers` (the speakers it drew from seeds, over its engine),
 so that they are tested without a worker. Drawing a speaker runs the model's code: :func:`part_request` runs in the
-inference thread, never on the loop.
+inference thread's preparation thread (:mod:`ttsq.runtime.inference_thread`), never on the loop nor between steps.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Speakers:
         self.engine = engine
         self.size = size
         self._drawn: OrderedDict[int, str] = OrderedDict()
-        """Voices drawn from seeds (the inference thread's own: drawing one runs the model's code)."""
+        """Voices drawn from seeds (the preparation thread's own: drawing one runs the model's code)."""
 
     def seeded(self, seed: int) -> str:
         """The speaker drawn from ``seed`` (the last few kept: drawing costs a model call)."""
@@ -58,13 +58,13 @@ class Speakers:
 
 
 def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest:
-    """The engine's request for a plain job, its one part (runs in the inference thread: drawing a voice uses the model)."""
+    """The engine's request for a plain job, its one part (runs in the preparation thread: drawing a voice uses the model)."""
     return part_request(params, params.parts()[0], speakers)
 
 
 def part_request(params: TTSParams, part: Part, speakers: Speakers) -> SynthesisRequest:
     """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
-    sampled as its segment says (else as the job does), from its own seed (runs in the inference thread). A refine job
+    sampled as its segment says (else as the job does), from its own seed (runs in the preparation thread). A refine job
     needs no speaker: none is drawn for it, and its request only refines the text."""
     voice = part.source
     return SynthesisRequest(

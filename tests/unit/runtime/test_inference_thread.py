@@ -4,6 +4,7 @@ cancel that emptied it (the loop claims again only when it hears). Real tiny Cha
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from ttsq.inference.base import SynthesisRequest
 from ttsq.inference.engines.decoder_engine import DecoderEngine
@@ -37,5 +38,84 @@ def test_a_cancel_that_empties_the_engine_is_reported(tiny_decoder_engine: Decod
         assert reported.wait(30), "the cancel that emptied the engine was never reported: the worker would sleep"
         assert [(step.rows, step.events, busy) for step, busy in reports] == [(0, [], False)]
     finally:
+        thread.stop()
+        thread.join(10)
+
+
+class _Steps:
+    """The thread's reports, as they come: how many stepped rows, and each event's request."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.rows: list[int] = []
+        self.keys: list[str] = []
+
+    def report(self, step: StepReport) -> None:
+        with self.lock:
+            self.rows.append(step.rows)
+            self.keys += [event.key for event in step.events]
+            self.lock.notify_all()
+
+    def wait(self, until: Callable[[], bool], what: str) -> None:
+        with self.lock:
+            assert self.lock.wait_for(until, timeout=120), what
+
+    def stepped(self) -> int:
+        return sum(1 for rows in self.rows if rows > 0)
+
+
+def test_a_request_being_prepared_never_stalls_the_rows_in_flight(tiny_decoder_engine: DecoderEngine) -> None:
+    """A request's voice and text are prepared beside the stepping thread: while one is held in its preparation, the
+    request already in flight goes on stepping, and the held one joins once prepared and is heard to its end. Built in
+    the stepping thread (as once), the held preparation would stop every step."""
+    steps = _Steps()
+    thread = InferenceThread(steps.report, HeartbeatRecord(worker_id="test"), job_timeout_s=120)
+    thread.start(lambda: tiny_decoder_engine.batcher(2, oom_recover_s=1.0)).result(timeout=120)
+    speaker = tiny_decoder_engine.speaker_from_seed(3)
+    release = threading.Event()
+    built_in: list[str] = []
+
+    def held() -> SynthesisRequest:
+        built_in.append(threading.current_thread().name)
+        release.wait(120)
+        return SynthesisRequest(text="A held sentence.", speaker=speaker, seed=4)
+
+    try:
+        thread.add("playing", lambda: SynthesisRequest(text="One more sentence. " * 6, speaker=speaker, seed=3))
+        steps.wait(lambda: steps.stepped() > 0, "the first request never stepped")
+        thread.add("held", held)
+        before = steps.stepped()
+        steps.wait(lambda: steps.stepped() >= before + 5, "the rows in flight stopped while a request was prepared")
+        assert "held" not in steps.keys and built_in and not built_in[0].startswith("ttsq-infer")
+        release.set()
+        steps.wait(lambda: "held" in steps.keys and "playing" in steps.keys, "a request did not end")
+    finally:
+        release.set()
+        thread.stop()
+        thread.join(10)
+
+
+def test_a_request_cancelled_while_it_is_prepared_never_runs(tiny_decoder_engine: DecoderEngine) -> None:
+    """Cancelled before its preparation ended, a request never joins the batcher: nothing of it is heard, and the
+    requests added after it still are."""
+    steps = _Steps()
+    thread = InferenceThread(steps.report, HeartbeatRecord(worker_id="test"), job_timeout_s=120)
+    thread.start(lambda: tiny_decoder_engine.batcher(2, oom_recover_s=1.0)).result(timeout=120)
+    speaker = tiny_decoder_engine.speaker_from_seed(3)
+    release = threading.Event()
+
+    def held() -> SynthesisRequest:
+        release.wait(120)
+        return SynthesisRequest(text="A cancelled sentence.", speaker=speaker, seed=4)
+
+    try:
+        thread.add("cancelled", held)
+        thread.add("after", lambda: SynthesisRequest(text="The next one.", speaker=speaker, seed=5))
+        thread.cancel("cancelled")
+        release.set()
+        steps.wait(lambda: "after" in steps.keys, "the request added after the cancelled one was never heard")
+        assert "cancelled" not in steps.keys
+    finally:
+        release.set()
         thread.stop()
         thread.join(10)

@@ -55,6 +55,7 @@ from ttsq.inference.engines.checkpoint import (
     sha256_key,
 )
 from ttsq.inference.engines.normalize import TextNormalizer
+from ttsq.inference.engines.speaker_string import encode_speaker
 
 if TYPE_CHECKING:
     import torch
@@ -163,7 +164,7 @@ class ChatTTSEngine:
         if config.min_new_token > config.max_new_token:
             raise ValueError("min_new_token must not exceed max_new_token")
         self.config = config
-        self._normalizer = TextNormalizer() if config.normalize_text else None
+        self._normalizer = TextNormalizer(isolated=True) if config.normalize_text else None
         self._lock = threading.Lock()
         self._chat: Any = None
         self._buckets: tuple[int, ...] = ()
@@ -322,8 +323,7 @@ class ChatTTSEngine:
             generator = torch.Generator(device="cpu").manual_seed(seed)
             std, mean = speaker.std.cpu(), speaker.mean.cpu()
             sample = torch.randn(speaker.dim, generator=generator, dtype=std.dtype).mul_(std).add_(mean)
-            encoded: str = speaker._encode(sample)
-            return encoded
+        return encode_speaker(sample.to(torch.float16).numpy())
 
     def speaker_from_audio(self, samples: npt.NDArray[np.float32]) -> str:
         """``Chat.sample_audio_speaker``: the recording's DVAE codes (its encoder, on the model's device), compressed.
@@ -350,8 +350,7 @@ class ChatTTSEngine:
             mean = speaker.mean.float().cpu().numpy()
             std = speaker.std.float().cpu().numpy()
             blended = blend_embedding([speaker._decode(one) for one in speakers], weights, mean, std)
-            encoded: str = speaker._encode(torch.from_numpy(blended))
-        return encoded
+        return encode_speaker(torch.from_numpy(blended).to(torch.float16).numpy())
 
     def synthesize_batch(self, reqs: Sequence[SynthesisRequest]) -> Iterator[tuple[int, ChunkAudio]]:
         """Speak several requests in shared ChatTTS calls; yield ``(request index, chunk)`` as chunks finish.

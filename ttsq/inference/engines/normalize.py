@@ -11,14 +11,25 @@ pieces between them are normalized.
 
 Loading one language's graphs takes about a second and they are immutable afterwards, so each
 language is loaded at most once per process and shared by every :class:`TextNormalizer`.
+
+A worker's normaliser runs in a child process of its own (``TextNormalizer(isolated=True)``, what the engines use):
+pynini's compositions hold the GIL for tens of milliseconds a sentence, and in the worker's process they would stall
+the decode loop of every stream in flight (its Python between the torch calls) each time a new request's text is
+prepared. The child is this module run as a program (``python -m ttsq.inference.engines.normalize``), one JSON line
+in and one out per call; it is started at the first call (or :meth:`TextNormalizer.preload`), started again if it
+dies, and ends when its parent closes its input.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import logging
 import re
+import subprocess
+import sys
 import threading
-from typing import Literal, Protocol
+from typing import IO, Literal, Protocol, cast
 
 from ttsq.domain.text import CHATTTS_CONTROL_TOKENS
 
@@ -68,10 +79,11 @@ class TextNormalizer:
     """Rewrite text into its spoken form, leaving ChatTTS control tokens untouched.
 
     Thread-safe: graphs load lazily under a lock, and each language's calls are serialized
-    because pynini's FST objects make no promise about concurrent use.
+    because pynini's FST objects make no promise about concurrent use. ``isolated``: the graphs
+    are loaded, and the text normalised, in a child process (the module docstring says why).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, isolated: bool = False) -> None:
         try:
             import tn  # noqa: F401
         except ImportError as exc:
@@ -80,8 +92,13 @@ class TextNormalizer:
                 "install it or set normalize_text=False in the engine config"
             ) from exc
 
+        self._child = _Child() if isolated else None
+
     def preload(self, langs: tuple[Language, ...] = ("zh", "en")) -> None:
         """Load the graphs now, so the first request in each language does not pay for it."""
+        if self._child is not None:
+            self._child.call(list(langs), [])
+            return
         for lang in langs:
             _load(lang)
 
@@ -89,14 +106,83 @@ class TextNormalizer:
         """Return ``text`` with numbers, dates, amounts and symbols written out as words."""
         if lang not in _call_locks:
             raise ValueError(f"unsupported language {lang!r}; expected 'zh' or 'en'")
-        normalizer = _load(lang)
         pieces = _CONTROL_TOKEN.split(text)
-        out: list[str] = []
-        with _call_locks[lang]:
-            for index, piece in enumerate(pieces):
-                is_token = index % 2 == 1
-                out.append(piece if is_token else _normalize_piece(normalizer, piece, lang))
-        return "".join(out)
+        texts = pieces[0::2]  # between the control tokens, which stay as they are
+        spoken = self._child.call([lang], texts) if self._child is not None else normalize_pieces(lang, texts)
+        pieces[0::2] = spoken
+        return "".join(pieces)
+
+
+def normalize_pieces(lang: Language, pieces: list[str]) -> list[str]:
+    """Each of ``pieces`` (text without control tokens) in its spoken form, in this process."""
+    normalizer = _load(lang)
+    with _call_locks[lang]:
+        return [_normalize_piece(normalizer, piece, lang) for piece in pieces]
+
+
+class _Child:
+    """The normalising child process of an isolated :class:`TextNormalizer`: one call at a time, started on demand."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        atexit.register(self._stop)
+
+    def call(self, langs: list[str], pieces: list[str]) -> list[str]:
+        """``pieces`` normalised in ``langs[0]`` (none: only load ``langs``). A child that died (killed, out of
+        memory) is started again once; a second failure in a row is the caller's error."""
+        with self._lock:
+            for attempt in (1, 2):
+                process = self._running()
+                try:
+                    stdin, stdout = cast(IO[str], process.stdin), cast(IO[str], process.stdout)
+                    stdin.write(json.dumps({"langs": langs, "pieces": pieces}) + "\n")
+                    stdin.flush()
+                    line = stdout.readline()
+                    if not line:
+                        raise EOFError("the normaliser's process ended")
+                except (OSError, EOFError):
+                    self._stop()
+                    if attempt == 2:
+                        raise
+                    continue
+                reply = json.loads(line)
+                if "error" in reply:
+                    raise ValueError(reply["error"])
+                return cast(list[str], reply["pieces"])
+        raise AssertionError("unreachable")
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+            )
+        return self._process
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _serve() -> None:
+    """The child: one JSON request a line on stdin, one reply a line on stdout, until stdin closes."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        langs = cast(list[Language], request["langs"])
+        try:
+            for lang in langs:
+                _load(lang)
+            reply: dict[str, object] = {"pieces": normalize_pieces(langs[0], request["pieces"]) if request["pieces"] else []}
+        except Exception as exc:  # noqa: BLE001 - the parent's call fails with it, the child serves on
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
 
 
 def _normalize_piece(normalizer: _Normalizer, piece: str, lang: Language) -> str:
@@ -114,3 +200,7 @@ def _normalize_piece(normalizer: _Normalizer, piece: str, lang: Language) -> str
     if lang == "zh":
         spoken = spoken.translate(_ZH_FULLWIDTH)
     return lead + spoken + trail
+
+
+if __name__ == "__main__":
+    _serve()

@@ -84,6 +84,10 @@ class GroupedBatcher:
         self._queue.append(_Queued(key, request, alone))
         return []
 
+    def prepared(self, request: SynthesisRequest) -> SynthesisRequest:
+        """As it is: ChatTTS's own call normalises and splits the text itself (this is its reference loop)."""
+        return request
+
     def requests(self) -> list[str]:
         return [*self._group, *(item.key for item in self._queue)]
 

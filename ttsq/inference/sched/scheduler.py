@@ -39,6 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -199,7 +200,7 @@ class Scheduler:
         try:
             if not 0 <= request.sampling.speed <= 9:
                 raise PermanentError(f"speed must be between 0 and 9, got {request.sampling.speed}")
-            chunks = [self.rows.normalize(text, lang) for text in self.prepare(request, lang)]
+            chunks = list(self.prepared(request).chunks or ())
         except Exception as exc:  # noqa: BLE001 - the request fails, the scheduler carries on
             return [RequestFailed(key, exc)]
         refines = request.sampling.refine_text or request.refine_only
@@ -215,6 +216,14 @@ class Scheduler:
             if not state.wait_for_anchor(row):
                 self._waiting.push(row)
         return []
+
+    def prepared(self, request: SynthesisRequest) -> SynthesisRequest:
+        """:meth:`Batcher.prepared <ttsq.inference.base.Batcher.prepared>`: its chunks cut and normalised now (the
+        engine's ``prepare`` and ChatTTS's own normalisation hold no state of the scheduler's)."""
+        if request.chunks is not None:
+            return request
+        lang = detect_language(request.text)
+        return replace(request, chunks=tuple(self.rows.normalize(text, lang) for text in self.prepare(request, lang)))
 
     def cancel(self, key: str) -> None:
         """Drop a request: its waiting rows and its slots (at once; the slots refill at the next step), and its audio

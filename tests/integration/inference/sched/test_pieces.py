@@ -412,3 +412,20 @@ def test_keep_ahead_is_the_tightest_ratio_of_audio_handed_on_to_steps_since_the_
 
 def test_a_row_that_hands_on_nothing_keeps_ahead_of_no_listener() -> None:
     assert keep_ahead(lambda: _Scripted([]), Cadence(32, 8), hidden=4) == 0.0
+
+
+def test_a_request_prepared_beforehand_is_heard_as_one_prepared_when_added(engine: DecoderEngine) -> None:
+    """:meth:`Scheduler.prepared` (what the preparation thread runs, beside the steps) does the text work :meth:`add`
+    would do — the normaliser (numbers read out), ChatTTS's own normalisation, the sentence split — and a request added
+    prepared is heard bit for bit as the same request added as it was."""
+    made = scheduler(engine)
+    plain = request(engine, 5, "It cost 3 dollars, they said.")
+    prepared = made.prepared(plain)
+    assert prepared.chunks is not None and len(prepared.chunks) == 1
+    assert "3" not in "".join(prepared.chunks) and "three" in "".join(prepared.chunks).lower()
+    assert made.prepared(prepared) is prepared
+    made.add("as-is", plain)
+    made.add("prepared", prepared)
+    heard = drain(made)
+    assert not heard.failed
+    assert np.array_equal(heard.chunks["as-is"], heard.chunks["prepared"])

@@ -13,9 +13,10 @@ from ttsq.inference.engines.normalize import NormalizationUnavailableError, Text
 ASCII_DIGIT = re.compile(r"[0-9]")
 
 
-@pytest.fixture(scope="module")
-def normalizer() -> TextNormalizer:
-    return TextNormalizer()
+@pytest.fixture(scope="module", params=[False, True], ids=["in-process", "isolated"])
+def normalizer(request: pytest.FixtureRequest) -> TextNormalizer:
+    """Both ways a normaliser runs: in this process, and in a child process of its own (what the engines use)."""
+    return TextNormalizer(isolated=request.param)
 
 
 def test_chinese_numbers_dates_and_amounts_are_spoken(normalizer: TextNormalizer) -> None:
@@ -81,3 +82,25 @@ def test_missing_wetextprocessing_is_a_clear_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "tn", None)
     with pytest.raises(NormalizationUnavailableError, match="normalize_text=False"):
         TextNormalizer()
+
+
+def test_an_isolated_normaliser_whose_process_died_starts_another() -> None:
+    """The child killed (out of memory, say): the next call starts another and answers as before."""
+    isolated = TextNormalizer(isolated=True)
+    assert isolated.normalize("I have 3 apples.", "en") == "I have three apples."
+    child = isolated._child
+    assert child is not None and child._process is not None
+    child._process.kill()
+    child._process.wait()
+    assert isolated.normalize("I have 4 apples.", "en") == "I have four apples."
+
+
+def test_an_isolated_normaliser_keeps_control_tokens_and_odd_text() -> None:
+    """What crosses to the child and back is the text between control tokens, any code point included."""
+    isolated, here = TextNormalizer(isolated=True), TextNormalizer()
+    for text in ["a [uv_break] b [laugh_1]", "emoji 🎉 5 and tab\tend", "", "二零 12 [laugh_0]"]:
+        assert isolated.normalize(text, "en") == here.normalize(text, "en")
+    for normalizer in (isolated, here):  # the API refuses such text; here both fail alike, and the child serves on
+        with pytest.raises(ValueError, match="surrogate"):
+            normalizer.normalize("lone \ud800 surrogate 2", "en")
+    assert isolated.normalize("now 7", "en") == "now seven"
