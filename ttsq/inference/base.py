@@ -27,6 +27,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import join_chunks
 from ttsq.domain.batching import Probe
 from ttsq.domain.sampling import DEFAULT_SAMPLING, Sampling
+from ttsq.inference.stream_listeners import StreamCue
 
 __all__ = [
     "BatchEvent",
@@ -85,6 +86,9 @@ class SynthesisRequest:
     refine_only: bool = False
     """ChatTTS's refine pass alone (``refine_text_only``), steered by ``sampling.refine_prompt``: each chunk comes as a
     :class:`ChunkAudio` without samples whose ``text`` is the chunk refined (a refine job's answer); no speaker needed."""
+    stream: StreamCue | None = None
+    """Its place in a stream heard across jobs (a realtime session's chunk): a continuation is due when that stream's
+    listener runs out, not at its arrival (:mod:`ttsq.inference.stream_listeners`)."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:
