@@ -48,9 +48,7 @@ async def test_stream_admission_holds_new_streams_back_but_not_a_continuation(
     """A step target no step meets: the worker's stream room is nothing while it has a job in hand. A new stream queued
     meanwhile waits for the worker to be empty; a continuation of a stream already playing is claimed at once."""
     long_text = " ".join(f"Sentence number {n} is here." for n in range(24))
-    async with running_worker(
-        redis, tiny_decoder_engine, max_batch=4, stream_admission="wait", stream_rtf_target=1e-9
-    ) as worker:
+    async with running_worker(redis, tiny_decoder_engine, max_batch=4, stream_admission="wait", stream_rtf_target=1e-9) as worker:
         queue = worker.queue
         playing = await spoken(queue, long_text, StreamPlace(id="a:c", chunk=0))
 

@@ -34,6 +34,7 @@ async def test_a_continuation_queued_after_new_streams_first_chunks_is_claimed_f
     firsts = [await queued(queue, tenant, 0, stream=f"new-{tenant}") for tenant in ("A", "B", "C", "A")]
     plain = await queued(queue, "B")
     before = await queue.position(firsts[0])
+    assert before is not None
     continuation = await queued(queue, "C", 1)
     assert (await queue.get(continuation)).lane == "continuation"  # type: ignore[union-attr]
     assert await queue.position(continuation) == 0, "its estimate: next"
