@@ -23,6 +23,11 @@ Priority = Literal["interactive", "batch"]
 """A job's lane in its shard's queue: ``interactive`` is served first, ``batch`` gets a bounded share
 (``INTERACTIVE_BURST``; docs/fairness.md). Older job records have none and count as interactive."""
 PRIORITIES: tuple[Priority, ...] = ("interactive", "batch")
+Lane = Literal["continuation", "interactive", "batch"]
+"""Where a job waits in its shard's queue: its priority's lane, or ``continuation`` for an interactive job that
+continues a stream whose listener is already playing (:attr:`TTSParams.stream`), served before both (docs/fairness.md)."""
+LANES: tuple[Lane, ...] = ("continuation", "interactive", "batch")
+"""Every lane, in the order a claim looks at them (the scripts' ``LANES``, ``fair.lua``)."""
 ANONYMOUS_TENANT = "anonymous"
 """The one tenant of every caller without an API key (AUTH=off or auto on loopback)."""
 
@@ -46,6 +51,25 @@ class Status(StrEnum):
         return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
 
 
+class StreamPlace(BaseModel):
+    """A job's place in a stream a listener hears from its first audio to its last (a realtime session's context):
+    which stream, which of its chunks, and how much audio the listener had left when the job was queued."""
+
+    id: str = Field(description="The stream's opaque id (a session's and context's ids): the same on every chunk of it.")
+    chunk: int = Field(ge=0, description="Its place among the stream's chunks: 0 for the first, which starts the stream.")
+    buffered_s: float = Field(
+        default=0.0,
+        description="Seconds of audio the listener still had to play when the job was queued (as the API counted what "
+        "it had sent; negative: it had run dry that long). With the record's ``created_at`` (Redis's clock), when the "
+        "listener runs out: a worker that has not seen the stream before starts its account from it.",
+    )
+
+    @property
+    def continues(self) -> bool:
+        """Whether it continues a stream already playing (every chunk but the first)."""
+        return self.chunk > 0
+
+
 class TTSParams(VoiceFields, SamplingFields):
     """Everything the worker needs to synthesise a job, already validated by the API.
 
@@ -67,6 +91,11 @@ class TTSParams(VoiceFields, SamplingFields):
         ge=0,
         description="Where this job's chunks stand in a longer text (a realtime session's later sentences): chunk i "
         "samples as chunk first_chunk + i of that text would, so a session's audio equals the text submitted whole.",
+    )
+    stream: StreamPlace | None = Field(
+        default=None,
+        description="Its place in a live listener's stream (a realtime session's chunks): a chunk after the first waits "
+        "in the queue's continuation lane and is due when the listener runs out of audio (docs/fairness.md).",
     )
     format: AudioFormat = "wav"
     deterministic: bool = True
@@ -158,6 +187,15 @@ class Job(BaseModel):
         default="interactive", description="Its lane: interactive is served first, batch gets a bounded share."
     )
     _unreadable: str | None = PrivateAttr(default=None)
+
+    @property
+    def lane(self) -> Lane:
+        """The lane it waits in (``fair.lua``'s ``lane_of``): ``continuation`` for an interactive job that continues a
+        live stream, else its priority's."""
+        stream = self.params.stream
+        if self.priority == "interactive" and stream is not None and stream.continues:
+            return "continuation"
+        return self.priority
 
     @property
     def unreadable(self) -> str | None:

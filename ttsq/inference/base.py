@@ -27,6 +27,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import join_chunks
 from ttsq.domain.batching import Probe
 from ttsq.domain.sampling import DEFAULT_SAMPLING, Sampling
+from ttsq.inference.stream_listeners import StreamCue
 
 __all__ = [
     "BatchEvent",
@@ -88,6 +89,9 @@ class SynthesisRequest:
     chunks: tuple[str, ...] | None = None
     """Its text already cut into chunks and normalised (:meth:`Batcher.prepared`, in a thread beside the decode loop);
     None: the batcher does it when the request is added."""
+    stream: StreamCue | None = None
+    """Its place in a stream heard across jobs (a realtime session's chunk): a continuation is due when that stream's
+    listener runs out, not at its arrival (:mod:`ttsq.inference.stream_listeners`)."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:

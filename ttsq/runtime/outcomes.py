@@ -19,6 +19,7 @@ from ttsq.domain import context
 from ttsq.domain.jobs import Job, TTSParams
 from ttsq.inference.base import InferenceError, OutOfMemory
 from ttsq.inference.playback import Listener
+from ttsq.inference.stream_listeners import StreamCue
 from ttsq.runtime.assembly import Release
 from ttsq.runtime.health import HeartbeatRecord
 from ttsq.runtime.metrics import WorkerMetrics
@@ -86,6 +87,17 @@ def failure_reason(error: BaseException) -> tuple[str, bool]:
     if isinstance(error, InferenceError):
         return f"{'inference failed' if error.retryable else 'invalid job'}: {error}", error.retryable
     return f"inference failed: {type(error).__name__}: {error}", True
+
+
+def stream_cue(job: Job) -> StreamCue | None:
+    """The engine's view of a claimed job's place in a stream (``params.stream``), or None: the audio its listener had
+    left at the claim is what the API counted at the job's queueing less the time it waited, both ends by Redis's clock
+    (``created_at``, ``started_at``), so no host's clock enters."""
+    place = job.params.stream
+    if place is None:
+        return None
+    waited = job.started_at - job.created_at if job.started_at is not None else 0.0
+    return StreamCue(place.id, place.continues, place.buffered_s - waited)
 
 
 def heard(listener: Listener, now: float, seconds: float, metrics: WorkerMetrics) -> None:

@@ -19,6 +19,7 @@ from ttsq.domain.blends import BlendPart
 from ttsq.domain.jobs import TTSParams
 from ttsq.domain.segments import Part, VoiceFields
 from ttsq.inference.base import PermanentError, SynthesisRequest
+from ttsq.inference.stream_listeners import StreamCue
 
 SPEAKER_CACHE_SIZE = 512
 """Speakers drawn from seeds, kept per worker. Bounded: every random request brings a new seed."""
@@ -62,10 +63,11 @@ def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest
     return part_request(params, params.parts()[0], speakers)
 
 
-def part_request(params: TTSParams, part: Part, speakers: Speakers) -> SynthesisRequest:
+def part_request(params: TTSParams, part: Part, speakers: Speakers, stream: StreamCue | None = None) -> SynthesisRequest:
     """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
     sampled as its segment says (else as the job does), from its own seed (runs in the preparation thread). A refine job
-    needs no speaker: none is drawn for it, and its request only refines the text."""
+    needs no speaker: none is drawn for it, and its request only refines the text. ``stream``: the job's place in a
+    stream heard across jobs (:func:`ttsq.runtime.outcomes.stream_cue`)."""
     voice = part.source
     return SynthesisRequest(
         text=part.text,
@@ -77,6 +79,7 @@ def part_request(params: TTSParams, part: Part, speakers: Speakers) -> Synthesis
         consistent=voice.consistent_voice,
         first_chunk=part.first_chunk,
         refine_only=params.refine_only,
+        stream=stream,
     )
 
 

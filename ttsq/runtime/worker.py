@@ -48,6 +48,7 @@ from ttsq.inference.base import (
     TransientError,
 )
 from ttsq.inference.playback import Listener, StepCost
+from ttsq.inference.stream_listeners import StreamCue, StreamListeners
 from ttsq.runtime.assembly import JobAudio, RefinedChunks, part_key, parts_of_key
 from ttsq.runtime.documents import DocumentFeed, document_outcome, resume
 from ttsq.runtime.health import HeartbeatRecord, health_server
@@ -62,6 +63,7 @@ from ttsq.runtime.outcomes import (
     Synthesised,
     UnreadableJob,
     heard,
+    stream_cue,
     token,
 )
 from ttsq.runtime.replica import ModelReplica
@@ -104,7 +106,9 @@ class _InFlight:
     pieces: asyncio.Queue[Piece | None] | None = None
     publisher: asyncio.Task[None] | None = None
     listener: Listener = field(default_factory=Listener)
-    """A listener playing the job's stream from its first piece: whether the next one comes before it runs dry."""
+    """A listener playing the job's stream from its first piece (a stream's across its jobs: :attr:`cue`): whether the
+    next one comes before it runs dry."""
+    cue: StreamCue | None = None
     keys: list[str] = field(default_factory=list)
     """Its engine requests, one per part with something to speak (:func:`ttsq.runtime.assembly.part_key`)."""
     refined: RefinedChunks | None = None
@@ -162,6 +166,8 @@ class Worker:
         self._last_step_at = time.monotonic()
         self.clock: Callable[[], float] = time.monotonic
         """The playback clock of the jobs' listeners (a test's own, if it sets one)."""
+        self.streams_heard = StreamListeners(seed=False)
+        """The listeners of the streams its jobs belong to (a session's chunks), so their underruns count across jobs."""
         self.step_cost = StepCost()
         """Seconds per decode step against the rows it ran: how many rows stay ahead of real time."""
         self.stream_admission = StreamAdmission(config.stream_admission, self.step_cost, self.record)
@@ -311,28 +317,31 @@ class Worker:
     async def _serve(self) -> None:
         """Claim while the engine has room, hand each job to it, repeat — until a stop is requested."""
         while not self._stop.is_set():
-            room = self._free_room()
-            if room <= 0:
-                self._room.clear()
+            room, new = self._free_room()
+            self._room.clear()  # before the claim: a step that ends while it waits on Redis still wakes the loop
+            jobs = await self.claims.take(room, new) if room > 0 else []
+            if not jobs and (room <= 0 or new <= 0):  # nothing it may claim now: the next step may change that
                 await self._room.wait()
                 continue
-            await self._start(await self.claims.take(room))
+            await self._start(jobs)
 
-    def _free_room(self) -> int:
-        """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
-        stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
-        else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows), and with stream admission
-        on no more than the stream room (:mod:`ttsq.runtime.stream_admission`)."""
+    def _free_room(self) -> tuple[int, int]:
+        """How many more jobs to claim now, and how many of them may start new streams: none while a job that must run
+        alone is in hand, until its outcome is stored (if it takes the process down, nothing else goes with it) or while
+        a batch of rows already waits for slots, else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring
+        several rows); with stream admission on, no more new streams than the stream room
+        (:mod:`ttsq.runtime.stream_admission`) — a continuation of a stream already playing is no new stream: only the
+        batch's room bounds it."""
         batcher = self._batcher
         if batcher is None or self._alone:
-            return 0
+            return 0, 0
         limit = batcher.slot_limit
         self.metrics.batch_limit.set(limit)
         if batcher.waiting_rows >= limit:
-            return 0
+            return 0, 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         rows = batcher.active_rows + batcher.waiting_rows
-        return self.stream_admission.claim_limit(room, self.stream_target, rows, len(self._in_flight))
+        return room, self.stream_admission.claim_limit(room, self.stream_target, rows, len(self._in_flight))
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
@@ -368,7 +377,9 @@ class Worker:
                 self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
                 continue
             audio = JobAudio.of(parts, keep=not job.params.document)
-            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=audio)
+            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=audio, cue=stream_cue(job))
+            if flight.cue is not None:
+                flight.listener = self.streams_heard.listener(flight.cue, self.clock())
             if job.params.refine_only:
                 flight.refined = RefinedChunks()
             if job.isolate:
@@ -385,7 +396,7 @@ class Worker:
 
     def _add_part(self, flight: _InFlight, part: Part) -> None:
         flight.keys.append(part_key(flight.job.id, part.number))
-        request = functools.partial(part_request, flight.job.params, part, self.speakers)
+        request = functools.partial(part_request, flight.job.params, part, self.speakers, flight.cue)
         self._thread.add(flight.keys[-1], request, alone=flight.job.isolate)
 
     async def _start_document(self, flight: _InFlight, parts: int) -> None:

@@ -47,27 +47,35 @@ class WorkerClaims:
         self._stop = stop
         self._in_flight = in_flight
 
-    async def take(self, room: int) -> list[Job]:
+    async def take(self, room: int, new: int | None = None) -> list[Job]:
         """One blocking claim, then up to ``room`` more at once; when the engine is idle, more may
         come for ``batch_wait_ms`` (they start together). A job whose last worker was lost is claimed
-        alone and runs alone.
+        alone and runs alone. ``new`` (None: ``room``) bounds the jobs that start new streams among them, not the
+        continuations of streams already playing (:meth:`Leases.claim_more <ttsq.store.leases.Leases.claim_more>`);
+        with no room for new ones, only the continuations waiting now are claimed, without blocking.
 
         Every claimed job is leased to this worker at once, so a crash at any point leaves each
         of them to the sweep individually. A Redis failure returns what was claimed so far.
         """
         jobs: list[Job] = []
+        new = room if new is None else min(new, room)
+        claimed = 0
         try:
-            claim = await self.queue.leases.claim(self.identity)
-            if claim is None:
-                self.outage.back()
-                self.record.claim_error = None
-                return []
-            jobs += self._claimed([claim])
-            if claim.job.isolate:
-                return jobs
-            deadline = time.monotonic() + (self.batch_wait_ms / 1000 if not self._in_flight else 0.0)
+            if new > 0:
+                claim = await self.queue.leases.claim(self.identity, new=new)
+                if claim is None:
+                    self.outage.back()
+                    self.record.claim_error = None
+                    return []
+                jobs += self._claimed([claim])
+                claimed += claim.job.lane != "continuation"
+                if claim.job.isolate:
+                    return jobs
+            deadline = time.monotonic() + (self.batch_wait_ms / 1000 if not self._in_flight and new > 0 else 0.0)
             while len(jobs) < room and not self._stop.is_set():
-                jobs += self._claimed(await self.queue.leases.claim_more(self.identity, room - len(jobs)))
+                more = await self.queue.leases.claim_more(self.identity, room - len(jobs), new=max(0, new - claimed))
+                claimed += sum(claim.job.lane != "continuation" for claim in more)
+                jobs += self._claimed(more)
                 remaining = deadline - time.monotonic()
                 if len(jobs) >= room or remaining <= 0:
                     break

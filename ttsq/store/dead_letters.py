@@ -69,7 +69,7 @@ class DeadLetters:
             keys_of.delivery_log(job_id),
             keys_of.owner_jobs(job.owner or "-"),
             home_queue(keys_of, job),
-            keys_of.ring(job.priority),
+            keys_of.ring(job.lane),
             keys_of.weights,
         ]
         args: list[Any] = [job_id, self.clock.arg(), keys_of.fair_prefix, self.config.interactive_burst]

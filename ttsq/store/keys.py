@@ -80,8 +80,8 @@ class Keys:
         return self.prefix + "fair:"
 
     def tenant_queue(self, lane: str, tenant: str) -> str:
-        """One tenant's waiting job ids in one lane (``interactive`` or ``batch``): LPUSH at the back, the front is
-        the tail, like :attr:`queue` was before fair queuing (docs/fairness.md)."""
+        """One tenant's waiting job ids in one lane (``continuation``, ``interactive`` or ``batch``): LPUSH at the back,
+        the front is the tail, like :attr:`queue` was before fair queuing (docs/fairness.md)."""
         return f"{self.fair_prefix}{lane}:q:{tenant}"
 
     def ring(self, lane: str) -> str:

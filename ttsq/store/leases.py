@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ttsq.domain.captions import Cue
-from ttsq.domain.jobs import PRIORITIES, Job
+from ttsq.domain.jobs import LANES, Job
 from ttsq.store.clock import RedisClock
 from ttsq.store.connection import STORE_ERRORS, RedisClient
 from ttsq.store.keys import Keys, Shards
@@ -128,17 +128,17 @@ class Leases:
         self._turn = (self._turn + 1) % self.shards.count
         return self.shards.all[self._turn :] + self.shards.all[: self._turn]
 
-    async def claim(self, worker_id: str, block_s: float | None = None) -> Claim | None:
+    async def claim(self, worker_id: str, block_s: float | None = None, *, new: int | None = None) -> Claim | None:
         """Wait up to ``block_s`` for a job, move it to processing and lease it to ``worker_id``.
 
         Every shard is looked at in turn; a job whose last worker was lost (``isolate``) may be claimed here, alone.
         The wait is a ``BLMOVE`` of one shard's queue onto itself (the last id back to where it was; with several
         shards, each waits in turn for a share of ``block_s``): it changes nothing, so a retried wait is
-        harmless, and the claim itself is :meth:`claim_more`'s idempotent script.
+        harmless, and the claim itself is :meth:`claim_more`'s idempotent script. ``new``: as :meth:`claim_more`'s.
         """
         rotation = self._rotation()
         for keys in rotation:
-            claims = await self._claim(keys, worker_id, 1, alone_first=True)
+            claims = await self._claim(keys, worker_id, 1, alone_first=True, new=new)
             if claims:
                 return claims[0]
         timeout = (self.config.block_s if block_s is None else block_s) / self.shards.count
@@ -146,14 +146,18 @@ class Leases:
         # Redis takes fractional block timeouts; redis-py's annotation says int.
         if await self.redis.blmove(waited.queue, waited.queue, timeout, "RIGHT", "RIGHT") is None:  # type: ignore[arg-type]
             return None
-        claims = await self._claim(waited, worker_id, 1, alone_first=True)
+        claims = await self._claim(waited, worker_id, 1, alone_first=True, new=new)
         return claims[0] if claims else None
 
-    async def claim_more(self, worker_id: str, count: int) -> list[Claim]:
+    async def claim_more(self, worker_id: str, count: int, *, new: int | None = None) -> list[Claim]:
         """Claim up to ``count`` more jobs without blocking (to fill a batch), from every shard in turn.
 
         Stops, on each shard, before a job marked ``isolate`` (its last worker was lost): that one is left for a
         blocking :meth:`claim`, and the worker runs it alone.
+
+        ``new`` (None: no limit) bounds the new work among them — jobs of a lane other than ``continuation``, each a
+        stream the worker would start —, not the continuations of streams already playing: past it, only
+        continuations are claimed (``fair.lua``'s ``fair_lane``; docs/fairness.md).
 
         A shard that fails after others answered (its slot moving in a resharded Redis Cluster, its master failing
         over) ends the round with the claims already taken: they are leased to this worker, and raising would lose
@@ -164,8 +168,9 @@ class Leases:
         for keys in self._rotation():
             if len(claims) >= count:
                 break
+            left = None if new is None else max(0, new - sum(claim.job.lane != "continuation" for claim in claims))
             try:
-                claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False)
+                claims += await self._claim(keys, worker_id, count - len(claims), alone_first=False, new=left)
             except (*STORE_ERRORS, OSError) as exc:
                 if not claims:
                     raise
@@ -179,7 +184,7 @@ class Leases:
                 break
         return claims
 
-    async def _claim(self, keys_of: Keys, worker_id: str, count: int, *, alone_first: bool) -> list[Claim]:
+    async def _claim(self, keys_of: Keys, worker_id: str, count: int, *, alone_first: bool, new: int | None = None) -> list[Claim]:
         """``peek.lua`` names the ids at the front of a shard's queue, then ``claim.lua`` claims them with every key
         it touches declared (so a Redis Cluster moving the slot refuses it rather than let it misread a job).
         Another worker may take those ids first: then the claim takes none and this peeks again, a few times.
@@ -192,8 +197,9 @@ class Leases:
         request = self._unanswered.pop(lost, None)
         repeating = request is not None
         for _ in range(_CLAIM_RACES):
-            fair_keys = [*lanes(keys_of), *(keys_of.credit(lane) for lane in PRIORITIES), keys_of.weights, keys_of.streak]
-            peek_args: list[Any] = [count, keys_of.job_prefix, keys_of.fair_prefix, self.config.interactive_burst]
+            fair_keys = [*lanes(keys_of), *(keys_of.credit(lane) for lane in LANES), keys_of.weights, keys_of.streak]
+            limit = "" if new is None else new
+            peek_args: list[Any] = [count, keys_of.job_prefix, keys_of.fair_prefix, self.config.interactive_burst, limit]
             peeked = Peeked.parse(await self._peek(keys=fair_keys, args=peek_args))
             if not peeked.ids and not repeating:
                 return []
@@ -205,7 +211,7 @@ class Leases:
                 keys += [keys_of.stream(job_id)]
             args: list[Any] = [worker_id, request, self.clock.arg(), self.config.lease_s, self.config.result_ttl_s]
             args += [self.config.dead_letter_max, keys_of.prefix, _claim_record_ms(self.config), flag(alone_first)]
-            args += [self.config.interactive_burst, *peeked.ids]
+            args += [self.config.interactive_burst, limit, *peeked.ids]
             try:
                 reply = ClaimReply.parse(await self._claim_script(keys=keys, args=args))
             except BaseException:

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ttsq.domain.jobs import Priority
+from ttsq.domain.jobs import Lane
 from ttsq.store.cache import LEVELS, ResultCache
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import JobQueue
@@ -57,14 +57,14 @@ TOP_TENANTS = 10
 """Tenants named in ``ttsq_tenant_queue_depth``; the others are summed as ``other``."""
 
 
-def top_tenants(depths: Mapping[tuple[str, Priority], int], limit: int) -> dict[tuple[str, Priority], int]:
-    """The ``limit`` tenants with the most jobs waiting (over both lanes) keep their name; the rest are summed per
+def top_tenants(depths: Mapping[tuple[str, Lane], int], limit: int) -> dict[tuple[str, Lane], int]:
+    """The ``limit`` tenants with the most jobs waiting (over every lane) keep their name; the rest are summed per
     lane as ``other``, so the gauge's series stay bounded whatever the number of keys."""
     totals: dict[str, int] = {}
     for (tenant, _lane), depth in depths.items():
         totals[tenant] = totals.get(tenant, 0) + depth
     named = set(sorted(totals, key=lambda tenant: (-totals[tenant], tenant))[:limit])
-    shown: dict[tuple[str, Priority], int] = {}
+    shown: dict[tuple[str, Lane], int] = {}
     for (tenant, lane), depth in depths.items():
         place = (tenant if tenant in named else "other", lane)
         shown[place] = shown.get(place, 0) + depth

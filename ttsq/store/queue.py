@@ -217,7 +217,8 @@ class JobQueue:
         of ``max_per_owner`` jobs queued or running there. ``reader`` (an API key id) may read and cancel
         the job — also when it joins an identical one.
 
-        Fair queuing (docs/fairness.md): the job waits in ``tenant``'s queue of its ``priority`` lane, and ``weight``
+        Fair queuing (docs/fairness.md): the job waits in ``tenant``'s queue of its lane (:attr:`Job.lane`: its
+        ``priority``'s, or ``continuation`` for an interactive job continuing a live stream), and ``weight``
         (the tenant's claims per round-robin turn) is recorded for the shard's round robin. The position answered
         is an estimate of the claims before it in that order.
         """
@@ -238,6 +239,7 @@ class JobQueue:
             rate = await self._pay_apart(charge)
             charge = None
         joining = single_flight and params.cache_key is not None
+        lane = job.lane
         keys = [
             keys_of.job(job_id),
             keys_of.queue,
@@ -246,8 +248,8 @@ class JobQueue:
             inflight_key(keys_of, params.cache_key),
             keys_of.owner_jobs(owner or "-"),
             charge.key if charge is not None else keys_of.rate_limit("-"),
-            keys_of.tenant_queue(priority, tenant),
-            keys_of.ring(priority),
+            keys_of.tenant_queue(lane, tenant),
+            keys_of.ring(lane),
             keys_of.weights,
         ]
         stale = ""
@@ -257,7 +259,7 @@ class JobQueue:
             # Pay once: a retry after a stale single-flight marker has paid already.
             paying = charge is not None and rate is None
             args += [charge.clock, charge.rate_per_s, charge.burst] if paying and charge is not None else [self.clock.arg(), "", 0]
-            args += [tenant, priority, weight, keys_of.fair_prefix, self.config.interactive_burst]
+            args += [tenant, lane, weight, keys_of.fair_prefix, self.config.interactive_burst]
             reply = EnqueueReply.parse(await self._acknowledged(self._enqueue, keys, args, job_id))
             if reply.outcome is Enqueued.LIMITED and charge is not None and reply.bucket is not None:
                 raise RateLimitExceeded(charge.decision(reply.bucket))
@@ -414,8 +416,8 @@ class JobQueue:
             keys_of.stream(job.id),
             *ending_keys(keys_of, job),
             home_queue(keys_of, job),
-            keys_of.ring(job.priority),
-            keys_of.credit(job.priority),
+            keys_of.ring(job.lane),
+            keys_of.credit(job.lane),
             keys_of.moves,
             keys_of.cancels,
         ]

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from ttsq.domain.jobs import PRIORITIES, Priority
+from ttsq.domain.jobs import LANES, Lane
 from ttsq.store.connection import RedisClient
 from ttsq.store.heartbeats import Heartbeats
 from ttsq.store.keys import Keys, Shards
@@ -72,16 +72,16 @@ class QueueStats:
         by_shard = tuple(int(shard[0]) for shard in shards)
         return QueueSnapshot(queued, processing, delayed, dead, int(workers), by_shard)
 
-    async def tenant_depths(self) -> dict[tuple[str, Priority], int]:
+    async def tenant_depths(self) -> dict[tuple[str, Lane], int]:
         """Jobs waiting per (tenant, lane), summed over the shards: every tenant in a ring, then its queue's length
         (two round trips per shard, O(tenants waiting); for metrics)."""
-        depths: dict[tuple[str, Priority], int] = {}
+        depths: dict[tuple[str, Lane], int] = {}
         for keys in self.shards.all:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for lane in PRIORITIES:
+                for lane in LANES:
                     pipe.lrange(keys.ring(lane), 0, -1)
                 rings: list[list[bytes]] = await pipe.execute()
-            waiting = [(text(tenant), lane) for lane, ring in zip(PRIORITIES, rings, strict=True) for tenant in ring]
+            waiting = [(text(tenant), lane) for lane, ring in zip(LANES, rings, strict=True) for tenant in ring]
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tenant, lane in waiting:
                     pipe.llen(keys.tenant_queue(lane, tenant))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Self
 
-from ttsq.domain.jobs import Job, Priority
+from ttsq.domain.jobs import LANES, Job, Lane
 
 
 def text(value: Any) -> str:
@@ -207,13 +207,13 @@ class Peeked:
 
     ids: list[str]
     owners: list[str]
-    lanes: list[Priority]
+    lanes: list[Lane]
     tenants: list[str]
 
     @classmethod
     def parse(cls, raw: Sequence[Any]) -> Peeked:
         values = [text(value) for value in raw]
-        lanes: list[Priority] = ["batch" if lane == "batch" else "interactive" for lane in values[2::4]]
+        lanes = [_lane(lane) for lane in values[2::4]]
         return cls(values[0::4], values[1::4], lanes, values[3::4])
 
 
@@ -295,7 +295,7 @@ class SweepScan:
     """Ids in the processing list with no lease."""
     due: list[str]
     """Retries whose backoff is over."""
-    places: list[tuple[Priority, str]]
+    places: list[tuple[Lane, str]]
     """The lane and tenant of each id above and of :attr:`abandoned`, in that order (lapsed, unleased, due, abandoned)."""
     abandoned: list[str]
     """Ids claimed by workers whose heartbeat has lapsed (from each one's own set of claims)."""
@@ -310,7 +310,7 @@ class SweepScan:
             return None
         lapsed, unleased, due, places, abandoned, owners = values
         flat = [text(value) for value in places]
-        lanes: list[Priority] = ["batch" if lane == "batch" else "interactive" for lane in flat[0::2]]
+        lanes = [_lane(lane) for lane in flat[0::2]]
         return cls(
             listed_ids(lapsed),
             listed_ids(unleased),
@@ -431,3 +431,8 @@ class DeliverySweep:
     def parse(cls, raw: Any) -> DeliverySweep:
         requeued, orphans, promoted = raw
         return cls(int(requeued), int(orphans), int(promoted))
+
+
+def _lane(name: str) -> Lane:
+    """A lane a script named (``fair.lua``'s ``lane_of``); anything else reads as interactive, the default lane."""
+    return next((lane for lane in LANES if lane == name), "interactive")

@@ -9,7 +9,7 @@ from importlib.resources import files
 
 from redis.commands.core import AsyncScript
 
-from ttsq.domain.jobs import PRIORITIES, Job
+from ttsq.domain.jobs import LANES, Job
 from ttsq.store.clock import clock_lua
 from ttsq.store.connection import RedisClient
 from ttsq.store.keys import Keys
@@ -29,8 +29,9 @@ def lua_script(redis: RedisClient, name: str, *, ends_jobs: bool = False, timed:
 
 
 def home_queue(keys: Keys, job: Job) -> str:
-    """The tenant queue a job waits in (``fair.lua``'s ``tenant_of``: a record without a tenant waits under '-')."""
-    return keys.tenant_queue(job.priority, job.tenant or "-")
+    """The tenant queue a job waits in, in its lane (``fair.lua``'s ``lane_of``, ``tenant_of``: a record without a
+    tenant waits under '-')."""
+    return keys.tenant_queue(job.lane, job.tenant or "-")
 
 
 def flag(value: bool) -> str:
@@ -45,8 +46,8 @@ def ending_keys(keys: Keys, job: Job) -> list[str]:
 
 
 def lanes(keys: Keys) -> list[str]:
-    """Both lanes' rings, interactive first (what every fair script declares to choose a lane)."""
-    return [keys.ring(lane) for lane in PRIORITIES]
+    """Every lane's ring, in :data:`~ttsq.domain.jobs.LANES`' order (what every fair script declares to choose a lane)."""
+    return [keys.ring(lane) for lane in LANES]
 
 
 def inflight_key(keys: Keys, cache_key: str | None) -> str:

@@ -38,7 +38,7 @@ from ttsq.domain import context
 from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.cache_key import cache_key
 from ttsq.domain.documents import document_segments, read_document
-from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Priority, Status, TTSParams, draw_seed
+from ttsq.domain.jobs import DEFAULT_SAMPLING_SEED, Job, Priority, Status, StreamPlace, TTSParams, draw_seed
 from ttsq.domain.output_formats import TTSQ_NAMES
 from ttsq.domain.segments import NOTHING_TO_READ, speakable
 from ttsq.domain.ssrf import RefusedUrl, SsrfGuard, UnresolvableUrl
@@ -206,6 +206,7 @@ class TaskService:
         max_text_chars: int | None = None,
         first_chunk: int = 0,
         refine_only: bool = False,
+        stream: StreamPlace | None = None,
     ) -> Submitted:
         """Answer from the cache, join an identical job in flight, or queue a new one.
 
@@ -215,7 +216,8 @@ class TaskService:
         its parameters under the body's own (:class:`StyleService`), so the job carries the parameters alone.
         ``refine_only`` queues a refine job (``POST /v1/tts/refine``): its answer is the caller's own words with the
         prosody tokens ChatTTS would add, so no pronunciation entry rewrites them (they do when that text is submitted),
-        and it calls no webhook and holds no real-time stream (``STREAM_ADMISSION`` does not refuse it).
+        and it calls no webhook and holds no real-time stream (``STREAM_ADMISSION`` does not refuse it). ``stream``: its
+        place in a live listener's stream (a realtime session's chunk: :attr:`TTSParams.stream`).
         The task is readable by ``caller``'s key (and admins). The cache and single-flight look only within
         ``caller``'s sharing scope (:meth:`sharing_scope`), so an answer never says whether another scope asked
         for the same audio, and never names another scope's task; a cache hit is a task of its own. A valid
@@ -240,6 +242,7 @@ class TaskService:
             body, paid = await self.dictionary.pronounced(body, caller, max_text_chars or self.config.max_text_chars)
         scope = self.sharing_scope(caller)
         params = self.build_params(body, voice, scope, max_text_chars, first_chunk, refine_only)
+        params.stream = stream
         if document is not None:
             params = document.with_segments(params, self.config.model_identity, scope)
         return await self.submit_params(params, caller, callback_url=body.callback_url, priority=body.priority, paid=paid)
@@ -284,7 +287,8 @@ class TaskService:
     ) -> Submitted:
         """:meth:`submit` once a request is a job's parameters (its cache key made; a dialogue's too: its use case
         builds them, :mod:`.dialogue`): the cache, single-flight, the queue, the caller's token (``paid``: taken
-        already). A refine job (``params.refine_only``) takes no key's default webhook and no stream admission."""
+        already). A refine job (``params.refine_only``) takes no key's default webhook and no stream admission; nor does a
+        continuation of a stream already playing (``params.stream``)."""
         if not params.refine_only:
             callback_url = callback_url or (caller.key.callback_url if caller.key is not None else None)
         if callback_url is not None:
@@ -321,7 +325,8 @@ class TaskService:
                 )
                 return Submitted(answer, rate)
         await self._shared_secret.keep()  # put back after a Redis data loss (see SharedTaskIdSecret)
-        if self.config.stream_admission == "refuse" and not params.refine_only:
+        continues = params.stream is not None and params.stream.continues  # a stream already playing: no new one
+        if self.config.stream_admission == "refuse" and not params.refine_only and not continues:
             await refuse_without_stream_room(self.heartbeats)
         result = await self.queue.enqueue(
             signer.new(shard),

@@ -5,7 +5,10 @@ job of its own, through the same submit as every other request (validation, pron
 queue, cache, single-flight), so the API still runs no inference and a worker that dies mid-sentence costs a retry,
 never the context. Chunk ``i`` of a context is queued with ``first_chunk=i`` (:class:`ttsq.domain.jobs.TTSParams`): it
 draws the random stream chunk ``i`` of the same text submitted whole would draw, so the context's audio equals that
-submit's wherever the cuts agree, with the same pause between chunks as a joined text has.
+submit's wherever the cuts agree, with the same pause between chunks as a joined text has. Every chunk also carries
+the context's place as one stream (:class:`ttsq.domain.jobs.StreamPlace`: the session's and context's ids, the chunk's
+index, the audio its listener still had to play): a chunk after the first continues a stream already playing, so the
+queue serves it before new streams' first chunks and its worker makes it due when that listener runs out of audio.
 
 Pacing: a context keeps ``REALTIME_AHEAD`` chunks queued beyond the one whose audio is streaming, and queues the next
 when a chunk's first audio goes out. Its audio goes out in text order, each chunk's as its worker streams it
@@ -43,8 +46,9 @@ from ttsq.api.sessions.events import (
     SegmentQueued,
 )
 from ttsq.api.sessions.wire import ConnectionEnded
-from ttsq.domain.audio import sentence_gap_pcm16
+from ttsq.domain.audio import SAMPLE_RATE, sentence_gap_pcm16
 from ttsq.domain.converter import converter
+from ttsq.domain.jobs import StreamPlace
 from ttsq.domain.text_stream import TextStream
 from ttsq.store.connection import STORE_ERRORS
 from ttsq.store.queue import QueueFullError
@@ -113,6 +117,8 @@ class Context:
         self.chars = 0
         self.samples = 0
         """Audio sent so far, in samples at 24 kHz (the pauses between chunks included)."""
+        self.first_audio_at: float | None = None
+        """When its first audio went out (the host's clock): its listener's playback starts then."""
         self.cut = 0
         """Chunks cut so far: the next one's number."""
         self.resolved = 0
@@ -225,6 +231,7 @@ class Context:
         next try to it (or, where single-flight is off, that job runs unheard)."""
         index = len(self.segments)
         options = self.options
+        stream = StreamPlace(id=f"{self.host.id}:{self.id}", chunk=index, buffered_s=self.buffered_s())
         body = SubmitRequest.model_validate(
             {
                 "text": chunk,
@@ -241,7 +248,7 @@ class Context:
         tasks = self.host.service.tasks
         try:
             submitted = await self.host.ride_out(
-                lambda: tasks.submit(body, self.host.caller, options.voice, first_chunk=index), "queue a chunk"
+                lambda: tasks.submit(body, self.host.caller, options.voice, first_chunk=index, stream=stream), "queue a chunk"
             )
         except InvalidInput as exc:
             await self.host.emit(Failure(self.id, "invalid_text", exc.message, details={"text": chunk[:200]}))
@@ -256,7 +263,16 @@ class Context:
         await self.host.emit(SegmentQueued(self.id, index, chunk, segment.task_id))
         self._to_send.put_nowait(segment)
 
+    def buffered_s(self) -> float:
+        """Seconds of audio its listener still has to play now, sent but not yet played (negative: it ran dry that
+        long ago; 0 before its first audio): a listener plays from the first audio sent, without pause."""
+        if self.first_audio_at is None:
+            return 0.0
+        return self.samples / SAMPLE_RATE - (self.host.clock() - self.first_audio_at)
+
     async def _out(self, pcm: bytes) -> None:
+        if self.first_audio_at is None:
+            self.first_audio_at = self.host.clock()
         offset = self.samples
         self.samples += len(pcm) // 2
         if audio := await self._converted(self.converter.feed, pcm):

@@ -75,7 +75,8 @@ class RequestState:
     margin_s: float | None = None
     """The scheduler's ``playback_margin_s`` (None: no playback-aware order)."""
     listener: Listener = field(default_factory=Listener)
-    """A listener playing its chunks in order from the first: when its audio runs out."""
+    """A listener playing its chunks in order from the first: when its audio runs out. For a request that belongs to a
+    stream heard across jobs (``request.stream``), that stream's listener (:mod:`ttsq.inference.stream_listeners`)."""
     unheard: dict[int, tuple[float, bool]] = field(default_factory=dict)
     """Seconds of audio ready of chunks after the one being heard, and whether each is whole (a listener hears them
     in order)."""
@@ -93,13 +94,20 @@ class RequestState:
             return True
         return False
 
+    @property
+    def continues(self) -> bool:
+        """It continues a stream already playing (a session's chunk after its first): even its first chunk is due by
+        that stream's listener."""
+        return self.request.stream is not None and self.request.stream.continues
+
     def due(self, index: int) -> float:
-        """When chunk ``index``'s audio is due: the first chunk at once (its arrival), a later one when the listener's
-        audio runs out, less the margin (not before the first is heard: after every started stream). 0 without
-        playback-aware order: every row alike, and the rest of :meth:`RowState.priority` decides."""
+        """When chunk ``index``'s audio is due: the first chunk at once (its arrival), a later one — or any of a request
+        that continues a stream — when the listener's audio runs out, less the margin (not before the first is heard:
+        after every started stream). 0 without playback-aware order: every row alike, and the rest of
+        :meth:`RowState.priority` decides."""
         if self.margin_s is None:
             return 0.0
-        if index == 0:
+        if index == 0 and not self.continues:
             return self.arrived_at
         due = self.listener.due(self.margin_s)
         return math.inf if due is None else due
@@ -145,9 +153,10 @@ class RowState:
     """Audible samples this run will produce again that were already handed on (an earlier run's)."""
 
     def priority(self) -> tuple[float, int, int, int, int]:
-        """Playback-aware (the scheduler's ``playback_margin_s``): the row whose audio is due first; then first chunks
-        first, then arrival; a refined row (work already spent) ahead of its peers."""
-        return (self.request.due(self.index), self.index > 0, self.phase == "refine", self.request.arrival, self.index)
+        """Playback-aware (the scheduler's ``playback_margin_s``): the row whose audio is due first; then streams' first
+        chunks first, then arrival; a refined row (work already spent) ahead of its peers."""
+        later = self.index > 0 or self.request.continues
+        return (self.request.due(self.index), later, self.phase == "refine", self.request.arrival, self.index)
 
     @property
     def exclusive(self) -> str | None:

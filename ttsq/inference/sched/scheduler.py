@@ -77,6 +77,7 @@ from ttsq.inference.sched.requests import (
     refine_params,
 )
 from ttsq.inference.sched.waiting import Waiting, WaitingRows
+from ttsq.inference.stream_listeners import StreamListeners
 
 __all__ = ["DecodeLimits", "Scheduler"]
 
@@ -141,6 +142,9 @@ class Scheduler:
         self._active: dict[tuple[SlotDecoder, int], RowState] = {}
         """Rows in a slot, by (decoder, slot)."""
         self._requests: dict[str, RequestState] = {}
+        self.streams = StreamListeners(seed=True)
+        """The listeners of the streams its requests belong to (a session's chunks, each a request): a continuation is
+        due when its stream's listener runs out (:mod:`ttsq.inference.stream_listeners`)."""
         self._arrivals = itertools.count()
         self._orders = itertools.count()
         """The order rows took their slots (out of memory sends the latest back first)."""
@@ -208,6 +212,8 @@ class Scheduler:
             self.decoders.build_text()
         state = RequestState(key, request, lang, total=len(chunks), arrival=next(self._arrivals), alone=alone)
         state.arrived_at, state.margin_s = self.clock(), self.playback_margin_s
+        if request.stream is not None:  # one listener across the stream's jobs
+            state.listener = self.streams.listener(request.stream, state.arrived_at)
         state.anchored = request.consistent and len(chunks) > 1 and request.speaker_prompt is None
         self._requests[key] = state
         phase: Literal["refine", "code"] = "refine" if refines else "code"

@@ -18,11 +18,13 @@
 -- adds one entry to the shard's moves stream: what the API's listener follows instead of reading jobs again.
 -- Each job started joins the worker's own set of claims (scored by its token), kept for two leases past the last
 -- claim or renewal: what the sweep takes back, without reading any other job, once the worker's heartbeat lapses.
--- KEYS: queue (the tally), processing, leases, dead, claims, record, deliveries, interactive ring, batch ring,
---       interactive credit, batch credit, weights, streak, moves, the worker's claims (worker_jobs),
+-- A claim may be limited in new work (a worker without room for more new streams): past `new` jobs of a
+-- lane other than continuation it takes continuations only (fair_lane), and stops at any other.
+-- KEYS: queue (the tally), processing, leases, dead, claims, record, deliveries, the rings of every lane (LANES'
+--       order), their credits, weights, streak, moves, the worker's claims (worker_jobs),
 --       then per expected id: job, owner_jobs, tenant queue, stream
 -- ARGV: worker, request_id, clock ('' = Redis's TIME), lease_s, ttl_s, dead_max, prefix, record_ttl_ms,
---       first ('1' | '0'), burst, then the expected ids in claim order
+--       first ('1' | '0'), burst, new ('' = no limit), then the expected ids in claim order
 -- Reply: {'claimed' | 'repeated', {started, job_json}, ...} with started 'run' (leased to this worker)
 --        or 'dead' (no attempts left: dead-lettered)
 local record = redis.call('GET', KEYS[6])
@@ -35,6 +37,7 @@ if record then
   end
 end
 local now = clock(ARGV[3])
+local WEIGHTS, STREAK, MOVES, WORKER_JOBS = 8 + 2 * #LANES, 9 + 2 * #LANES, 10 + 2 * #LANES, 11 + 2 * #LANES
 local function start(id, job, job_key, owner_key, stream_key)
   job.attempts = job.attempts + 1
   job.orphan_seen_at = nil
@@ -59,24 +62,29 @@ local function start(id, job, job_key, owner_key, stream_key)
   local out = cjson.encode(job)
   redis.call('SET', job_key, out)
   redis.call('ZADD', KEYS[3], deadline(now + tonumber(ARGV[4])), id)
-  redis.call('ZADD', KEYS[15], job.claim, id)
-  redis.call('PEXPIRE', KEYS[15], math.ceil(2000 * tonumber(ARGV[4])))
+  redis.call('ZADD', KEYS[WORKER_JOBS], job.claim, id)
+  redis.call('PEXPIRE', KEYS[WORKER_JOBS], math.ceil(2000 * tonumber(ARGV[4])))
   redis.call('XADD', stream_key, '*', 'status', 'running', 'attempt', job.attempts)
   redis.call('EXPIRE', stream_key, ARGV[5])
   return {'run', out}
 end
-local rings = {interactive = KEYS[8], batch = KEYS[9]}
-local credit_keys = {interactive = KEYS[10], batch = KEYS[11]}
-local burst = tonumber(ARGV[10])
+local rings, credit_keys = {}, {}
+for index, lane in ipairs(LANES) do
+  rings[lane] = KEYS[7 + index]
+  credit_keys[lane] = KEYS[7 + #LANES + index]
+end
+local burst, new = tonumber(ARGV[10]), tonumber(ARGV[11])
+local FIRST_ID = 12
 local claims = {}
 local moved = 0
-for i = 11, #ARGV do
+for i = FIRST_ID, #ARGV do
   local id = ARGV[i]
-  local base = 15 + 4 * (i - 11)
+  local base = WORKER_JOBS + 4 * (i - FIRST_ID)
   local job_key, owner_key, queue_key, stream_key = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3], KEYS[base + 4]
   local batch_waiting = redis.call('LLEN', rings.batch) > 0
-  local streak = tonumber(redis.call('GET', KEYS[13]) or '0')
-  local lane = fair_lane(redis.call('LLEN', rings.interactive) > 0, batch_waiting, streak, burst)
+  local streak = tonumber(redis.call('GET', KEYS[STREAK]) or '0')
+  local continuing = redis.call('LLEN', rings.continuation) > 0
+  local lane = fair_lane(continuing, redis.call('LLEN', rings.interactive) > 0, batch_waiting, streak, burst, new ~= 0)
   if not lane then break end
   local tenant = redis.call('LINDEX', rings[lane], -1)
   if queue_key ~= fair_queue_key(ARGV[7] .. 'fair:', lane, tenant) then break end
@@ -87,14 +95,15 @@ for i = 11, #ARGV do
   if alone and (#claims > 0 or ARGV[9] ~= '1') then break end
   if job and type(job.owner) == 'string' and owner_key ~= ARGV[7] .. 'owner-jobs:' .. job.owner then break end
   -- Out of the tenant's queue (and the tally) into processing; the round robin moves on.
+  if new and lane ~= 'continuation' then new = new - 1 end
   redis.call('RPOP', queue_key)
   redis.call('RPOP', KEYS[1])
   moved = moved + 1
   redis.call('LPUSH', KEYS[2], id)
-  local credit = tonumber(redis.call('HGET', credit_keys[lane], tenant)) or fair_quantum(redis.call('HGET', KEYS[12], tenant))
+  local credit = tonumber(redis.call('HGET', credit_keys[lane], tenant)) or fair_quantum(redis.call('HGET', KEYS[WEIGHTS], tenant))
   credit = credit - 1
   local next_streak = fair_streak(lane, batch_waiting, streak)
-  if next_streak ~= streak then redis.call('SET', KEYS[13], next_streak) end
+  if next_streak ~= streak then redis.call('SET', KEYS[STREAK], next_streak) end
   local after = fair_after(redis.call('LLEN', queue_key), credit)
   if after == 'drop' then
     redis.call('RPOP', rings[lane])
@@ -112,7 +121,7 @@ for i = 11, #ARGV do
     if alone then break end
   end
 end
-if moved > 0 then redis.call('XADD', KEYS[14], 'MAXLEN', '16', '*', 'claimed', moved) end
+if moved > 0 then redis.call('XADD', KEYS[MOVES], 'MAXLEN', '16', '*', 'claimed', moved) end
 redis.call('SET', KEYS[6], cjson.encode({request = ARGV[2], claims = claims}), 'PX', ARGV[8])
 local reply = {'claimed'}
 for _, item in ipairs(claims) do table.insert(reply, item) end

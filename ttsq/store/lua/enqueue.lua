@@ -83,7 +83,7 @@ job.created_at = now
 redis.call('SET', KEYS[1], cjson.encode(job))
 redis.call('HSET', KEYS[10], ARGV[14], fair_quantum(ARGV[16]))
 fair_push(KEYS[8], KEYS[9], KEYS[2], ARGV[14], ARGV[2], false)
-local rings = {interactive = ARGV[17] .. 'interactive:ring', batch = ARGV[17] .. 'batch:ring'}
+local rings = fair_rings(ARGV[17])
 local position = fair_estimate(ARGV[17], rings, KEYS[10], ARGV[15], ARGV[14], redis.call('LLEN', KEYS[8]) - 1, tonumber(ARGV[18]))
 if single_flight then
   redis.call('SET', KEYS[5], ARGV[2])

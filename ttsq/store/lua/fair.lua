@@ -5,15 +5,28 @@
 -- the head tenant gets `weight` claims in a row, then moves to the other end of the ring. A tenant
 -- whose queue empties leaves the ring and forgets its credit; one whose queue fills again joins at the
 -- far end. The shard's tally (the `queue` key) holds one '*' per waiting job, so its length is the depth.
--- Lanes: interactive first, but after `burst` interactive claims in a row while batch jobs wait, one
--- batch claim, so a batch backlog gets at least 1 claim in burst + 1.
+-- Lanes: continuation first (an interactive job continuing a stream whose listener is playing: a
+-- realtime session's chunk after its first), then interactive, but after `burst` claims of either in a
+-- row while batch jobs wait, one batch claim, so a batch backlog gets at least 1 claim in burst + 1.
+-- A claim may be allowed continuations only (a worker without room for new streams): then only the
+-- continuation lane is served, and the batch turn waits for a claim that may start new work.
 -- The functions below decide; each script reads and writes the keys it declares (claim.lua) or only
 -- reads (peek.lua, position.lua), so the same decisions are taken for real and in simulation.
-local LANES = {'interactive', 'batch'}
+local LANES = {'continuation', 'interactive', 'batch'}
 
 local function lane_of(job)
-  if type(job) == 'table' and job.priority == 'batch' then return 'batch' end
+  if type(job) ~= 'table' then return 'interactive' end
+  if job.priority == 'batch' then return 'batch' end
+  local stream = type(job.params) == 'table' and job.params.stream
+  if type(stream) == 'table' and (tonumber(stream.chunk) or 0) > 0 then return 'continuation' end
   return 'interactive'
+end
+
+-- The rings of a shard's lanes, from its fair prefix.
+local function fair_rings(fair_prefix)
+  local rings = {}
+  for _, lane in ipairs(LANES) do rings[lane] = fair_prefix .. lane .. ':ring' end
+  return rings
 end
 
 -- A job without a tenant (a record older than fair queuing) waits under one tenant of its own.
@@ -33,16 +46,20 @@ local function fair_quantum(weight)
   return math.floor(w)
 end
 
--- The lane the next claim serves, from whether each lane has jobs waiting; nil when neither has.
-local function fair_lane(interactive_waiting, batch_waiting, streak, burst)
-  if interactive_waiting and (not batch_waiting or streak < burst) then return 'interactive' end
+-- The lane the next claim serves, from whether each lane has jobs waiting and whether the claim may
+-- take new work (new_ok: a job of a lane other than continuation); nil when none may be served.
+local function fair_lane(continuing, interactive_waiting, batch_waiting, streak, burst, new_ok)
+  local urgent_turn = not batch_waiting or streak < burst
+  if continuing and (urgent_turn or not new_ok) then return 'continuation' end
+  if not new_ok then return nil end
+  if interactive_waiting and urgent_turn then return 'interactive' end
   if batch_waiting then return 'batch' end
   return nil
 end
 
 -- The streak once `lane` has been served (batch_waiting: as it was before the claim).
 local function fair_streak(lane, batch_waiting, streak)
-  if lane == 'interactive' and batch_waiting then return streak + 1 end
+  if lane ~= 'batch' and batch_waiting then return streak + 1 end
   return 0
 end
 
@@ -78,8 +95,8 @@ end
 -- An estimate of the claims before the job `ahead_own` places from the front of its tenant's queue, in
 -- DRR order with nobody else arriving: its tenant needs ahead_own / weight more turns, and every other
 -- tenant of its lane is served at most one turn more than that (or until its queue is empty); an
--- interactive job also lets batch through once per `burst` claims, a batch job waits for the
--- interactive lane's share. Read-only; O(tenants waiting in the shard).
+-- interactive job waits for every continuation waiting; either lets batch through once per `burst`
+-- claims, and a batch job waits for their share. Read-only; O(tenants waiting in the shard).
 local function fair_estimate(fair_prefix, rings, weights_key, lane, tenant, ahead_own, burst)
   local turns = math.floor(ahead_own / fair_quantum(redis.call('HGET', weights_key, tenant))) + 1
   local function lane_ahead(which, own)
@@ -92,14 +109,19 @@ local function fair_estimate(fair_prefix, rings, weights_key, lane, tenant, ahea
     end
     return total
   end
+  local function lane_total(which)
+    local total = 0
+    for _, other in ipairs(redis.call('LRANGE', rings[which], 0, -1)) do
+      total = total + redis.call('LLEN', fair_queue_key(fair_prefix, which, other))
+    end
+    return total
+  end
   local ahead = ahead_own + lane_ahead(lane, tenant)
-  if lane == 'interactive' then
+  if lane ~= 'batch' then
+    if lane == 'interactive' then ahead = ahead + lane_total('continuation') end
     if redis.call('LLEN', rings.batch) > 0 then ahead = ahead + math.floor(ahead / (burst + 1)) end
     return ahead
   end
-  local interactive = 0
-  for _, other in ipairs(redis.call('LRANGE', rings.interactive, 0, -1)) do
-    interactive = interactive + redis.call('LLEN', fair_queue_key(fair_prefix, 'interactive', other))
-  end
-  return ahead + math.min(interactive, (ahead + 1) * burst)
+  local urgent = lane_total('continuation') + lane_total('interactive')
+  return ahead + math.min(urgent, (ahead + 1) * burst)
 end

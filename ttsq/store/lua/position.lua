@@ -1,6 +1,6 @@
 -- Where a waiting job stands: fair.lua's estimate of the claims before it (put in front), or nothing when
 -- it is not waiting in line. Read-only; the other tenants' queues are read from the prefix (an estimate).
--- KEYS: job, interactive ring, batch ring, weights
+-- KEYS: job, the rings of every lane (LANES' order), weights
 -- ARGV: fair_prefix, burst
 -- Reply: position | false (not waiting)
 local raw = redis.call('GET', KEYS[1])
@@ -11,4 +11,6 @@ local queue_key = fair_queue_key(ARGV[1], lane, tenant)
 local index = redis.call('LPOS', queue_key, job.id, 'RANK', -1)
 if not index then return false end
 local ahead = redis.call('LLEN', queue_key) - 1 - index
-return fair_estimate(ARGV[1], {interactive = KEYS[2], batch = KEYS[3]}, KEYS[4], lane, tenant, ahead, tonumber(ARGV[2]))
+local rings = {}
+for index, name in ipairs(LANES) do rings[name] = KEYS[1 + index] end
+return fair_estimate(ARGV[1], rings, KEYS[2 + #LANES], lane, tenant, ahead, tonumber(ARGV[2]))

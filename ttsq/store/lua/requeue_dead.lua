@@ -34,6 +34,6 @@ redis.call('SET', KEYS[3], cjson.encode(job))  -- no expiry: a queued job never 
 redis.call('DEL', KEYS[4], KEYS[5])  -- the failed attempt's partial audio and its webhook's deliveries
 if type(job.owner) == 'string' then redis.call('INCR', KEYS[6]) end  -- held again until it ends
 fair_push(KEYS[7], KEYS[8], KEYS[2], tenant_of(job), ARGV[1], false)
-local rings = {interactive = ARGV[3] .. 'interactive:ring', batch = ARGV[3] .. 'batch:ring'}
+local rings = fair_rings(ARGV[3])
 local ahead = redis.call('LLEN', KEYS[7]) - 1
 return {'requeued', fair_estimate(ARGV[3], rings, KEYS[9], lane_of(job), tenant_of(job), ahead, tonumber(ARGV[4]))}

@@ -16,7 +16,7 @@
 --     that worker's from its set of claims, and fence the worker: the claims counter goes under its name in
 --     fences, so its next beat, should it come back, tells it every claim up to that number was taken back.
 -- A tenant whose queue was empty joins its lane's ring at the far end (fair_push).
--- KEYS: lock, leases, processing, queue (the tally), delayed, interactive ring, batch ring, workers, claims, fences,
+-- KEYS: lock, leases, processing, queue (the tally), delayed, the rings of every lane (LANES' order), workers, claims, fences,
 --       then per id in ARGV (same order): its job key, its tenant's queue; then per id of 4: its worker's claims
 -- ARGV: clock ('' = Redis's TIME; clock.lua in front), lock_ms, orphan_grace_s, fair_prefix, holder,
 --       lapsed_count, unleased_count, due_count, abandoned_count, heartbeat_ttl_s,
@@ -28,9 +28,11 @@ end
 local now = clock(ARGV[1])
 local counts = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local ttl = tonumber(ARGV[10])
-local FIRST_ID, FIRST_PER_ID = 11, 11  -- ARGV index of the first id; KEYS index of the first id's job key
+local rings = {}
+for index, lane in ipairs(LANES) do rings[lane] = KEYS[5 + index] end
+local WORKERS, CLAIMS, FENCES = 6 + #LANES, 7 + #LANES, 8 + #LANES
+local FIRST_ID, FIRST_PER_ID = 11, 9 + #LANES  -- ARGV index of the first id; KEYS index of the first id's job key
 local total = counts[1] + counts[2] + counts[3] + counts[4]
-local rings = {interactive = KEYS[6], batch = KEYS[7]}
 
 -- The n-th id (1-based, over all four groups) and its declared keys.
 local function entry(n)
@@ -121,7 +123,7 @@ for k = 1, counts[4] do
   local id, job_key, queue_key, job = entry(n)
   local worker = ARGV[FIRST_ID + total + k - 1]
   local claims_key = KEYS[FIRST_PER_ID + 2 * total + k - 1]
-  local last = tonumber(redis.call('ZSCORE', KEYS[8], worker))
+  local last = tonumber(redis.call('ZSCORE', KEYS[WORKERS], worker))
   local token = redis.call('ZSCORE', claims_key, id)
   if token and (not last or last < now - ttl) then  -- still lapsed: it did not beat since the scan
     local held = job and job.status == 'running' and job.worker == worker and tostring(job.claim) == token
@@ -137,6 +139,6 @@ for k = 1, counts[4] do
     end
   end
 end
-local counter = redis.call('GET', KEYS[9]) or '0'
-for worker in pairs(fenced) do redis.call('HSET', KEYS[10], worker, counter) end
+local counter = redis.call('GET', KEYS[CLAIMS]) or '0'
+for worker in pairs(fenced) do redis.call('HSET', KEYS[FENCES], worker, counter) end
 return {'swept', requeued, orphans, promoted, abandoned}
