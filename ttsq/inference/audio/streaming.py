@@ -29,9 +29,9 @@ states waiting: one once ``run_tokens`` (:data:`RUN_TOKENS`) new states wait (fe
 ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the decoder, each once)
 and :attr:`calls` how many runs there were. :func:`add_together` is ``add`` for several rows of one ``Chat`` at once:
 their states go through each layer in one convolution and one matrix product, so a run reads the weights once for all
-of them (a run's fixed cost is mostly that read). Serving calls it one row at a time, through ``add``: several rows
-together is tested and benchmarked (``bench.engine.streaming_audio``), not yet used by the audio thread.
-"""
+of them (a run's fixed cost is mostly that read); :func:`step_together` also ends rows, and :func:`run_together` and
+:func:`preview_together` are :meth:`~StreamingDecoder.run_now` and :meth:`~StreamingDecoder.preview` likewise. Serving
+decodes the rows due in the same step this way (:func:`~ttsq.inference.audio.lead.leads_together`)."""
 
 from __future__ import annotations
 
