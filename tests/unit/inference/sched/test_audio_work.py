@@ -6,6 +6,8 @@ decoders (:class:`~ttsq.inference.audio.lead.LeadThenExact`), driven on a schedu
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
@@ -107,13 +109,21 @@ def play(
     *,
     pool: RankedExecutor | None,
     leave: dict[int, int] | None = None,
+    arrivals: list[int] | None = None,
+    busy_until: int | None = None,
 ) -> Heard:
     """Rows of these states placed at these steps and stepped once a step, as the scheduler's code decoder steps its
-    slots: a row hands its new states on when its piece is due, and at its last state it ends. ``leave``: a row's
-    request is cancelled at that step (its decodes dropped, queued or in a batch)."""
+        slots: a row hands its new states on when its piece is due, and at its last state it ends. ``leave``: a row's
+        request is cancelled at that step (its decodes dropped, queued or in a batch); ``arrivals``: the rows' ranks (their
+    requests' arrival; by default their order); ``busy_until``: the audio thread runs nothing else until that step, so
+    what is asked meanwhile waits in its queue, in rank order."""
     heard, gone = Heard(), set[str]()
     audio = work(engine, pieces, heard, pool, gone)
-    rows = [row_of(engine, f"r{index}", index) for index in range(len(rows_states))]
+    rows = [row_of(engine, f"r{index}", at) for index, at in enumerate(arrivals or range(len(rows_states)))]
+    busy = threading.Event()
+    if busy_until is not None:
+        assert pool is not None
+        pool.submit((-math.inf,), busy.wait)
     longest = max(len(states) for states in rows_states)
     hiddens = torch.zeros((len(rows), longest, rows_states[0].shape[1]))
     for slot, states in enumerate(rows_states):
@@ -138,6 +148,8 @@ def play(
             assert row.slot is not None
             audio.ended(row, hiddens[row.slot, : len(rows_states[row.slot])], events)
         audio.hand_on(live, hiddens, events)
+        if step == busy_until:
+            busy.set()
         audio.collect(events)
         heard.take(events)
         step += 1
@@ -207,3 +219,23 @@ def test_a_failure_of_the_run_the_rows_share_fails_each_of_them(engine: DecoderE
     states = [rng.standard_normal((60, hidden)).astype(np.float32) for _ in range(2)]
     heard = play(engine, dataclasses.replace(handoff, together=broken), states, [0, 0], pool=None)
     assert set(heard.failed) == {"r0", "r1"} and all("broke" in str(error) for error in heard.failed.values())
+
+
+def test_a_row_decoded_with_a_more_urgent_one_is_never_decoded_ahead_of_its_own_earlier_pieces(
+    engine: DecoderEngine, handoff: HandOff
+) -> None:
+    """Rows 0 and 1 hand on at step 40 (a task ranked as row 0); row 2, the most urgent, placed later, hands on with
+    them at step 72. Queued both behind a busy audio thread, the second task must not run first: row 0's and row 1's
+    pieces would be decoded out of order."""
+    rng = np.random.default_rng(6)
+    hidden = 2 * int(engine._loaded_chat().config.decoder.idim)
+    states = [rng.standard_normal((120, hidden)).astype(np.float32) for _ in range(3)]
+    pool = RankedExecutor("test-audio")
+    try:
+        heard = play(engine, handoff, states, [0, 0, 32], pool=pool, arrivals=[1, 2, 0], busy_until=80)
+    finally:
+        pool.shutdown()
+    assert not heard.failed
+    for index, row in enumerate(states):
+        alone = play(engine, dataclasses.replace(handoff, together=None), [row], [0], pool=None)
+        np.testing.assert_allclose(heard.waves[f"r{index}"], alone.waves["r0"], rtol=0, atol=TOLERANCE)
