@@ -36,7 +36,6 @@ decodes the rows due in the same step this way (:func:`~ttsq.inference.audio.lea
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -128,20 +127,18 @@ def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor],
 
 
 def _convolve(layer: _StreamingConv, windows: Sequence[torch.Tensor], counts: Sequence[int]) -> list[torch.Tensor]:
-    """``layer`` over several rows' input ``windows`` (each ``count + span`` frames, or any where its count is 0) in
-    one convolution and one pass of what follows it: their windows side by side, the outputs that straddle two rows'
-    windows dropped. So a run of many rows reads each weight once."""
+    """``layer`` over several rows' input ``windows`` (each ``count + span`` frames, or any where its count is 0): the
+    convolution row by row, what follows it (its per-frame layer norms and matrix products, where most of the weights
+    are) in one pass over all of their frames, so a run of many rows reads those weights once. Each row's frames come
+    out bit for bit as decoded alone: a per-frame operation gives a frame the same bits whatever frames are beside it,
+    while a convolution over a longer input may sum in another order (oneDNN picks its kernel by the input's shape)."""
     empty = windows[0].new_zeros((1, layer.conv.out_channels, 0))
     ready = [window for window, count in zip(windows, counts, strict=True) if count]
     if not ready:
         return [empty for _ in windows]
     conv = layer.conv
-    joined = ready[0] if len(ready) == 1 else torch.cat(ready, dim=2)
-    out = functional.conv1d(joined, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
-    if len(ready) > 1:
-        starts = accumulate((window.size(2) for window in ready[:-1]), initial=0)
-        kept = [out[:, :, start : start + window.size(2) - layer.span] for start, window in zip(starts, ready, strict=True)]
-        out = torch.cat(kept, dim=2)
+    outs = [functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups) for window in ready]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     if layer.then is not None:
         residual = torch.cat([window[:, :, layer.padding : window.size(2) - layer.padding] for window in ready], dim=2)
         out = layer.then(out, residual)
