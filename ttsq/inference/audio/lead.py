@@ -165,8 +165,8 @@ def leads_together(
     leads: Sequence[LeadThenExact], states: Sequence[npt.NDArray[np.float32] | None], ends: Sequence[bool]
 ) -> list[npt.NDArray[np.float32]]:
     """:meth:`LeadThenExact.add` (``end`` False) or :meth:`LeadThenExact.finish` (``end`` True) for several rows of
-    the same ``Chat`` at once, each row's samples as if it were decoded alone (within float rounding: a convolution or
-    matrix product over more frames may sum in another order). Their streams run together
+    the same ``Chat`` at once, each row's samples bit for bit those it gets decoded alone (each convolution runs row by
+    row). Their streams run together
     (:func:`~ttsq.inference.audio.streaming.step_together`), then the early runs of those whose exact samples past the
     seam are ready, then the previews of those whose lead is due, each in one pass for all of them; the seams and
     cross-fades are each row's own."""

@@ -28,8 +28,9 @@ row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidd
 states waiting: one once ``run_tokens`` (:data:`RUN_TOKENS`) new states wait (fewer, larger runs: less overhead;
 ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the decoder, each once)
 and :attr:`calls` how many runs there were. :func:`add_together` is ``add`` for several rows of one ``Chat`` at once:
-their states go through each layer in one convolution and one matrix product, so a run reads the weights once for all
-of them (a run's fixed cost is mostly that read); :func:`step_together` also ends rows, and :func:`run_together` and
+each layer's convolution runs row by row and what follows it (layer norms, matrix products: most of the weights) over
+all of their frames at once, so a run reads those weights once for all of them (a run's fixed cost is mostly that
+read), and each row's samples are bit for bit those it gets alone; :func:`step_together` also ends rows, and :func:`run_together` and
 :func:`preview_together` are :meth:`~StreamingDecoder.run_now` and :meth:`~StreamingDecoder.preview` likewise. Serving
 decodes the rows due in the same step this way (:func:`~ttsq.inference.audio.lead.leads_together`)."""
 
@@ -117,8 +118,8 @@ class _StreamingConv:
 
 
 def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
-    """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
-    follows it (:func:`_convolve`)."""
+    """One layer of several rows (the same module, each row its own cache), what follows its convolution in one pass
+    for all of them (:func:`_convolve`)."""
     windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
     counts = [max(window.size(2) - layers[0].span, 0) for window in windows]
     for row, count in zip(layers, counts, strict=True):
@@ -149,8 +150,8 @@ def _convolve(layer: _StreamingConv, windows: Sequence[torch.Tensor], counts: Se
 def _ahead_layer(
     layers: Sequence[_StreamingConv], exact: Sequence[torch.Tensor], rest: Sequence[torch.Tensor], until: Sequence[int | None]
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """One layer of several rows' previews (:meth:`_StreamingConv.ahead_window`) in one convolution: each row's output
-    frames of its exact inputs alone, and those past them."""
+    """One layer of several rows' previews (:meth:`_StreamingConv.ahead_window`), as :func:`_run_layer` runs it: each
+    row's output frames of its exact inputs alone, and those past them."""
     shaped = [row.ahead_window(now, after, end) for row, now, after, end in zip(layers, exact, rest, until, strict=True)]
     out = _convolve(layers[0], [window for window, _, _ in shaped], [count for _, count, _ in shaped])
     finals = [final for _, _, final in shaped]
@@ -369,9 +370,10 @@ def step_together(
     decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32] | None], ends: Sequence[bool]
 ) -> list[npt.NDArray[np.float32]]:
     """:meth:`StreamingDecoder.add` (``end`` False) or :meth:`StreamingDecoder.finish` (``end`` True) for several rows
-    of the same ``Chat`` at once: the rows whose run is due (and those that end) go through the layers together, one
-    convolution and one matrix product per layer for all of them, so the weights are read once per run instead of once
-    per row. Returns each row's new samples, in order."""
+    of the same ``Chat`` at once: the rows whose run is due (and those that end) go through the layers together, each
+    layer's per-frame part (its layer norms and matrix products) in one pass for all of them, so those weights are read
+    once per run instead of once per row (:func:`_convolve`). Returns each row's new samples, in order, bit for bit
+    what each gets alone."""
     empty = np.zeros(0, dtype=np.float32)
     for decoder, new, end in zip(decoders, states, ends, strict=True):
         decoder._check_open()
