@@ -30,9 +30,10 @@ states waiting: one once ``run_tokens`` (:data:`RUN_TOKENS`) new states wait (fe
 and :attr:`calls` how many runs there were. :func:`add_together` is ``add`` for several rows of one ``Chat`` at once:
 each layer's convolution runs row by row and what follows it (layer norms, matrix products: most of the weights) over
 all of their frames at once, so a run reads those weights once for all of them (a run's fixed cost is mostly that
-read), and each row's samples are bit for bit those it gets alone; :func:`step_together` also ends rows, and :func:`run_together` and
-:func:`preview_together` are :meth:`~StreamingDecoder.run_now` and :meth:`~StreamingDecoder.preview` likewise. Serving
-decodes the rows due in the same step this way (:func:`~ttsq.inference.audio.lead.leads_together`)."""
+read), and each row's samples are bit for bit those it gets alone; :func:`step_together` also ends rows, and
+:func:`run_together` and :func:`preview_together` are :meth:`~StreamingDecoder.run_now` and
+:meth:`~StreamingDecoder.preview` likewise. Serving decodes the rows due in the same step this way
+(:func:`~ttsq.inference.audio.lead.leads_together`)."""
 
 from __future__ import annotations
 
