@@ -14,7 +14,7 @@ codes depend only on its own inputs and seed, so a re-run regenerates them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +24,7 @@ import numpy.typing as npt
 from ttsq.domain.audio import SAMPLES_PER_TOKEN
 from ttsq.inference.chattts_rows import audible
 
-__all__ = ["AudioPieces", "Cadence", "HandOff", "RowAudio", "keep_ahead"]
+__all__ = ["AudioPieces", "Cadence", "HandOff", "RowAudio", "Together", "keep_ahead"]
 
 
 class AudioPieces(Protocol):
@@ -38,6 +38,13 @@ class AudioPieces(Protocol):
         """The row ended, its last ``states`` (if any) with it: the rest of its waveform. Given together, the decoder
         need not run them through its layers once as states to come and once more at the end."""
         ...
+
+
+Together = Callable[
+    [Sequence[AudioPieces], Sequence[npt.NDArray[np.float32] | None], Sequence[bool]], list[npt.NDArray[np.float32]]
+]
+"""``together(decoders, states, ends)``: each decoder's ``add(states)`` (``end`` False) or ``finish(states)`` (``end``
+True) at once, each row's samples as if it were decoded alone."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,9 @@ class HandOff:
     keep_ahead: float | None = None
     """The longest decode step, as a share of a token's audio, at which a row's listener never runs dry from its first
     audio on (:func:`keep_ahead`); None: not measured."""
+    together: Together | None = None
+    """Several rows' decoders (all of :attr:`make`'s) taking their states at once, in one run of the layers for all of
+    them (:func:`~ttsq.inference.audio.lead.leads_together`); None: each row is decoded alone."""
 
 
 def keep_ahead(make: Callable[[], AudioPieces], cadence: Cadence, *, hidden: int) -> float:
@@ -122,12 +132,22 @@ class RowAudio:
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The audible samples that ``states`` make ready (ChatTTS drops near-silent samples one by one, so a piece
         loses exactly the samples the whole chunk would lose there)."""
-        return audible(self._kept(self.pieces.add(states)))
+        return self.added(self.pieces.add(states))
+
+    def added(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """What the piece decoder returned for the row's next states (its ``add``, alone or together with other rows'),
+        as :meth:`add` returns it."""
+        return audible(self._kept(samples))
 
     def finish(self, states: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
         """The row's last ``states`` (maybe none) and its end: the rest of its audible samples, and its whole
         waveform where it was kept."""
-        rest = self._kept(self.pieces.finish(states))
+        return self.finished(self.pieces.finish(states))
+
+    def finished(self, samples: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
+        """What the piece decoder returned at the row's end (its ``finish``, alone or together with other rows'), as
+        :meth:`finish` returns it."""
+        rest = self._kept(samples)
         wave = np.concatenate(self.wave) if self.wave else (np.zeros(0, dtype=np.float32) if self.wave is not None else None)
         return audible(rest), wave
 

@@ -24,14 +24,16 @@ convolution), so the lead costs no run of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
 from ttsq.domain.audio import SAMPLES_PER_TOKEN
-from ttsq.inference.audio.handoff import Cadence
-from ttsq.inference.audio.streaming import StreamingDecoder
+from ttsq.inference.audio.handoff import AudioPieces, Cadence
+from ttsq.inference.audio.streaming import StreamingDecoder, preview_together, run_together, step_together
 
-__all__ = ["FADE_SAMPLES", "LeadThenExact"]
+__all__ = ["FADE_SAMPLES", "LeadThenExact", "leads_together", "pieces_together"]
 
 FADE_SAMPLES = 256
 """The seam's cross-fade: half a token (10.7 ms at 24 kHz), long enough that a difference between the lead and the
@@ -78,17 +80,21 @@ class LeadThenExact:
         return self.stream.decoded_tokens + self.window_tokens
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        streamed = self.stream.add(states)
-        if self.seam is not None and self.received + streamed.size < self.seam and self._past_seam_ready():
-            # The lead is playing and exact samples past its end already exist in the waiting states: decode them
-            # now, not a whole run later, so the gap between the lead and the streamed audio is as short as the
-            # field allows (the next run would otherwise come up to run_tokens steps after).
-            streamed = np.concatenate([streamed, self.stream.run_now()])
-        if self.seam is None:
-            if self.lead and self.stream.states_added >= self.first + self.lookahead:
-                return self._lead(streamed)
-            return self._before_lead(streamed)
-        return self._after_lead(streamed)
+        return leads_together([self], [states], [False])[0]
+
+    def _early(self, streamed: npt.NDArray[np.float32]) -> bool:
+        """Whether to run the states waiting now: the lead is playing and exact samples past its end already exist in
+        them. Decoded now, not a whole run later, the gap between the lead and the streamed audio is as short as the
+        field allows (the next run would otherwise come up to ``run_tokens`` steps after)."""
+        return (
+            self.seam is not None
+            and self.received + streamed.size < self.seam
+            and self._past_seam_ready()
+            and bool(self.stream.pending)
+        )
+
+    def _lead_due(self) -> bool:
+        return self.seam is None and self.lead and self.stream.states_added >= self.first + self.lookahead
 
     def _past_seam_ready(self) -> bool:
         """Whether the states handed over complete a sample past the seam: the state ``delay`` after the lead's last
@@ -98,7 +104,9 @@ class LeadThenExact:
     def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """The row ended, its last ``states`` with it: the rest, in one run of the streamed decode. A row that ends
         when (or before) its lead is due needs no lead: every sample of it is exact now."""
-        streamed = self.stream.finish(states)
+        return leads_together([self], [states], [True])[0]
+
+    def _finished(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         if self.seam is None:  # the row ended before its lead was out: the streamed decode is all of it
             out = self._before_lead(streamed)
             rest = np.concatenate([*self.waiting, out]) if self.waiting else out
@@ -115,10 +123,12 @@ class LeadThenExact:
             self.waiting.append(streamed)
         return _EMPTY
 
-    def _lead(self, streamed: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The lead is due: the streamed samples so far, then the lead's from where they stop to the seam, less the
-        samples held back for the cross-fade. Where the streamed samples already reach the seam, no lead is needed."""
-        ran, tail = self.stream.preview(self.first)
+    def _lead(
+        self, streamed: npt.NDArray[np.float32], ran: npt.NDArray[np.float32], tail: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        """The lead is due: the streamed samples so far (and ``ran``, those of the stream's preview), then the lead's
+        (``tail``, the preview's rest) from where they stop to the seam, less the samples held back for the cross-fade.
+        Where the streamed samples already reach the seam, no lead is needed."""
         self.received += streamed.size + ran.size
         exact = np.concatenate([*self.waiting, streamed, ran])
         self.waiting = []
@@ -149,3 +159,45 @@ class LeadThenExact:
             faded = self.held[offset : offset + overlap] * (1 - weights) + out[:overlap] * weights
             out = np.concatenate([faded.astype(np.float32), out[overlap:]])
         return out
+
+
+def leads_together(
+    leads: Sequence[LeadThenExact], states: Sequence[npt.NDArray[np.float32] | None], ends: Sequence[bool]
+) -> list[npt.NDArray[np.float32]]:
+    """:meth:`LeadThenExact.add` (``end`` False) or :meth:`LeadThenExact.finish` (``end`` True) for several rows of
+    the same ``Chat`` at once, each row's samples bit for bit those it gets decoded alone (each convolution runs row by
+    row). Their streams run together
+    (:func:`~ttsq.inference.audio.streaming.step_together`), then the early runs of those whose exact samples past the
+    seam are ready, then the previews of those whose lead is due, each in one pass for all of them; the seams and
+    cross-fades are each row's own."""
+    streams = [lead.stream for lead in leads]
+    streamed = step_together(streams, states, ends)
+    early = [index for index, (lead, end) in enumerate(zip(leads, ends, strict=True)) if not end and lead._early(streamed[index])]
+    for index, samples in zip(early, run_together([streams[index] for index in early]), strict=True):
+        streamed[index] = np.concatenate([streamed[index], samples])
+    due = [index for index, (lead, end) in enumerate(zip(leads, ends, strict=True)) if not end and lead._lead_due()]
+    previews = dict(
+        zip(due, preview_together([streams[index] for index in due], [leads[index].first for index in due]), strict=True)
+    )
+    out = []
+    for index, (lead, end) in enumerate(zip(leads, ends, strict=True)):
+        if end:
+            out.append(lead._finished(streamed[index]))
+        elif index in previews:
+            out.append(lead._lead(streamed[index], *previews[index]))
+        elif lead.seam is None:
+            out.append(lead._before_lead(streamed[index]))
+        else:
+            out.append(lead._after_lead(streamed[index]))
+    return out
+
+
+def pieces_together(
+    pieces: Sequence[AudioPieces], states: Sequence[npt.NDArray[np.float32] | None], ends: Sequence[bool]
+) -> list[npt.NDArray[np.float32]]:
+    """:func:`leads_together` as a hand-off's :attr:`~ttsq.inference.audio.handoff.HandOff.together`, whose decoders
+    are all :class:`LeadThenExact`."""
+    leads = [one for one in pieces if isinstance(one, LeadThenExact)]
+    if len(leads) != len(pieces):
+        raise TypeError("only LeadThenExact piece decoders are decoded together here")
+    return leads_together(leads, states, ends)

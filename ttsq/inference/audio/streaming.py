@@ -28,15 +28,16 @@ row), then ``decoder.add(states)`` with the row's new GPT states ``[tokens, hidd
 states waiting: one once ``run_tokens`` (:data:`RUN_TOKENS`) new states wait (fewer, larger runs: less overhead;
 ``add`` returns nothing until then). :attr:`decoded_tokens` is the work done (states through the decoder, each once)
 and :attr:`calls` how many runs there were. :func:`add_together` is ``add`` for several rows of one ``Chat`` at once:
-their states go through each layer in one convolution and one matrix product, so a run reads the weights once for all
-of them (a run's fixed cost is mostly that read). Serving calls it one row at a time, through ``add``: several rows
-together is tested and benchmarked (``bench.engine.streaming_audio``), not yet used by the audio thread.
-"""
+each layer's convolution runs row by row and what follows it (layer norms, matrix products: most of the weights) over
+all of their frames at once, so a run reads those weights once for all of them (a run's fixed cost is mostly that
+read), and each row's samples are bit for bit those it gets alone; :func:`step_together` also ends rows, and
+:func:`run_together` and :func:`preview_together` are :meth:`~StreamingDecoder.run_now` and
+:meth:`~StreamingDecoder.preview` likewise. Serving decodes the rows due in the same step this way
+(:func:`~ttsq.inference.audio.lead.leads_together`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,15 @@ from torch import nn
 
 from ttsq.domain.audio import SAMPLES_PER_TOKEN
 
-__all__ = ["RUN_TOKENS", "StreamingDecoder", "add_together", "streaming_decoder"]
+__all__ = [
+    "RUN_TOKENS",
+    "StreamingDecoder",
+    "add_together",
+    "preview_together",
+    "run_together",
+    "step_together",
+    "streaming_decoder",
+]
 
 RUN_TOKENS = 64
 """States a row's streamed decode gathers before it runs its layers. Its samples are needed only once a lead's have
@@ -90,11 +99,12 @@ class _StreamingConv:
         self.cache = window[:, :, max(window.size(2) - self.span, 0) :]
         return window
 
-    def ahead(self, exact: torch.Tensor, rest: torch.Tensor, until: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer of a preview: ``exact`` input frames (final: kept, as :meth:`take` keeps them) followed by
-        ``rest`` frames that hold only if the row ends after them, closed by the end's padding. Returns the output
-        frames likewise split: those of the exact inputs alone, all made, and those past them, made up to ``until``
-        (an output frame index). Only the exact inputs change the cache; the rest leaves no trace."""
+    def ahead_window(self, exact: torch.Tensor, rest: torch.Tensor, until: int | None) -> tuple[torch.Tensor, int, int]:
+        """One layer of a preview, its input side: ``exact`` input frames (final: kept, as :meth:`take` keeps them)
+        followed by ``rest`` frames that hold only if the row ends after them, closed by the end's padding. Returns the
+        window to convolve, how many output frames to make of it (up to ``until``, an output frame index, but at least
+        every frame of the exact inputs alone) and how many of those are the exact inputs' own. Only the exact inputs
+        change the cache; the rest leaves no trace."""
         if self.cache is None:
             self.cache = exact.new_zeros((1, exact.size(1), self.padding))
         kept = torch.cat([self.cache, exact], dim=2)
@@ -105,42 +115,50 @@ class _StreamingConv:
             count = min(count, max(until - self.outputs, final))
         self.cache = kept[:, :, max(kept.size(2) - self.span, 0) :]
         self.outputs += final
-        if not count:
-            empty = exact.new_zeros((1, self.conv.out_channels, 0))
-            return empty, empty
-        window = window[:, :, : count + self.span]
-        conv = self.conv
-        out = functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
-        if self.then is not None:
-            out = self.then(out, window[:, :, self.padding : self.padding + count])
-        return out[:, :, :final], out[:, :, final:]
+        return window[:, :, : count + self.span], count, final
 
 
 def _run_layer(layers: Sequence[_StreamingConv], inputs: Sequence[torch.Tensor], last: Sequence[bool]) -> list[torch.Tensor]:
-    """One layer of several rows (the same module, each row its own cache) in one convolution and one pass of what
-    follows it: their windows side by side, the outputs that straddle two rows' windows dropped. So a run of many
-    rows reads each weight once."""
-    layer = layers[0]
+    """One layer of several rows (the same module, each row its own cache), what follows its convolution in one pass
+    for all of them (:func:`_convolve`)."""
     windows = [row.take(frames, last=end) for row, frames, end in zip(layers, inputs, last, strict=True)]
-    counts = [max(window.size(2) - layer.span, 0) for window in windows]
+    counts = [max(window.size(2) - layers[0].span, 0) for window in windows]
     for row, count in zip(layers, counts, strict=True):
         row.outputs += count
+    return _convolve(layers[0], windows, counts)
+
+
+def _convolve(layer: _StreamingConv, windows: Sequence[torch.Tensor], counts: Sequence[int]) -> list[torch.Tensor]:
+    """``layer`` over several rows' input ``windows`` (each ``count + span`` frames, or any where its count is 0): the
+    convolution row by row, what follows it (its per-frame layer norms and matrix products, where most of the weights
+    are) in one pass over all of their frames, so a run of many rows reads those weights once. Each row's frames come
+    out bit for bit as decoded alone: a per-frame operation gives a frame the same bits whatever frames are beside it,
+    while a convolution over a longer input may sum in another order (oneDNN picks its kernel by the input's shape)."""
     empty = windows[0].new_zeros((1, layer.conv.out_channels, 0))
     ready = [window for window, count in zip(windows, counts, strict=True) if count]
     if not ready:
         return [empty for _ in windows]
     conv = layer.conv
-    joined = ready[0] if len(ready) == 1 else torch.cat(ready, dim=2)
-    out = functional.conv1d(joined, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups)
-    if len(ready) > 1:
-        starts = accumulate((window.size(2) for window in ready[:-1]), initial=0)
-        kept = [out[:, :, start : start + window.size(2) - layer.span] for start, window in zip(starts, ready, strict=True)]
-        out = torch.cat(kept, dim=2)
+    outs = [functional.conv1d(window, conv.weight, conv.bias, 1, 0, conv.dilation, conv.groups) for window in ready]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     if layer.then is not None:
         residual = torch.cat([window[:, :, layer.padding : window.size(2) - layer.padding] for window in ready], dim=2)
         out = layer.then(out, residual)
     parts = iter(torch.split(out, [count for count in counts if count], dim=2))
     return [next(parts) if count else empty for count in counts]
+
+
+def _ahead_layer(
+    layers: Sequence[_StreamingConv], exact: Sequence[torch.Tensor], rest: Sequence[torch.Tensor], until: Sequence[int | None]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """One layer of several rows' previews (:meth:`_StreamingConv.ahead_window`), as :func:`_run_layer` runs it: each
+    row's output frames of its exact inputs alone, and those past them."""
+    shaped = [row.ahead_window(now, after, end) for row, now, after, end in zip(layers, exact, rest, until, strict=True)]
+    out = _convolve(layers[0], [window for window, _, _ in shaped], [count for _, count, _ in shaped])
+    finals = [final for _, _, final in shaped]
+    return [part[:, :, :final] for part, final in zip(out, finals, strict=True)], [
+        part[:, :, final:] for part, final in zip(out, finals, strict=True)
+    ]
 
 
 def _convnext(block: Any) -> _StreamingConv:
@@ -270,7 +288,7 @@ class StreamingDecoder:
 
     def add(self, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The row's next GPT states ``[tokens, hidden]``; returns the samples they complete (maybe none)."""
-        return add_together([self], [states])[0]
+        return step_together([self], [states], [False])[0]
 
     def run_now(self) -> npt.NDArray[np.float32]:
         """Run the states waiting through the layers without waiting for a whole run: the samples they complete.
@@ -278,7 +296,7 @@ class StreamingDecoder:
         self._check_open()
         if not self.pending:
             return np.zeros(0, dtype=np.float32)
-        return _run_rows([self], last=False)[0]
+        return run_together([self])[0]
 
     def preview(self, tokens: int | None = None) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """Run the states waiting now (as :meth:`run_now`), and with them what :meth:`finish` would add if the row
@@ -289,25 +307,7 @@ class StreamingDecoder:
         and the frames past them that only a row ending here would have, in one convolution, of which the layer keeps
         the exact ones' context, as a run would. With ``tokens``, the rest stops once the samples of the row's first
         ``tokens`` tokens are out (at least those; each layer makes only the frames they need)."""
-        self._check_open()
-        empty = np.zeros(0, dtype=np.float32)
-        if not self.decoded_tokens and not self.pending:
-            return empty, empty
-        until = None if tokens is None else self._frames_until(tokens)
-        with torch.inference_mode():
-            exact = self._take_pending() if self.pending else self._frames(np.zeros((0, 0), dtype=np.float32))
-            rest = exact[:, :, :0]
-            for depth, layer in enumerate(self.layers):
-                exact, rest = layer.ahead(exact, rest, None if until is None else until[depth])
-            spectrum = self._spectrum(torch.cat([exact, rest], dim=2))
-            istft = self.istft
-            now = istft.run(spectrum[:, :, : exact.size(2)], last=False)
-            saved = (istft.sum.clone(), istft.envelope.clone(), istft.base, istft.emitted, istft.frames)
-            try:
-                after = istft.run(spectrum[:, :, exact.size(2) :], last=True)
-            finally:
-                istft.sum, istft.envelope, istft.base, istft.emitted, istft.frames = saved
-        return now.float().cpu().numpy().reshape(-1), after.float().cpu().numpy().reshape(-1)
+        return preview_together([self], [tokens])[0]
 
     def _frames_until(self, tokens: int) -> list[int]:
         """Per layer, the output frames that the samples of the first ``tokens`` tokens need: the ISTFT frames that
@@ -326,13 +326,7 @@ class StreamingDecoder:
 
     def finish(self, states: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """The row ended, its last ``states`` (if any) with it: the samples not yet returned, in one run."""
-        self._check_open()
-        if states is not None and len(states):
-            self.pending.append(np.asarray(states, dtype=np.float32))
-        self.finished = True
-        if not self.decoded_tokens and not self.pending:
-            return np.zeros(0, dtype=np.float32)  # an empty row has no audio (a whole decode of it is an error)
-        return _run_rows([self], last=True)[0]
+        return step_together([self], [states], [True])[0]
 
     def _check_open(self) -> None:
         if self.finished:
@@ -369,27 +363,100 @@ class StreamingDecoder:
 
 
 def add_together(decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
-    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once: the rows whose run is due go through
-    the layers together (one convolution and one matrix product per layer for all of them), so the weights are read
-    once per run instead of once per row. Returns each row's new samples, in order. Serving calls it for one row (its
-    ``add``); several rows together are the benchmarks' and the tests' for now."""
-    for decoder, new in zip(decoders, states, strict=True):
+    """:meth:`StreamingDecoder.add` for several rows of the same ``Chat`` at once (:func:`step_together`)."""
+    return step_together(decoders, states, [False] * len(decoders))
+
+
+def step_together(
+    decoders: Sequence[StreamingDecoder], states: Sequence[npt.NDArray[np.float32] | None], ends: Sequence[bool]
+) -> list[npt.NDArray[np.float32]]:
+    """:meth:`StreamingDecoder.add` (``end`` False) or :meth:`StreamingDecoder.finish` (``end`` True) for several rows
+    of the same ``Chat`` at once: the rows whose run is due (and those that end) go through the layers together, each
+    layer's per-frame part (its layer norms and matrix products) in one pass for all of them, so those weights are read
+    once per run instead of once per row (:func:`_convolve`). Returns each row's new samples, in order, bit for bit
+    what each gets alone."""
+    empty = np.zeros(0, dtype=np.float32)
+    for decoder, new, end in zip(decoders, states, ends, strict=True):
         decoder._check_open()
-        if len(new):
+        if new is not None and len(new):
             decoder.pending.append(np.asarray(new, dtype=np.float32))
-    due = [decoder for decoder in decoders if sum(len(part) for part in decoder.pending) >= decoder.run_tokens]
+        decoder.finished = end
+    due = [
+        (decoder, end)
+        for decoder, end in zip(decoders, ends, strict=True)
+        if (decoder.decoded_tokens or decoder.pending)  # an empty row has no audio (a whole decode of it is an error)
+        and (end or sum(len(part) for part in decoder.pending) >= decoder.run_tokens)
+    ]
     if not due:
-        return [np.zeros(0, dtype=np.float32) for _ in decoders]
-    out = dict(zip(map(id, due), _run_rows(due, last=False), strict=True))
-    return [out.get(id(decoder), np.zeros(0, dtype=np.float32)) for decoder in decoders]
+        return [empty for _ in decoders]
+    out = dict(zip((id(decoder) for decoder, _ in due), _run_rows(*zip(*due, strict=True)), strict=True))
+    return [out.get(id(decoder), empty) for decoder in decoders]
 
 
-def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArray[np.float32]]:
-    """The waiting states of ``rows`` through the layers in one run; each row's samples that became final."""
+def run_together(decoders: Sequence[StreamingDecoder]) -> list[npt.NDArray[np.float32]]:
+    """:meth:`StreamingDecoder.run_now` for several rows at once: the states waiting, each row's, in one run."""
+    for decoder in decoders:
+        decoder._check_open()
+    waiting = [decoder for decoder in decoders if decoder.pending]
+    empty = np.zeros(0, dtype=np.float32)
+    if not waiting:
+        return [empty for _ in decoders]
+    out = dict(zip(map(id, waiting), _run_rows(waiting, [False] * len(waiting)), strict=True))
+    return [out.get(id(decoder), empty) for decoder in decoders]
+
+
+def preview_together(
+    decoders: Sequence[StreamingDecoder], tokens: Sequence[int | None]
+) -> list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]:
+    """:meth:`StreamingDecoder.preview` for several rows of the same ``Chat`` at once, their layers in one pass."""
+    for decoder in decoders:
+        decoder._check_open()
+    empty = np.zeros(0, dtype=np.float32)
+    rows = [
+        (decoder, wanted) for decoder, wanted in zip(decoders, tokens, strict=True) if decoder.decoded_tokens or decoder.pending
+    ]
+    if not rows:
+        return [(empty, empty) for _ in decoders]
+    first = rows[0][0]
+    _same_modules([decoder for decoder, _ in rows])
+    untils = [None if wanted is None else decoder._frames_until(wanted) for decoder, wanted in rows]
+    results: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]] = []
+    with torch.inference_mode():
+        exact = [
+            decoder._take_pending() if decoder.pending else decoder._frames(np.zeros((0, 0), dtype=np.float32))
+            for decoder, _ in rows
+        ]
+        rest = [frames[:, :, :0] for frames in exact]
+        for depth in range(len(first.layers)):
+            reach = [None if until is None else until[depth] for until in untils]
+            exact, rest = _ahead_layer([decoder.layers[depth] for decoder, _ in rows], exact, rest, reach)
+        sizes = [size for now, after in zip(exact, rest, strict=True) for size in (now.size(2), after.size(2))]
+        joined = torch.cat([frames for pair in zip(exact, rest, strict=True) for frames in pair], dim=2)
+        spectra = iter(torch.split(first._spectrum(joined), sizes, dim=2))
+        for (decoder, _), now_spectrum, after_spectrum in zip(rows, spectra, spectra, strict=False):
+            istft = decoder.istft
+            now = istft.run(now_spectrum, last=False)
+            saved = (istft.sum.clone(), istft.envelope.clone(), istft.base, istft.emitted, istft.frames)
+            try:
+                after = istft.run(after_spectrum, last=True)
+            finally:
+                istft.sum, istft.envelope, istft.base, istft.emitted, istft.frames = saved
+            results.append((now.float().cpu().numpy().reshape(-1), after.float().cpu().numpy().reshape(-1)))
+    out = dict(zip((id(decoder) for decoder, _ in rows), results, strict=True))
+    return [out.get(id(decoder), (empty, empty)) for decoder in decoders]
+
+
+def _same_modules(rows: Sequence[StreamingDecoder]) -> None:
     first = rows[0]
     if any(row.decoder is not first.decoder or row.vocos is not first.vocos for row in rows):
         raise ValueError("rows decoded together must share the Chat's decoder and Vocos")
-    ends = [last] * len(rows)
+
+
+def _run_rows(rows: Sequence[StreamingDecoder], ends: Sequence[bool]) -> list[npt.NDArray[np.float32]]:
+    """The waiting states of ``rows`` through the layers in one run (with ``ends``, a row's closing padding too); each
+    row's samples that became final."""
+    _same_modules(rows)
+    first = rows[0]
     with torch.inference_mode():
         frames = [row._take_pending() for row in rows]
         for depth in range(len(first.layers)):
@@ -398,8 +465,8 @@ def _run_rows(rows: Sequence[StreamingDecoder], *, last: bool) -> list[npt.NDArr
         joined = first._spectrum(torch.cat(frames, dim=2)) if sum(counts) else None
         spectra = torch.split(joined, counts, dim=2) if joined is not None else [None] * len(rows)
         samples = [
-            row.istft.run(spectrum if spectrum is not None else first._empty_spectrum(), last=last)
-            for row, spectrum in zip(rows, spectra, strict=True)
+            row.istft.run(spectrum if spectrum is not None else first._empty_spectrum(), last=end)
+            for row, spectrum, end in zip(rows, spectra, ends, strict=True)
         ]
     return [part.float().cpu().numpy().reshape(-1) for part in samples]
 

@@ -23,7 +23,7 @@ from ttsq.domain.audio import SAMPLE_RATE
 from ttsq.domain.batching import Probe
 from ttsq.domain.reference_audio import MAX_CHARS_PER_S, reference_positions
 from ttsq.inference.audio.handoff import AudioPieces, Cadence, HandOff, keep_ahead
-from ttsq.inference.audio.lead import LeadThenExact
+from ttsq.inference.audio.lead import LeadThenExact, pieces_together
 from ttsq.inference.audio.streaming import streaming_decoder
 from ttsq.inference.base import Batcher, BatchEvent, ChunkAudio, ChunkReady, ModelInfo, RequestFailed, SynthesisRequest
 from ttsq.inference.chattts_rows import ChatTTSRows
@@ -124,7 +124,8 @@ class DecoderEngine(ChatTTSEngine):
     def _piecing(self) -> HandOff | None:
         """:attr:`pieces` for a scheduler, over this checkpoint's decoder and Vocos: each row's first ``PIECE_TOKENS``
         decoded ahead of the field once ``PIECE_TOKENS + PIECE_LOOKAHEAD`` states exist, the rest streamed exactly,
-        each state through the layers once (:class:`~ttsq.inference.audio.lead.LeadThenExact`)."""
+        each state through the layers once (:class:`~ttsq.inference.audio.lead.LeadThenExact`); the rows due in the
+        same step decoded together (:func:`~ttsq.inference.audio.lead.pieces_together`)."""
         if self.pieces is None:
             return None
         cadence = Cadence(*self.pieces)
@@ -146,7 +147,7 @@ class DecoderEngine(ChatTTSEngine):
             probe.delay,
             ahead,
         )
-        return HandOff(cadence, make, keep_ahead=ahead)
+        return HandOff(cadence, make, keep_ahead=ahead, together=pieces_together)
 
     @property
     def head_start(self) -> bool:

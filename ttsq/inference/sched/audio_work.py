@@ -40,6 +40,20 @@ class Decoding:
     final: bool
     steps: int
     """The row's states when it was handed on: how many decode steps the audio waited for."""
+    rank: Any = None
+    """Where it was queued in the audio thread (a later decode of the row is never ranked ahead of it)."""
+
+
+@dataclass
+class _Due:
+    """A row's states for its piece decoder, gathered in a step to be decoded with the other rows' due then."""
+
+    row: RowState
+    audio: RowAudio
+    states: npt.NDArray[np.float32]
+    final: bool
+    steps: int
+    future: Future[npt.NDArray[np.float32]]
 
 
 ChunkReadyHook = Callable[[RowState, npt.NDArray[np.float32], list[BatchEvent], int], None]
@@ -76,6 +90,8 @@ class AudioWork:
         self.pending: list[Decoding] = []
         """Audio being decoded (in the audio thread), in the order it was asked for: finished rows' chunks (first
         chunks first, then by arrival) and pieces."""
+        self.due: list[_Due] = []
+        """Rows' states handed on in this step, not yet asked for: decoded together once the step's are all in."""
 
     def futures(self) -> list[Future[npt.NDArray[np.float32]]]:
         return [entry.future for entry in self.pending]
@@ -103,14 +119,38 @@ class AudioWork:
             assert hiddens is not None
             states = hiddens[row.slot, row.handed : row.tokens].to("cpu", dtype=hiddens.dtype, copy=True).numpy()
             row.handed = row.tokens
-            self._decode(row, row.audio.add, states, final=False, events=events)
+            self.due.append(_Due(row, row.audio, states, False, row.tokens, Future()))
+        self.flush(events)
+
+    def flush(self, events: list[BatchEvent]) -> None:
+        """The rows' states handed on since the last flush (this step's pieces and ends) decoded in one task: their
+        piece decoders run together (:attr:`HandOff.together`), each row's samples as if it were decoded alone. In
+        the audio thread it is ranked as its most urgent row, never ahead of a decode asked before for any of them
+        (a row's pieces stay in order); each row's part is a :class:`Decoding` of its own, handed on in order as
+        :meth:`collect` hands any. Inline, it runs now."""
+        due, self.due = self.due, []
+        if not due:
+            return
+        if self.pool is None:
+            self._run_together(due)
+            for entry in due:
+                try:
+                    samples = entry.future.result()
+                except Exception as exc:  # noqa: BLE001 - this row's own failure (or the run's it shared)
+                    self.fail(entry.row.request.key, typed(exc), events)
+                    continue
+                self._decoded(entry.row, entry.row.run, entry.final, entry.steps, samples, events)
+            return
+        rank = self._rank([entry.row for entry in due])
+        self.pool.submit(rank, self._run_together, due)
+        self.pending += [Decoding(entry.row, entry.future, entry.row.run, entry.final, entry.steps, rank) for entry in due]
 
     def ended(self, row: RowState, hiddens: torch.Tensor, events: list[BatchEvent]) -> None:
         """``row``'s codes are all out: the rest of its audio (after its pieces), or all of it, is decoded."""
         row.tokens = int(hiddens.shape[0])
-        if row.audio is not None:
+        if row.audio is not None:  # decoded with the other rows due in this step (:meth:`flush`)
             rest = hiddens[row.handed :].to("cpu", copy=True).numpy()
-            self._decode(row, self._rest_of, row, row.audio, rest, final=True, events=events)
+            self.due.append(_Due(row, row.audio, rest, True, row.tokens, Future()))
             return
         self._decode(row, self._audio_of, row, hiddens, final=True, events=events)
 
@@ -125,13 +165,18 @@ class AudioWork:
             self.drop(lambda entry: entry.row is row)
 
     def drop(self, which: Callable[[Decoding], bool]) -> None:
-        """The decodes ``which`` picks are cancelled (one not started yet never runs)."""
+        """The decodes ``which`` picks are cancelled (one not started yet never runs; a row decoded together with
+        others leaves their task, which skips it, or drops its samples if it has begun)."""
         self.pending = _dropping(self.pending, which)
+        self.due = [
+            entry for entry in self.due if not which(Decoding(entry.row, entry.future, entry.row.run, entry.final, entry.steps))
+        ]
 
     def collect(self, events: list[BatchEvent]) -> None:
         """Hand on the audio that has been decoded, whichever row's it is (the worker puts a request's chunks in
         order; a short request's audio must not wait for a long one's decoded before it). A row's own pieces and its
         end go in the order they were asked for: one not done yet holds back that row's later ones."""
+        self.flush(events)
         done: list[Decoding] = []
         pending: list[Decoding] = []
         held: set[int] = set()
@@ -177,8 +222,9 @@ class AudioWork:
         pieces stay in order), or inline, its result handed on at once."""
         steps = row.tokens
         if self.pool is not None:
-            future = self.pool.submit(row.priority(), decode, *args)
-            self.pending.append(Decoding(row, future, row.run, final, steps))
+            rank = self._rank([row])
+            future = self.pool.submit(rank, decode, *args)
+            self.pending.append(Decoding(row, future, row.run, final, steps, rank))
             return
         try:
             samples = decode(*args)
@@ -186,6 +232,53 @@ class AudioWork:
             self.fail(row.request.key, typed(exc), events)
             return
         self._decoded(row, row.run, final, steps, samples, events)
+
+    def _rank(self, rows: list[RowState]) -> Any:
+        """Where a decode of ``rows`` goes in the audio thread: as the most urgent of them, but never ahead of one
+        asked before for any of them (the executor runs equal ranks in the order asked), so that each row's decodes
+        run in order."""
+        rank = min(row.priority() for row in rows)
+        ids = {id(row) for row in rows}
+        return max([rank, *(entry.rank for entry in self.pending if id(entry.row) in ids and entry.rank is not None)])
+
+    def _run_together(self, due: list[_Due]) -> None:
+        """The audio thread's (or the inline) task of :meth:`flush`: the rows not dropped meanwhile, their piece
+        decoders together. A failure of the run they share fails each of them (their decoders are all part-way
+        through it); a row's own part after it (its lead's seam, its silence, its speaker prompt) fails that row
+        only. Every row's future is settled whatever happens: the loop waits on them."""
+        live = [entry for entry in due if entry.future.set_running_or_notify_cancel()]
+        try:
+            together = self.pieces.together if self.pieces is not None else None
+            if together is not None and len(live) > 1:
+                try:
+                    raw = together(
+                        [entry.audio.pieces for entry in live], [entry.states for entry in live], [entry.final for entry in live]
+                    )
+                except Exception as exc:  # noqa: BLE001 - the shared run's failure is each row's
+                    for entry in live:
+                        entry.future.set_exception(exc)
+                    return
+                for entry, samples in zip(live, raw, strict=True):
+                    _settle(entry, self._after, entry, samples)
+                return
+            for entry in live:
+                _settle(entry, self._alone, entry)
+        finally:
+            for entry in live:
+                if not entry.future.done():
+                    entry.future.set_exception(RuntimeError("the audio decode of rows together stopped before this row's"))
+
+    def _alone(self, entry: _Due) -> npt.NDArray[np.float32]:
+        """One row's decode, by its own piece decoder."""
+        if entry.final:
+            return self._rest_of(entry.row, entry.audio, entry.states)
+        return entry.audio.add(entry.states)
+
+    def _after(self, entry: _Due, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """One row's part after the run it shared: what its piece decoder returned, handed on as :meth:`_alone`'s."""
+        if entry.final:
+            return self._anchored(entry.row, *entry.audio.finished(samples))
+        return entry.audio.added(samples)
 
     def _audio_of(self, row: RowState, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
         """A row's audio; an anchored request's first chunk also becomes the speaker prompt of its later chunks, made
@@ -200,10 +293,25 @@ class AudioWork:
     def _rest_of(self, row: RowState, audio: RowAudio, states: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The rest of a row decoded in pieces; an anchored request's first chunk makes its speaker prompt of the
         whole wave, as :meth:`_audio_of` does."""
-        samples, wave = audio.finish(states)
+        return self._anchored(row, *audio.finish(states))
+
+    def _anchored(
+        self, row: RowState, samples: npt.NDArray[np.float32], wave: npt.NDArray[np.float32] | None
+    ) -> npt.NDArray[np.float32]:
+        """A row's last samples; with its whole ``wave`` kept, its request's speaker prompt made of it."""
         if wave is not None:
             row.request.anchor = (self.rows.speaker_prompt(wave, self.limits.max_reference_s), row.text)
         return samples
+
+
+def _settle(entry: _Due, decode: Callable[..., npt.NDArray[np.float32]], *args: Any) -> None:
+    """``entry``'s future settled with what ``decode(*args)`` returns, or with its failure (this row's own)."""
+    try:
+        samples = decode(*args)
+    except Exception as exc:  # noqa: BLE001 - this row's own failure
+        entry.future.set_exception(exc)
+    else:
+        entry.future.set_result(samples)
 
 
 def _dropping(entries: list[Decoding], drop: Callable[[Decoding], bool]) -> list[Decoding]:
