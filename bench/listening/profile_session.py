@@ -1,6 +1,6 @@
 """Where a realtime session's CPU goes, end to end: the API, Redis, the worker's loop and its audio thread.
 
-    python -m bench.listening.profile_session [--sessions 8] [--rounds 4] [--rate 200]
+    python -m bench.listening.profile_session [--quick] [--sessions 8] [--rounds 4] [--rate 200]
 
 One redis-server, one worker on the tiny checkpoint and one API (``bench.listening.ttfa``'s deployment: cache off,
 ``CPU_THREADS=1``, 48 tokens a chunk). ``--sessions`` realtime sessions (``/v1/tts/realtime``) at once, each three
@@ -10,10 +10,12 @@ pausing them: ``--nonblocking``), and each process's CPU time is read from the k
 the worker's text normaliser, where it runs in a process of its own, is pynini's C++: their CPU time only).
 
 The report puts every sample of a Python process in one category by the frames on its stack (the first rule that
-matches, from the leaf up: :data:`CATEGORIES`), so that "what makes speech" (the GPT's step, the audio decode) stands
+of its leaf, or of the first caller up the stack where the leaf is torch, numpy, the event loop or a thread's
+machinery: :func:`category`), so that "what makes speech" (the GPT's step, the audio decode) stands
 apart from what serves it (Redis calls, JSON, the event loop, metrics, logging), and lists the top functions by samples
 where they were the leaf (self) and anywhere on the stack (inclusive). BENCHMARKS.md ("Where a session's CPU goes")
-holds a before and an after; raw output in ``bench/results/profile-session.md`` and the collapsed stacks beside it.
+holds a before and an after; raw output in ``bench/results/profile-session*.md`` (``--stacks DIR`` keeps the collapsed
+stacks, a flame graph's input).
 py-spy is not a dependency of ttsq: the benchmark installs it into ``.venv`` (``pip install py-spy``) if it is missing.
 """
 
@@ -47,11 +49,14 @@ SENTENCES = [
 CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("gpt step (speech)", ("ttsq/inference/gpt/", "ChatTTS/model/gpt", "transformers/models/llama")),
     ("audio decode (speech)", ("ttsq/inference/audio/", "ChatTTS/model/dvae", "vocos/", "chattts_rows.py")),
-    ("prefill & text (speech)", ("ChatTTS/model/tokenizer", "ChatTTS/utils", "ttsq/inference/engines/normalize", "prefill")),
+    ("text normalisation", ("tn/", "ttsq/inference/engines/normalize", "ChatTTS/norm")),
+    ("speaker draw", ("lzma", "speaker_string", "ChatTTS/model/speaker", "ttsq/runtime/speakers")),
+    ("prefill & prompts (speech)", ("ChatTTS/model/tokenizer", "ChatTTS/utils", "prefill", "code_prompt")),
     ("torch (other)", ("torch/",)),
     ("scheduler", ("ttsq/inference/sched/",)),
-    ("audio encode / convert", ("ttsq/domain/audio", "ttsq/api/audio_out", "soundfile", "av/", "numpy/")),
-    ("metrics", ("prometheus_client/", "/metrics.py")),
+    ("audio encode / convert", ("ttsq/domain/audio", "ttsq/api/audio_out", "soundfile", "av/")),
+    ("numpy (other)", ("numpy/",)),
+    ("metrics", ("prometheus_client/",)),
     ("logging", ("logging/",)),
     ("redis client", ("redis/", "hiredis")),
     ("json / validation", ("json/", "pydantic", "orjson", "msgspec")),
@@ -62,16 +67,27 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("event loop", ("asyncio/", "uvloop/", "selectors.py")),
     ("threads", ("threading.py", "concurrent/futures/")),
 ]
-"""Each sample goes to the first category, scanning the stack from its leaf up, one of whose markers is in a frame's
-file: a GPT step that calls torch counts as the GPT's, a Redis call made for the stream as the Redis client's."""
+"""A sample's category is its leaf frame's (the first in this list one of whose markers is in the frame's file), or
+for a leaf in a :data:`WEAK` one, the first caller's up the stack that has a category of its own: a GPT step's torch
+call counts as the GPT's, a Redis call made under the event loop as the Redis client's."""
+
+
+WEAK = frozenset({"torch (other)", "numpy (other)", "event loop", "threads"})
+"""Categories that stand for their caller: a frame in one of them gives its sample to the first stronger category
+further up its stack (a GPT step's matmul is the GPT's), and keeps it only where there is none."""
 
 
 def category(frames: list[str]) -> str:
+    fallback = "other"
     for frame in reversed(frames):
-        for name, markers in CATEGORIES:
-            if any(marker in frame for marker in markers):
-                return name
-    return "other"
+        name = next((name for name, markers in CATEGORIES if any(marker in frame for marker in markers)), None)
+        if name is None:
+            continue
+        if name not in WEAK:
+            return name
+        if fallback == "other":
+            fallback = name
+    return fallback
 
 
 @dataclass
@@ -178,7 +194,7 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 def report(profiles: list[Profile], cpu: dict[str, float], wall_s: float, heard: list[int], command: str) -> str:
-    audio_s = sum(heard) / 2 / 24_000
+    audio_s = max(sum(heard) / 2 / 24_000, 1e-9)
     lines = [
         "# Where a realtime session's CPU goes",
         "",
@@ -211,8 +227,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=RESULTS / "profile-session.md")
+    parser.add_argument("--stacks", type=Path, default=None, help="a folder for the collapsed stacks (flame graph input)")
+    parser.add_argument("--quick", action="store_true", help="2 sessions, one round (make bench-quick)")
+    parser.add_argument("--reread", type=Path, default=None, help="report the stacks a --stacks folder kept; run nothing")
     args = parser.parse_args()
     command = " ".join(["python -m bench.listening.profile_session", *sys.argv[1:]])
+    if args.quick:
+        args.sessions, args.rounds = 2, 1
+        args.out = args.out.with_name("profile-session-quick.md")
+    if args.reread is not None:
+        profiles = [Profile.read(path.stem, path) for path in sorted(args.reread.glob("*.collapsed"))]
+        print(report(profiles, {}, 0.0, [], command))
+        return
     spy = py_spy()
     with tempfile.TemporaryDirectory() as tmp, service(Checkpoint("tiny-random", "tiny", 1, 120.0), Path(tmp)) as url:
         found = processes()
@@ -238,11 +264,11 @@ def main() -> None:
         for spy_process in spies:
             spy_process.wait(60)
         profiles = [Profile.read(name, path) for name, path in raw.items()]
-        stacks_out = args.out.with_suffix("")
-        stacks_out.parent.mkdir(parents=True, exist_ok=True)
-        for name, path in raw.items():
-            if path.exists():
-                shutil.copy(path, f"{stacks_out}-{name}.collapsed")
+        if args.stacks is not None:
+            args.stacks.mkdir(parents=True, exist_ok=True)
+            for name, path in raw.items():
+                if path.exists():
+                    shutil.copy(path, args.stacks / f"{name}.collapsed")
     text = report(profiles, cpu, wall_s, heard, command)
     record(args.out, text)
     print(text)
