@@ -85,6 +85,10 @@ class SynthesisRequest:
     refine_only: bool = False
     """ChatTTS's refine pass alone (``refine_text_only``), steered by ``sampling.refine_prompt``: each chunk comes as a
     :class:`ChunkAudio` without samples whose ``text`` is the chunk refined (a refine job's answer); no speaker needed."""
+    pieces: bool = True
+    """Audio within a chunk as it is generated (:class:`PieceReady` events), for a listener who hears the job as it is
+    made; False: each chunk's audio is decoded whole at its end, the cheapest exact way, for a job nobody listens to
+    live (docs/decoder.md, "Which rows piece"). An engine that never pieces ignores it."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:

@@ -65,7 +65,8 @@ def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest
 def part_request(params: TTSParams, part: Part, speakers: Speakers) -> SynthesisRequest:
     """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
     sampled as its segment says (else as the job does), from its own seed (runs in the inference thread). A refine job
-    needs no speaker: none is drawn for it, and its request only refines the text."""
+    needs no speaker: none is drawn for it, and its request only refines the text. Its audio comes in pieces within a
+    chunk only where the job has a live listener (``params.listened``); otherwise each chunk is decoded whole."""
     voice = part.source
     return SynthesisRequest(
         text=part.text,
@@ -77,6 +78,7 @@ def part_request(params: TTSParams, part: Part, speakers: Speakers) -> Synthesis
         consistent=voice.consistent_voice,
         first_chunk=part.first_chunk,
         refine_only=params.refine_only,
+        pieces=params.listened,
     )
 
 
