@@ -209,7 +209,8 @@ async def text_to_speech(
     its sizes, and a streamed one can only say 0xFFFFFFFF (which Python's ``wave`` reads as 2^31 frames), so a WAV
     answer here is the finished file; ``/stream`` sends the open-ended one."""
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=not parse_output_format(output_format).wav)
+    streamed = not parse_output_format(output_format).wav  # a WAV answer is the finished file
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=streamed)
     if spoken.fmt.wav:
         whole = await _whole(spoken, tasks, listening, caller)
         if isinstance(whole, Response):

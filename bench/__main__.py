@@ -32,6 +32,7 @@ SUITE = [
     Benchmark("bench.engine.cpu_matmul"),
     Benchmark("bench.engine.cpu_gemm"),
     Benchmark("bench.engine.streaming_audio"),
+    Benchmark("bench.engine.quiet_decode", quick=("--quick",)),
     Benchmark("bench.engine.compaction"),
     Benchmark("bench.scale.shards", quick=("--quick",)),
     Benchmark("bench.scale.sentinel", quick=("--quick",)),

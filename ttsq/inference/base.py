@@ -88,7 +88,7 @@ class SynthesisRequest:
     pieces: bool = True
     """Audio within a chunk as it is generated (:class:`PieceReady` events), for a listener who hears the job as it is
     made; False: each chunk's audio is decoded whole at its end, the cheapest exact way, for a job nobody listens to
-    live (docs/decoder.md, "Which rows piece"). An engine that never pieces ignores it."""
+    live (docs/decoder.md, "Which chunks are decoded in pieces"). An engine that never pieces ignores it."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:

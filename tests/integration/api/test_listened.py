@@ -1,6 +1,6 @@
 """Which jobs somebody hears as they are made (``TTSParams.listened``): set at submit by every route that streams its
 own answer as it is made, and by a submit that says ``listen``; a plain submit, and a route that answers with the
-finished file, leave it unset, so the worker decodes each chunk whole (docs/decoder.md, "Which rows piece").
+finished file, leave it unset, so the worker decodes each chunk whole (docs/decoder.md, "Which chunks are decoded in pieces").
 
 The real app on a real Redis; the worker is played by the test (claim, publish, complete), as in test_cartesia_api.
 """
@@ -77,3 +77,14 @@ async def test_a_submit_is_listened_only_when_it_says_listen(
         other = await client.post("/v1/tts/submit", json={"text": "A task of its own.", "seed": 5, "listen": not listened})
     assert job is not None and job.params.listened is listened
     assert other.json()["joined"] is True, "the same audio either way: one key, one job in flight"
+
+
+async def test_a_dialogue_is_listened_only_when_it_says_listen(redis: Redis, make_settings: Any) -> None:
+    body = {"lines": [{"speaker": "A", "text": "Hello there."}], "voices": {"A": "zh_female"}}
+    async with api_client(make_settings()) as (client, _app):
+        plain = await client.post("/v1/tts/dialogue", json=body)
+        heard = await client.post("/v1/tts/dialogue", json={**body, "seed": 3, "listen": True})
+    assert plain.status_code == heard.status_code == 202, (plain.text, heard.text)
+    queue = JobQueue(redis, queue_config())
+    jobs = [await queue.get(answer.json()["task_id"]) for answer in (plain, heard)]
+    assert [job.params.listened for job in jobs if job is not None] == [False, True]

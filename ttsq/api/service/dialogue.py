@@ -104,7 +104,7 @@ class DialogueService:
             seed=DEFAULT_SAMPLING_SEED if body.seed is None else body.seed,
             format=body.format,
             deterministic=True,
-            listened=listen,
+            listened=listen or body.listen,
             **dict(body.sampling),
         )
         params.cache_key = cache_key(params, self.config.model_identity, self.tasks.sharing_scope(caller))

@@ -422,8 +422,7 @@ async def test_a_job_nobody_listens_to_streams_each_chunk_whole_and_a_late_liste
         job_id = task_id()
         await worker.queue.enqueue(job_id, params(text, format="wav"), single_flight=False)
         stream = worker.queue.keys.stream(job_id)
-        while not await redis.xlen(stream):  # attaches once the first chunk is out, not before
-            await asyncio.sleep(0.01)
+        assert await redis.xread({stream: "0"}, count=1, block=120_000), "attaches once the first chunk is out, not before"
         during = await asyncio.wait_for(collect(worker.queue, job_id), 120)
         job = await wait_final(worker.queue, job_id)
         after = await asyncio.wait_for(collect(worker.queue, job_id), 60)
