@@ -9,7 +9,8 @@ PIECE_LOOKAHEAD`` exist), then its end. Its states are random GPT states of a ch
 loaded checkpoint's (random weights: the tiny one and ChatTTS's real dimensions). Reported per chunk length: the
 audio work's CPU for the quiet row and for the pieced one, each against one whole decode of the same states
 (:meth:`~ttsq.inference.chattts_rows.ChatTTSRows.audio`, what the quiet row runs), as medians over interleaved rounds
-after an untimed one (one torch thread, this thread's CPU time), and how far each output is from the whole decode.
+after an untimed one (one torch thread, this thread's CPU time; every other round in the reverse order), and how far
+each output is from the whole decode.
 
     python -m bench.engine.quiet_decode [--quick]
 """
@@ -114,11 +115,17 @@ def measure(size: CheckpointSize, lengths: list[int], repeats: int) -> list[str]
     whole_ms: dict[int, list[float]] = {}
     quiet_diff: dict[int, float] = {}
     pieced_diff: dict[int, float] = {}
-    for _ in range(repeats):
+    for round_ in range(repeats):
         for length, states in chunks.items():
-            whole_s, whole = cpu(rows.audio, states)
-            quiet_s, quiet_out = cpu(audio_work, rows, limits, pieces, states, listened=False)
-            pieced_s, pieced_out = cpu(audio_work, rows, limits, pieces, states, listened=True)
+            # Every other round in the reverse order, so that none of the three always follows another's work.
+            runs: dict[str, tuple[float, Any]] = {}
+            order = ["whole", "quiet", "pieced"] if round_ % 2 == 0 else ["pieced", "quiet", "whole"]
+            for name in order:
+                if name == "whole":
+                    runs[name] = cpu(rows.audio, states)
+                else:
+                    runs[name] = cpu(audio_work, rows, limits, pieces, states, listened=name == "pieced")
+            (whole_s, whole), (quiet_s, quiet_out), (pieced_s, pieced_out) = runs["whole"], runs["quiet"], runs["pieced"]
             whole_ms.setdefault(length, []).append(whole_s * 1e3)
             quiet.setdefault(length, []).append(quiet_s / whole_s)
             pieced.setdefault(length, []).append(pieced_s / whole_s)
@@ -154,19 +161,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sizes: list[CheckpointSize] = ["tiny"] if args.quick else ["tiny", "full"]
-    repeats = 1 if args.quick else 7
+    # A tiny chunk decodes in a few milliseconds, where the machine's noise is as large: more rounds for its median.
+    repeats = {"tiny": 1 if args.quick else 41, "full": 7}
     lines = [
         "# Decoding a chunk whole where nobody listens, against in pieces",
         "",
         f"Command: `.venv/bin/python -m bench.engine.quiet_decode{' --quick' if args.quick else ''}`. "
         f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Random weights (seeded checkpoints), random GPT states of "
         f"{', '.join(map(str, LENGTHS))} tokens, each driven through the serving path's `AudioWork` as the scheduler "
-        "drives a row (inline); CPU, one torch thread, thread CPU time; ratios are medians over "
-        f"{repeats} interleaved round(s), after an untimed one.",
+        "drives a row (inline); CPU, one torch thread, thread CPU time; ratios are medians over interleaved rounds, every "
+        "other one in the reverse order "
+        f"({', '.join(f'{size}: {repeats[size]}' for size in sizes)}), after an untimed one.",
         "",
     ]
     for size in sizes:
-        lines += measure(size, LENGTHS, repeats)
+        lines += measure(size, LENGTHS, repeats[size])
     text = "\n".join(lines)
     RESULTS.write_text(text)
     print(text)
