@@ -59,7 +59,8 @@ async def tts_bytes(
 ) -> Response:
     asked = generation(body)
     voice = await voices.resolve_any(asked.voice, caller, "voice.id")
-    native = SubmitRequest(text=body.transcript, voice=voice.name, speed=asked.speed, format="pcm")
+    # Heard as it is made, but for a WAV answer, which is the finished file.
+    native = SubmitRequest(text=body.transcript, voice=voice.name, speed=asked.speed, format="pcm", listen=not asked.output.wav)
     submitted = await tasks.submit(native, caller, voice, max_text_chars=tasks.config.openai_max_input_chars)
     task_id = submitted.answer.task_id
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}

@@ -144,7 +144,7 @@ async def _speak(
         seed=None if body.seed is None else sampling_seed(body.seed),
         format=cast(Any, stored_format(fmt) or "pcm"),  # a stored format's name: one a job may have
     )
-    submitted = await dialogues.submit(native, caller, field="inputs")
+    submitted = await dialogues.submit(native, caller, field="inputs", listen=not fmt.wav)  # a WAV is the finished file
     task_id = submitted.answer.task_id
     headers = {"X-TTSQ-Task-Id": task_id, **(submitted.rate.headers() if submitted.rate is not None else {})}
     extra = {**(body.model_extra or {})}

@@ -112,6 +112,8 @@ async def _speak(
     tasks: TaskService,
     voices: VoiceService,
     caller: Principal,
+    *,
+    listen: bool,
 ) -> _Spoken:
     fmt = parse_output_format(output_format)  # checked already (OutputFormatName)
     voice = await voices.resolve_any(voice_id, caller, "voice_id")
@@ -122,6 +124,7 @@ async def _speak(
         seed=None if body.seed is None else sampling_seed(body.seed),
         # The jobs' own audio, stored and cached as such (lossless): each answer converts it into its own format.
         format="pcm",
+        listen=listen,  # whether the answer streams as it is made (a whole file does not)
         **({} if speed is None else {"speed": speed_level(speed)}),
     )
     submitted = await tasks.submit(native, caller, voice)
@@ -206,7 +209,8 @@ async def text_to_speech(
     its sizes, and a streamed one can only say 0xFFFFFFFF (which Python's ``wave`` reads as 2^31 frames), so a WAV
     answer here is the finished file; ``/stream`` sends the open-ended one."""
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    streamed = not parse_output_format(output_format).wav  # a WAV answer is the finished file
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=streamed)
     if spoken.fmt.wav:
         whole = await _whole(spoken, tasks, listening, caller)
         if isinstance(whole, Response):
@@ -239,7 +243,7 @@ async def text_to_speech_stream(
     optimize_streaming_latency: StreamingLatency = None,
 ) -> Response:
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=True)
     audio = await _audio(spoken, tasks, listening, caller, request)
     if isinstance(audio, Response):
         return audio
@@ -272,7 +276,7 @@ async def text_to_speech_with_timestamps(
     """The answer is one JSON object, so it is made once the task has ended: a task that fails is a 500, never a
     partial audio that reads as the whole."""
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=False)
     whole = await _whole(spoken, tasks, listening, caller)
     if isinstance(whole, Response):
         return whole
@@ -309,7 +313,7 @@ async def text_to_speech_stream_with_timestamps(
     optimize_streaming_latency: StreamingLatency = None,
 ) -> Response:
     query = {"enable_logging": enable_logging, "optimize_streaming_latency": optimize_streaming_latency}
-    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller)
+    spoken = await _speak(voice_id, body, output_format, query, tasks, voices, caller, listen=True)
     audio = await _audio(spoken, tasks, listening, caller, request)
     if isinstance(audio, Response):
         return audio

@@ -206,6 +206,8 @@ async def speech(
             "format": stored_format(fmt) or "pcm",
             "priority": body.priority,
             "consistent_voice": body.consistent_voice,
+            # Heard as it is made, but for a WAV answer, which is the finished file.
+            "listen": body.stream_format == "sse" or not fmt.wav,
             **body.native_sampling(),
         }
     )

@@ -33,6 +33,7 @@ SUITE = [
     Benchmark("bench.engine.cpu_gemm"),
     Benchmark("bench.engine.streaming_audio"),
     Benchmark("bench.engine.audio_together", quick=("--quick",)),
+    Benchmark("bench.engine.quiet_decode", quick=("--quick",)),
     Benchmark("bench.engine.compaction"),
     Benchmark("bench.scale.shards", quick=("--quick",)),
     Benchmark("bench.scale.sentinel", quick=("--quick",)),

@@ -169,8 +169,10 @@ async def speak(url: str, spec: SessionSpec, started: asyncio.Event, limit_s: fl
 
 
 async def whole_text(http: httpx.AsyncClient, spec: SessionSpec) -> bytes:
-    """The session's text submitted whole (``pcm``), waited for, and its stored audio."""
-    answer = await http.post("/v1/tts/submit", json={"text": spec.text, "voice": spec.voice, "seed": spec.seed, "format": "pcm"})
+    """The session's text submitted whole (``pcm``), waited for, and its stored audio: decoded in pieces (``listen``), as
+    the session's is, so that the two are the same bits (a chunk decoded whole differs by float rounding)."""
+    body = {"text": spec.text, "voice": spec.voice, "seed": spec.seed, "format": "pcm", "listen": True}
+    answer = await http.post("/v1/tts/submit", json=body)
     answer.raise_for_status()
     task_id = answer.json()["task_id"]
     async with asyncio.timeout(ROUND_TIMEOUT_S):

@@ -105,8 +105,9 @@ def run_session(api_url: str, session: Session, word_pause_s: float = 0.05) -> S
 
 
 def whole_text_pcm(api_url: str, session: Session, timeout_s: float = 300.0) -> bytes | None:
-    """The session's text submitted whole (PCM), retried through 503s: what the session's audio must equal."""
-    body = {"text": session.text, "seed": session.seed, "voice": session.voice, "format": "pcm"}
+    """The session's text submitted whole (PCM), retried through 503s: what the session's audio must equal (decoded in
+    pieces, ``listen``, as the session's is: a chunk decoded whole differs by float rounding)."""
+    body = {"text": session.text, "seed": session.seed, "voice": session.voice, "format": "pcm", "listen": True}
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=30) as http:
         while True:

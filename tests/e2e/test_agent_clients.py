@@ -90,7 +90,7 @@ def test_ttsq_plugins_stream_an_llm_reply_into_the_realtime_route(service: Servi
     tokens = [word + " " for word in " ".join(PIECES).split(" ")]
     whole = httpx.post(
         f"{service.api_url}/v1/tts/submit",
-        json={"text": " ".join(PIECES), "voice": "zh_female", "seed": 7, "format": "pcm"},
+        json={"text": " ".join(PIECES), "voice": "zh_female", "seed": 7, "format": "pcm", "listen": True},  # as a session's
         timeout=30,
     )
     task_id = whole.json()["task_id"]

@@ -56,7 +56,10 @@ def drain(ws: ClientConnection, order: list[str] | None = None) -> tuple[bytes, 
 
 
 def submitted_pcm(service: Service, text: str, **body: Any) -> bytes:
-    task = httpx.post(f"{service.api_url}/v1/tts/submit", json={"text": text, "format": "pcm", **body}, timeout=30)
+    """``text`` submitted whole and its stored audio, decoded in pieces (``listen``) as a session's is: the two decode
+    paths agree only to float rounding (docs/decoder.md), so a comparison sample for sample takes the same one."""
+    body = {"text": text, "format": "pcm", "listen": True, **body}
+    task = httpx.post(f"{service.api_url}/v1/tts/submit", json=body, timeout=30)
     assert task.status_code in (200, 202), task.text
     task_id = task.json()["task_id"]
     service.wait_status(task_id, {"done"})

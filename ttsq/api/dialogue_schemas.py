@@ -148,6 +148,11 @@ class DialogueRequest(StyledSampling):
     consistent_voice: bool | None = Field(
         None, description="Keep each line's voice across its sentences, as on /v1/tts/submit. Default: `CONSISTENT_VOICE`."
     )
+    listen: bool = Field(
+        False,
+        description="You will hear the task as it is made (its stream followed from the start), as on /v1/tts/submit: "
+        "each chunk decoded in pieces while it is generated; without it each is decoded whole when it ends (less CPU).",
+    )
 
     @model_validator(mode="after")
     def _lines_or_script(self) -> DialogueRequest:

@@ -101,6 +101,15 @@ class SubmitRequest(StyledSampling):
         "audio, as ChatTTS's `split_text` does (docs/voices.md). Default: `CONSISTENT_VOICE`. No effect with a voice made "
         "from a recording (already conditioned on it).",
     )
+    listen: bool = Field(
+        False,
+        description="You will hear the task as it is made (its `/stream` or `/events` followed from the start): each "
+        "chunk's audio is then decoded in pieces while it is generated, so its first audio comes a few dozen decode steps "
+        "in. Without it each chunk is decoded whole when it ends, which costs less CPU; its audio is the same to float "
+        "rounding (docs/decoder.md), and a stream followed anyway still gets every sample, chunk by chunk. The routes "
+        "that stream their own answer (OpenAI's, ElevenLabs' and Cartesia's streamed speech, the realtime WebSockets) "
+        "set it themselves.",
+    )
 
     @model_validator(mode="after")
     def _text_or_ssml(self) -> SubmitRequest:

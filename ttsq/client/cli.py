@@ -111,6 +111,7 @@ def cmd_say(client: TTSClient, args: argparse.Namespace) -> int:
         refine_text=args.refine,
         priority=args.priority,
         consistent_voice=True if args.consistent_voice else None,
+        listen=True if args.stream else None,  # the file is written as the audio is made
     )
     print(f"task   {submitted.task_id}\nseed   {submitted.seed}", flush=True)
     if submitted.notice:

@@ -100,6 +100,10 @@ class SynthesisOptions(TypedDict, total=False):
     progress in parts, a worker's death costing only the parts it had in hand."""
     text_format: Literal["plain", "markdown"] | None
     """``"markdown"``: the text is Markdown, read as a person reads it aloud (docs/markdown.md)."""
+    listen: bool | None
+    """You will follow the task's stream from the start (:meth:`AsyncTTSClient.stream_to_file`): its audio is made in
+    pieces within each chunk, so the first comes sooner; without it each chunk is decoded whole (less CPU), and a
+    stream followed anyway gets it chunk by chunk."""
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,14 @@ class TTSParams(VoiceFields, SamplingFields):
         description="A refine job (``POST /v1/tts/refine``): the worker runs ChatTTS's refine pass alone and stores the "
         "refined text (:mod:`ttsq.domain.refine`), not audio (docs/prosody.md).",
     )
+    listened: bool = Field(
+        default=False,
+        description="Somebody hears it as it is made (a realtime session, a streamed answer, a submit with ``listen``): "
+        "each chunk's audio comes in pieces as its codes are generated. Otherwise (and in a record written before this "
+        "field) each chunk is decoded whole at its end, the cheapest exact way, and its stream gets it chunk by chunk "
+        '(docs/decoder.md, "Which chunks are decoded in pieces"). Not part of the cache key: both ways give the same '
+        "audio to float rounding.",
+    )
 
     def spoken_segments(self) -> list[Segment]:
         """What the job speaks, as segments: its :attr:`segments`, or its text in its own voice as the one segment."""

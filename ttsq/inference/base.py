@@ -92,6 +92,10 @@ class SynthesisRequest:
     stream: StreamCue | None = None
     """Its place in a stream heard across jobs (a realtime session's chunk): a continuation is due when that stream's
     listener runs out, not at its arrival (:mod:`ttsq.inference.stream_listeners`)."""
+    pieces: bool = True
+    """Audio within a chunk as it is generated (:class:`PieceReady` events), for a listener who hears the job as it is
+    made; False: each chunk's audio is decoded whole at its end, the cheapest exact way, for a job nobody listens to
+    live (docs/decoder.md, "Which chunks are decoded in pieces"). An engine that never pieces ignores it."""
 
     @property
     def voice(self) -> tuple[str | None, str | None, str | None, bool]:

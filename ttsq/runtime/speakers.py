@@ -66,8 +66,9 @@ def synthesis_request(params: TTSParams, speakers: Speakers) -> SynthesisRequest
 def part_request(params: TTSParams, part: Part, speakers: Speakers, stream: StreamCue | None = None) -> SynthesisRequest:
     """The engine's request for one part of a job (:mod:`ttsq.domain.segments`): its text, in its segment's voice,
     sampled as its segment says (else as the job does), from its own seed (runs in the preparation thread). A refine job
-    needs no speaker: none is drawn for it, and its request only refines the text. ``stream``: the job's place in a
-    stream heard across jobs (:func:`ttsq.runtime.outcomes.stream_cue`)."""
+    needs no speaker: none is drawn for it, and its request only refines the text. Its audio comes in pieces within a
+    chunk only where the job has a live listener (``params.listened``); otherwise each chunk is decoded whole.
+    ``stream``: the job's place in a stream heard across jobs (:func:`ttsq.runtime.outcomes.stream_cue`)."""
     voice = part.source
     return SynthesisRequest(
         text=part.text,
@@ -80,6 +81,7 @@ def part_request(params: TTSParams, part: Part, speakers: Speakers, stream: Stre
         first_chunk=part.first_chunk,
         refine_only=params.refine_only,
         stream=stream,
+        pieces=params.listened,
     )
 
 

@@ -178,6 +178,7 @@ async def test_binary_audio_comes_context_by_context_in_the_order_they_were_open
             if said["type"] == "session.done":
                 break
     assert audio == pcm(1) + pcm(2), "the first context's audio, then the second's"
+    assert all(held.job.params.listened for held in worker.held.values()), "a session's jobs are heard as they are made"
     heard = [step for step in order if step.startswith(("audio", "context.done"))]
     assert heard == ["audio 1", "context.done first", "audio 2", "context.done second"], order
 

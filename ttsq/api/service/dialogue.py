@@ -43,9 +43,12 @@ class DialogueService:
         self.tasks = tasks
         self.config = config
 
-    async def submit(self, body: DialogueRequest, caller: Principal, field: str | None = None) -> Submitted:
+    async def submit(
+        self, body: DialogueRequest, caller: Principal, field: str | None = None, *, listen: bool = False
+    ) -> Submitted:
         """Queue ``body``'s lines as one task (or answer it from the cache). ``field`` names the lines in refusals
-        (``lines``, ``script``; the ElevenLabs route's ``inputs``)."""
+        (``lines``, ``script``; the ElevenLabs route's ``inputs``); ``listen``: the caller hears it as it is made
+        (:attr:`ttsq.domain.jobs.TTSParams.listened`)."""
         if body.style is not None:
             body = await self._styling.applied(body, caller, body.style)
         if body.lines is not None:
@@ -101,6 +104,7 @@ class DialogueService:
             seed=DEFAULT_SAMPLING_SEED if body.seed is None else body.seed,
             format=body.format,
             deterministic=True,
+            listened=listen or body.listen,
             **dict(body.sampling),
         )
         params.cache_key = cache_key(params, self.config.model_identity, self.tasks.sharing_scope(caller))

@@ -116,6 +116,7 @@ def build_params(
         deterministic=deterministic,
         first_chunk=first_chunk,
         refine_only=refine_only,
+        listened=body.listen and not refine_only,
         **dict(body.sampling),
     )
     params.cache_key = cache_key(params, model_identity, scope)

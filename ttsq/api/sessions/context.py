@@ -240,6 +240,7 @@ class Context:
                 "format": "pcm",
                 "priority": options.priority,
                 "consistent_voice": False,  # each chunk is a task of its own: no first chunk to condition on
+                "listen": True,  # played as it is made: its audio comes in pieces within each chunk
                 # With a style, what the client said itself over the style's parameters (resolved by the submit).
                 **({"style": options.style, **options.said} if options.style is not None else dict(options.sampling)),
             },

@@ -97,8 +97,9 @@ class AudioWork:
         return [entry.future for entry in self.pending]
 
     def placed(self, row: RowState) -> None:
-        """``row`` took a slot: with pieces, a code row gets this run's piece decoder."""
-        if self.pieces is not None and row.phase == "code":
+        """``row`` took a slot: with pieces, a code row of a request that wants them gets this run's piece decoder (a
+        request nobody listens to live has each chunk decoded whole at its end, :meth:`ended`)."""
+        if self.pieces is not None and row.phase == "code" and row.request.request.pieces:
             row.audio = RowAudio(self.pieces.make(), keep_wave=row.index == 0 and row.request.anchored)
             row.tokens, row.handed = 1, 0  # placing a row samples its first token
 

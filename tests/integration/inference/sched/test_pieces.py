@@ -129,6 +129,37 @@ def test_pieces_decoded_in_the_audio_thread_are_the_same_audio_in_the_same_order
     assert np.array_equal(heard.chunks["a"], expected.chunks["a"])
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_request_nobody_listens_to_is_decoded_whole_at_its_end_beside_one_heard_in_pieces(
+    engine: DecoderEngine, overlap: bool
+) -> None:
+    """A request without ``pieces`` (a job with no live listener), in a scheduler that pieces: its rows get no piece
+    decoder and it sends no :class:`PieceReady`; its chunk is, bit for bit, what a scheduler without pieces makes of the
+    same requests. A request beside it that wants pieces still gets them, and its chunk is its pieces joined."""
+    made = scheduler(engine, overlap=overlap)
+    made.add("quiet", dataclasses.replace(request(engine, 4), pieces=False))
+    made.add("heard", request(engine, 5))
+    decoders: dict[str, bool] = {}  # whether a request's row ever had a piece decoder, looked at before every step
+
+    def look(_reqs: Any) -> None:
+        for row in made._active.values():
+            decoders[row.request.key] = decoders.get(row.request.key, False) or row.audio is not None
+
+    made.hook = look
+    heard = drain(made)
+    assert decoders == {"quiet": False, "heard": True}
+    assert "quiet" not in heard.pieces and heard.pieces["heard"]
+    joined = np.concatenate(heard.pieces["heard"])
+    assert np.array_equal(heard.chunks["heard"][: joined.size], joined)
+    whole = scheduler(engine, pieces=False, overlap=overlap)
+    whole.add("quiet", request(engine, 4))
+    whole.add("heard", request(engine, 5))
+    expected = drain(whole)
+    assert np.array_equal(heard.chunks["quiet"], expected.chunks["quiet"]), "the whole decode, bit for bit"
+    assert heard.chunks["heard"].size == expected.chunks["heard"].size
+    assert np.abs(heard.chunks["heard"] - expected.chunks["heard"]).max() < 1e-5
+
+
 def test_a_row_run_again_after_running_out_of_memory_sends_none_of_its_audio_twice(engine: DecoderEngine) -> None:
     """Out of memory mid-chunk: the most recently admitted row goes back to the queue and runs again from its prompt;
     the pieces it already sent are not sent again, and its chunk is still exactly the pieces it sent joined."""
@@ -272,7 +303,9 @@ async def test_a_one_sentence_job_streams_its_chunk_in_pieces_and_stores_exactly
 ) -> None:
     async with running_worker(redis, serving) as worker:
         job_id = task_id()
-        await worker.queue.enqueue(job_id, params("One long sentence, for pieces.", format="wav"), single_flight=False)
+        await worker.queue.enqueue(
+            job_id, params("One long sentence, for pieces.", format="wav", listened=True), single_flight=False
+        )
         reader = asyncio.create_task(collect(worker.queue, job_id))
         pieces = await asyncio.wait_for(reader, 120)
         job = await wait_final(worker.queue, job_id)
@@ -358,7 +391,7 @@ async def test_a_job_of_several_chunks_streams_each_in_pieces_in_order_with_each
     text = "The first sentence is here. And then a second one follows it."
     async with running_worker(redis, serving, max_batch=4) as worker:
         job_id = task_id()
-        await worker.queue.enqueue(job_id, params(text, format="wav"), single_flight=False)
+        await worker.queue.enqueue(job_id, params(text, format="wav", listened=True), single_flight=False)
         reader = asyncio.create_task(collect(worker.queue, job_id))
         pieces = await asyncio.wait_for(reader, 120)
         job = await wait_final(worker.queue, job_id)
@@ -376,6 +409,29 @@ async def test_a_job_of_several_chunks_streams_each_in_pieces_in_order_with_each
     sizes = [len(fields[b"pcm"]) // 2 for fields in published]
     assert places == [sum(sizes[:i]) for i in range(len(sizes))], "each piece starts where the last ended"
     assert b"".join(pieces) == decode_to_pcm16(stored)
+
+
+async def test_a_job_nobody_listens_to_streams_each_chunk_whole_and_a_late_listener_hears_every_sample(
+    redis: Redis, serving: DecoderEngine
+) -> None:
+    """A job submitted without a listener (``listened`` False: the default) decodes each chunk whole at its end: its
+    stream carries each chunk in one entry, none partial. A listener who attaches while it runs, and one who attaches
+    once it is done, both get every sample: the stream, then the stored result, joined, is the stored audio."""
+    text = "The first sentence is here. And then a second one follows it."
+    async with running_worker(redis, serving, max_batch=4) as worker:
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params(text, format="wav"), single_flight=False)
+        stream = worker.queue.keys.stream(job_id)
+        assert await redis.xread({stream: "0"}, count=1, block=120_000), "attaches once the first chunk is out, not before"
+        during = await asyncio.wait_for(collect(worker.queue, job_id), 120)
+        job = await wait_final(worker.queue, job_id)
+        after = await asyncio.wait_for(collect(worker.queue, job_id), 60)
+        stored = await worker.queue.result(job_id)
+        entries: Any = await redis.xrange(stream)
+    assert job.status is Status.DONE and stored is not None and not job.params.listened
+    published = [fields for _, fields in entries if b"pcm" in fields]
+    assert [(int(fields[b"index"]), fields[b"partial"]) for fields in published] == [(0, b"0"), (1, b"0")]
+    assert b"".join(during) == b"".join(after) == decode_to_pcm16(stored)
 
 
 class _Scripted:
