@@ -327,6 +327,8 @@ function requestBody() {
   const seed = els.seed.value.trim();
   // Digits go as a number; anything else is sent as typed so the server's 422 names the field.
   if (seed !== "") body.seed = /^\d+$/.test(seed) ? Number(seed) : seed;
+  // The page plays the task's stream as it is made where the browser can read one: its audio then comes in pieces.
+  if (window.fetch && window.ReadableStream) body.listen = true;
   return body;
 }
 

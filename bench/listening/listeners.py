@@ -135,7 +135,7 @@ async def submit(base: str, count: int, seed: int) -> list[str]:
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         ids = []
         for n in range(count):
-            response = await client.post("/v1/tts/submit", json={"text": "Listening at scale.", "seed": seed + n})
+            response = await client.post("/v1/tts/submit", json={"text": "Listening at scale.", "seed": seed + n, "listen": True})
             assert response.status_code == 202, response.text
             ids.append(response.json()["task_id"])
         return ids

@@ -57,7 +57,7 @@ class Side:
 def streamed(client: httpx.Client, url: str, seed: int, timeout_s: float) -> tuple[float, float, bytes, str]:
     """Seconds from submit to the first and to the last audio byte; the PCM16 bytes; the task id."""
     started = time.perf_counter()
-    response = client.post(f"{url}/v1/tts/submit", json={"text": TEXT, "seed": seed, "format": "wav"})
+    response = client.post(f"{url}/v1/tts/submit", json={"text": TEXT, "seed": seed, "format": "wav", "listen": True})
     task_id: str = response.raise_for_status().json()["task_id"]
     first = last = None
     pcm = bytearray()

@@ -237,7 +237,7 @@ async def _read(response: httpx.Response, started: float, chars: int, timeout_s:
 def ttsq_opener(base: str, timeout_s: float) -> Opener:
     async def open_stream(client: httpx.AsyncClient, text: str, seed: int) -> Stream:
         started = time.perf_counter()
-        submitted = await client.post(f"{base}/v1/tts/submit", json={"text": text, "seed": seed, "format": "wav"})
+        submitted = await client.post(f"{base}/v1/tts/submit", json={"text": text, "seed": seed, "format": "wav", "listen": True})
         if submitted.status_code != 202:
             return Stream(len(text), None, f"submit HTTP {submitted.status_code}")
         task = submitted.json()["task_id"]

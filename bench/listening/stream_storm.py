@@ -125,7 +125,7 @@ async def queued_tasks(base: str) -> list[str]:
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         ids = []
         for n in range(TASKS):
-            response = await client.post("/v1/tts/submit", json={"text": "A storm of listeners.", "seed": 100 + n})
+            response = await client.post("/v1/tts/submit", json={"text": "A storm of listeners.", "seed": 100 + n, "listen": True})
             assert response.status_code == 202, response.text
             ids.append(response.json()["task_id"])
         return ids

@@ -121,8 +121,9 @@ def service(
         redis.stop()
 
 
-def submit(client: httpx.Client, url: str, seed: int) -> str:
-    response = client.post(f"{url}/v1/tts/submit", json={"text": TEXT, "seed": seed, "format": "wav"})
+def submit(client: httpx.Client, url: str, seed: int, *, listen: bool = False) -> str:
+    """``listen``: the client follows the job's stream as it is made (its chunks then come in pieces)."""
+    response = client.post(f"{url}/v1/tts/submit", json={"text": TEXT, "seed": seed, "format": "wav", "listen": listen})
     response.raise_for_status()
     task_id: str = response.json()["task_id"]
     return task_id
@@ -131,7 +132,7 @@ def submit(client: httpx.Client, url: str, seed: int) -> str:
 def streamed(client: httpx.Client, url: str, seed: int, timeout_s: float) -> tuple[float, float, bytes, str]:
     """Seconds from submit to the first and to the last audio byte; the PCM16 bytes; the task id."""
     started = time.perf_counter()
-    task_id = submit(client, url, seed)
+    task_id = submit(client, url, seed, listen=True)
     first = last = None
     pcm = bytearray()
     with client.stream("GET", f"{url}/v1/tts/stream/{task_id}", params={"format": "pcm"}, timeout=timeout_s) as response:

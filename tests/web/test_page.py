@@ -105,7 +105,7 @@ def test_keyboard_only_tab_to_every_field_enter_and_space_generate(service: Serv
 
     with page.expect_request("**/v1/tts/submit") as submit:
         page.keyboard.press("Enter")
-    expected = {"text": "Keyboard only. 键盘。", "voice": voice, "seed": 77, "speed": 4, "format": "flac"}
+    expected = {"text": "Keyboard only. 键盘。", "voice": voice, "seed": 77, "speed": 4, "format": "flac", "listen": True}
     assert submitted_body(submit.value) == expected
     status = wait_for_audio(page, service)
     assert status["status"] == "done" and status["format"] == "flac" and status["seed"] == 77

@@ -52,7 +52,7 @@ def test_an_ssml_document_with_a_break_is_sent_as_ssml_and_its_audio_plays(servi
     page.select_option("#format", "wav")
     with page.expect_request("**/v1/tts/submit") as submit:
         page.click("#generate")
-    assert submitted_body(submit.value) == {"ssml": document, "voice": "zh_female", "speed": 5, "format": "wav"}
+    assert submitted_body(submit.value) == {"ssml": document, "voice": "zh_female", "speed": 5, "format": "wav", "listen": True}
 
     status = wait_for_audio(page, service)
     assert status["status"] == "done" and status["format"] == "wav"
@@ -97,6 +97,6 @@ def test_a_refused_document_shows_the_422_and_switching_back_submits_text(servic
     page.fill("#text", "Plain text again.")
     with page.expect_response("**/v1/tts/submit") as queued:
         page.click("#generate")
-    assert submitted_body(queued.value.request) == {"text": "Plain text again.", "speed": 5, "format": "wav"}
+    assert submitted_body(queued.value.request) == {"text": "Plain text again.", "speed": 5, "format": "wav", "listen": True}
     assert queued.value.status == 202, queued.value.text()
     assert page.inner_text("#error") == "" and page.get_attribute("#ssml", "aria-invalid") is None

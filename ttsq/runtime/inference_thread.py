@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -212,7 +212,10 @@ class InferenceThread:
 
     def _add_prepared(self, batcher: Batcher, events: list[BatchEvent]) -> None:
         """The requests prepared, into the batcher in the order they were added (one still being prepared holds back
-        those added after it); one whose building or preparation failed fails."""
+        those added after it); one whose building or preparation failed fails. An idle batcher first waits for every
+        request added by then: there are no rows to stall, and requests claimed together share their first steps."""
+        if not batcher.busy and self._preparing:
+            wait([add.request for add in self._preparing])
         while self._preparing and self._preparing[0].request.done():
             add = self._preparing.pop(0)
             with context.working_on(add.key):

@@ -498,7 +498,7 @@ class Worker:
                     for added in flight.feed.ended(part, event.chunk.total):
                         self._add_part(flight, added)
             for release in released:
-                if release.samples.size:
+                if release.samples.size and flight.job.params.listened:  # nobody hears a job nobody listens to
                     heard(flight.listener, self.clock(), release.samples.size / SAMPLE_RATE, self.metrics)
                 # A one-chunk job decoded whole has nothing to stream ahead of its result; one decoded in pieces has.
                 if release.total > 1 or flight.audio.pieced or flight.feed is not None:  # a document's stream is its audio

@@ -29,7 +29,7 @@ async def test_a_piece_after_the_listeners_audio_ran_out_is_an_underrun(redis: R
         # A playback clock on which a minute passes between any two looks: each piece after the first comes too late.
         worker.clock = itertools.count(0, 60).__next__
         job_id = task_id()
-        await worker.queue.enqueue(job_id, params(THREE_CHUNKS), single_flight=False)
+        await worker.queue.enqueue(job_id, params(THREE_CHUNKS, listened=True), single_flight=False)
         assert (await wait_final(worker.queue, job_id)).status == Status.DONE
         # Every delivery after the first has a slack; each of them ran dry.
         assert sample(worker, "ttsq_stream_slack_seconds_count") >= 2
@@ -40,7 +40,7 @@ async def test_pieces_while_the_listener_still_has_audio_are_no_underrun(redis: 
     async with running_worker(redis, tiny_decoder_engine) as worker:
         worker.clock = lambda: 100.0  # no time passes: every piece finds a second of audio still buffered
         job_id = task_id()
-        await worker.queue.enqueue(job_id, params(THREE_CHUNKS), single_flight=False)
+        await worker.queue.enqueue(job_id, params(THREE_CHUNKS, listened=True), single_flight=False)
         assert (await wait_final(worker.queue, job_id)).status == Status.DONE
         assert sample(worker, "ttsq_stream_underruns_total") == 0
         assert sample(worker, "ttsq_stream_slack_seconds_count") >= 2
@@ -82,3 +82,15 @@ async def test_stream_admission_keeps_to_the_bound_a_rows_start_sets_where_it_is
         assert worker.stream_target == 63.5 / 96
     async with running_worker(redis, tiny_decoder_engine, stream_admission="wait", stream_rtf_target=0.5) as worker:
         assert worker.stream_target == 0.5  # the setting, where it is the tighter
+
+
+async def test_a_job_nobody_listens_to_counts_no_underrun(redis: Redis, tiny_decoder_engine: DecoderEngine) -> None:
+    """The listener metrics are about people hearing a stream: a job submitted without ``listen`` has none, however
+    late its chunks come."""
+    async with running_worker(redis, tiny_decoder_engine) as worker:
+        worker.clock = itertools.count(0, 60).__next__
+        job_id = task_id()
+        await worker.queue.enqueue(job_id, params(THREE_CHUNKS), single_flight=False)
+        assert (await wait_final(worker.queue, job_id)).status == Status.DONE
+        assert worker.metrics.registry.get_sample_value("ttsq_stream_slack_seconds_count") in (None, 0)
+        assert worker.metrics.registry.get_sample_value("ttsq_stream_underruns_total") in (None, 0)

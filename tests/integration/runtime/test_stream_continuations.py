@@ -18,7 +18,7 @@ ONE_CHUNK = "One short sentence."
 
 async def spoken(queue: JobQueue, text: str, stream: StreamPlace | None = None, seed: int = 11) -> str:
     job_id = task_id()
-    await queue.enqueue(job_id, params(text, seed=seed, stream=stream), single_flight=False)
+    await queue.enqueue(job_id, params(text, seed=seed, stream=stream, listened=True), single_flight=False)
     return job_id
 
 
