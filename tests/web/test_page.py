@@ -49,7 +49,7 @@ def test_generate_with_the_mouse_streams_then_plays_and_offers_a_download(servic
     page.select_option("#format", "mp3")
     with page.expect_request("**/v1/tts/submit") as submit:
         page.click("#generate")
-    assert submitted_body(submit.value) == {"text": text, "voice": "zh_female", "speed": 6, "format": "mp3"}
+    assert submitted_body(submit.value) == {"text": text, "voice": "zh_female", "speed": 6, "format": "mp3", "listen": True}
 
     status = wait_for_audio(page, service)
     assert status["status"] == "done" and status["voice"] == "zh_female" and status["format"] == "mp3"
