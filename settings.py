@@ -880,7 +880,10 @@ class Settings(BaseSettings):
         json_schema_extra=_group("Model"),
     )
     normalize_text: bool = Field(
-        True, description="Speak numbers, dates and amounts (WeTextProcessing, zh and en).", json_schema_extra=_group("Model")
+        True,
+        description="Speak numbers, dates and amounts (WeTextProcessing, zh and en). A worker runs the normaliser in a "
+        "child process of its own (about 100 MB with both languages' graphs), beside its decode steps.",
+        json_schema_extra=_group("Model"),
     )
     cuda_alloc_conf: str = Field(
         "expandable_segments:True",
