@@ -108,7 +108,9 @@ async def session(url: str, seed: int, pauses: random.Random) -> tuple[float, fl
 def streamed(client: httpx.Client, url: str, text: str, seed: int) -> tuple[float, float]:
     """``text`` submitted and streamed: seconds from just before the submit to the first and the last audio byte."""
     started = time.perf_counter()
-    task = client.post(f"{url}/v1/tts/submit", json={"text": text, "seed": seed, "format": "pcm", "listen": True}).raise_for_status()
+    task = client.post(
+        f"{url}/v1/tts/submit", json={"text": text, "seed": seed, "format": "pcm", "listen": True}
+    ).raise_for_status()
     first = last = None
     with client.stream("GET", f"{url}/v1/tts/stream/{task.json()['task_id']}", params={"format": "pcm"}) as response:
         for piece in response.iter_raw():

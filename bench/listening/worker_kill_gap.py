@@ -108,7 +108,9 @@ def job_record(client: redis.Redis, task_id: str) -> dict[str, Any]:
 
 
 def whole_text_pcm(api: str) -> bytes:
-    task = httpx.post(f"{api}/v1/tts/submit", json={"text": TEXT, "format": "pcm", "voice": "zh_female", "seed": 7, "listen": True}, timeout=30)
+    task = httpx.post(
+        f"{api}/v1/tts/submit", json={"text": TEXT, "format": "pcm", "voice": "zh_female", "seed": 7, "listen": True}, timeout=30
+    )
     task.raise_for_status()
     task_id = task.json()["task_id"]
     deadline = time.monotonic() + 300
