@@ -41,6 +41,10 @@ class Listener:
     delivered_s: float = 0.0
     underruns: int = 0
     stall_s: float = 0.0
+    last_slack: float | None = None
+    """The slack of the latest delivery after the first (None before one)."""
+    previous_slack: float | None = None
+    """The slack of the delivery before it: with :attr:`last_slack`, whether deliveries fall behind playback."""
 
     def deliver(self, now: float, seconds: float) -> float | None:
         """``seconds`` of audio handed on at ``now``. Returns the slack this delivery had (how long the listener still had
@@ -52,6 +56,7 @@ class Listener:
             self.started_at = self.buffered_until = now
         else:
             slack = self.buffered_until - now
+            self.previous_slack, self.last_slack = self.last_slack, slack
             if slack < 0:
                 self.underruns += 1
                 self.stall_s -= slack
@@ -59,6 +64,10 @@ class Listener:
         self.buffered_until += seconds
         self.delivered_s += seconds
         return slack
+
+    def left(self, now: float) -> float | None:
+        """The audio it still has at ``now`` (negative: it ran dry that long ago); None before the first audio."""
+        return None if self.started_at is None else self.buffered_until - now
 
     def due(self, margin_s: float) -> float | None:
         """When the next audio is due: the buffer's end less ``margin_s`` (None before the first audio)."""

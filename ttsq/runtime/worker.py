@@ -67,7 +67,7 @@ from ttsq.runtime.outcomes import (
 from ttsq.runtime.replica import ModelReplica
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
-from ttsq.runtime.stream_admission import StreamAdmission
+from ttsq.runtime.stream_admission import StreamAdmission, short_of_slack
 from ttsq.runtime.upkeep import (
     REDIS_ERRORS,
     CancelFollower,
@@ -322,7 +322,8 @@ class Worker:
         """How many more jobs to claim now: none while a job that must run alone is in hand, until its outcome is
         stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
         else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows), and with stream admission
-        on no more than the stream room (:mod:`ttsq.runtime.stream_admission`)."""
+        on no more than the stream room (:mod:`ttsq.runtime.stream_admission`): none while a stream it started is short of
+        its margin (its listener's account, :func:`~ttsq.runtime.stream_admission.short_of_slack`)."""
         batcher = self._batcher
         if batcher is None or self._alone:
             return 0
@@ -332,7 +333,10 @@ class Worker:
             return 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         rows = batcher.active_rows + batcher.waiting_rows
-        return self.stream_admission.claim_limit(room, self.stream_target, rows, len(self._in_flight))
+        now, jobs = self.clock(), len(self._in_flight)
+        listeners = (flight.listener for flight in self._in_flight.values())
+        short = self.config.stream_admission_slack and short_of_slack(listeners, now, self.config.playback_margin_s)
+        return self.stream_admission.claim_limit(room, self.stream_target, rows, jobs, short=short, now=now)
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
@@ -454,7 +458,7 @@ class Worker:
     def _on_step(self, report: StepReport) -> None:
         self._last_step_at = time.monotonic()
         if report.rows:
-            self.step_cost.observe(report.rows, report.seconds)
+            self.step_cost.observe(report.rows, report.cost_s)  # the audio and prefill threads' time counted in
             self.metrics.stream_capacity.set(self.step_cost.real_time_rows(self.stream_target) or 0)
             self.metrics.inference.observe(report.seconds)
             self.metrics.batch_size.observe(report.rows)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pytest
+
 from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost
 from ttsq.runtime.health import HeartbeatRecord
-from ttsq.runtime.stream_admission import StreamAdmission, stream_room
+from ttsq.runtime.stream_admission import CEILING_HOLD_S, StreamAdmission, short_of_slack, stream_room
 
 Mode = Literal["off", "wait", "refuse"]
 
@@ -113,3 +115,108 @@ def test_beyond_the_real_time_rows_new_streams_wait_and_the_started_ones_never_r
     assert all(listener.underruns == 0 and listener.delivered_s > 0 for _, listener in checked)
     waited = [at for at, _ in checked if at is not None and at > 0]
     assert len(waited) >= 5, checked
+
+
+def test_the_jobs_in_hand_count_as_rows_before_the_engine_has_counted_them() -> None:
+    # Three jobs just claimed, still on their way into the inference thread: the engine counts no row of them yet.
+    assert stream_room(5, 0, 3) == 2
+    # A fit that holds fewer rows than the jobs in hand leaves no room.
+    assert stream_room(2, 0, 3) == 0
+    on = admission("wait", measured(0.002, 0.001))  # 15 rows
+    assert on.claim_limit(16, 0.8, rows_in_hand=0, jobs_in_hand=15) == 0
+
+
+def playing(*deliveries: tuple[float, float]) -> Listener:
+    """A listener that has had these ``(at, seconds)`` deliveries."""
+    listener = Listener()
+    for at, seconds in deliveries:
+        listener.deliver(at, seconds)
+    return listener
+
+
+def test_a_started_stream_under_its_margin_holds_the_room_at_nothing_until_it_recovers() -> None:
+    listener = playing((10.0, 1.0))  # its audio runs out at 11.0
+    others = [Listener(), playing((0.0, 30.0))]  # one not playing yet (no account), one far ahead
+    assert not short_of_slack([listener, *others], 10.4, margin_s=0.5)  # 0.6 s left
+    assert short_of_slack([listener, *others], 10.6, margin_s=0.5)  # 0.4 s left: read now, before its next piece
+    on = admission("wait", measured(0.002, 0.001))  # the fit leaves room for 5 more streams
+    short = short_of_slack([listener, *others], 10.6, margin_s=0.5)
+    assert on.claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=4, short=short) == 0
+    assert on.record.stream_room == 0  # what the API's refuse reads
+    # Streams leave, and as long as one is short, still none starts.
+    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=4, short=short) == 0
+    listener.deliver(10.7, 1.0)  # its next piece: 1.3 s left, more than before
+    short = short_of_slack([listener, *others], 10.7, margin_s=0.5)
+    assert not short
+    # The room is back (held under the 10 rows the shortage came with: its ceiling, 9) once streams have left.
+    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=4, short=short) == 3
+    assert on.record.stream_room == 3
+    # Stream admission off pays the listeners no mind.
+    assert admission("off").claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=4, short=True) == 16
+
+
+def test_a_stream_whose_deliveries_fall_behind_is_short_before_it_reaches_its_margin() -> None:
+    # Pieces of 0.5 s every 0.7 s: each delivery finds 0.2 s less than the one before (1.8 s, 1.6 s, then 1.4 s).
+    falling = playing((0.0, 2.5), (0.7, 0.5), (1.4, 0.5), (2.1, 0.5))
+    assert falling.last_slack == pytest.approx(1.4) and falling.previous_slack == pytest.approx(1.6)
+    # 1.9 s left now, well over the margin: short already, for its audio comes slower than it plays.
+    assert short_of_slack([falling], 2.1, margin_s=0.5)
+    steady = playing((0.0, 2.5), (0.7, 0.7), (1.4, 0.7))  # 1.8 s at each delivery: holding its own
+    assert not short_of_slack([steady], 1.4, margin_s=0.5)
+    # Deliveries that gain on playback are not falling, whatever the margin above the audio left now.
+    rising = playing((0.0, 1.0), (0.5, 0.7), (1.0, 0.7))
+    assert not short_of_slack([rising], 1.0, margin_s=0.5)
+
+
+def _contended(slack: bool, streams: int = 16, arrive_every: int = 10) -> list[Listener]:
+    """A decode loop whose steps take twice what the worker measures of them (another process takes half the core: the
+    fit lags what the cores give), on an injected clock: a stream queued every ``arrive_every`` steps, each 96 tokens
+    streamed in pieces of 8, held to a margin of 0.2 s. Stream admission ``wait``, with the listeners' slack or on the
+    fitted cost alone. Returns each stream's listener."""
+    clock = 0.0
+    cost = StepCost()
+    loop = admission("wait", cost)
+    queued: list[int] = []
+    progress = dict.fromkeys(range(streams), 0)
+    listeners = [Listener() for _ in range(streams)]
+    active: list[int] = []
+    step = 0
+    while step <= streams * arrive_every or queued or active:
+        if step % arrive_every == 0 and step // arrive_every < streams:
+            queued.append(step // arrive_every)
+        short = slack and short_of_slack((listeners[n] for n in active), clock, 0.2)
+        room = loop.claim_limit(len(queued), 0.8, len(active), len(active), short=short, now=clock)
+        for _ in range(room):
+            active.append(queued.pop(0))
+        measured_s = 0.002 + 0.0015 * len(active)
+        clock += 2 * measured_s
+        cost.observe(len(active), measured_s)
+        for stream in list(active):
+            progress[stream] += 1
+            if progress[stream] % 8 == 0:
+                listeners[stream].deliver(clock, 8 * TOKEN_AUDIO_S)
+                if progress[stream] == 96:
+                    active.remove(stream)
+        step += 1
+    return listeners
+
+
+def test_wait_on_the_listeners_slack_holds_claims_a_lagging_fit_allows_and_no_started_stream_runs_dry() -> None:
+    # The fit says 10 rows stay real-time; the steps really keep 5: on the fit alone the streams it lets in stall.
+    assert sum(listener.underruns for listener in _contended(slack=False)) > 0
+    held = _contended(slack=True)
+    assert all(listener.underruns == 0 and listener.delivered_s > 0 for listener in held)
+
+
+def test_a_shortage_sets_a_ceiling_under_the_rows_in_hand_that_rises_a_row_at_a_time_once_it_is_over() -> None:
+    on = admission("wait", measured(0.002, 0.001))  # the fit: 15 rows
+    assert on.claim_limit(16, 0.8, 6, 6, now=0.0) == 9
+    assert on.claim_limit(16, 0.8, 6, 6, short=True, now=1.0) == 0  # short with 6 rows: 6 were too many
+    assert on.ceiling.rows == 5
+    assert on.claim_limit(16, 0.8, 5, 5, short=True, now=1.5) == 0  # still short: the ceiling stays where it was set
+    assert on.ceiling.rows == 5
+    # Recovered with 4 rows: one more stream, not the fit's 11; the streams that queued meanwhile wait.
+    assert on.claim_limit(16, 0.8, 4, 4, now=2.0) == 1
+    assert on.claim_limit(16, 0.8, 4, 4, now=2.0 + CEILING_HOLD_S - 0.1) == 1
+    assert on.claim_limit(16, 0.8, 4, 4, now=2.0 + CEILING_HOLD_S) == 2  # clear for the hold: a row more
+    assert on.ceiling.rows == 6

@@ -144,6 +144,8 @@ class Scheduler:
         self._orders = itertools.count()
         """The order rows took their slots (out of memory sends the latest back first)."""
         self._exclusive: str | None = None
+        self._overlap = overlap
+        self._beside_from = self._beside_cpu_s()
         self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
         self.audio = AudioWork(
             rows,
@@ -243,7 +245,12 @@ class Scheduler:
             self.audio.collect(events)
         if not stepped and not events:
             _wait_for_any([*self.audio.futures(), *self._waiting.prefills()])
+        self.stats.beside_cpu_s = self._beside_cpu_s() - self._beside_from
         return events
+
+    def _beside_cpu_s(self) -> float:
+        """CPU seconds of the prefill and audio threads so far (an engine's, which its schedulers share)."""
+        return 0.0 if self._overlap is None else sum(pool.cpu_s() for pool in self._overlap)
 
     # ---- schedule: who takes a slot ----------------------------------------------------------
 
