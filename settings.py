@@ -969,8 +969,9 @@ class Settings(BaseSettings):
     stream_admission: Literal["off", "wait", "refuse"] = Field(
         "off",
         description="`wait`: the worker claims no new job while the rows it holds already fill what a decode step keeps "
-        "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost): streams it runs never run dry, new ones "
-        "wait in the queue with a position. One job is always taken when none is in hand. `refuse`: the same, and the API "
+        "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost), nor while a stream it started is short of "
+        "its margin (`STREAM_ADMISSION_SLACK`): streams it runs never run dry, new ones wait in the queue with a "
+        "position. One job is always taken when none is in hand. `refuse`: the same, and the API "
         "answers a submit with 429 + `Retry-After` while the live workers' heartbeats report no room. For "
         "`ENGINE_BACKEND=ttsq`, whose steps are decode steps (docs/realtime.md). `off`: claim up to the batch's room.",
         json_schema_extra=_group("Worker"),
@@ -978,8 +979,9 @@ class Settings(BaseSettings):
     stream_admission_slack: bool = Field(
         True,
         description="With `STREAM_ADMISSION` on: also hold new streams while any stream the worker has started playing "
-        "is short of `PLAYBACK_MARGIN_S` — its listener's audio left is under it, or falling towards it at the pace of "
-        "its last deliveries — whatever the fitted step cost says (the stream room is 0 until it recovers). `false`: the "
+        "is short — its listener's audio left is under `PLAYBACK_MARGIN_S`, or its audio has come slower than it plays — "
+        "whatever the fitted step cost says (the stream room is 0 until it recovers, then held under the rows the "
+        "shortage came with), and start no more streams at once than are heard playing (a slow start). `false`: the "
         "fitted step cost alone (docs/realtime.md).",
         json_schema_extra=_group("Worker"),
     )

@@ -21,19 +21,25 @@ The fitted cost is a model, and a model lags what the cores actually give the wo
 Redis, the listeners' clients, anything else on the machine) take them. So the loop is also closed on what the
 listeners get (``STREAM_ADMISSION_SLACK``, on by default): the worker keeps a playback account per job it runs
 (:class:`ttsq.inference.playback.Listener`, the one its ``ttsq_stream_underruns_total`` counts from), and at every claim
-decision :func:`short_of_slack` reads them all. While any stream that has started playing is short — under its margin
+decision :func:`slack_of` reads them all. While any stream that has started playing is short — under its margin
 (``PLAYBACK_MARGIN_S``) — the stream room is 0 whatever the fit says: no new stream starts until every started one has
 its margin again, and new ones wait in the queue with their position (``wait``) or are refused with ``Retry-After``
 (``refuse``: the heartbeat reports the room of 0). A stream is short when
 
 * the audio it has left now is under the margin (read at the decision, not at its next delivery: a stream whose next
   piece is late is seen before it runs dry), or
-* its slack is falling: its last delivery found less audio left than the one before (its audio comes slower than it
-  plays), however much it still has.
+* it is losing ground: the buffer its latest delivery left it is less than the one its first left it (its audio has
+  come slower than it plays, :meth:`~ttsq.inference.playback.Listener.losing`), however much it still has.
 
 The second rule is the predictive one: a stream losing ground holds new streams back while it still has audio to spare,
 not only once it is down to its margin. A shortage also teaches the worker a ceiling on its rows (:class:`SlackCeiling`):
 the streams that queued meanwhile do not all start the moment it recovers.
+
+A stream tells nothing until it plays (its first piece is some tens of steps after its claim), and a fit of the first
+few steps, all at one or two rows, says little about many: a burst of sessions on an idle worker would all be claimed
+before the first of them was heard. So growth waits for evidence, as a slow start: no more streams may be starting
+(claimed, not playing yet) than are playing and well — one on an idle worker, then one more once it plays, then two,
+four, … each round once the last one's streams are heard keeping ahead. The fit and the ceiling still bound it.
 
 "Stream admission" is a stream starting on a worker at all; a row entering one of the decoder's slots at a step
 boundary (the scheduler's admission, :mod:`ttsq.inference.sched.scheduler`) is another matter, of rows already claimed.
@@ -48,7 +54,7 @@ from typing import Literal
 from ttsq.inference.playback import Listener, StepCost
 from ttsq.runtime.health import HeartbeatRecord
 
-__all__ = ["CEILING_HOLD_S", "SlackCeiling", "StreamAdmission", "short_of_slack", "stream_room"]
+__all__ = ["CEILING_HOLD_S", "Slack", "SlackCeiling", "StreamAdmission", "slack_of", "stream_room"]
 
 
 def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int) -> int:
@@ -68,19 +74,27 @@ def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int)
     return max(0, capacity_rows - max(rows_in_hand, jobs_in_hand))
 
 
-def short_of_slack(listeners: Iterable[Listener], now: float, margin_s: float) -> bool:
-    """Whether any stream that has started playing is short at ``now``: its audio left is under ``margin_s``, or its
-    last delivery found less left than the one before (the module docstring)."""
+@dataclass(frozen=True)
+class Slack:
+    """What the listeners of the streams in hand say at one claim decision (:func:`slack_of`)."""
+
+    playing: int
+    """Streams in hand that have started playing."""
+    short: bool
+    """Whether any of them is short of its margin (the module docstring)."""
+
+
+def slack_of(listeners: Iterable[Listener], now: float, margin_s: float) -> Slack:
+    """The streams playing among ``listeners`` at ``now``, and whether any is short: its audio left is under
+    ``margin_s``, or it is losing ground (the module docstring)."""
+    playing, short = 0, False
     for listener in listeners:
         left = listener.left(now)
         if left is None:
-            continue  # not playing yet: the fitted cost speaks for it
-        if left < margin_s:
-            return True
-        last, previous = listener.last_slack, listener.previous_slack
-        if last is not None and previous is not None and last < previous:
-            return True
-    return False
+            continue  # not playing yet: the fitted cost and the slow start speak for it
+        playing += 1
+        short = short or left < margin_s or listener.losing()
+    return Slack(playing, short)
 
 
 CEILING_HOLD_S = 2.0
@@ -133,19 +147,26 @@ class StreamAdmission:
     """The rows held under where a shortage was seen (:class:`SlackCeiling`)."""
 
     def claim_limit(
-        self, room: int, target: float, rows_in_hand: int, jobs_in_hand: int, *, short: bool = False, now: float = 0.0
+        self, room: int, target: float, rows_in_hand: int, jobs_in_hand: int, *, slack: Slack | None = None, now: float = 0.0
     ) -> int:
         """How many of the ``room`` jobs the batch has room for to claim now: all of them with stream admission off;
         else no more than the stream room (:func:`stream_room` at the rows a step keeps within ``target`` of a token's
-        audio, and within the listeners' :class:`SlackCeiling`; 0 while a started stream is ``short`` of its margin,
-        :func:`short_of_slack`, at ``now``), which goes into the heartbeat record for the API. ``rows_in_hand``:
-        decoding and waiting for a slot."""
+        audio), which goes into the heartbeat record for the API. ``rows_in_hand``: decoding and waiting for a slot.
+
+        With the listeners' ``slack`` at ``now`` (None: the fit alone, ``STREAM_ADMISSION_SLACK=false``): 0 while a
+        started stream is short; else within the :class:`SlackCeiling`, and no more streams starting than are playing
+        (the slow start, module docstring)."""
         if self.mode == "off":
             return room
         capacity = self.step_cost.real_time_rows(target)
-        ceiling = self.ceiling.limit(short, max(rows_in_hand, jobs_in_hand), now)
-        if ceiling is not None and capacity is not None:
-            capacity = min(capacity, ceiling)
-        streams = 0 if short else stream_room(capacity, rows_in_hand, jobs_in_hand)
+        if slack is None:
+            streams = stream_room(capacity, rows_in_hand, jobs_in_hand)
+        else:
+            ceiling = self.ceiling.limit(slack.short, max(rows_in_hand, jobs_in_hand), now)
+            if ceiling is not None and capacity is not None:
+                capacity = min(capacity, ceiling)
+            streams = stream_room(capacity, rows_in_hand, jobs_in_hand)
+            starting = jobs_in_hand - slack.playing  # claimed, not heard yet
+            streams = 0 if slack.short else max(0, min(streams, max(1, slack.playing) - starting))
         self.record.stream_room = streams
         return min(room, streams)

@@ -67,7 +67,7 @@ from ttsq.runtime.outcomes import (
 from ttsq.runtime.replica import ModelReplica
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
-from ttsq.runtime.stream_admission import StreamAdmission, short_of_slack
+from ttsq.runtime.stream_admission import StreamAdmission, slack_of
 from ttsq.runtime.upkeep import (
     REDIS_ERRORS,
     CancelFollower,
@@ -323,7 +323,7 @@ class Worker:
         stored (if it takes the process down, nothing else goes with it) or while a batch of rows already waits for slots,
         else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring several rows), and with stream admission
         on no more than the stream room (:mod:`ttsq.runtime.stream_admission`): none while a stream it started is short of
-        its margin (its listener's account, :func:`~ttsq.runtime.stream_admission.short_of_slack`)."""
+        its margin (its listener's account, :func:`~ttsq.runtime.stream_admission.slack_of`)."""
         batcher = self._batcher
         if batcher is None or self._alone:
             return 0
@@ -333,10 +333,10 @@ class Worker:
             return 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         rows = batcher.active_rows + batcher.waiting_rows
-        now, jobs = self.clock(), len(self._in_flight)
-        listeners = (flight.listener for flight in self._in_flight.values())
-        short = self.config.stream_admission_slack and short_of_slack(listeners, now, self.config.playback_margin_s)
-        return self.stream_admission.claim_limit(room, self.stream_target, rows, jobs, short=short, now=now)
+        now, jobs, slack = self.clock(), len(self._in_flight), None
+        if self.config.stream_admission_slack:
+            slack = slack_of((flight.listener for flight in self._in_flight.values()), now, self.config.playback_margin_s)
+        return self.stream_admission.claim_limit(room, self.stream_target, rows, jobs, slack=slack, now=now)
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,

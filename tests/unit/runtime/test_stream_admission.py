@@ -11,7 +11,7 @@ import pytest
 
 from ttsq.inference.playback import TOKEN_AUDIO_S, Listener, StepCost
 from ttsq.runtime.health import HeartbeatRecord
-from ttsq.runtime.stream_admission import CEILING_HOLD_S, StreamAdmission, short_of_slack, stream_room
+from ttsq.runtime.stream_admission import CEILING_HOLD_S, Slack, StreamAdmission, slack_of, stream_room
 
 Mode = Literal["off", "wait", "refuse"]
 
@@ -134,38 +134,57 @@ def playing(*deliveries: tuple[float, float]) -> Listener:
     return listener
 
 
+def well(playing: int) -> Slack:
+    """``playing`` streams playing, none of them short."""
+    return Slack(playing, short=False)
+
+
 def test_a_started_stream_under_its_margin_holds_the_room_at_nothing_until_it_recovers() -> None:
     listener = playing((10.0, 1.0))  # its audio runs out at 11.0
-    others = [Listener(), playing((0.0, 30.0))]  # one not playing yet (no account), one far ahead
-    assert not short_of_slack([listener, *others], 10.4, margin_s=0.5)  # 0.6 s left
-    assert short_of_slack([listener, *others], 10.6, margin_s=0.5)  # 0.4 s left: read now, before its next piece
+    others = [playing((0.0, 30.0)), playing((0.0, 30.0)), playing((0.0, 30.0)), Listener()]  # 3 far ahead; 1 starting
+    assert slack_of([listener, *others], 10.4, 0.5) == Slack(4, short=False)  # 0.6 s left
+    short = slack_of([listener, *others], 10.6, 0.5)  # 0.4 s left: read now, before its next piece
+    assert short == Slack(4, short=True)
     on = admission("wait", measured(0.002, 0.001))  # the fit leaves room for 5 more streams
-    short = short_of_slack([listener, *others], 10.6, margin_s=0.5)
-    assert on.claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=4, short=short) == 0
+    assert on.claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=5, slack=short) == 0
     assert on.record.stream_room == 0  # what the API's refuse reads
     # Streams leave, and as long as one is short, still none starts.
-    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=4, short=short) == 0
+    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=5, slack=short) == 0
     listener.deliver(10.7, 1.0)  # its next piece: 1.3 s left, more than before
-    short = short_of_slack([listener, *others], 10.7, margin_s=0.5)
-    assert not short
+    recovered = slack_of([listener, *others], 10.7, 0.5)
+    assert recovered == Slack(4, short=False)
     # The room is back (held under the 10 rows the shortage came with: its ceiling, 9) once streams have left.
-    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=4, short=short) == 3
+    assert on.claim_limit(16, 0.8, rows_in_hand=6, jobs_in_hand=5, slack=recovered) == 3
     assert on.record.stream_room == 3
-    # Stream admission off pays the listeners no mind.
-    assert admission("off").claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=4, short=True) == 16
+    # On the fit alone (no slack given), or with stream admission off, the listeners are paid no mind.
+    assert admission("wait", measured(0.002, 0.001)).claim_limit(16, 0.8, 10, 5) == 5
+    assert admission("off").claim_limit(16, 0.8, rows_in_hand=10, jobs_in_hand=5, slack=short) == 16
 
 
-def test_a_stream_whose_deliveries_fall_behind_is_short_before_it_reaches_its_margin() -> None:
-    # Pieces of 0.5 s every 0.7 s: each delivery finds 0.2 s less than the one before (1.8 s, 1.6 s, then 1.4 s).
-    falling = playing((0.0, 2.5), (0.7, 0.5), (1.4, 0.5), (2.1, 0.5))
-    assert falling.last_slack == pytest.approx(1.4) and falling.previous_slack == pytest.approx(1.6)
+def test_a_stream_whose_audio_comes_slower_than_it_plays_is_short_before_it_reaches_its_margin() -> None:
+    # A first piece of 2.5 s, then 0.5 s every 0.7 s: its buffer after each piece is 2.3 s, 2.1 s, then 1.9 s.
+    losing = playing((0.0, 2.5), (0.7, 0.5), (1.4, 0.5), (2.1, 0.5))
+    assert losing.left(2.1) == pytest.approx(1.9)
     # 1.9 s left now, well over the margin: short already, for its audio comes slower than it plays.
-    assert short_of_slack([falling], 2.1, margin_s=0.5)
-    steady = playing((0.0, 2.5), (0.7, 0.7), (1.4, 0.7))  # 1.8 s at each delivery: holding its own
-    assert not short_of_slack([steady], 1.4, margin_s=0.5)
-    # Deliveries that gain on playback are not falling, whatever the margin above the audio left now.
-    rising = playing((0.0, 1.0), (0.5, 0.7), (1.0, 0.7))
-    assert not short_of_slack([rising], 1.0, margin_s=0.5)
+    assert slack_of([losing], 2.1, 0.5).short
+    # Pieces that come unevenly but as fast as they play, on the whole: a long wait for the third is no trend.
+    uneven = playing((0.0, 0.7), (0.35, 0.7), (1.4, 1.4))  # after the first, 2.1 s of audio in 1.4 s
+    assert not slack_of([uneven], 1.4, 0.5).short
+    steady = playing((0.0, 2.5), (0.7, 0.7), (1.4, 0.7))  # 2.5 s after each piece: holding its own
+    assert not slack_of([steady], 1.4, 0.5).short
+
+
+def test_streams_start_no_faster_than_the_ones_before_them_are_heard_keeping_ahead() -> None:
+    on = admission("wait", measured(0.002, 0.0))  # a fit with no cost per row: room without end
+    assert on.claim_limit(40, 0.8, 0, 0, slack=well(0)) == 1  # an idle worker: one
+    assert on.claim_limit(40, 0.8, 1, 1, slack=well(0)) == 0  # until it plays, nothing more
+    assert on.claim_limit(40, 0.8, 1, 1, slack=well(1)) == 1
+    assert on.claim_limit(40, 0.8, 2, 2, slack=well(1)) == 0
+    assert on.claim_limit(40, 0.8, 2, 2, slack=well(2)) == 2
+    assert on.claim_limit(40, 0.8, 4, 4, slack=well(4)) == 4  # 1, 2, 4, 8: a round each time they are heard
+    assert on.claim_limit(40, 0.8, 8, 8, slack=well(5)) == 2  # 3 still starting: 2 more at most
+    # On the fit alone all 40 would start at once.
+    assert admission("wait", measured(0.002, 0.0)).claim_limit(40, 0.8, 1, 1) == 40
 
 
 def _contended(slack: bool, streams: int = 16, arrive_every: int = 10) -> list[Listener]:
@@ -184,8 +203,8 @@ def _contended(slack: bool, streams: int = 16, arrive_every: int = 10) -> list[L
     while step <= streams * arrive_every or queued or active:
         if step % arrive_every == 0 and step // arrive_every < streams:
             queued.append(step // arrive_every)
-        short = slack and short_of_slack((listeners[n] for n in active), clock, 0.2)
-        room = loop.claim_limit(len(queued), 0.8, len(active), len(active), short=short, now=clock)
+        heard = slack_of((listeners[n] for n in active), clock, 0.2) if slack else None
+        room = loop.claim_limit(len(queued), 0.8, len(active), len(active), slack=heard, now=clock)
         for _ in range(room):
             active.append(queued.pop(0))
         measured_s = 0.002 + 0.0015 * len(active)
@@ -210,13 +229,13 @@ def test_wait_on_the_listeners_slack_holds_claims_a_lagging_fit_allows_and_no_st
 
 def test_a_shortage_sets_a_ceiling_under_the_rows_in_hand_that_rises_a_row_at_a_time_once_it_is_over() -> None:
     on = admission("wait", measured(0.002, 0.001))  # the fit: 15 rows
-    assert on.claim_limit(16, 0.8, 6, 6, now=0.0) == 9
-    assert on.claim_limit(16, 0.8, 6, 6, short=True, now=1.0) == 0  # short with 6 rows: 6 were too many
+    assert on.claim_limit(16, 0.8, 6, 6, slack=well(6), now=0.0) == 6
+    assert on.claim_limit(16, 0.8, 6, 6, slack=Slack(6, short=True), now=1.0) == 0  # short with 6 rows: too many
     assert on.ceiling.rows == 5
-    assert on.claim_limit(16, 0.8, 5, 5, short=True, now=1.5) == 0  # still short: the ceiling stays where it was set
+    assert on.claim_limit(16, 0.8, 5, 5, slack=Slack(5, short=True), now=1.5) == 0  # the ceiling stays where it was set
     assert on.ceiling.rows == 5
     # Recovered with 4 rows: one more stream, not the fit's 11; the streams that queued meanwhile wait.
-    assert on.claim_limit(16, 0.8, 4, 4, now=2.0) == 1
-    assert on.claim_limit(16, 0.8, 4, 4, now=2.0 + CEILING_HOLD_S - 0.1) == 1
-    assert on.claim_limit(16, 0.8, 4, 4, now=2.0 + CEILING_HOLD_S) == 2  # clear for the hold: a row more
+    assert on.claim_limit(16, 0.8, 4, 4, slack=well(4), now=2.0) == 1
+    assert on.claim_limit(16, 0.8, 4, 4, slack=well(4), now=2.0 + CEILING_HOLD_S - 0.1) == 1
+    assert on.claim_limit(16, 0.8, 4, 4, slack=well(4), now=2.0 + CEILING_HOLD_S) == 2  # clear for the hold: a row more
     assert on.ceiling.rows == 6
