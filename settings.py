@@ -981,7 +981,7 @@ class Settings(BaseSettings):
         description="With `STREAM_ADMISSION` on: also hold new streams while any stream the worker has started playing "
         "is short — its listener's audio left is under `PLAYBACK_MARGIN_S`, or its audio has come slower than it plays — "
         "whatever the fitted step cost says (the stream room is 0 until it recovers, then held under the rows the "
-        "shortage came with), and start no more streams at once than are heard playing (a slow start). `false`: the "
+        "shortage came with), and start no more streams at once than half those heard playing (a slow start). `false`: the "
         "fitted step cost alone (docs/realtime.md).",
         json_schema_extra=_group("Worker"),
     )

@@ -45,6 +45,7 @@ class Listener:
     """The first delivery's seconds: the buffer it started with."""
     last_at: float | None = None
     """When the latest delivery came."""
+    deliveries: int = 0
 
     def deliver(self, now: float, seconds: float) -> float | None:
         """``seconds`` of audio handed on at ``now``. Returns the slack this delivery had (how long the listener still had
@@ -64,6 +65,7 @@ class Listener:
         self.buffered_until += seconds
         self.delivered_s += seconds
         self.last_at = now
+        self.deliveries += 1
         return slack
 
     def left(self, now: float) -> float | None:
@@ -71,10 +73,13 @@ class Listener:
         return None if self.started_at is None else self.buffered_until - now
 
     def losing(self) -> bool:
-        """Whether its audio has come slower than it plays: the buffer after its latest delivery is less than the one
-        its first delivery left it. Over its whole life, not the last two pieces: a chunk's pieces come unevenly at its
-        start (the decoder's look-ahead), and one long wait for a piece is no trend."""
-        return self.last_at is not None and self.buffered_until - self.last_at < self.first_s
+        """Whether its audio has come slower than it plays: the buffer after its latest delivery, its stalls not
+        counted (a stall resets it), is less than the one its first delivery left it. Over its whole life, not the
+        last two pieces: a chunk's pieces come unevenly at its start (the decoder's look-ahead), and one long wait for a
+        piece is no trend."""
+        if self.last_at is None or self.deliveries < 2:
+            return False
+        return self.buffered_until - self.stall_s - self.last_at < self.first_s - 1e-9
 
     def due(self, margin_s: float) -> float | None:
         """When the next audio is due: the buffer's end less ``margin_s`` (None before the first audio)."""

@@ -27,9 +27,11 @@ its margin again, and new ones wait in the queue with their position (``wait``) 
 (``refuse``: the heartbeat reports the room of 0). A stream is short when
 
 * the audio it has left now is under the margin (read at the decision, not at its next delivery: a stream whose next
-  piece is late is seen before it runs dry), or
+  piece is late is seen before it runs dry; in its first :data:`START_PIECES` pieces, which come unevenly, only once
+  it has none left), or
 * it is losing ground: the buffer its latest delivery left it is less than the one its first left it (its audio has
-  come slower than it plays, :meth:`~ttsq.inference.playback.Listener.losing`), however much it still has.
+  come slower than it plays, :meth:`~ttsq.inference.playback.Listener.losing`), however much it still has; or it has
+  had its first piece only, so that nothing shows yet whether it keeps ahead.
 
 The second rule is the predictive one: a stream losing ground holds new streams back while it still has audio to spare,
 not only once it is down to its margin. A shortage also teaches the worker a ceiling on its rows (:class:`SlackCeiling`):
@@ -38,8 +40,8 @@ the streams that queued meanwhile do not all start the moment it recovers.
 A stream tells nothing until it plays (its first piece is some tens of steps after its claim), and a fit of the first
 few steps, all at one or two rows, says little about many: a burst of sessions on an idle worker would all be claimed
 before the first of them was heard. So growth waits for evidence, as a slow start: no more streams may be starting
-(claimed, not playing yet) than are playing and well — one on an idle worker, then one more once it plays, then two,
-four, … each round once the last one's streams are heard keeping ahead. The fit and the ceiling still bound it.
+(claimed, not playing yet) than half those playing and well, one at least — one on an idle worker, then one more once
+it is heard keeping ahead, and so on, the rows growing by half each round. The fit and the ceiling still bound it.
 
 "Stream admission" is a stream starting on a worker at all; a row entering one of the decoder's slots at a step
 boundary (the scheduler's admission, :mod:`ttsq.inference.sched.scheduler`) is another matter, of rows already claimed.
@@ -54,7 +56,7 @@ from typing import Literal
 from ttsq.inference.playback import Listener, StepCost
 from ttsq.runtime.health import HeartbeatRecord
 
-__all__ = ["CEILING_HOLD_S", "Slack", "SlackCeiling", "StreamAdmission", "slack_of", "stream_room"]
+__all__ = ["CEILING_HOLD_S", "START_PIECES", "Slack", "SlackCeiling", "StreamAdmission", "slack_of", "stream_room"]
 
 
 def stream_room(capacity_rows: int | None, rows_in_hand: int, jobs_in_hand: int) -> int:
@@ -82,21 +84,32 @@ class Slack:
     """Streams in hand that have started playing."""
     short: bool
     """Whether any of them is short of its margin (the module docstring)."""
+    losing: bool = False
+    """Whether any of them is losing ground (:meth:`~ttsq.inference.playback.Listener.losing`): what sets the
+    :class:`SlackCeiling` (a stream under its margin in the first pieces of its start is no sign of too many rows)."""
 
 
 def slack_of(listeners: Iterable[Listener], now: float, margin_s: float) -> Slack:
     """The streams playing among ``listeners`` at ``now``, and whether any is short: its audio left is under
     ``margin_s``, or it is losing ground (the module docstring)."""
-    playing, short = 0, False
+    playing, short, losing = 0, False, False
     for listener in listeners:
         left = listener.left(now)
         if left is None:
             continue  # not playing yet: the fitted cost and the slow start speak for it
         playing += 1
-        short = short or left < margin_s or listener.losing()
-    return Slack(playing, short)
+        losing = losing or listener.losing()
+        started = listener.deliveries >= START_PIECES
+        unproven = listener.deliveries < 2  # its first piece only: nothing shows yet that it keeps ahead
+        short = short or losing or unproven or left < (margin_s if started else 0.0)
+    return Slack(playing, short, losing)
 
 
+START_PIECES = 3
+"""Deliveries a stream has had before its audio left is held to the margin. A chunk's first pieces come unevenly (its
+lead after ``PIECE_TOKENS + PIECE_LOOKAHEAD`` steps, the rest of its first run, then whole runs: docs/decoder.md), and
+between them a new stream is under a margin of half a second by the pieces' arithmetic alone, at any step time the
+engine's bound on a stream's start allows; until then it is short only once it has run dry or is losing ground."""
 CEILING_HOLD_S = 2.0
 """How long the rows in hand must stay clear of any shortage before :class:`SlackCeiling` lets one more in: long enough
 for a stream started at the ceiling to reach its first audio and two more deliveries (its slack's direction)."""
@@ -106,10 +119,10 @@ for a stream started at the ceiling to reach its first audio and two more delive
 class SlackCeiling:
     """The rows the listeners say the worker keeps real-time, where that is fewer than the fit says.
 
-    A shortage with ``r`` rows in hand shows that ``r`` rows were more than the cores kept ahead of playback, whatever
-    the fit says: from its onset, the rows are held under ``r`` (the ceiling, ``r − 1``, at least 1). Without it, the
-    streams that queued up while one was short would all start the moment it recovered, and take the worker straight
-    back over. The ceiling rises by one row each :data:`CEILING_HOLD_S` without a shortage, until the fit is the
+    A stream losing ground with ``r`` rows in hand shows that ``r`` rows were more than the cores kept ahead of
+    playback, whatever the fit says: from its onset, the rows are held under ``r`` (the ceiling, ``r − 1``, at least
+    1). Without it, the streams that queued up while one was short would all start the moment it recovered, and take
+    the worker straight back over. The ceiling rises by one row each :data:`CEILING_HOLD_S` without a shortage, until the fit is the
     tighter again: a contention that has passed gives its rows back one at a time."""
 
     rows: int | None = None
@@ -153,20 +166,22 @@ class StreamAdmission:
         else no more than the stream room (:func:`stream_room` at the rows a step keeps within ``target`` of a token's
         audio), which goes into the heartbeat record for the API. ``rows_in_hand``: decoding and waiting for a slot.
 
-        With the listeners' ``slack`` at ``now`` (None: the fit alone, ``STREAM_ADMISSION_SLACK=false``): 0 while a
-        started stream is short; else within the :class:`SlackCeiling`, and no more streams starting than are playing
-        (the slow start, module docstring)."""
+        With the listeners' ``slack`` at ``now`` (None: the fit alone, ``STREAM_ADMISSION_SLACK=false``): the room is 0
+        while a started stream is short, else within the :class:`SlackCeiling`; and the claims start no more streams
+        at once than half those playing (the slow start, module docstring: it paces the claims, the room reported is the
+        room's)."""
         if self.mode == "off":
             return room
         capacity = self.step_cost.real_time_rows(target)
         if slack is None:
             streams = stream_room(capacity, rows_in_hand, jobs_in_hand)
-        else:
-            ceiling = self.ceiling.limit(slack.short, max(rows_in_hand, jobs_in_hand), now)
-            if ceiling is not None and capacity is not None:
-                capacity = min(capacity, ceiling)
-            streams = stream_room(capacity, rows_in_hand, jobs_in_hand)
-            starting = jobs_in_hand - slack.playing  # claimed, not heard yet
-            streams = 0 if slack.short else max(0, min(streams, max(1, slack.playing) - starting))
+            self.record.stream_room = streams
+            return min(room, streams)
+        ceiling = self.ceiling.limit(slack.losing, max(rows_in_hand, jobs_in_hand), now)
+        if ceiling is not None and capacity is not None:
+            capacity = min(capacity, ceiling)
+        streams = 0 if slack.short else stream_room(capacity, rows_in_hand, jobs_in_hand)
+        # The heartbeat reports the room (the API's refuse); the slow start only paces the claims into it.
         self.record.stream_room = streams
-        return min(room, streams)
+        starting = jobs_in_hand - slack.playing  # claimed, not heard yet
+        return max(0, min(room, streams, max(1, slack.playing // 2) - starting))

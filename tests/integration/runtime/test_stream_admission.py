@@ -8,7 +8,7 @@ import itertools
 from redis.asyncio import Redis
 
 from tests.conftest import task_id
-from tests.integration.runtime.test_worker import params, running_worker, wait_final
+from tests.integration.runtime.test_worker import _true, params, running_worker, wait_final, wait_until
 from tests.integration.runtime.test_worker_decoder import StepLog
 from ttsq.domain.jobs import Status
 from ttsq.inference.engines.decoder_engine import DecoderEngine
@@ -82,3 +82,27 @@ async def test_stream_admission_keeps_to_the_bound_a_rows_start_sets_where_it_is
         assert worker.stream_target == 63.5 / 96
     async with running_worker(redis, tiny_decoder_engine, stream_admission="wait", stream_rtf_target=0.5) as worker:
         assert worker.stream_target == 0.5  # the setting, where it is the tighter
+
+
+async def _shared_a_step_with_a_starved_stream(redis: Redis, engine: DecoderEngine, slack: bool) -> bool:
+    """One job started; once its listener plays, on a playback clock on which a minute passes between any two looks
+    (so it is always short of its margin), a second job is queued: whether their rows ever shared a decode step."""
+    spy = StepLog(engine)
+    async with running_worker(redis, spy, max_batch=8, stream_admission="wait", stream_admission_slack=slack) as worker:
+        worker.clock = itertools.count(0, 60).__next__
+        first, second = task_id(), task_id()
+        text = "A starved stream speaks first. " + THREE_CHUNKS + " " + THREE_CHUNKS
+        await worker.queue.enqueue(first, params(text, seed=31), single_flight=False)
+        await wait_until(lambda: _true(first in worker._in_flight and worker._in_flight[first].listener.started_at is not None))
+        await worker.queue.enqueue(second, params("Another stream waits its turn.", seed=32), single_flight=False)
+        for job_id in (first, second):
+            assert (await wait_final(worker.queue, job_id)).status == Status.DONE
+    return any(len(step) > 1 for step in spy.steps)
+
+
+async def test_while_a_started_stream_is_short_of_its_margin_wait_claims_nothing_more(
+    redis: Redis, tiny_decoder_engine: DecoderEngine
+) -> None:
+    assert not await _shared_a_step_with_a_starved_stream(redis, tiny_decoder_engine, slack=True)
+    # On the fitted cost alone (the tiny checkpoint's steps leave room for many rows) the second one joins at once.
+    assert await _shared_a_step_with_a_starved_stream(redis, tiny_decoder_engine, slack=False)
