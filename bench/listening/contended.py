@@ -1,12 +1,12 @@
 """Stream admission on a contended machine: realtime sessions opened at once on one tiny worker while a CPU hog takes a
 core, each session heard through by a listener of its own, with stream admission in several variants side by side.
 
-    python -m bench.listening.contended [--sessions 40] [--open-s 2] [--variants slack,fit,off] [--no-hog]
+    python -m bench.listening.contended [--sessions 40] [--open-s 2] [--variants slack,fit,off] [--hogs 1] [--ahead 1]
 
 Real processes, one stack per variant (a redis-server, one ``python worker.py`` and ``uvicorn app:app`` on the tiny
 checkpoint; cache and single-flight off, every fair-use limit lifted) and, for the run of each variant, a CPU hog — a
-process spinning on one core (``python -c 'while True: pass'``), so the worker, the API, Redis and the listeners share
-what is left. ``--sessions`` WebSocket sessions (``/v1/tts/realtime``) open within ``--open-s`` seconds (uniform, seeded);
+process spinning on one core (``python -c 'while True: pass'``; ``--hogs`` of them), so the worker, the API, Redis and
+the listeners share what is left. ``--sessions`` WebSocket sessions (``/v1/tts/realtime``) open within ``--open-s`` seconds (uniform, seeded);
 each sends 2–3 sentences (one chunk each) and ``close``, and plays what comes from its first byte: every chunk is
 ``--tokens`` decode steps of audio (``MIN_NEW_TOKEN = MAX_NEW_TOKEN``: 240 tokens are 5.12 s), so a session is 10–15 s.
 
@@ -235,17 +235,15 @@ def stack(tmp: Path, tokens: int, extra: dict[str, str]) -> Iterator[tuple[str, 
 
 
 @contextlib.contextmanager
-def hog(on: bool) -> Iterator[None]:
-    """A process spinning on one core for the run (none with ``on`` false)."""
-    if not on:
-        yield
-        return
-    process = subprocess.Popen(HOG)
+def hogs(count: int) -> Iterator[None]:
+    """``count`` processes spinning, a core each, for the run."""
+    processes = [subprocess.Popen(HOG) for _ in range(count)]
     try:
         yield
     finally:
-        process.kill()
-        process.wait()
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def summary(name: str, heard: Sequence[Heard], metric: float | None, waited_s: float) -> dict[str, Any]:
@@ -278,7 +276,7 @@ def summary(name: str, heard: Sequence[Heard], metric: float | None, waited_s: f
 def run_variant(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     progress(f"{name}: starting the stack")
     settings = VARIANTS[name] | {"REALTIME_AHEAD": str(args.ahead)} | ({"MAX_BATCH": args.max_batch} if args.max_batch else {})
-    with stack(tmp / name, args.tokens, settings) as (url, worker_url), hog(not args.no_hog):
+    with stack(tmp / name, args.tokens, settings) as (url, worker_url), hogs(0 if args.no_hog else args.hogs):
         time.sleep(2.0)  # the hog's own start, and the worker's first heartbeat with it
         progress(f"{name}: {args.sessions} sessions within {args.open_s:.1f} s")
         heard, samples = asyncio.run(storm(url, worker_url, args.sessions, args.open_s, args.seed, args.limit_s))
@@ -327,7 +325,7 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace, command: s
         f"Command: `{command}`",
         f"Date: {utc_now()}",
         f"Machine: {info['cpu']}, {info['cores']} cores; 1-min load average {load[0]:.2f} at start, {load[1]:.2f} at end"
-        f" (shared with other work){'' if args.no_hog else '; a CPU hog spinning on one core through each run'}",
+        f" (shared with other work){'' if args.no_hog else f'; {args.hogs} CPU hog(s) spinning, a core each, through each run'}",
         "",
         f"Load: {args.sessions} realtime sessions opened within {args.open_s} s (seed {args.seed}) on one tiny worker, each"
         f" 2–3 sentences of {args.tokens} tokens ({args.tokens * 512 / SAMPLE_RATE:.2f} s) each, REALTIME_AHEAD={args.ahead}"
@@ -352,6 +350,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=240, help="decode steps per chunk (240: 5.12 s of audio)")
     parser.add_argument("--variants", default="slack,fit", help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--no-hog", action="store_true", help="no CPU hog")
+    parser.add_argument("--hogs", type=int, default=1, help="CPU hogs, a core each (1: the machine's other core taken)")
     parser.add_argument(
         "--ahead", type=int, default=1, help="REALTIME_AHEAD: a session's chunks queued beyond the one streaming (1: the default)"
     )
