@@ -240,7 +240,7 @@ class Settings(BaseSettings):
         200_000,
         ge=1,
         le=2_000_000,
-        description="Longest `text` of a submit that says `\"document\": true` (a whole document: docs/documents.md), "
+        description='Longest `text` of a submit that says `"document": true` (a whole document: docs/documents.md), '
         "counted as `MAX_TEXT_CHARS` counts one text. It pays one rate-limit token per `MAX_TEXT_CHARS` characters.",
         json_schema_extra=_group("API"),
     )
@@ -261,7 +261,7 @@ class Settings(BaseSettings):
     )
     document_emoji: Literal["remove", "name"] = Field(
         "remove",
-        description="Emoji in a document: `remove` drops them, `name` reads their names (\"party popper\").",
+        description='Emoji in a document: `remove` drops them, `name` reads their names ("party popper").',
         json_schema_extra=_group("API"),
     )
     listen_block_s: float | None = Field(
@@ -791,7 +791,7 @@ class Settings(BaseSettings):
         description="With `ENGINE_BACKEND=ttsq`: a chunk's audio is decoded while its codes are generated, this many "
         "tokens (512 samples each) at a time, and streamed as it comes: the first audio after `PIECE_TOKENS + "
         "PIECE_LOOKAHEAD` decode steps whatever the sentence's length. `0`: a chunk's audio is decoded once its last "
-        "code is out (docs/decoder.md, \"Audio within a chunk\").",
+        'code is out (docs/decoder.md, "Audio within a chunk").',
         json_schema_extra=_group("Model"),
     )
     piece_lookahead: int = Field(
@@ -801,7 +801,7 @@ class Settings(BaseSettings):
         description="With `PIECE_TOKENS`: the tokens after a chunk's first piece that its decode waits for. Every later "
         "sample is decoded exactly as it is streamed; the first piece is exact where the look-ahead covers the decoder's "
         "field (52 tokens on ChatTTS's layers, 9 on the tiny checkpoint; 8 already on random weights), approximate in its "
-        "last tokens below it and cross-faded into the exact samples (docs/decoder.md, \"Audio within a chunk\").",
+        'last tokens below it and cross-faded into the exact samples (docs/decoder.md, "Audio within a chunk").',
         json_schema_extra=_group("Model"),
     )
     batch_invariant: bool = Field(
@@ -815,7 +815,7 @@ class Settings(BaseSettings):
         True,
         description="With `ENGINE_BACKEND=ttsq` on a CPU and `GPT_DTYPE=float32`: the GPT's projections and heads are "
         "reordered once at load into oneDNN's blocked layout and multiplied through oneDNN instead of MKL (a decode step "
-        "at batch 8 in under half the time, the same tokens; BENCHMARKS.md, \"CPU matmul\"). `false`: torch's plain "
+        'at batch 8 in under half the time, the same tokens; BENCHMARKS.md, "CPU matmul"). `false`: torch\'s plain '
         "`F.linear`.",
         json_schema_extra=_group("Model"),
     )
@@ -972,10 +972,20 @@ class Settings(BaseSettings):
     stream_admission: Literal["off", "wait", "refuse"] = Field(
         "off",
         description="`wait`: the worker claims no new job while the rows it holds already fill what a decode step keeps "
-        "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost): streams it runs never run dry, new ones "
-        "wait in the queue with a position. One job is always taken when none is in hand. `refuse`: the same, and the API "
+        "ahead of real time (`STREAM_RTF_TARGET`, from the steps' measured cost), nor while a stream it started is short of "
+        "its margin (`STREAM_ADMISSION_SLACK`): streams it runs never run dry, new ones wait in the queue with a "
+        "position. One job is always taken when none is in hand. `refuse`: the same, and the API "
         "answers a submit with 429 + `Retry-After` while the live workers' heartbeats report no room. For "
         "`ENGINE_BACKEND=ttsq`, whose steps are decode steps (docs/realtime.md). `off`: claim up to the batch's room.",
+        json_schema_extra=_group("Worker"),
+    )
+    stream_admission_slack: bool = Field(
+        True,
+        description="With `STREAM_ADMISSION` on: also hold new streams while any stream the worker has started playing "
+        "is short — its listener's audio left is under `PLAYBACK_MARGIN_S`, or its audio has come slower than it plays — "
+        "whatever the fitted step cost says (the stream room is 0 until it recovers, then held under the rows the "
+        "shortage came with), and start no more streams at once than half those heard playing (a slow start). `false`: the "
+        "fitted step cost alone (docs/realtime.md).",
         json_schema_extra=_group("Worker"),
     )
     release_memory_above: float = Field(

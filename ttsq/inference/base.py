@@ -214,6 +214,9 @@ class BatcherStats:
     suspects: int = 0
     """Rows re-run alone because a step they shared failed."""
     out_of_memory: int = 0
+    beside_cpu_s: float = 0.0
+    """CPU seconds the batcher's threads beside its loop (audio decoding, prefill) have used, as of its last step: they
+    take the same cores as the steps, so the worker counts them in a step's cost (0 for a batcher without them)."""
 
     @property
     def mean_occupied(self) -> float:

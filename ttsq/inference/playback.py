@@ -41,6 +41,11 @@ class Listener:
     delivered_s: float = 0.0
     underruns: int = 0
     stall_s: float = 0.0
+    first_s: float = 0.0
+    """The first delivery's seconds: the buffer it started with."""
+    last_at: float | None = None
+    """When the latest delivery came."""
+    deliveries: int = 0
 
     def deliver(self, now: float, seconds: float) -> float | None:
         """``seconds`` of audio handed on at ``now``. Returns the slack this delivery had (how long the listener still had
@@ -50,6 +55,7 @@ class Listener:
         slack: float | None = None
         if self.started_at is None:
             self.started_at = self.buffered_until = now
+            self.first_s = seconds
         else:
             slack = self.buffered_until - now
             if slack < 0:
@@ -58,7 +64,22 @@ class Listener:
                 self.buffered_until = now  # playback resumes with this piece
         self.buffered_until += seconds
         self.delivered_s += seconds
+        self.last_at = now
+        self.deliveries += 1
         return slack
+
+    def left(self, now: float) -> float | None:
+        """The audio it still has at ``now`` (negative: it ran dry that long ago); None before the first audio."""
+        return None if self.started_at is None else self.buffered_until - now
+
+    def losing(self) -> bool:
+        """Whether its audio has come slower than it plays: the buffer after its latest delivery, its stalls not
+        counted (a stall resets it), is less than the one its first delivery left it. Over its whole life, not the
+        last two pieces: a chunk's pieces come unevenly at its start (the decoder's look-ahead), and one long wait for a
+        piece is no trend."""
+        if self.last_at is None or self.deliveries < 2:
+            return False
+        return self.buffered_until - self.stall_s - self.last_at < self.first_s - 1e-9
 
     def due(self, margin_s: float) -> float | None:
         """When the next audio is due: the buffer's end less ``margin_s`` (None before the first audio)."""

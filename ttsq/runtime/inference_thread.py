@@ -45,6 +45,17 @@ class StepReport:
     seconds: float
     broken: BaseException | None = None
     """The batcher itself failed (a bug, not a request's failure): every request in it is lost."""
+    beside_s: float = 0.0
+    """CPU seconds the batcher's threads beside its loop (audio, prefill) used since the step before
+    (:attr:`~ttsq.inference.base.BatcherStats.beside_cpu_s`)."""
+
+    @property
+    def cost_s(self) -> float:
+        """What the step cost the worker's cores: its own time and the time the threads beside it took meanwhile.
+        Their work is the rows' (each row's audio, each new row's prompt), and they compete for the same cores; on a
+        machine whose other core is taken too they run in the step's stead. So the stream room is fitted on this
+        (:class:`~ttsq.inference.playback.StepCost`), not on the step's time alone."""
+        return self.seconds + self.beside_s
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,7 @@ class InferenceThread:
                     self._freed = False
                     self._report(StepReport(events, rows=0, seconds=0.0))
                 continue
-            before = batcher.stats.row_steps
+            before, beside = batcher.stats.row_steps, batcher.stats.beside_cpu_s
             started = time.time()
             self._name_step(batcher.requests(), started)
             broken: BaseException | None = None
@@ -176,7 +187,8 @@ class InferenceThread:
                 if not batcher.busy:  # while rows remain, the next step names itself at once
                     self._record.current_job = None
             self._freed = False
-            self._report(StepReport(events, batcher.stats.row_steps - before, time.time() - started, broken))
+            rows, seconds = batcher.stats.row_steps - before, time.time() - started
+            self._report(StepReport(events, rows, seconds, broken, beside_s=batcher.stats.beside_cpu_s - beside))
 
     def _name_step(self, keys: list[str], started: float) -> None:
         """A step starts with these requests in the engine: name it, with its deadline, in the liveness record."""

@@ -69,7 +69,7 @@ from ttsq.runtime.outcomes import (
 from ttsq.runtime.replica import ModelReplica
 from ttsq.runtime.sdnotify import SystemdNotifier
 from ttsq.runtime.speakers import Speakers, part_request, recorded_speaker
-from ttsq.runtime.stream_admission import StreamAdmission
+from ttsq.runtime.stream_admission import StreamAdmission, slack_of
 from ttsq.runtime.upkeep import (
     REDIS_ERRORS,
     CancelFollower,
@@ -330,8 +330,9 @@ class Worker:
         alone is in hand, until its outcome is stored (if it takes the process down, nothing else goes with it) or while
         a batch of rows already waits for slots, else up to :data:`_ROOM_PER_SLOT` jobs per slot in hand (a job may bring
         several rows); with stream admission on, no more new streams than the stream room
-        (:mod:`ttsq.runtime.stream_admission`) — a continuation of a stream already playing is no new stream: only the
-        batch's room bounds it."""
+        (:mod:`ttsq.runtime.stream_admission`): none while a stream it plays is short of its margin (its listener's
+        account, :func:`~ttsq.runtime.stream_admission.slack_of`). A continuation of a stream already playing is no new
+        stream: only the batch's room bounds it."""
         batcher = self._batcher
         if batcher is None or self._alone:
             return 0, 0
@@ -341,7 +342,10 @@ class Worker:
             return 0, 0
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         rows = batcher.active_rows + batcher.waiting_rows
-        return room, self.stream_admission.claim_limit(room, self.stream_target, rows, len(self._in_flight))
+        now, jobs, slack = self.clock(), len(self._in_flight), None
+        if self.config.stream_admission_slack:
+            slack = slack_of((flight.listener for flight in self._in_flight.values()), now, self.config.playback_margin_s)
+        return room, self.stream_admission.claim_limit(room, self.stream_target, rows, jobs, slack=slack, now=now)
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,
@@ -465,7 +469,7 @@ class Worker:
     def _on_step(self, report: StepReport) -> None:
         self._last_step_at = time.monotonic()
         if report.rows:
-            self.step_cost.observe(report.rows, report.seconds)
+            self.step_cost.observe(report.rows, report.cost_s)  # the audio and prefill threads' time counted in
             self.metrics.stream_capacity.set(self.step_cost.real_time_rows(self.stream_target) or 0)
             self.metrics.inference.observe(report.seconds)
             self.metrics.batch_size.observe(report.rows)

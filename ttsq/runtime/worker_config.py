@@ -41,6 +41,12 @@ class WorkerConfig:
     notify_socket: str | None
     """systemd's ``NOTIFY_SOCKET`` (a ``Type=notify`` unit): ready and watchdog pings (:mod:`ttsq.runtime.sdnotify`)."""
 
+    stream_admission_slack: bool
+    """With stream admission on: no claim while a started stream is short of its margin
+    (:func:`ttsq.runtime.stream_admission.short_of_slack`)."""
+    playback_margin_s: float
+    """``PLAYBACK_MARGIN_S``: the margin a started stream's listener is held to."""
+
     @property
     def stall_after_s(self) -> float:
         """How long the event loop may go without a liveness tick before the worker counts as stalled (``/healthz``,

@@ -3,13 +3,19 @@ streams in the queue past what a decode step keeps real-time. Real tiny ChatTTS 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 
+from settings import Settings
 from tests.conftest import task_id
-from tests.integration.runtime.test_worker import params, running_worker, wait_final
+from tests.integration.runtime.test_worker import _true, params, running_worker, wait_final, wait_until
 from tests.integration.runtime.test_worker_decoder import StepLog
+from tests.support.conftest_engine import TINY_ENGINE_CONFIG
 from ttsq.domain.jobs import Status
 from ttsq.inference.engines.decoder_engine import DecoderEngine
 from ttsq.runtime.worker import Worker
@@ -94,3 +100,44 @@ async def test_a_job_nobody_listens_to_counts_no_underrun(redis: Redis, tiny_dec
         assert (await wait_final(worker.queue, job_id)).status == Status.DONE
         assert worker.metrics.registry.get_sample_value("ttsq_stream_slack_seconds_count") in (None, 0)
         assert worker.metrics.registry.get_sample_value("ttsq_stream_underruns_total") in (None, 0)
+
+
+@pytest.fixture(scope="module")
+def long_chunk_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
+    """The default engine with 300-token chunks: a stream plays for seconds of decode steps after its first piece."""
+    defaults = Settings(_env_file=None)
+    engine = DecoderEngine(
+        dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=300, min_new_token=300),
+        cuda_graphs=False,
+        batch_invariant=defaults.batch_invariant,
+        first_chunk_slots=defaults.first_chunk_slots,
+        overlap=defaults.overlap_prefill_and_audio,
+        playback_margin_s=defaults.playback_margin_s,
+        pieces=(defaults.piece_tokens, defaults.piece_lookahead),
+    )
+    engine.load()
+    yield engine
+    engine.release_memory()
+
+
+async def _shared_a_step_with_a_starved_stream(redis: Redis, engine: DecoderEngine, slack: bool) -> bool:
+    """One job started; once its listener plays, on a playback clock on which a minute passes between any two looks
+    (so it is always short of its margin), a second job is queued: whether their rows ever shared a decode step."""
+    spy = StepLog(engine)
+    async with running_worker(redis, spy, max_batch=8, stream_admission="wait", stream_admission_slack=slack) as worker:
+        worker.clock = itertools.count(0, 60).__next__
+        first, second = task_id(), task_id()
+        await worker.queue.enqueue(first, params("A starved stream speaks on and on.", seed=31, listened=True), single_flight=False)
+        await wait_until(lambda: _true(first in worker._in_flight and worker._in_flight[first].listener.started_at is not None))
+        await worker.queue.enqueue(second, params("Another stream waits its turn.", seed=32, listened=True), single_flight=False)
+        for job_id in (first, second):
+            assert (await wait_final(worker.queue, job_id)).status == Status.DONE
+    return any(len(step) > 1 for step in spy.steps)
+
+
+async def test_while_a_started_stream_is_short_of_its_margin_wait_claims_nothing_more(
+    redis: Redis, long_chunk_engine: DecoderEngine
+) -> None:
+    assert not await _shared_a_step_with_a_starved_stream(redis, long_chunk_engine, slack=True)
+    # On the fitted cost alone (one row in hand, well within what a step keeps real-time) the second one joins at once.
+    assert await _shared_a_step_with_a_starved_stream(redis, long_chunk_engine, slack=False)

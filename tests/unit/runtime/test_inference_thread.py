@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ttsq.inference.base import SynthesisRequest
 from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.playback import StepCost
 from ttsq.runtime.health import HeartbeatRecord
 from ttsq.runtime.inference_thread import InferenceThread, StepReport
 
@@ -119,3 +120,32 @@ def test_a_request_cancelled_while_it_is_prepared_never_runs(tiny_decoder_engine
         release.set()
         thread.stop()
         thread.join(10)
+
+
+def test_the_audio_threads_time_counts_in_the_steps_cost(tiny_decoder_engine: DecoderEngine) -> None:
+    """On a CPU a row's audio is decoded in a thread beside the decode loop (``OVERLAP_PREFILL_AND_AUDIO``): its time
+    comes with the step reports, and the step cost the worker fits its stream room to (``cost_s``) includes it."""
+    reports: list[StepReport] = []
+    done = threading.Event()
+
+    def report(step: StepReport) -> None:
+        reports.append(step)
+        if any(event.key == "job" and type(event).__name__ == "ChunkReady" for event in step.events):
+            done.set()
+
+    thread = InferenceThread(report, HeartbeatRecord(worker_id="test"), job_timeout_s=120)
+    thread.start(lambda: tiny_decoder_engine.batcher(2, oom_recover_s=1.0)).result(timeout=120)
+    speaker = tiny_decoder_engine.speaker_from_seed(3)
+    try:
+        thread.add("job", lambda: SynthesisRequest(text="One more sentence, spoken to its end.", speaker=speaker, seed=3))
+        assert done.wait(60)
+    finally:
+        thread.stop()
+        thread.join(10)
+    stepped = [step for step in reports if step.rows]
+    assert sum(step.beside_s for step in stepped) > 0  # its pieces' audio, decoded beside the loop
+    alone, counted = StepCost(), StepCost()
+    for step in stepped:
+        alone.observe(step.rows, step.seconds)
+        counted.observe(step.rows, step.cost_s)
+    assert (counted.predict(1) or 0) > (alone.predict(1) or 0)

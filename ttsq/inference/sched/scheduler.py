@@ -149,6 +149,8 @@ class Scheduler:
         self._orders = itertools.count()
         """The order rows took their slots (out of memory sends the latest back first)."""
         self._exclusive: str | None = None
+        self._overlap = overlap
+        self._beside_from = _beside_cpu_s(self._overlap)
         self._prefill_pool: RankedExecutor | None = overlap[0] if overlap is not None else None
         self.audio = AudioWork(
             rows,
@@ -258,6 +260,7 @@ class Scheduler:
             self.audio.collect(events)
         if not stepped and not events:
             _wait_for_any([*self.audio.futures(), *self._waiting.prefills()])
+        self.stats.beside_cpu_s = _beside_cpu_s(self._overlap) - self._beside_from
         return events
 
     # ---- schedule: who takes a slot ----------------------------------------------------------
@@ -552,3 +555,8 @@ def _wait_for_any(pending: list[Future[Any]]) -> None:
     """Nothing to decode this step: wait a little for a prefill or an audio decode to finish."""
     if pending:
         wait(pending, timeout=_BACKGROUND_WAIT_S, return_when=FIRST_COMPLETED)
+
+
+def _beside_cpu_s(overlap: tuple[RankedExecutor, RankedExecutor] | None) -> float:
+    """CPU seconds of the prefill and audio threads so far (an engine's, which its schedulers share)."""
+    return 0.0 if overlap is None else sum(pool.cpu_s() for pool in overlap)
