@@ -1015,7 +1015,7 @@ def late_worker(chaos: Chaos) -> Figures:
 
 
 def flood(chaos: Chaos) -> Figures:
-    """Scenario 7: many submits at once against a small MAX_QUEUE_DEPTH.
+    """Scenario 7: many submits at once against a small MAX_QUEUE_DEPTH, the workers frozen meanwhile.
 
     Past the cap the API must answer 429 with Retry-After (and say the queue is full); nothing it
     acknowledged may be lost. The API's RSS and Redis's used_memory before and after are figures.
@@ -1034,10 +1034,19 @@ def flood(chaos: Chaos) -> Figures:
 
         return run
 
-    with contextlib.ExitStack() as stack:
-        for n, batch in enumerate(requests):
-            stack.enter_context(background(submit_all(batch), f"flood-{n}"))
-    rss_after, memory_after = api.rss_bytes(), chaos.deployment.used_memory()
+    # The workers are frozen while the flood comes, so that the queue fills whatever their speed (a tiny worker drains
+    # four submitting threads faster than they submit); they take up what was acknowledged once woken.
+    pool = chaos.live_pool()
+    for slot in pool:
+        chaos.deployment.kill(slot, signal.SIGSTOP)
+    try:
+        with contextlib.ExitStack() as stack:
+            for n, batch in enumerate(requests):
+                stack.enter_context(background(submit_all(batch), f"flood-{n}"))
+        rss_after, memory_after = api.rss_bytes(), chaos.deployment.used_memory()
+    finally:
+        for slot in pool:
+            chaos.deployment.kill(slot, signal.SIGCONT)
     full = client.refused(429)
     other = [refusal for refusal in client.refusals if refusal.code == 429 and "queue is full" not in refusal.detail]
     if full == 0:

@@ -69,6 +69,7 @@ def test_a_job_stored_before_the_record_loads_and_is_stored_again_unchanged() ->
     later |= {"oral": None, "laugh": None, "break": None, "refine_only": False}
     later |= {"segments": None}  # dialogues: a job's speaker turns, null for one voice
     later |= {"document": False}  # whole documents: false for every other job
+    later |= {"listened": False, "stream": None}  # heard as it is made (false), a session's stream (null for any other)
     before["params"] = {**before["params"], **later}
     assert json.loads(job.model_dump_json()) == {**before, **added}
 
@@ -97,6 +98,7 @@ def test_the_submit_body_publishes_the_same_fields_defaults_and_bounds() -> None
         "priority",
         "consistent_voice",
         "style",
+        "listen",
     }
     assert set(schema["properties"]) == {*own, *SCHEMA_BEFORE, *levels} == {*own, *SAMPLING_FIELDS}
     assert "required" not in schema and schema["oneOf"] == [{"required": ["text"]}, {"required": ["ssml"]}]
