@@ -160,7 +160,15 @@ class StreamAdmission:
     """The rows held under where a shortage was seen (:class:`SlackCeiling`)."""
 
     def claim_limit(
-        self, room: int, target: float, rows_in_hand: int, jobs_in_hand: int, *, slack: Slack | None = None, now: float = 0.0
+        self,
+        room: int,
+        target: float,
+        rows_in_hand: int,
+        jobs_in_hand: int,
+        *,
+        slack: Slack | None = None,
+        now: float = 0.0,
+        streams_in_hand: int | None = None,
     ) -> int:
         """How many of the ``room`` jobs the batch has room for to claim now: all of them with stream admission off;
         else no more than the stream room (:func:`stream_room` at the rows a step keeps within ``target`` of a token's
@@ -169,7 +177,8 @@ class StreamAdmission:
         With the listeners' ``slack`` at ``now`` (None: the fit alone, ``STREAM_ADMISSION_SLACK=false``): the room is 0
         while a started stream is short, else within the :class:`SlackCeiling`; and the claims start no more streams
         at once than half those playing (the slow start, module docstring: it paces the claims, the room reported is the
-        room's)."""
+        room's). ``streams_in_hand``: the jobs in hand somebody hears as they are made (None: all of them); a job
+        nobody listens to never plays, so only these count as streams still starting."""
         if self.mode == "off":
             return room
         capacity = self.step_cost.real_time_rows(target)
@@ -183,5 +192,5 @@ class StreamAdmission:
         streams = 0 if slack.short else stream_room(capacity, rows_in_hand, jobs_in_hand)
         # The heartbeat reports the room (the API's refuse); the slow start only paces the claims into it.
         self.record.stream_room = streams
-        starting = jobs_in_hand - slack.playing  # claimed, not heard yet
+        starting = (jobs_in_hand if streams_in_hand is None else streams_in_hand) - slack.playing  # claimed, not heard yet
         return max(0, min(room, streams, max(1, slack.playing // 2) - starting))

@@ -343,9 +343,13 @@ class Worker:
         room = _ROOM_PER_SLOT * limit - len(self._in_flight)
         rows = batcher.active_rows + batcher.waiting_rows
         now, jobs, slack = self.clock(), len(self._in_flight), None
+        heard = [flight.listener for flight in self._in_flight.values() if flight.job.params.listened]
         if self.config.stream_admission_slack:
-            slack = slack_of((flight.listener for flight in self._in_flight.values()), now, self.config.playback_margin_s)
-        return room, self.stream_admission.claim_limit(room, self.stream_target, rows, jobs, slack=slack, now=now)
+            slack = slack_of(heard, now, self.config.playback_margin_s)
+        streams = len(heard)  # a job nobody listens to is no stream starting: it never plays
+        return room, self.stream_admission.claim_limit(
+            room, self.stream_target, rows, jobs, slack=slack, now=now, streams_in_hand=streams
+        )
 
     async def _start(self, jobs: list[Job]) -> None:
         """Claimed jobs' first moves: answered from the cache if an identical one finished meanwhile,

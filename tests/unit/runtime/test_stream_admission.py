@@ -195,6 +195,9 @@ def test_streams_start_no_faster_than_the_ones_before_them_are_heard_keeping_ahe
     assert on.claim_limit(40, 0.8, 8, 8, slack=well(5)) == 0  # 3 still starting: more than half of 5
     # On the fit alone all 40 would start at once.
     assert admission("wait", measured(0.002, 0.0)).claim_limit(40, 0.8, 1, 1) == 40
+    # Jobs nobody listens to (a batch backlog) never play: they are no streams starting, and hold none back.
+    assert on.claim_limit(40, 0.8, 3, 3, slack=well(0), streams_in_hand=0) == 1
+    assert on.claim_limit(40, 0.8, 5, 5, slack=well(2), streams_in_hand=2) == 1
 
 
 def _contended(slack: bool, streams: int = 16, arrive_every: int = 10) -> list[Listener]:
