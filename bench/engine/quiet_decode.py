@@ -84,6 +84,7 @@ def audio_work(rows: ChatTTSRows, limits: DecodeLimits, pieces: HandOff, states:
         work.hand_on([row], slots, events)
     with torch.inference_mode():
         work.ended(row, states, events)
+        work.flush(events)  # a pieced row's end is decoded with the rows due in its step (here none but it)
     (samples,) = got
     return samples
 

@@ -202,6 +202,12 @@ class InferenceThread:
             try:
                 command = self._inbox.get(block=block)
             except queue.Empty:
+                if not batcher.busy and not all(add.request.done() for add in self._preparing):
+                    # An idle batcher has no rows to stall: it waits for what is being prepared, and takes what came
+                    # meanwhile (a claim's other jobs), so that requests claimed together share their first steps.
+                    wait([add.request for add in self._preparing])
+                    block = False
+                    continue
                 self._add_prepared(batcher, events)
                 return True
             block = False
@@ -224,10 +230,7 @@ class InferenceThread:
 
     def _add_prepared(self, batcher: Batcher, events: list[BatchEvent]) -> None:
         """The requests prepared, into the batcher in the order they were added (one still being prepared holds back
-        those added after it); one whose building or preparation failed fails. An idle batcher first waits for every
-        request added by then: there are no rows to stall, and requests claimed together share their first steps."""
-        if not batcher.busy and self._preparing:
-            wait([add.request for add in self._preparing])
+        those added after it); one whose building or preparation failed fails."""
         while self._preparing and self._preparing[0].request.done():
             add = self._preparing.pop(0)
             with context.working_on(add.key):
