@@ -15,11 +15,12 @@ idle nothing is current.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -66,6 +67,13 @@ class _Add:
     alone: bool
 
 
+@dataclass(frozen=True)
+class _Adds:
+    """Requests added together (:meth:`InferenceThread.together`): the batcher takes them at one step boundary."""
+
+    adds: list[_Add]
+
+
 class _Wake:
     """A request's preparation ended: the thread, asleep when idle, takes it."""
 
@@ -85,7 +93,7 @@ class _Stop:
     pass
 
 
-_Command = _Add | _Cancel | _Call | _Stop | _Wake
+_Command = _Add | _Adds | _Cancel | _Call | _Stop | _Wake
 
 
 class InferenceThread:
@@ -110,6 +118,8 @@ class InferenceThread:
         self._prepare = ThreadPoolExecutor(1, thread_name_prefix="ttsq-prepare")
         self._preparing: list[_Add] = []
         """Requests added and not yet in the batcher, in the order added (this thread's own)."""
+        self._held: list[_Add] | None = None
+        """Requests added inside :meth:`together`, sent as one command at its end (the event loop's own)."""
 
     def start(self, setup: Callable[[], Batcher]) -> Future[Batcher]:
         """Start the thread; the future completes when ``setup`` has returned the batcher (or failed)."""
@@ -126,8 +136,23 @@ class InferenceThread:
         except RuntimeError:  # stopping: the preparation thread takes no more
             request = Future()
             request.set_exception(TransientError("the worker is stopping"))
-        self._inbox.put(_Add(key, request, alone))
+        if self._held is not None:
+            self._held.append(_Add(key, request, alone))
+        else:
+            self._inbox.put(_Add(key, request, alone))
         request.add_done_callback(lambda _: self._inbox.put(_Wake()))
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The requests added (:meth:`add`) inside reach this thread as one command (their preparation starts at once): a
+        claim's jobs are then taken at one step boundary, and start in one step, however fast each is prepared."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held:
+                self._inbox.put(_Adds(held))
 
     def _built(self, key: str, build: Callable[[], SynthesisRequest]) -> SynthesisRequest:
         """In the preparation thread: the request, its text prepared by the batcher (:meth:`Batcher.prepared`)."""
@@ -215,6 +240,8 @@ class InferenceThread:
                 return False
             if isinstance(command, _Add):
                 self._preparing.append(command)
+            elif isinstance(command, _Adds):
+                self._preparing += command.adds
             elif isinstance(command, _Cancel):
                 # One still being prepared never joins the batcher (its preparation ends unheard).
                 self._preparing = [add for add in self._preparing if add.key != command.key]

@@ -370,37 +370,38 @@ class Worker:
         self._alone.update(job.id for job in jobs if job.isolate)
         jobs = [job for job in jobs if not self._adopted(job)]
         hits = await asyncio.gather(*(self._from_cache(job) for job in jobs))
-        for job, hit in zip(jobs, hits, strict=True):
-            if job.cancel_requested:
-                # Cancelled while an earlier attempt ran (its worker then died): ended now, not synthesised again.
-                self.metrics.cancels.labels("claim").inc()
-                self._spawn(self.outcomes.settle(job, Failure(CancelledWhileRunning("cancelled while it ran")), claimed_at))
-                continue
-            if hit is not None:
-                self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
-                continue
-            parts = job.params.parts()
-            spoken = [part for part in parts if not part.silent]
-            if not spoken:
-                self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
-                continue
-            audio = JobAudio.of(parts, keep=not job.params.document)
-            flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=audio, cue=stream_cue(job))
-            if flight.cue is not None:
-                flight.listener = self.streams_heard.listener(flight.cue, self.clock())
-            if job.params.refine_only:
-                flight.refined = RefinedChunks()
-            if job.isolate:
-                # It may be what killed its last worker: it shares no step with another job until it succeeds once.
-                log.info("%s runs alone: its worker was lost during its last attempt", job.id)
-                self.metrics.isolated.inc()
-            if job.params.document:  # a few parts at a time, after what an earlier attempt published (an await)
-                flight.feed = DocumentFeed(job.id, spoken, self.config.document_parts_in_flight)
-                self._spawn(self._start_document(flight, len(parts)))
-                continue
-            # One request per part (a dialogue's lines): each its own voice and sampling, all sharing the engine's steps.
-            for part in spoken:
-                self._add_part(flight, part)
+        with self._thread.together():  # one command: the engine takes the claim's requests at once
+            for job, hit in zip(jobs, hits, strict=True):
+                if job.cancel_requested:
+                    # Cancelled while an earlier attempt ran (its worker then died): ended now, not synthesised again.
+                    self.metrics.cancels.labels("claim").inc()
+                    self._spawn(self.outcomes.settle(job, Failure(CancelledWhileRunning("cancelled while it ran")), claimed_at))
+                    continue
+                if hit is not None:
+                    self._spawn(self.outcomes.settle(job, Synthesised(hit, busy_s=0.0, from_cache=True), claimed_at))
+                    continue
+                parts = job.params.parts()
+                spoken = [part for part in parts if not part.silent]
+                if not spoken:
+                    self._spawn(self.outcomes.settle(job, Failure(PermanentError("the job has nothing to speak")), claimed_at))
+                    continue
+                audio = JobAudio.of(parts, keep=not job.params.document)
+                flight = self._in_flight[job.id] = _InFlight(job, claimed_at=claimed_at, audio=audio, cue=stream_cue(job))
+                if flight.cue is not None:
+                    flight.listener = self.streams_heard.listener(flight.cue, self.clock())
+                if job.params.refine_only:
+                    flight.refined = RefinedChunks()
+                if job.isolate:
+                    # It may be what killed its last worker: it shares no step with another job until it succeeds once.
+                    log.info("%s runs alone: its worker was lost during its last attempt", job.id)
+                    self.metrics.isolated.inc()
+                if job.params.document:  # a few parts at a time, after what an earlier attempt published (an await)
+                    flight.feed = DocumentFeed(job.id, spoken, self.config.document_parts_in_flight)
+                    self._spawn(self._start_document(flight, len(parts)))
+                    continue
+                # One request per part (a dialogue's lines): each its own voice and sampling, all sharing the engine's steps.
+                for part in spoken:
+                    self._add_part(flight, part)
 
     def _add_part(self, flight: _InFlight, part: Part) -> None:
         flight.keys.append(part_key(flight.job.id, part.number))

@@ -149,3 +149,40 @@ def test_the_audio_threads_time_counts_in_the_steps_cost(tiny_decoder_engine: De
         alone.observe(step.rows, step.seconds)
         counted.observe(step.rows, step.cost_s)
     assert (counted.predict(1) or 0) > (alone.predict(1) or 0)
+
+
+def test_requests_added_together_start_in_one_step_however_fast_each_is_prepared(tiny_decoder_engine: DecoderEngine) -> None:
+    """A claim's jobs are added together (:meth:`InferenceThread.together`): the first, prepared long before the
+    second is even added, still waits for it, and both are in the engine at its first step. Added one by one, the
+    first would have started alone (its preparation done, the engine idle)."""
+    steps = _Steps()
+    in_engine: list[set[str]] = []
+    thread: InferenceThread
+
+    def report(step: StepReport) -> None:  # in the inference thread, between steps
+        if step.rows and thread.batcher is not None:
+            in_engine.append(set(thread.batcher.requests()))
+        steps.report(step)
+
+    thread = InferenceThread(report, HeartbeatRecord(worker_id="test"), job_timeout_s=120)
+    thread.start(lambda: tiny_decoder_engine.batcher(2, oom_recover_s=1.0)).result(timeout=120)
+    speaker = tiny_decoder_engine.speaker_from_seed(3)
+    prepared = threading.Event()
+
+    def first() -> SynthesisRequest:
+        prepared.set()
+        return SynthesisRequest(text="The first of a claim, a little longer.", speaker=speaker, seed=3)
+
+    try:
+        with thread.together():
+            thread.add("first", first)
+            assert prepared.wait(60)
+            # Time for the engine to start the first alone, were it handed over already (it must not be).
+            with steps.lock:
+                steps.lock.wait_for(lambda: steps.stepped() > 0, timeout=2)
+            thread.add("second", lambda: SynthesisRequest(text="The second of it, a little longer.", speaker=speaker, seed=4))
+        steps.wait(lambda: "first" in steps.keys and "second" in steps.keys, "a request did not end")
+        assert in_engine[0] == {"first", "second"}
+    finally:
+        thread.stop()
+        thread.join(10)
