@@ -75,3 +75,19 @@ def invariant_engine(tiny_checkpoint_dir: Path) -> Iterator[DecoderEngine]:
     engine.load()
     yield engine
     engine.release_memory()
+
+
+def pieced_engine(config: EngineConfig = TINY_ENGINE_CONFIG) -> DecoderEngine:
+    """ttsq's decoder on ``config``, loaded, its audio in pieces at the default cadence, inline (no prefill or audio
+    thread) and with no slot kept for first chunks: what tests of a row's audio drive step by step."""
+    defaults = Settings(_env_file=None)
+    engine = DecoderEngine(
+        config,
+        cuda_graphs=False,
+        batch_invariant=False,
+        first_chunk_slots=0,
+        overlap=False,
+        pieces=(defaults.piece_tokens, defaults.piece_lookahead),
+    )
+    engine.load()
+    return engine

@@ -23,7 +23,7 @@ from settings import Settings
 from tests.conftest import FakeClock, claimed, listening, task_id
 from tests.integration.runtime.test_streaming import collect, streams_of
 from tests.integration.runtime.test_worker import params, running_worker, wait_final
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
+from tests.support.conftest_engine import TINY_ENGINE_CONFIG, pieced_engine
 from ttsq.domain.audio import SAMPLE_RATE, decode_to_pcm16, join_chunks
 from ttsq.domain.jobs import Status
 from ttsq.inference.audio.handoff import Cadence, keep_ahead
@@ -44,17 +44,7 @@ DEFAULTS = Settings(_env_file=None)
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    config = dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=FORCED, min_new_token=FORCED)
-    made = DecoderEngine(
-        config,
-        cuda_graphs=False,
-        batch_invariant=False,
-        first_chunk_slots=0,
-        overlap=False,
-        pieces=(DEFAULTS.piece_tokens, DEFAULTS.piece_lookahead),
-    )
-    made.load()
-    yield made
+    yield pieced_engine(dataclasses.replace(TINY_ENGINE_CONFIG, max_new_token=FORCED, min_new_token=FORCED))
 
 
 def scheduler(engine: DecoderEngine, *, pieces: bool = True, overlap: bool = False, slots: int = 2) -> Scheduler:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settings import Settings
-from tests.support.conftest_engine import TINY_ENGINE_CONFIG
+from tests.support.conftest_engine import pieced_engine
 from ttsq.inference.audio.handoff import HandOff
 from ttsq.inference.base import BatchEvent, PieceReady, SynthesisRequest
 from ttsq.inference.chattts_rows import audible
@@ -34,15 +34,7 @@ DEFAULTS = Settings(_env_file=None)
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint_dir: Any) -> Iterator[DecoderEngine]:
-    made = DecoderEngine(
-        dataclasses.replace(TINY_ENGINE_CONFIG),
-        cuda_graphs=False,
-        batch_invariant=False,
-        first_chunk_slots=0,
-        overlap=False,
-        pieces=(DEFAULTS.piece_tokens, DEFAULTS.piece_lookahead),
-    )
-    made.load()
+    made = pieced_engine()
     yield made
     made.release_memory()
 
