@@ -764,9 +764,9 @@ class Settings(BaseSettings):
         1,
         ge=0,
         le=8,
-        description="With `ENGINE_BACKEND=ttsq`: slots of the batch limit that requests' later chunks leave free for "
-        "first chunks, so a new request starts at the next step even when long requests have chunks to spare (a "
-        "limit of 1 keeps none).",
+        description="With `ENGINE_BACKEND=ttsq`: slots of the batch limit that requests' later chunks (a realtime "
+        "session's next jobs included) leave free for first chunks, so a new request starts at the next step even when "
+        "long requests have chunks to spare (a limit of 1 keeps none).",
         json_schema_extra=_group("Model"),
     )
     first_chunk_head_start: bool | Literal["auto"] = Field(

@@ -155,8 +155,14 @@ class RowState:
     def priority(self) -> tuple[float, int, int, int, int]:
         """Playback-aware (the scheduler's ``playback_margin_s``): the row whose audio is due first; then streams' first
         chunks first, then arrival; a refined row (work already spent) ahead of its peers."""
-        later = self.index > 0 or self.request.continues
-        return (self.request.due(self.index), later, self.phase == "refine", self.request.arrival, self.index)
+        return (self.request.due(self.index), self.later, self.phase == "refine", self.request.arrival, self.index)
+
+    @property
+    def later(self) -> bool:
+        """A chunk after its stream's first: a request's chunk after its first, or any chunk of a request that continues
+        a stream (a session's next job). Such a row leaves the slots kept for first chunks free: a new stream's first
+        audio does not wait behind chunks of streams already playing."""
+        return self.index > 0 or self.request.continues
 
     @property
     def exclusive(self) -> str | None:

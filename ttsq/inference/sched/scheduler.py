@@ -278,12 +278,13 @@ class Scheduler:
             self._prefill_ahead()  # in the prefill thread: the next steps' rows
 
     def _admit(self, events: list[BatchEvent]) -> None:
-        """Fill free slots in priority order. Later chunks leave :attr:`first_chunk_slots` of the limit
-        free, so a new request starts at the next step even when long requests have chunks to spare.
+        """Fill free slots in priority order. Later chunks (:attr:`RowState.later`, a session's continuations included)
+        leave :attr:`first_chunk_slots` of the limit free, so a new request starts at the next step even when long
+        requests or playing streams have chunks to spare.
         A row that must run alone waits for the slots to drain (nothing is admitted past it
         meanwhile), and while it runs only its own kind joins it."""
         limit = self.slot_limit
-        later = max(1, limit - self.first_chunk_slots)
+        later_limit = max(1, limit - self.first_chunk_slots)
         decoders = self.decoders.live()
         held: list[Waiting] = []
         while self._waiting and any(d.free_slots and d.occupied < limit for d in decoders):
@@ -303,7 +304,7 @@ class Scheduler:
             except PermanentError as exc:
                 self._fail(row.request.key, exc, events)
                 continue
-            if not decoder.free_slots or decoder.occupied >= (limit if row.index == 0 else later):
+            if not decoder.free_slots or decoder.occupied >= (later_limit if row.later else limit):
                 held.append(entry)
                 continue
             if self.head_start and row.index > 0 and not row.request.lead_decoded:

@@ -69,3 +69,18 @@ def test_a_continuation_whose_stream_was_not_heard_here_is_due_by_what_the_api_s
     made.add("spare", request(tiny_decoder_engine, 5, StreamCue("elsewhere-1", continues=True, left_s=3.0)))
     made.add("dry", request(tiny_decoder_engine, 6, StreamCue("elsewhere-2", continues=True, left_s=0.2)))
     assert finished(made) == ["dry", "new-stream", "spare"]
+
+
+def test_continuations_leave_the_slot_kept_for_first_chunks_free(tiny_decoder_engine: DecoderEngine) -> None:
+    """Two sessions' next jobs (each a first chunk of its job, but not of its stream) in two slots, one kept for first
+    chunks: they take one slot between them, and a new stream's first chunk starts at the next step."""
+    made = tiny_decoder_engine._scheduler(2, tiny_decoder_engine._limits(), oom_recover_s=60, capture=False)
+    made.first_chunk_slots = 1
+    made.add("a-1", request(tiny_decoder_engine, 3, StreamCue("session-a", continues=True, left_s=1.0)))
+    made.add("b-1", request(tiny_decoder_engine, 4, StreamCue("session-b", continues=True, left_s=1.0)))
+    made.step()
+    assert (made.active_rows, made.waiting_rows) == (1, 1), "a continuation took the slot kept for first chunks"
+    made.add("new", request(tiny_decoder_engine, 5, StreamCue("session-c", continues=False, left_s=0.0)))
+    made.step()
+    assert made.active_rows == 2 and made.waiting_rows == 1, "the new stream's first chunk went straight into its slot"
+    assert sorted(finished(made)) == ["a-1", "b-1", "new"]
