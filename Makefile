@@ -116,3 +116,4 @@ include tests/hostile/hostile.mk
 include tests/cluster/cluster.mk
 include tests/sentinel/failover.mk
 include loadtest/soak.mk
+include bench/listening/contended.mk

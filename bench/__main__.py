@@ -43,6 +43,7 @@ SUITE = [
     Benchmark("bench.listening.listeners"),
     Benchmark("bench.listening.realtime", quick=("--quick",)),
     Benchmark("bench.listening.profile_session", quick=("--quick",)),
+    Benchmark("bench.listening.contended"),
     # the control for the one above: CPython's own garbage collector
     Benchmark(
         "bench.listening.listeners", args=("--results", "bench/results/listeners-cpython-gc.md"), env={"GC_FULL_COLLECTION_S": "0"}

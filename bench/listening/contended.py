@@ -360,12 +360,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--waited-s", type=float, default=1.0)
     parser.add_argument("--limit-s", type=float, default=600.0, help="the longest a session may take")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--check",
+        metavar="VARIANT",
+        help="exit 1 unless this variant's sessions all ended well with no underrun, by the listeners and the worker alike",
+    )
     return parser.parse_args(argv)
+
+
+def broken(result: dict[str, Any]) -> list[str]:
+    """What ``--check`` refuses in a variant's result: a session that did not end well, or any gap a listener heard or the
+    worker counted. Waiting is allowed: admission holds new sessions back so that the admitted ones play through."""
+    faults = []
+    if result["ended_well"] != result["sessions"]:
+        faults.append(f"{result['sessions'] - result['ended_well']} of {result['sessions']} sessions did not end well")
+    if result["underruns_listeners"]:
+        faults.append(f"{result['underruns_listeners']} underruns heard by the listeners (worst gap {result['worst_gap_s']} s)")
+    if result["underruns_metric"]:
+        faults.append(f"ttsq_stream_underruns_total counted {result['underruns_metric']}")
+    return faults + [f"error: {error}" for error in result["errors"]]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     names = [name.strip() for name in args.variants.split(",") if name.strip()]
+    if args.check is not None and args.check not in names:
+        names.append(args.check)
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}: of {', '.join(VARIANTS)}")
@@ -376,6 +396,11 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(results, args, command, (start_load, os.getloadavg()[0]))
     print(text)
     record(args.results, text, {"command": command, "date": utc_now(), "results": results})
+    if args.check is not None:
+        faults = broken(next(result for result in results if result["variant"] == args.check))
+        if faults:
+            raise SystemExit(f"--check {args.check}: " + "; ".join(faults))
+        print(f"--check {args.check}: every session ended well, no underrun by the listeners or the worker")
 
 
 if __name__ == "__main__":
