@@ -18,17 +18,24 @@ the decode loop of every stream in flight (its Python between the torch calls) e
 prepared. The child is this module run as a program (``python -m ttsq.inference.engines.normalize``), one JSON line
 in and one out per call; it is started at the first call (or :meth:`TextNormalizer.preload`), started again if it
 dies, and ends when its parent closes its input.
+
+Most sentences hold nothing to normalise, yet the graphs cost as much for them as for any (and, isolated, a round trip
+to the child): :func:`spoken_as_is` answers the text it can prove the graphs would give back unchanged, in the caller's
+process, and only the other pieces go to the graphs.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib.resources
 import json
 import logging
 import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from typing import IO, Literal, Protocol, cast
 
 from ttsq.domain.text import CHATTTS_CONTROL_TOKENS
@@ -108,8 +115,15 @@ class TextNormalizer:
             raise ValueError(f"unsupported language {lang!r}; expected 'zh' or 'en'")
         pieces = _CONTROL_TOKEN.split(text)
         texts = pieces[0::2]  # between the control tokens, which stay as they are
-        spoken = self._child.call([lang], texts) if self._child is not None else normalize_pieces(lang, texts)
-        pieces[0::2] = spoken
+        known = [spoken_as_is(piece, lang) for piece in texts]
+        rest = [piece for piece, said in zip(texts, known, strict=True) if said is None]
+        if not rest:
+            spoken: Iterator[str] = iter(())
+        elif self._child is not None:
+            spoken = iter(self._child.call([lang], rest))
+        else:
+            spoken = iter(normalize_pieces(lang, rest))
+        pieces[0::2] = [said if said is not None else next(spoken) for said in known]
         return "".join(pieces)
 
 
@@ -118,6 +132,92 @@ def normalize_pieces(lang: Language, pieces: list[str]) -> list[str]:
     normalizer = _load(lang)
     with _call_locks[lang]:
         return [_normalize_piece(normalizer, piece, lang) for piece in pieces]
+
+
+_EN_WORD = r"(?:[a-z]+|[A-Z][a-z]*)(?:'[a-z]+)?[,.!?;:]?"
+_EN_PLAIN = re.compile(f"{_EN_WORD}(?: {_EN_WORD})*")
+_EN_INITIAL = re.compile(r"(?<![A-Za-z'])[A-Z][,.!?;:]")
+_LETTERS = re.compile("[A-Za-z]+")
+_ZH_PLAIN = re.compile("[\u4e00-\u9fff，。！？；：、]+")
+
+
+def spoken_as_is(piece: str, lang: Language) -> str | None:
+    """``piece`` as :func:`normalize_pieces` would give it back, where that is certain without the graphs; else ``None``.
+
+    Most sentences hold nothing to speak differently, and the graphs cost milliseconds a sentence however plain it is
+    (a child process's round trip on top, for an isolated normaliser). What is answered here is exact, never a guess:
+
+    * en: words of ASCII letters, lower case or capitalised (one leading capital), an apostrophe and lower-case
+      letters after it, one mark of ``,.!?;:`` at a word's end, single spaces between words. The English graphs
+      rewrite such text only through their word lists (``Mr`` -> ``Mister``, ``Aabo`` -> ``AABO``), so any run of
+      letters that is in one of them is refused (:func:`_refused`); so is a capital letter alone before a mark
+      ("U. S. A." is joined into "USA") and "per" before a space (the measure graph reads "per h" as "per hour", and
+      "paper cm" as "pa per centimeter"). Capitals in a row (``IV``, ``CA``, ``TV``), digits, symbols, other marks
+      and doubled spaces all go to the graphs.
+    * zh: Han characters of the basic block and the full-width marks ``，。！？；：、``, nothing else. The Chinese graphs
+      keep such text except where a character is traditional (made simplified), an interjection (呃, 啊: deleted),
+      儿 (erhua: deleted) or part of a word-list entry: those characters are refused. The full-width marks come
+      back half-width from the graphs and :data:`_ZH_FULLWIDTH` folds them back, so they are kept as they are.
+
+    That nothing else in the graphs can fire on accepted text was checked on the graphs themselves; a property test
+    compares this with the graphs on text drawn from (and around) what it accepts.
+    """
+    core = piece.strip()
+    if not core:
+        return piece
+    english, han = _refused()
+    if lang == "en":
+        plain = (
+            _EN_PLAIN.fullmatch(core)
+            and "per " not in core
+            and not _EN_INITIAL.search(core)
+            and english.isdisjoint(_LETTERS.findall(core))
+        )
+    else:
+        plain = _ZH_PLAIN.fullmatch(core) and han.isdisjoint(core)
+    return piece if plain else None
+
+
+@functools.cache
+def _refused() -> tuple[frozenset[str], frozenset[str]]:
+    """The runs of English letters and the Han characters :func:`spoken_as_is` leaves to the graphs, read from the
+    word lists WeTextProcessing builds its graphs from (so a new version's entries are refused too).
+
+    English: every run of two or more letters in an entry of the whitelists (``tts.tsv``, ``alternatives.tsv``), as
+    cased; an entry that needs a lone capital before a mark ("A. D.") can never match accepted text and adds nothing,
+    and runs of one letter ("World War I") are left out where the entry has a longer run to refuse it by.
+    Chinese: the traditional characters, the interjections, 儿, and every character of a whitelist entry that accepted
+    text could hold (the erhua entries all hold 儿, the others Latin letters or digits: none adds a character).
+    """
+    data = importlib.resources.files("tn")
+
+    def keys(path: str) -> list[str]:
+        lines = (data / path).read_text(encoding="utf-8").splitlines()
+        return [line.split("\t")[0].strip() for line in lines if line.strip()]
+
+    english: set[str] = set()
+    for key in keys("english/data/whitelist/tts.tsv") + keys("english/data/whitelist/alternatives.tsv"):
+        if not _en_possible(key):
+            continue
+        runs = _LETTERS.findall(key)
+        english.update([run for run in runs if len(run) > 1] or runs)
+    han: set[str] = set("儿")
+    for path in ("char/traditional_to_simple.tsv", "default/blacklist.tsv"):
+        han.update(*keys(f"chinese/data/{path}"))
+    for path in ("default/whitelist.tsv", "erhua/whitelist.tsv"):
+        for key in keys(f"chinese/data/{path}"):
+            if _ZH_PLAIN.fullmatch(key) and han.isdisjoint(key):
+                han.update(key)
+    return frozenset(english), frozenset(han)
+
+
+def _en_possible(key: str) -> bool:
+    """Whether a word-list entry can be part of English text that :func:`spoken_as_is` accepts: starting at a word's
+    start, inside its letters or after its apostrophe, and ending at a word's end or inside its letters."""
+    for text in (f"{before}{key}{after}" for before in ("", "x", "x'") for after in ("", "x")):
+        if _EN_PLAIN.fullmatch(text) and not _EN_INITIAL.search(text):
+            return True
+    return False
 
 
 class _Child:
