@@ -159,19 +159,21 @@ def spoken_as_is(piece: str, lang: Language) -> str | None:
       儿 (erhua: deleted) or part of a word-list entry: those characters are refused. The full-width marks come
       back half-width from the graphs and :data:`_ZH_FULLWIDTH` folds them back, so they are kept as they are.
 
-    That nothing else in the graphs can fire on accepted text was checked on the graphs themselves; a property test
-    compares this with the graphs on text drawn from (and around) what it accepts.
+    A test proves on the shipped graphs, for all accepted text at once, that their taggers read it as plain words and
+    marks (zh: single characters) and nothing cheaper (``tests/unit/inference/engines/test_normalize_fast_path_proof.py``);
+    property tests compare this function with the graphs on text drawn from what it accepts and from around it.
     """
     core = piece.strip()
     if not core:
         return piece
-    english, han = _refused()
+    english, elided, han = _refused()
     if lang == "en":
         plain = (
             _EN_PLAIN.fullmatch(core)
             and "per " not in core
             and not _EN_INITIAL.search(core)
             and english.isdisjoint(_LETTERS.findall(core))
+            and not ("'" in core and elided.search(core))
         )
     else:
         plain = _ZH_PLAIN.fullmatch(core) and han.isdisjoint(core)
@@ -179,13 +181,15 @@ def spoken_as_is(piece: str, lang: Language) -> str | None:
 
 
 @functools.cache
-def _refused() -> tuple[frozenset[str], frozenset[str]]:
+def _refused() -> tuple[frozenset[str], re.Pattern[str], frozenset[str]]:
     """The runs of English letters and the Han characters :func:`spoken_as_is` leaves to the graphs, read from the
     word lists WeTextProcessing builds its graphs from (so a new version's entries are refused too).
 
     English: every run of two or more letters in an entry of the whitelists (``tts.tsv``, ``alternatives.tsv``), as
     cased; an entry that needs a lone capital before a mark ("A. D.") can never match accepted text and adds nothing,
-    and runs of one letter ("World War I") are left out where the entry has a longer run to refuse it by.
+    and runs of one letter ("World War I") are left out where the entry has a longer run to refuse it by. An entry
+    with an apostrophe is refused as well wherever a word starts with it: one entry there is cheaper for the graphs than
+    two words and a mark, so ``A'ma`` turns "A'maa" into "AMA a" though no run of it is ``ma``.
     Chinese: the traditional characters, the interjections, 儿, and every character of a whitelist entry that accepted
     text could hold (the erhua entries all hold 儿, the others Latin letters or digits: none adds a character).
     """
@@ -196,11 +200,14 @@ def _refused() -> tuple[frozenset[str], frozenset[str]]:
         return [line.split("\t")[0].strip() for line in lines if line.strip()]
 
     english: set[str] = set()
+    elided: list[str] = []
     for key in keys("english/data/whitelist/tts.tsv") + keys("english/data/whitelist/alternatives.tsv"):
         if not _en_possible(key):
             continue
         runs = _LETTERS.findall(key)
         english.update([run for run in runs if len(run) > 1] or runs)
+        if "'" in key:
+            elided.append(re.escape(key))
     han: set[str] = set("儿")
     for path in ("char/traditional_to_simple.tsv", "default/blacklist.tsv"):
         han.update(*keys(f"chinese/data/{path}"))
@@ -208,7 +215,8 @@ def _refused() -> tuple[frozenset[str], frozenset[str]]:
         for key in keys(f"chinese/data/{path}"):
             if _ZH_PLAIN.fullmatch(key) and han.isdisjoint(key):
                 han.update(key)
-    return frozenset(english), frozenset(han)
+    starts = re.compile(f"(?<![A-Za-z'])(?:{'|'.join(sorted(elided, key=len, reverse=True)) or '(?!)'})")
+    return frozenset(english), starts, frozenset(han)
 
 
 def _en_possible(key: str) -> bool:
