@@ -35,6 +35,7 @@ SUITE = [
     Benchmark("bench.engine.audio_together", quick=("--quick",)),
     Benchmark("bench.engine.quiet_decode", quick=("--quick",)),
     Benchmark("bench.engine.compaction"),
+    Benchmark("bench.engine.normalise_cost"),
     Benchmark("bench.scale.shards", quick=("--quick",)),
     Benchmark("bench.scale.sentinel", quick=("--quick",)),
     Benchmark("bench.listening.encoders"),
