@@ -1,6 +1,7 @@
 """ttsq's decoder beside ChatTTS's own loop, side by side in one run, on the genuine ChatTTS code.
 
     python -m bench.engine.decoder [--quick] [--checkpoints tiny,full] [--sections step,mixed,short,agreement,equal]
+                                   [--traffic mixed,same,short] [--name STEM]
 
 Sections (each compares the two engines in the same process, interleaved where it matters):
 
@@ -9,14 +10,19 @@ Sections (each compares the two engines in the same process, interleaved where i
                ttsq's :class:`~ttsq.inference.gpt.slot_decoder.SlotDecoder`, prefill included, CPU time and wall time.
 2. mixed     — closed-loop traffic through each engine's batcher (what the worker drives), 8 slots:
                every request a different voice and seed and 1-20 sentences (mixed), or one voice and
-               one set of parameters (same-voice). jobs/s, latency p50/p99, mean occupied slots,
-               wasted row-steps. The reference (``ENGINE_BACKEND=chattts``) batches per compatible group.
+               one set of parameters (same-voice), or short requests (``--traffic short``: four sentences
+               each, every request its own voice, seed and sampling, ``MAX_CHUNK_CHARS=20``, 48 tokens a
+               chunk, engines built as the worker builds them; ttsq runs them as jobs nobody listens to, and
+               again listened, in pieces, for reference). jobs/s and jobs per CPU-second of the process (all
+               its threads: the worker's CPU), latency p50/p99, mean occupied slots, wasted row-steps. The
+               reference (``ENGINE_BACKEND=chattts``) batches per compatible group.
 3. short     — a one-sentence request arriving while long requests fill the other slots: its latency
                against its latency alone.
 4. agreement — float32: how often a row's codes are the same in a batch as alone (float64: always).
 5. equal     — float64: rows of a mixed batch against ChatTTS's own ``infer_code`` at batch 1.
 
-Writes ``bench/results/decoder.{md,json}`` (``decoder-quick.*`` with ``--quick``).
+Writes ``bench/results/decoder.{md,json}`` (``decoder-quick.*`` with ``--quick``; ``--name`` another stem). Short
+requests alone: ``--sections mixed --traffic short --checkpoints full,tiny``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -35,30 +40,30 @@ from typing import Any
 
 import torch
 
+from bench.engine.decoder_traffic import (
+    MAX_CHUNK_CHARS,
+    SENTENCES,
+    SHORT_CHUNK_CHARS,
+    SHORT_TOKENS,
+    closed_loop,
+    grouped_waste,
+    requests_of,
+    traffic,
+)
 from bench.machine import machine
 from bench.stacks import ROOT, utc_now
 from settings import Settings
-from ttsq.domain.sampling import Sampling
-from ttsq.inference.base import Batcher, ChunkReady, SynthesisRequest
+from ttsq.inference.base import Batcher, ChunkReady, Engine, SynthesisRequest
 from ttsq.inference.chattts_rows import ChatTTSRows
 from ttsq.inference.engines.chattts import ChatTTSEngine
 from ttsq.inference.engines.checkpoint import build_random_checkpoint, build_tiny_checkpoint
 from ttsq.inference.engines.decoder_engine import DecoderEngine
+from ttsq.inference.engines.factory import build_engine
 from ttsq.inference.gpt.slot_decoder import DecoderShape, RowParams, SlotDecoder, inference
 
+__all__ = ["RESULTS", "SENTENCES", "checkpoint", "commit", "cpu_settings", "engines"]
+
 RESULTS = ROOT / "bench" / "results"
-SENTENCES = (
-    "The morning train was late again today.",
-    "她说明天下午三点在门口见面。",
-    "Please leave a message after the tone.",
-    "我们出去走走吧，今天天气很好。",
-    "The report is due at the end of the week.",
-    "这是一段用于测试吞吐量的文字。",
-    "A quiet street, a cup of tea, a long book.",
-    "请把窗户关上，外面有点冷。",
-)
-"""Each fits one chunk of ``MAX_CHUNK_CHARS = 48``: a request of n sentences is n rows."""
-MAX_CHUNK_CHARS = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,25 +74,30 @@ class Checkpoint:
     """``MAX_NEW_TOKEN`` per chunk (random weights rarely end a chunk early: most run to it)."""
     requests: int
     """Requests per closed-loop run."""
+    short_requests: int
+    """Requests per closed-loop run of short requests (traffic ``short``)."""
 
 
 def checkpoint(name: str, quick: bool) -> Checkpoint:
     if name == "tiny":
         path = build_tiny_checkpoint(ROOT / "var" / "tiny-checkpoint")
-        return Checkpoint("tiny", path, tokens=48, requests=40 if quick else 160)
+        return Checkpoint("tiny", path, tokens=48, requests=40 if quick else 160, short_requests=16 if quick else 64)
     path = build_random_checkpoint(ROOT / "var" / "full-checkpoint", size="full")
-    return Checkpoint("full", path, tokens=16 if quick else 24, requests=12 if quick else 40)
+    return Checkpoint("full", path, tokens=16 if quick else 24, requests=12 if quick else 40, short_requests=8 if quick else 16)
 
 
-def cpu_settings(point: Checkpoint, *, min_new_token: int) -> Settings:
-    """The decoder benchmarks' worker settings for ``point``: this CPU, one thread, a sentence a chunk, no normalising."""
+def cpu_settings(
+    point: Checkpoint, *, min_new_token: int, max_chunk_chars: int = MAX_CHUNK_CHARS, tokens: int | None = None
+) -> Settings:
+    """The decoder benchmarks' worker settings for ``point``: this CPU, one thread, a sentence a chunk (``max_chunk_chars``),
+    ``tokens`` at most a chunk (the checkpoint's), no normalising."""
     return Settings(
         _env_file=None,
         model=str(point.path),
         device="cpu",
         cpu_threads=1,
-        max_chunk_chars=MAX_CHUNK_CHARS,
-        max_new_token=point.tokens,
+        max_chunk_chars=max_chunk_chars,
+        max_new_token=point.tokens if tokens is None else tokens,
         min_new_token=min_new_token,
         normalize_text=False,
     )
@@ -168,121 +178,18 @@ def step_cost(engine: DecoderEngine, batches: tuple[int, ...], tokens: int, roun
 # ---- 2./3. traffic through a batcher --------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Traffic:
-    name: str
-    make: Callable[[random.Random, int], SynthesisRequest]
-
-
-def sentences_in(rng: random.Random) -> int:
-    """1 to 20 sentences, log-uniform: as many requests of 1-2 sentences as of 10-20 (real traffic is mostly short)."""
-    return min(20, round(2 ** rng.uniform(0, 4.33)))
-
-
-def traffic(kind: str, engine: ChatTTSEngine) -> Traffic:
-    voice = engine.speaker_from_seed(7)
-
-    def text(rng: random.Random) -> str:
-        return " ".join(rng.choice(SENTENCES) for _ in range(sentences_in(rng)))
-
-    if kind == "mixed":
-
-        def mixed(rng: random.Random, n: int) -> SynthesisRequest:
-            return SynthesisRequest(
-                text=text(rng),
-                speaker=engine.speaker_from_seed(rng.randrange(1 << 20)),
-                seed=rng.randrange(1 << 30),
-                sampling=Sampling(
-                    temperature=rng.choice([0.2, 0.3, 0.5]), top_p=rng.choice([0.6, 0.7, 0.9]), top_k=rng.choice([10, 20, 30])
-                ),
-            )
-
-        return Traffic("mixed voices, seeds and parameters", mixed)
-
-    def same(rng: random.Random, n: int) -> SynthesisRequest:
-        return SynthesisRequest(text=text(rng), speaker=voice, seed=rng.randrange(1 << 30))
-
-    return Traffic("one voice, one set of parameters", same)
-
-
-def closed_loop(batcher: Batcher, make: Callable[[int], SynthesisRequest], clients: int, requests: int) -> dict[str, Any]:
-    """``clients`` requests in flight at all times, each replaced the moment it ends, until ``requests`` ended."""
-    made = [make(n) for n in range(requests)]  # drawn before the clock starts (a voice draw costs milliseconds)
-    started: dict[str, float] = {}
-    chunks: dict[str, int] = {}
-    latencies: list[float] = []
-    issued = 0
-    begin, begin_cpu = time.perf_counter(), time.process_time()
-    steps_before, rows_before, slots_before = batcher.stats.steps, batcher.stats.row_steps, batcher.stats.slot_steps
-
-    def issue() -> None:
-        nonlocal issued
-        key = f"q{issued}"
-        started[key] = time.perf_counter()
-        for event in batcher.add(key, made[issued]):
-            raise RuntimeError(f"request failed at once: {event}")
-        issued += 1
-
-    for _ in range(min(clients, requests)):
-        issue()
-    audio_rows = 0
-    while len(latencies) < requests:
-        for event in batcher.step():
-            if not isinstance(event, ChunkReady):
-                raise RuntimeError(f"request failed: {event}")
-            audio_rows += 1
-            chunks[event.key] = chunks.get(event.key, 0) + 1
-            if chunks[event.key] == event.chunk.total:
-                latencies.append(time.perf_counter() - started.pop(event.key))
-                if issued < requests:
-                    issue()
-    elapsed, cpu = time.perf_counter() - begin, time.process_time() - begin_cpu
-    steps = batcher.stats.steps - steps_before
-    row_steps = batcher.stats.row_steps - rows_before
-    slot_steps = batcher.stats.slot_steps - slots_before
-    latencies.sort()
-    return {
-        "requests": requests,
-        "rows": audio_rows,
-        "seconds": round(elapsed, 2),
-        "jobs_per_s": round(requests / elapsed, 4),
-        "cpu_seconds": round(cpu, 2),
-        "jobs_per_cpu_s": round(requests / cpu, 4),
-        "latency_p50_s": round(statistics.median(latencies), 3),
-        "latency_p99_s": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 3),
-        "steps": steps,
-        "mean_occupied": round(row_steps / steps, 2) if steps else None,
-        "wasted_row_steps": round(1 - row_steps / slot_steps, 4) if slot_steps else None,
-    }
-
-
-def grouped_waste(reference: ChatTTSEngine, make: Callable[[int], SynthesisRequest], requests: int, slots: int) -> dict[str, Any]:
-    """ChatTTS's loop runs a call until its longest row ends: the row-steps spent on rows that had ended,
-    from each chunk's length in tokens (its audio length over 512 samples a token). A grouped step makes
-    two calls, its requests' first chunks and then all their other chunks (what ttsq always did)."""
-    batcher = reference.batcher(slots, oom_recover_s=60)
-    for n in range(requests):
-        batcher.add(f"q{n}", make(n))
-    useful = computed = 0
-    while batcher.busy:
-        events = [event for event in batcher.step() if isinstance(event, ChunkReady)]
-        for call in ([e for e in events if e.chunk.index == 0], [e for e in events if e.chunk.index > 0]):
-            tokens = [max(1, round(event.chunk.samples.size / 512)) for event in call]
-            if tokens:
-                useful += sum(tokens)
-                computed += max(tokens) * len(tokens)
-    return {"useful_row_steps": useful, "computed_row_steps": computed, "wasted_row_steps": round(1 - useful / computed, 4)}
-
-
-def requests_of(flow: Traffic) -> Callable[[int], SynthesisRequest]:
-    """The n-th request of a run: every engine meets the same sequence."""
-    rng = random.Random(20261201)
-    return lambda n: flow.make(rng, n)
-
-
-def mixed_section(point: Checkpoint, ours: DecoderEngine, reference: ChatTTSEngine, slots: int) -> list[dict[str, Any]]:
+def mixed_section(
+    point: Checkpoint, kinds: list[str], base: tuple[DecoderEngine, ChatTTSEngine] | None, slots: int
+) -> list[dict[str, Any]]:
+    """Each kind of traffic through ttsq's batcher and ChatTTS's loop, in that order, in this process (``short``: with
+    engines of its own, :func:`short_requests`)."""
     out = []
-    for kind in ("mixed", "same"):
+    for kind in kinds:
+        if kind == "short":
+            out += short_requests(point, slots)
+            continue
+        assert base is not None
+        ours, reference = base
         flow = traffic(kind, ours)
         for name, engine in (("ttsq", ours), ("chattts", reference)):
             batcher = engine.batcher(slots, oom_recover_s=60)
@@ -295,6 +202,67 @@ def mixed_section(point: Checkpoint, ours: DecoderEngine, reference: ChatTTSEngi
             out.append(result)
             print(f"  {point.name} {kind} {name}: {result}", flush=True)
     return out
+
+
+def short_engines(point: Checkpoint) -> tuple[Engine, Engine]:
+    """ttsq's engine as the worker builds it (:func:`build_engine` from the settings, its audio pieces included) and
+    ChatTTS's, both with ``MAX_CHUNK_CHARS`` = :data:`SHORT_CHUNK_CHARS` and ``MIN_NEW_TOKEN = MAX_NEW_TOKEN`` =
+    :data:`SHORT_TOKENS`; loaded and warmed up."""
+    settings = cpu_settings(point, min_new_token=SHORT_TOKENS, max_chunk_chars=SHORT_CHUNK_CHARS, tokens=SHORT_TOKENS)
+    ours = build_engine(settings.engine_config(), dataclasses.replace(settings.backend_config(), engine_backend="ttsq"))
+    reference = ChatTTSEngine(settings.engine_config())
+    for engine in (ours, reference):
+        engine.load()
+        engine.warm_up()
+    return ours, reference
+
+
+def short_requests(point: Checkpoint, slots: int) -> list[dict[str, Any]]:
+    """Short requests (:func:`~bench.engine.decoder_traffic.traffic` ``short``) through ttsq's batcher as jobs nobody
+    listens to (``pieces=False``, how the worker runs a submit-then-poll job), ChatTTS's loop, and ttsq's again as
+    listened jobs (``pieces=True``, each chunk's audio in pieces as it is generated) for reference: the same requests."""
+    ours, reference = short_engines(point)
+    flow = traffic("short", ours)
+    out = []
+    for name, engine, pieces in (("ttsq", ours, False), ("chattts", reference, False), ("ttsq, pieces", ours, True)):
+        batcher = engine.batcher(slots, oom_recover_s=60)
+        result = closed_loop(batcher, _with_pieces(requests_of(flow), pieces), slots, point.short_requests)
+        if name == "chattts":  # every row runs its SHORT_TOKENS: a grouped call wastes no row-step
+            result["mean_occupied"] = None  # a grouped call's rows are not visible step by step
+        result |= {"checkpoint": point.name, "traffic": "short", "engine": name, "slots": slots, "pieces": pieces}
+        out.append(result)
+        print(f"  {point.name} short {name}: {result}", flush=True)
+    return out
+
+
+def _with_pieces(make: Callable[[int], SynthesisRequest], pieces: bool) -> Callable[[int], SynthesisRequest]:
+    return lambda n: dataclasses.replace(make(n), pieces=pieces)
+
+
+def mixed_ratios(point: str, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The section's ratios for the traffic it ran: ttsq over ChatTTS's loop per kind, mixed-voice over same-voice."""
+    by = {(row["traffic"], row["engine"]): row for row in rows}
+    ratios: dict[str, float] = {}
+
+    def ratio(a: tuple[str, str], b: tuple[str, str], unit: str) -> float | None:
+        return round(by[a][unit] / by[b][unit], 2) if a in by and b in by else None
+
+    for unit, label in (("jobs_per_s", "jobs/s"), ("jobs_per_cpu_s", "jobs per CPU-second")):
+        named = {
+            f"{point}: mixed-voice / same-voice {label}, ttsq": ratio(("mixed", "ttsq"), ("same", "ttsq"), unit),
+            f"{point}: mixed-voice {label}, ttsq / ChatTTS's loop (today's grouping)": ratio(
+                ("mixed", "ttsq"), ("mixed", "chattts"), unit
+            ),
+            f"{point}: same-voice {label}, ttsq / ChatTTS's loop": ratio(("same", "ttsq"), ("same", "chattts"), unit),
+            f"{point}: short requests {label}, ttsq (nobody listens) / ChatTTS's loop": ratio(
+                ("short", "ttsq"), ("short", "chattts"), unit
+            ),
+            f"{point}: short requests {label}, ttsq listened (pieces) / ChatTTS's loop": ratio(
+                ("short", "ttsq, pieces"), ("short", "chattts"), unit
+            ),
+        }
+        ratios |= {name: value for name, value in named.items() if value is not None}
+    return ratios
 
 
 def short_behind_long(point: Checkpoint, engine: ChatTTSEngine | DecoderEngine, slots: int, stagger_steps: int) -> dict[str, Any]:
@@ -443,14 +411,24 @@ def write(results: dict[str, Any], quick: bool, name: str | None = None) -> Path
         lines.append("")
     if results.get("mixed"):
         lines += ["## Closed-loop traffic, 8 slots, 8 clients", ""]
+        if any(row["traffic"] == "short" for row in results["mixed"]):
+            lines += [
+                f"Short requests: four sentences each, every request its own voice, seed and sampling; "
+                f"`MAX_CHUNK_CHARS={SHORT_CHUNK_CHARS}`, `MIN_NEW_TOKEN=MAX_NEW_TOKEN={SHORT_TOKENS}`; both engines built "
+                "as the worker builds them. `ttsq`: jobs nobody listens to (`pieces=False`, each chunk decoded whole); "
+                "`ttsq, pieces`: the same requests listened to (audio in pieces as it is generated). CPU is the "
+                "process's, every thread (cores = CPU-s / wall-s).",
+                "",
+            ]
         lines += [
-            "| checkpoint | traffic | engine | jobs/s | jobs per CPU-s | p50 s | p99 s | mean occupied slots | wasted row-steps |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| checkpoint | traffic | engine | requests | chunks | jobs/s | jobs per CPU-s | cores | p50 s | p99 s "
+            "| mean occupied slots | wasted row-steps |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in results["mixed"]:
             lines.append(
-                f"| {row['checkpoint']} | {row['traffic']} | {row['engine']} | {row['jobs_per_s']} | {row['jobs_per_cpu_s']} | "
-                f"{row['latency_p50_s']} | "
+                f"| {row['checkpoint']} | {row['traffic']} | {row['engine']} | {row['requests']} | {row['rows']} | "
+                f"{row['jobs_per_s']} | {row['jobs_per_cpu_s']} | {row.get('cores')} | {row['latency_p50_s']} | "
                 f"{row['latency_p99_s']} | {row['mean_occupied']} | {row['wasted_row_steps']} |"
             )
         lines += ["", "Ratios:", ""]
@@ -491,10 +469,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--checkpoints", default="tiny,full")
     parser.add_argument("--sections", default="step,mixed,short,agreement,equal")
+    parser.add_argument("--traffic", default="mixed,same,short", help="the mixed section's kinds of traffic")
     parser.add_argument("--name", help="results file stem in bench/results/ (default decoder, or decoder-quick)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = set(args.sections.split(","))
+    kinds = args.traffic.split(",") if "mixed" in sections else []
     results: dict[str, Any] = {
         "command": "python -m bench.engine.decoder " + " ".join(sys.argv[1:]),
         "started": utc_now(),
@@ -505,41 +485,30 @@ def main() -> None:
     for name in args.checkpoints.split(","):
         point = checkpoint(name, args.quick)
         print(f"== {point.name} checkpoint ({point.path})", flush=True)
-        ours, reference = engines(point)
-        if "step" in sections and point.name == "tiny":
-            results["step"] = step_cost(ours, (1, 8), 100 if args.quick else 200, 3 if args.quick else 7)
-        if "mixed" in sections:
-            rows = mixed_section(point, ours, reference, slots=8)
+        base = engines(point) if sections - {"mixed"} or set(kinds) - {"short"} else None
+        if "step" in sections and point.name == "tiny" and base is not None:
+            results["step"] = step_cost(base[0], (1, 8), 100 if args.quick else 200, 3 if args.quick else 7)
+        if kinds:
+            rows = mixed_section(point, kinds, base, slots=8)
             results.setdefault("mixed", []).extend(rows)
-            by = {(row["traffic"], row["engine"]): row for row in rows}
-            for unit in ("jobs_per_s", "jobs_per_cpu_s"):
-                label = "jobs/s" if unit == "jobs_per_s" else "jobs per CPU-second"
-                ratios[f"{point.name}: mixed-voice / same-voice {label}, ttsq"] = round(
-                    by["mixed", "ttsq"][unit] / by["same", "ttsq"][unit], 2
-                )
-                ratios[f"{point.name}: mixed-voice {label}, ttsq / ChatTTS's loop (today's grouping)"] = round(
-                    by["mixed", "ttsq"][unit] / by["mixed", "chattts"][unit], 2
-                )
-                ratios[f"{point.name}: same-voice {label}, ttsq / ChatTTS's loop"] = round(
-                    by["same", "ttsq"][unit] / by["same", "chattts"][unit], 2
-                )
-        if "short" in sections:
-            for engine_name, engine in (("ttsq", ours), ("chattts", reference)):
+            ratios |= mixed_ratios(point.name, rows)
+        if "short" in sections and base is not None:
+            for engine_name, engine in zip(("ttsq", "chattts"), base, strict=True):
                 # ChatTTS's batcher steps a whole call at a time: staggering its long requests would run them
                 # to the end before the newcomer arrives, so it is measured with them arriving together only.
                 for stagger in (0, point.tokens // 8) if engine_name == "ttsq" else (0,):
                     row = short_behind_long(point, engine, 8, stagger) | {"checkpoint": point.name, "engine": engine_name}
                     results.setdefault("short", []).append(row)
                     print(f"  short {row}", flush=True)
-        if "agreement" in sections and point.name == "tiny":
+        if "agreement" in sections and point.name == "tiny" and base is not None:
             for dtype in (torch.float32,):
-                row = agreement(ours, 20 if args.quick else 100, dtype) | {"checkpoint": point.name}
+                row = agreement(base[0], 20 if args.quick else 100, dtype) | {"checkpoint": point.name}
                 results.setdefault("agreement", []).append(row)
-        if "equal" in sections:
-            row = equal_to_chattts(ours, 4, 12 if point.name == "full" else 24) | {"checkpoint": point.name}
+        if "equal" in sections and base is not None:
+            row = equal_to_chattts(base[0], 4, 12 if point.name == "full" else 24) | {"checkpoint": point.name}
             results.setdefault("equal", []).append(row)
             print(f"  equal {row}", flush=True)
-        del ours, reference
+        del base
     results["ratios"] = ratios
     results["finished"] = utc_now()
     print(f"wrote {write(results, args.quick, args.name)}", flush=True)
