@@ -41,7 +41,7 @@ UNIT_TESTS := tests/unit tests/project
 
 ## The fast loop: lint, types and the unit tests (UNIT_TESTS), with none of the heavy installs (under 3 minutes here).
 unit: install lint types
-	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile -q $(UNIT_TESTS)
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --no-loadscope-reorder -q $(UNIT_TESTS)
 
 ## ruff; the import contracts (pyproject.toml [tool.importlinter]: the layers, and the rooms and wings inside them); no
 ## class over 25 methods and no module over 600 lines (scripts/room_sizes.py).
@@ -60,12 +60,13 @@ typecheck: types agent-clients
 		livekit-plugins-ttsq/livekit ttsq-pipecat/ttsq_pipecat
 
 # Two test processes (pytest-xdist), each taking whole files: a file's module fixtures (the chaos deployment) and
-# its order stay in one process, and the second CPU core works while the first waits on a worker process.
+# its order stay in one process, and the second CPU core works while the first waits on a worker process. Files go out
+# in collection order (tests/conftest.py: the slowest first), not reordered by how many tests each holds.
 PYTEST_PROCESSES ?= 2
 
 ## Every test (what make test runs after lint and types), with everything the tests need installed first.
 pytest: install chromium prometheus debian-redis deploy-tools agent-clients
-	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --durations=40 -rfE
+	$(VENV)/bin/pytest -n $(PYTEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=40 -rfE
 
 ## LiveKit Agents' and Pipecat's own TTS clients (OpenAI, ElevenLabs, Cartesia) and the elevenlabs and cartesia SDKs in their
 ## own venv (var/agents-venv), with ttsq's plugins (integrations/, type-checked there), for tests/e2e/test_*_clients.py.

@@ -52,17 +52,24 @@ SLOWEST_FILES = (
     "tests/e2e/test_security_processes.py",
 )
 """The files that take longest, longest first, from ``pytest --durations=80`` (2026-12-04: 60–400 s each on two busy
-cores). ``make test`` hands whole files to its two processes in collection order; started last, one of these kept
-one process busy for minutes after the other ran out of files. Run first, the short files fill in around them."""
+cores). ``make test`` hands whole files to its two processes in collection order (``--no-loadscope-reorder``: without
+it pytest-xdist hands out the files with the most tests first, whatever this order says); started last, one of these
+kept one process busy for minutes after the other ran out of files. Run first, the short files fill in around them."""
+
+FAST_LAST = ("tests/unit/", "tests/project/")
+"""The unit tests (``make unit``: no process started, each file seconds): collected after every other file, so the
+files that start real processes (tests/web's browser and service, tests/cluster's Redis Cluster) are not left for
+last, and the end of the run is many short files that the two processes share out evenly."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Collect :data:`SLOWEST_FILES` first (a stable sort: each file's own order is kept)."""
+    """Collect :data:`SLOWEST_FILES` first and :data:`FAST_LAST` last (a stable sort: each file's own order is kept)."""
     rank = {name: position for position, name in enumerate(SLOWEST_FILES)}
 
     def first(item: pytest.Item) -> int:
-        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+        path = item.nodeid.split("::", 1)[0]
+        return rank.get(path, len(rank) + (1 if path.startswith(FAST_LAST) else 0))
 
     items.sort(key=first)
 

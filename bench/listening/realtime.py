@@ -11,11 +11,11 @@ each concurrency N, both servers get the same load in the same run, on the same 
   ChatTTS's examples serve it; a stream is ``POST /stream``.
 
 Load: N listeners. Each waits an exponential time (mean ``--gap-s``), opens a stream, plays it to the end, waits again,
-and so on until the window ends (streams open then run to their end): arrivals are Poisson-like and at most N streams
-are open at once. Texts are 1–3 English sentences (40–250 characters), drawn with a fixed seed. Every chunk of audio
-costs the same number of decode steps (``MIN_NEW_TOKEN = MAX_NEW_TOKEN = --tokens``: random weights never choose a
-natural length), and the ChatTTS server is asked for that many tokens per ttsq chunk of the text, so both speak the
-same seconds of audio for the same text.
+and so on until the window ends (streams open then run to their end; each listener opens one at least): arrivals are
+Poisson-like and at most N streams are open at once. Texts are 1–3 English sentences (40–250 characters), drawn with a
+fixed seed. Every chunk of audio costs the same number of decode steps (``MIN_NEW_TOKEN = MAX_NEW_TOKEN = --tokens``:
+random weights never choose a natural length), and the ChatTTS server is asked for that many tokens per ttsq chunk of
+the text, so both speak the same seconds of audio for the same text.
 
 Each listener simulates playback from its first byte (raw PCM16 at 24 kHz, so bytes → seconds is exact): the playback
 clock starts at the first audio byte; an **underrun** is bytes arriving after the audio buffered so far ran out (the
@@ -258,7 +258,9 @@ def chattts_opener(base: str, timeout_s: float, tokens: int) -> Opener:
 
 
 async def load(open_stream: Opener, n: int, window_s: float, gap_s: float, seed: int, timeout_s: float) -> list[Stream]:
-    """N listeners, each opening streams one after another with exponential gaps until ``window_s`` has passed."""
+    """N listeners, each opening streams one after another with exponential gaps until ``window_s`` has passed, and at
+    least one however short the window: a listener whose first gap outlasts it would otherwise measure nothing (so
+    would the untimed first stream of a 0.01 s window, once in three times with a 0.01 s gap)."""
     rng = random.Random(seed)
     pool = texts(seed, 64)
     end = time.perf_counter() + window_s
@@ -266,10 +268,12 @@ async def load(open_stream: Opener, n: int, window_s: float, gap_s: float, seed:
     counter = iter(range(10**9))
 
     async def listener(client: httpx.AsyncClient, own: random.Random) -> None:
+        opened = False
         while True:
             await asyncio.sleep(own.expovariate(1 / gap_s))
-            if time.perf_counter() >= end:
+            if opened and time.perf_counter() >= end:
                 return
+            opened = True
             k = next(counter)
             try:
                 streams.append(await asyncio.wait_for(open_stream(client, pool[k % len(pool)], seed + k), timeout_s + 5))

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import pytest
 
 from bench.gpu import report as gpu_report
-from bench.listening.realtime import Level, Playback, Stream, capacity, chunk_count, percentile, playback, summarize, texts
+from bench.listening.realtime import (
+    Level,
+    Playback,
+    Stream,
+    capacity,
+    chunk_count,
+    load,
+    percentile,
+    playback,
+    summarize,
+    texts,
+)
 
 
 def test_playback_starts_at_the_first_byte_and_counts_no_underrun_while_audio_is_buffered() -> None:
@@ -94,3 +106,16 @@ def test_the_gpu_criterion_counts_streams_with_first_audio_within_300_ms_and_no_
         "model": {"ttsq": {"levels": levels}}}}}}}  # fmt: skip
     [row] = gpu_report.realtime_criteria(results)
     assert row["met"] is True and row["measured"].startswith("256 streams") and row["note"] == ""
+
+
+async def test_every_listener_opens_a_stream_even_when_its_first_gap_outlasts_the_window() -> None:
+    """A window over before any gap ends (0 s): each listener still plays one stream, and only one, so a short window (the
+    GPU benchmark's dry run, the untimed first stream) never measures nothing."""
+    opened: list[str] = []
+
+    async def open_stream(client: httpx.AsyncClient, text: str, seed: int) -> Stream:
+        opened.append(text)
+        return Stream(len(text), Playback(0.1, 0.2, 1.0, 0, 0.0))
+
+    streams = await load(open_stream, 3, 0.0, 0.01, 7, 5.0)
+    assert len(streams) == len(opened) == 3 and all(stream.ok for stream in streams)
