@@ -324,7 +324,8 @@ async def test_a_failing_line_fails_its_dialogue_and_takes_every_other_line_out_
 
 async def test_a_dialogue_cancelled_while_it_runs_leaves_the_engine_whole(redis: Redis, invariant_engine: DecoderEngine) -> None:
     long = " ".join(["This line goes on for a good many sentences, one after another."] * 6)
-    async with running_worker(redis, invariant_engine) as worker:
+    held = FaultInjectingEngine(invariant_engine, fault_config("hang", "good many", hang_s=60))  # runs until cancelled
+    async with running_worker(redis, held) as worker:
         job_id = task_id()
         await worker.queue.enqueue(job_id, dialogue(("A", 1, long), ("B", 2, long)), single_flight=False)
 
@@ -336,6 +337,7 @@ async def test_a_dialogue_cancelled_while_it_runs_leaves_the_engine_whole(redis:
         assert job is not None
         await worker.queue.cancel(job, None, "test")
         final = await wait_final(worker.queue, job_id)
+        held.release()
         assert final.status is Status.CANCELLED
         assert worker._batcher is not None
         left = await asyncio.wrap_future(worker._thread.call(worker._batcher.requests))
