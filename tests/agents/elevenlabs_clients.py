@@ -277,24 +277,43 @@ async def _pipecat_ws(root: str, key: str, voice: str, out: Path) -> dict[str, A
     ]
     audio = [bytearray() for _ in PIPECAT_TURNS]
     current = 0
-    first_audio, turn_2_stopped = asyncio.Event(), asyncio.Event()
+    first_audio, turn_2_stopped, barged_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
     turn_audio = [asyncio.Event() for _ in PIPECAT_TURNS]
+
+    contexts: list[str | None] = []
+    """The service's context ids in the order their audio came: a turn's audio is its context's, not what came after
+    the driver moved on (audio of turn 1 already on its way down the pipeline when the barge-in is queued is turn 1's)."""
+
+    def turn_of(context_id: str | None) -> int:
+        if context_id is None:
+            return current
+        if context_id not in contexts:
+            contexts.append(context_id)
+        index = contexts.index(context_id)
+        if index >= len(turns):
+            found["errors"].append(f"driver: audio of an unexpected context {context_id}")
+        return min(index, len(turns) - 1)
 
     class Collector(FrameProcessor):  # type: ignore[misc]  # before the service: its errors; after it: what is played
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
-            turn = turns[current]
-            if isinstance(frame, TTSAudioRawFrame):
+            if isinstance(frame, InterruptionFrame):
+                barged_in.set()
+            elif isinstance(frame, TTSAudioRawFrame):
+                index = turn_of(frame.context_id)
+                if index == 0 and barged_in.is_set():
+                    found["errors"].append("driver: audio of the interrupted turn after its barge-in")
+                turn = turns[index]
                 if turn["first_chunk_s"] is None:
                     turn["first_chunk_s"] = time.perf_counter() - turn["started"]
-                    turn_audio[current].set()
-                audio[current].extend(frame.audio)
+                    turn_audio[index].set()
+                audio[index].extend(frame.audio)
                 found["sample_rate"] = frame.sample_rate
                 first_audio.set()
             elif isinstance(frame, ErrorFrame):
                 found["errors"].append(str(frame.error)[:500])
-            elif isinstance(frame, TTSStoppedFrame) and current == 1:
-                turn_2_stopped.set()
+            elif isinstance(frame, TTSStoppedFrame) and len(contexts) == 2 and frame.context_id in (None, contexts[1]):
+                turn_2_stopped.set()  # turn 2's own end, not a stop of turn 1 pushed as the barge-in lands
             await self.push_frame(frame, direction)
 
     ws_root = root.replace("http://", "ws://", 1)
