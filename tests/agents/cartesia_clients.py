@@ -212,21 +212,40 @@ async def pipecat_ws(root: str, key: str, voice: str, text: str, out: Path) -> d
                 errors.append(str(frame.error)[:300])
             await self.push_frame(frame, direction)
 
+    contexts: list[str | None] = []
+    """The service's context ids in the order their audio came: a turn's audio is its context's, not what came after
+    the driver moved on (audio of turn 1 already on its way down the pipeline when the barge-in is queued is turn 1's)."""
+    barged_in = asyncio.Event()
+
+    def turn_of(context_id: str | None) -> int:
+        if context_id is None:
+            return int(state["turn"])
+        if context_id not in contexts:
+            contexts.append(context_id)
+        if len(contexts) > len(turns):
+            errors.append(f"driver: audio of an unexpected context {context_id}")
+        return min(contexts.index(context_id) + 1, len(turns))
+
     class Collector(FrameProcessor):  # type: ignore[misc]
         """What a transport would play: each turn's audio."""
 
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
-            turn = turns[state["turn"]]
-            if isinstance(frame, TTSAudioRawFrame):
+            if isinstance(frame, InterruptionFrame):
+                barged_in.set()
+            elif isinstance(frame, TTSAudioRawFrame):
+                number = turn_of(frame.context_id)
+                if number == 1 and barged_in.is_set():
+                    errors.append("driver: audio of the interrupted turn after its barge-in")
+                turn = turns[number]
                 if turn["first_audio_s"] is None:
                     turn["first_audio_s"] = time.perf_counter() - turn["started"]
                     turn["audio_before_text_ended"] = not turn["text_ended"]
                 turn["pcm"].extend(frame.audio)
                 state["sample_rate"] = frame.sample_rate
                 first_audio.set()
-            elif isinstance(frame, TTSStoppedFrame) and state["turn"] == 2:
-                turn2_stopped.set()
+            elif isinstance(frame, TTSStoppedFrame) and len(contexts) == 2 and frame.context_id in (None, contexts[1]):
+                turn2_stopped.set()  # turn 2's own end, not a stop of turn 1 pushed as the barge-in lands
             await self.push_frame(frame, direction)
 
     tts = CartesiaTTSService(api_key=key, url=f"{ws_root(root)}/tts/websocket", settings=CartesiaTTSService.Settings(voice=voice))
